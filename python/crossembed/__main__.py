@@ -1,0 +1,3 @@
+from crossembed.cli import main
+
+raise SystemExit(main())

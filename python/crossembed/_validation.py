@@ -1,0 +1,122 @@
+"""Boundary checks shared by every public function.
+
+Each helper raises ``TypeError`` for the wrong kind of object and ``ValueError``
+for a wrong value, and always names the offending argument, so that a user
+sees ``mu_q must be finite`` instead of a crash deep inside C++.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Optional
+
+import numpy as np
+
+__all__ = [
+    "as_matrix",
+    "as_int_matrix",
+    "check_k",
+    "check_num_threads",
+    "check_positive",
+    "check_random_state",
+]
+
+_FLOAT_KINDS = "fiu"  # float, signed and unsigned int convert losslessly enough
+
+
+def as_matrix(
+    x,
+    name: str,
+    *,
+    dtype=np.float32,
+    allow_float64: bool = False,
+    ndim: int = 2,
+    finite: bool = True,
+    nonnegative: bool = False,
+    allow_empty: bool = False,
+) -> np.ndarray:
+    """Return ``x`` as a C-contiguous float array of ``ndim`` dimensions.
+
+    float64 input is kept when ``allow_float64`` (kernels with a float64
+    path), otherwise converted to ``dtype``. Booleans, objects and strings are
+    rejected with a TypeError.
+    """
+    if x is None:
+        raise TypeError(f"{name} must be an array, got None")
+    if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch tensor without importing torch
+        x = x.detach().cpu().numpy()
+    arr = np.asarray(x)
+    if arr.dtype.kind not in _FLOAT_KINDS or arr.dtype == np.bool_:
+        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    if arr.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-dimensional, got shape {arr.shape}")
+    out_dtype = np.float64 if (allow_float64 and arr.dtype == np.float64) else dtype
+    arr = np.ascontiguousarray(arr, dtype=out_dtype)
+    if not allow_empty and arr.size == 0 and (ndim < 2 or arr.shape[-1] == 0 or arr.shape[0] == 0):
+        raise ValueError(f"{name} must not be empty, got shape {arr.shape}")
+    if finite and arr.size and not np.isfinite(arr).all():
+        raise ValueError(f"{name} must be finite (found NaN or inf)")
+    if nonnegative and arr.size and (arr < 0).any():
+        raise ValueError(f"{name} must be non-negative (variances)")
+    return arr
+
+
+def as_int_matrix(x, name: str, *, ndim: int = 2, low: int = 0, high: Optional[int] = None) -> np.ndarray:
+    """Return ``x`` as C-contiguous int64 with every entry in ``[low, high)``."""
+    if x is None:
+        raise TypeError(f"{name} must be an integer array, got None")
+    arr = np.asarray(x)
+    if arr.size == 0:
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    if arr.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-dimensional, got shape {arr.shape}")
+    arr = np.ascontiguousarray(arr, dtype=np.int64)
+    if arr.size:
+        if arr.min() < low:
+            raise ValueError(f"{name} has an entry {arr.min()} below {low}")
+        if high is not None and arr.max() >= high:
+            raise ValueError(f"{name} has an entry {arr.max()} out of range (must be < {high})")
+    return arr
+
+
+def check_k(k, n: int, name: str = "k") -> int:
+    """``k`` must be an integer with ``1 <= k <= n``."""
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(k).__name__}")
+    k = int(k)
+    if k < 1:
+        raise ValueError(f"{name} must be >= 1, got {k}")
+    if k > n:
+        raise ValueError(f"{name}={k} is larger than the number of candidates ({n})")
+    return k
+
+
+def check_num_threads(num_threads) -> int:
+    """``None`` means all cores (0 for the C++ side); otherwise a positive int."""
+    if num_threads is None:
+        return 0
+    if isinstance(num_threads, bool) or not isinstance(num_threads, numbers.Integral):
+        raise TypeError(f"num_threads must be an integer or None, got {type(num_threads).__name__}")
+    if num_threads < 1:
+        raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+    return int(num_threads)
+
+
+def check_positive(value, name: str, *, allow_zero: bool = False) -> float:
+    """A finite real number > 0 (>= 0 with ``allow_zero``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    if not np.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'} and finite, got {value}")
+    return value
+
+
+def check_random_state(random_state) -> np.random.Generator:
+    """Like scikit-learn: None, an int seed, or a Generator."""
+    if random_state is None or isinstance(random_state, numbers.Integral):
+        return np.random.default_rng(random_state)
+    if isinstance(random_state, np.random.Generator):
+        return random_state
+    raise TypeError(f"random_state must be None, an int or a numpy Generator, got {type(random_state).__name__}")

@@ -1,0 +1,414 @@
+"""The C++ kernels behind one validated, documented Python layer.
+
+Every function checks its inputs at this boundary (shape, dtype, finiteness,
+non-negative variances, ``k``) and raises ``ValueError``/``TypeError`` naming
+the argument, then hands C-contiguous arrays to :mod:`crossembed._core`, which
+releases the GIL and runs multi-threaded (OpenMP, or std::thread where OpenMP
+is missing). Results are deterministic for a fixed input and independent of
+``num_threads``; ties go to the lower index.
+
+Plain float64 numpy versions of every kernel live in :mod:`crossembed.reference`.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple, Union
+
+import numpy as np
+
+from crossembed._validation import (
+    as_int_matrix,
+    as_matrix,
+    check_k,
+    check_num_threads,
+    check_positive,
+)
+
+try:  # a source checkout without a build still imports; calls then explain what to do
+    from crossembed import _core
+except ImportError as _exc:  # pragma: no cover - only without a build
+    _core = None
+    _CORE_ERROR = str(_exc)
+
+__all__ = [
+    "ProbitDocs",
+    "VoteTable",
+    "anchor_signatures",
+    "csls_mutual_topk",
+    "lorentz_pairwise",
+    "lorentz_topk",
+    "median_anchor_distance",
+    "otsu_threshold",
+    "probit_scores",
+    "probit_topk",
+    "simd_level",
+]
+
+# float32 products of values above ~1e18 overflow inside a D-long dot product;
+# rather than return inf/NaN scores we refuse such inputs with a clear message.
+_FLOAT32_SAFE = 1e17
+
+
+def _core_module():
+    if _core is None:  # pragma: no cover
+        raise ImportError(
+            "crossembed._core (the C++ extension) is not built: run `pip install .` "
+            f"from the source tree ({_CORE_ERROR})"
+        )
+    return _core
+
+
+def simd_level() -> str:
+    """The instruction set the kernels picked at run time: ``avx512``, ``avx2`` or ``generic``."""
+    return _core_module().simd_level()
+
+
+def _check_magnitude(arr: np.ndarray, name: str, limit: float = _FLOAT32_SAFE) -> None:
+    if arr.size and float(np.abs(arr).max()) > limit:
+        raise ValueError(
+            f"{name} has entries above {limit:.0e} in magnitude; float32 scoring would overflow "
+            "(rescale the embeddings)"
+        )
+
+
+# --------------------------------------------------------------------------- probit similarity
+class ProbitDocs:
+    """Candidate Gaussians prepared once for repeated probit scoring.
+
+    Stores the doc-side block ``[mu_c | v_c | mu_c**2 + v_c]`` and per-doc
+    bounds so :meth:`top_k` can score any number of query batches without
+    redoing that work (index time vs query time).
+
+    Parameters
+    ----------
+    mu_c : array_like, shape (N, D)
+        Candidate means.
+    v_c : array_like, shape (N, D)
+        Candidate diagonal variances (>= 0).
+    """
+
+    def __init__(self, mu_c, v_c):
+        mu_c = as_matrix(mu_c, "mu_c")
+        v_c = as_matrix(v_c, "v_c", nonnegative=True)
+        if v_c.shape != mu_c.shape:
+            raise ValueError(f"v_c has shape {v_c.shape} but mu_c has shape {mu_c.shape}")
+        _check_magnitude(mu_c, "mu_c")
+        _check_magnitude(v_c, "v_c")
+        self._handle = _core_module().ProbitDocs(mu_c, v_c)
+        self.n, self.dim = mu_c.shape
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __repr__(self) -> str:
+        return f"ProbitDocs(n={self.n}, dim={self.dim})"
+
+    def _queries(self, mu_q, v_q) -> Tuple[np.ndarray, np.ndarray]:
+        mu_q = as_matrix(mu_q, "mu_q", allow_empty=True)
+        v_q = as_matrix(v_q, "v_q", nonnegative=True, allow_empty=True)
+        if mu_q.shape != v_q.shape:
+            raise ValueError(f"v_q has shape {v_q.shape} but mu_q has shape {mu_q.shape}")
+        if mu_q.shape[1] != self.dim:
+            raise ValueError(f"mu_q has dimension {mu_q.shape[1]} but the candidates have {self.dim}")
+        _check_magnitude(mu_q, "mu_q")
+        _check_magnitude(v_q, "v_q")
+        return mu_q, v_q
+
+    def top_k(self, mu_q, v_q, k: int, *, candidates=None, num_threads: Optional[int] = None):
+        """Best ``k`` candidates per query by probit score (see :func:`probit_topk`)."""
+        mu_q, v_q = self._queries(mu_q, v_q)
+        nt = check_num_threads(num_threads)
+        if candidates is None:
+            k = check_k(k, self.n)
+            return self._handle.topk(mu_q, v_q, k, nt)
+        cand = as_int_matrix(candidates, "candidates", low=-1, high=self.n)
+        if cand.shape[0] != mu_q.shape[0]:
+            raise ValueError(f"candidates has {cand.shape[0]} rows but there are {mu_q.shape[0]} queries")
+        k = check_k(k, cand.shape[1])
+        if cand.size:
+            srt = np.sort(cand, axis=1)
+            if ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any():
+                raise ValueError("candidates has a repeated index within a row")
+        return self._handle.rerank(mu_q, v_q, cand, k, nt)
+
+    def scores(self, mu_q, v_q, *, return_moments: bool = False, num_threads: Optional[int] = None):
+        """Dense (Q, N) probit scores (see :func:`probit_scores`)."""
+        mu_q, v_q = self._queries(mu_q, v_q)
+        scores, mu_s, sig2 = self._handle.scores(mu_q, v_q, check_num_threads(num_threads))
+        return (scores, mu_s, sig2) if return_moments else scores
+
+
+def probit_scores(mu_q, v_q, mu_c, v_c, *, return_moments: bool = False, num_threads: Optional[int] = None):
+    """Probit similarity of every query Gaussian with every candidate Gaussian.
+
+    ``score = mu_s / sqrt(1 + pi/8 * sig2_s)`` with ``mu_s = <mu_q, mu_c>`` and
+    ``sig2_s = <mu_q^2, v_c> + <mu_c^2, v_q> + <v_q, v_c>``.
+
+    Parameters
+    ----------
+    mu_q, v_q : array_like, shape (Q, D)
+        Query means and diagonal variances.
+    mu_c, v_c : array_like, shape (N, D)
+        Candidate means and diagonal variances.
+    return_moments : bool
+        Also return ``mu_s`` and ``sig2_s``.
+    num_threads : int, optional
+        Threads to use (default: all cores).
+
+    Returns
+    -------
+    scores : ndarray, shape (Q, N), float32
+    mu_s, sig2_s : ndarray, shape (Q, N), float32
+        Only with ``return_moments=True``.
+
+    Examples
+    --------
+    >>> import numpy as np, crossembed
+    >>> mu = np.eye(2, dtype=np.float32); v = np.zeros_like(mu)
+    >>> crossembed.probit_scores(mu, v, mu, v)
+    array([[1., 0.],
+           [0., 1.]], dtype=float32)
+    """
+    return ProbitDocs(mu_c, v_c).scores(mu_q, v_q, return_moments=return_moments, num_threads=num_threads)
+
+
+def probit_topk(mu_q, v_q, mu_c, v_c, k: int, *, candidates=None, num_threads: Optional[int] = None):
+    """Top-``k`` candidates per query by probit similarity, fused and tiled.
+
+    Never materialises the (Q, N) score matrix: candidate tiles are scored
+    and folded into per-query heaps; candidates whose score bound cannot beat
+    the current k-th best skip the variance term. Pass a :class:`ProbitDocs`
+    as ``mu_c`` (and ``v_c=None``) to reuse the doc-side precomputation.
+
+    Parameters
+    ----------
+    mu_q, v_q : array_like, shape (Q, D)
+    mu_c, v_c : array_like, shape (N, D), or ``ProbitDocs`` and ``None``
+    k : int
+        Results per query, ``1 <= k <= N`` (``<= M`` with ``candidates``).
+    candidates : array_like of int, shape (Q, M), optional
+        Rerank only these candidate rows per query (the ANN path); ``-1``
+        marks padding. Rows with fewer than ``k`` valid candidates are padded
+        with index ``-1`` and score ``-inf``.
+    num_threads : int, optional
+
+    Returns
+    -------
+    scores : ndarray, shape (Q, k), float32, best first
+    indices : ndarray, shape (Q, k), int64
+    """
+    if isinstance(mu_c, ProbitDocs):
+        if v_c is not None:
+            raise ValueError("v_c must be None when mu_c is a ProbitDocs")
+        docs = mu_c
+    else:
+        docs = ProbitDocs(mu_c, v_c)
+    return docs.top_k(mu_q, v_q, k, candidates=candidates, num_threads=num_threads)
+
+
+# --------------------------------------------------------------------------- anchor signatures
+def median_anchor_distance(anchors) -> float:
+    """Median cosine distance ``1 - cos`` over all pairs of distinct anchors.
+
+    This is the default kernel width of :func:`anchor_signatures`. With one
+    anchor, or when every pair coincides, it falls back to 1.0 (the width is
+    then irrelevant: a one-column signature normalises to 1).
+    """
+    anchors = as_matrix(anchors, "anchors")
+    return float(_core_module().median_anchor_distance(anchors))
+
+
+def anchor_signatures(X, anchors, *, sigma: Optional[float] = None, metric: str = "cosine", num_threads: Optional[int] = None) -> np.ndarray:
+    """Scale-free kernel signatures of rows of ``X`` against ``anchors``.
+
+    ``d(x, a) = 1 - cos(x, a)``, ``k = exp(-d / sigma)``, each row
+    L2-normalised. A zero row has cosine 0 to every anchor. The row-wise
+    shift by the smallest distance (cancelled by the normalisation) keeps
+    the kernel from underflowing for tiny ``sigma``.
+
+    Parameters
+    ----------
+    X : array_like, shape (N, D)
+    anchors : array_like, shape (A, D)
+    sigma : float, optional
+        Kernel width; default :func:`median_anchor_distance` of ``anchors``.
+    metric : {"cosine"}
+    num_threads : int, optional
+
+    Returns
+    -------
+    ndarray, shape (N, A), float32
+    """
+    if metric != "cosine":
+        raise ValueError(f"metric must be 'cosine', got {metric!r}")
+    X = as_matrix(X, "X", allow_empty=True)
+    anchors = as_matrix(anchors, "anchors")
+    if X.shape[1] != anchors.shape[1]:
+        raise ValueError(f"X has dimension {X.shape[1]} but anchors have {anchors.shape[1]}")
+    sigma = median_anchor_distance(anchors) if sigma is None else check_positive(sigma, "sigma")
+    return _core_module().anchor_signatures(X, anchors, float(sigma), check_num_threads(num_threads))
+
+
+# --------------------------------------------------------------------------- CSLS mutual top-k
+def _exclusion_mask(exclude, n: int, name: str) -> np.ndarray:
+    mask = np.zeros(n, dtype=np.uint8)
+    if exclude is not None:
+        idx = as_int_matrix(np.asarray(exclude).reshape(-1), name, ndim=1, high=n)
+        mask[idx] = 1
+    return mask
+
+
+def csls_mutual_topk(SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None, num_threads: Optional[int] = None):
+    """One-to-one mutual top-``k`` pairs under CSLS between two signature sets.
+
+    ``s_ij = <SA_i, SB_j>``; ``CSLS(i, j) = 2 s_ij - r_A(i) - r_B(j)`` with
+    ``r_A(i)`` the mean of row ``i``'s ``csls_k`` largest similarities (and
+    ``r_B`` likewise per column). A pair is proposed when each is in the
+    other's CSLS top-``k``; proposals are made one-to-one greedily by CSLS
+    (ties: lower ``i``, then lower ``j``). Tiled: never allocates N_A x N_B.
+
+    Parameters
+    ----------
+    SA : array_like, shape (N_A, A)
+    SB : array_like, shape (N_B, A)
+    k : int
+        Mutual neighbourhood size (clipped to the available rows).
+    csls_k : int
+        Neighbours averaged for the hubness terms (clipped likewise).
+    exclude_a, exclude_b : array_like of int, optional
+        Rows that take no part (e.g. already linked).
+    num_threads : int, optional
+
+    Returns
+    -------
+    pairs : ndarray, shape (P, 2), int64, sorted by descending score
+    scores : ndarray, shape (P,), float32 (CSLS)
+    """
+    SA = as_matrix(SA, "SA", allow_empty=True)
+    SB = as_matrix(SB, "SB", allow_empty=True)
+    if SA.shape[1] != SB.shape[1]:
+        raise ValueError(f"SA has {SA.shape[1]} columns but SB has {SB.shape[1]}")
+    for val, name in ((k, "k"), (csls_k, "csls_k")):
+        if isinstance(val, bool) or not isinstance(val, (int, np.integer)):
+            raise TypeError(f"{name} must be an integer, got {type(val).__name__}")
+        if val < 1:
+            raise ValueError(f"{name} must be >= 1, got {val}")
+    _check_magnitude(SA, "SA", 1e15)
+    _check_magnitude(SB, "SB", 1e15)
+    mask_a = _exclusion_mask(exclude_a, SA.shape[0], "exclude_a")
+    mask_b = _exclusion_mask(exclude_b, SB.shape[0], "exclude_b")
+    return _core_module().csls_mutual_topk(SA, SB, int(k), int(csls_k), mask_a, mask_b, check_num_threads(num_threads))
+
+
+def otsu_threshold(values, *, bins: int = 100) -> float:
+    """Otsu's threshold of ``values`` on ``bins`` equal-width bins over [min, max].
+
+    Returns the upper edge of the bin that maximises the between-class
+    variance (first maximum), i.e. values ``> threshold`` form the upper class.
+    A constant input returns that constant.
+    """
+    v = as_matrix(values, "values", ndim=1, dtype=np.float64)
+    if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 2:
+        raise ValueError(f"bins must be an integer >= 2, got {bins!r}")
+    return float(_core_module().otsu_threshold(v, int(bins)))
+
+
+class VoteTable:
+    """Votes per candidate pair across views, with a Beta-Bernoulli posterior.
+
+    Each call to :meth:`add` is one view: every proposed pair gets one vote
+    and the view counter ``n_views`` grows by one. The posterior of pair
+    ``(i, j)`` is ``Beta(1 + v, 1 + n - v)``; its mean is ``(1 + v) / (2 + n)``.
+    """
+
+    def __init__(self):
+        self._t = _core_module().VoteTable()
+
+    def add(self, pairs) -> None:
+        """Record one view's proposals (``(P, 2)`` int64, P may be 0)."""
+        pairs = as_int_matrix(np.asarray(pairs).reshape(-1, 2) if np.size(pairs) == 0 else pairs, "pairs")
+        if pairs.shape[1] != 2:
+            raise ValueError(f"pairs must have shape (P, 2), got {pairs.shape}")
+        self._t.add(pairs)
+
+    @property
+    def n_views(self) -> int:
+        return self._t.n_views
+
+    def __len__(self) -> int:
+        return self._t.size()
+
+    def items(self) -> Tuple[np.ndarray, np.ndarray]:
+        """All pairs seen (sorted by i, then j) and their vote counts."""
+        return self._t.items()
+
+    def votes(self, pairs) -> np.ndarray:
+        """Vote counts of the given pairs (0 for unseen)."""
+        return self._t.votes(as_int_matrix(pairs, "pairs"))
+
+    def posterior_mean(self, pairs=None) -> np.ndarray:
+        """``(1 + v) / (2 + n)`` for ``pairs`` (default: all pairs in :meth:`items` order)."""
+        if pairs is None:
+            pairs = self.items()[0]
+        v = self.votes(pairs).astype(np.float64)
+        return (1.0 + v) / (2.0 + self.n_views)
+
+    def promote(self, pairs, scores, *, threshold: float, exclude_a=None, exclude_b=None, limit: Optional[int] = None) -> np.ndarray:
+        """Greedy one-to-one promotion of ``pairs`` whose ``scores`` exceed ``threshold``.
+
+        Pairs are taken by descending score (ties: lower i, then lower j); a
+        pair is skipped when its i or j is already used (or excluded). At most
+        ``limit`` pairs are returned. Returns (L, 2) int64 in promotion order.
+        """
+        pairs = as_int_matrix(pairs, "pairs")
+        scores = as_matrix(scores, "scores", ndim=1, dtype=np.float64, allow_empty=True)
+        if pairs.shape[0] != scores.shape[0] or (pairs.size and pairs.shape[1] != 2):
+            raise ValueError("pairs must be (P, 2) and scores (P,)")
+        ex_a = np.unique(as_int_matrix(np.asarray(exclude_a if exclude_a is not None else [], dtype=np.int64).reshape(-1), "exclude_a", ndim=1))
+        ex_b = np.unique(as_int_matrix(np.asarray(exclude_b if exclude_b is not None else [], dtype=np.int64).reshape(-1), "exclude_b", ndim=1))
+        lim = -1 if limit is None else int(limit)
+        return _core_module().greedy_one_to_one(pairs.reshape(-1, 2), scores, float(threshold), ex_a, ex_b, lim)
+
+
+# --------------------------------------------------------------------------- Lorentz distances
+def _lorentz_inputs(X, Y, curvature):
+    X = as_matrix(X, "X", allow_float64=True, allow_empty=True)
+    Y = as_matrix(Y, "Y", allow_float64=True)
+    if X.shape[1] != Y.shape[1]:
+        raise ValueError(f"X has dimension {X.shape[1]} but Y has {Y.shape[1]}")
+    if X.dtype != Y.dtype:  # compute in the wider type
+        X, Y = X.astype(np.float64), Y.astype(np.float64)
+    c = check_positive(curvature, "curvature")
+    limit = 1e150 if X.dtype == np.float64 else 1e17
+    _check_magnitude(X, "X", limit)
+    _check_magnitude(Y, "Y", limit)
+    return X, Y, c
+
+
+def lorentz_pairwise(X, Y, *, curvature: float = 1.0, num_threads: Optional[int] = None) -> np.ndarray:
+    """Geodesic distances in the Lorentz model between all rows of X and Y.
+
+    Rows are space components; the time component is ``sqrt(1/c + |x|^2)``.
+    Uses the cancellation-free ``asinh`` form, so distances between nearby
+    points keep full relative precision. float32 and float64 (output dtype
+    follows the input; mixed inputs compute in float64).
+
+    Returns
+    -------
+    ndarray, shape (NX, NY)
+    """
+    X, Y, c = _lorentz_inputs(X, Y, curvature)
+    return _core_module().lorentz_pairwise(X, Y, c, check_num_threads(num_threads))
+
+
+def lorentz_topk(X, Y, k: int, *, curvature: float = 1.0, num_threads: Optional[int] = None):
+    """The ``k`` nearest rows of ``Y`` for every row of ``X`` (smallest distance first).
+
+    Returns
+    -------
+    distances : ndarray, shape (NX, k)
+    indices : ndarray, shape (NX, k), int64
+    """
+    X, Y, c = _lorentz_inputs(X, Y, curvature)
+    k = check_k(k, Y.shape[0])
+    return _core_module().lorentz_topk(X, Y, k, c, check_num_threads(num_threads))
