@@ -1,0 +1,190 @@
+"""Differentiable Lorentz-model operations (SPEC 2.4 and 5).
+
+A point of the hyperboloid ``{p : <p, p>_L = -1/c}`` is stored by its space
+components ``x`` in R^n; the time component ``x_t = sqrt(1/c + |x|^2)`` is
+implied. Every ``R^n`` vector is therefore a valid point, so plain optimisers
+work without projections. ``curvature`` may be a float or a 0-d tensor (a
+learnable curvature receives gradients through every function here).
+
+All functions are written so that their gradients stay finite at the origin,
+at the aperture clamp and for far-away points, in float32 and float64:
+norms are taken as ``sqrt(max(|x|^2, tiny))`` and branches use ``torch.where``
+on *safe* inputs so the unused branch never produces inf/NaN.
+"""
+from __future__ import annotations
+
+import math
+from typing import Union
+
+import torch
+
+__all__ = [
+    "time_component",
+    "inner",
+    "pairwise_inner",
+    "distance",
+    "pairwise_distance",
+    "expmap0",
+    "logmap0",
+    "half_aperture",
+    "exterior_angle",
+    "uncertainty",
+]
+
+Curvature = Union[float, torch.Tensor]
+
+_TINY = 1e-30  # floor for squared norms: sqrt(1e-30) = 1e-15 is a normal float32
+_SERIES = 1e-3  # below this sqrt(c)|v| the sinh/asinh ratios use their Taylor series
+_MAX_ARG = math.asinh(2.0**15)  # SPEC: clamp sqrt(c)|v| so sinh never overflows float32
+APERTURE_K = 0.1
+
+
+def _c(curvature: Curvature, like: torch.Tensor) -> torch.Tensor:
+    c = torch.as_tensor(curvature, dtype=like.dtype, device=like.device)
+    return c
+
+
+def _sq_norm(x: torch.Tensor) -> torch.Tensor:
+    return (x * x).sum(-1)
+
+
+def _safe_norm(x: torch.Tensor) -> torch.Tensor:
+    # the gradient of |x| at 0 is 0/0; flooring the square keeps it at 0 instead of NaN
+    return torch.sqrt(_sq_norm(x).clamp_min(_TINY))
+
+
+def time_component(x: torch.Tensor, curvature: Curvature = 1.0) -> torch.Tensor:
+    """``x_t = sqrt(1/c + |x|^2)`` for space components ``x`` of shape (..., n)."""
+    c = _c(curvature, x)
+    return torch.sqrt(1.0 / c + _sq_norm(x))
+
+
+def inner(x: torch.Tensor, y: torch.Tensor, curvature: Curvature = 1.0) -> torch.Tensor:
+    """Lorentz inner product ``x.y - x_t y_t`` of matching rows (broadcasting)."""
+    return (x * y).sum(-1) - time_component(x, curvature) * time_component(y, curvature)
+
+
+def pairwise_inner(x: torch.Tensor, y: torch.Tensor, curvature: Curvature = 1.0) -> torch.Tensor:
+    """Lorentz inner products of every row of ``x`` (N, n) with every row of ``y`` (M, n)."""
+    xt = time_component(x, curvature)
+    yt = time_component(y, curvature)
+    return x @ y.transpose(-1, -2) - xt.unsqueeze(-1) * yt.unsqueeze(-2)
+
+
+def _chord_sq(x: torch.Tensor, y: torch.Tensor, xt: torch.Tensor, yt: torch.Tensor) -> torch.Tensor:
+    """``|x-y|^2 - (x_t-y_t)^2`` (the squared Minkowski chord), free of cancellation.
+
+    ``x_t - y_t`` is formed as ``(x-y).(x+y) / (x_t+y_t)``, which keeps full
+    relative precision when the points are close (SPEC 2.4).
+    """
+    diff = x - y
+    dt = (diff * (x + y)).sum(-1) / (xt + yt)
+    return (_sq_norm(diff) - dt * dt).clamp_min(0.0)
+
+
+def _dist_from_chord(q: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    sc = torch.sqrt(c)
+    # sqrt(q) has an infinite slope at q = 0 (x == y): take the subgradient 0 there,
+    # and feed the unused branch a safe value so backward never sees inf * 0
+    pos = q > 0
+    root = torch.where(pos, torch.sqrt(torch.where(pos, q, torch.ones_like(q))), torch.zeros_like(q))
+    return (2.0 / sc) * torch.asinh(sc * root / 2.0)
+
+
+def distance(x: torch.Tensor, y: torch.Tensor, curvature: Curvature = 1.0) -> torch.Tensor:
+    """Geodesic distance between matching rows of ``x`` and ``y`` (broadcasting).
+
+    ``d = (2/sqrt(c)) asinh(sqrt(c) sqrt(|x-y|^2 - (x_t-y_t)^2) / 2)``, which
+    equals ``acosh(-c <x,y>_L) / sqrt(c)`` but does not lose the small
+    distances to cancellation.
+    """
+    c = _c(curvature, x)
+    xt = time_component(x, c)
+    yt = time_component(y, c)
+    return _dist_from_chord(_chord_sq(x, y, xt, yt), c)
+
+
+def pairwise_distance(x: torch.Tensor, y: torch.Tensor, curvature: Curvature = 1.0, *, chunk_elements: int = 1 << 22) -> torch.Tensor:
+    """Distances between every row of ``x`` (N, n) and every row of ``y`` (M, n).
+
+    The stable form needs the (rows, M, n) difference tensor; rows of ``x``
+    are processed in chunks of at most ``chunk_elements`` elements so memory
+    stays bounded for evaluation-sized inputs. Differentiable.
+    """
+    if x.ndim != 2 or y.ndim != 2:
+        raise ValueError(f"x and y must be 2-dimensional, got shapes {tuple(x.shape)} and {tuple(y.shape)}")
+    c = _c(curvature, x)
+    xt = time_component(x, c)
+    yt = time_component(y, c)
+    rows = max(1, chunk_elements // max(1, y.shape[0] * y.shape[1]))
+    out = []
+    for s in range(0, x.shape[0], rows):
+        xs, xts = x[s : s + rows].unsqueeze(1), xt[s : s + rows].unsqueeze(1)
+        out.append(_dist_from_chord(_chord_sq(xs, y.unsqueeze(0), xts, yt.unsqueeze(0)), c))
+    if not out:
+        return x.new_zeros((0, y.shape[0]))
+    return torch.cat(out, 0)
+
+
+def expmap0(v: torch.Tensor, curvature: Curvature = 1.0) -> torch.Tensor:
+    """Exponential map at the origin: tangent ``v`` -> space components.
+
+    ``sinh(sqrt(c)|v|) v / (sqrt(c)|v|)``, with ``sqrt(c)|v|`` clamped to
+    ``asinh(2**15)`` and the Taylor series ``1 + z^2/6`` near 0.
+    """
+    c = _c(curvature, v)
+    z2 = c * _sq_norm(v)
+    small = z2 < _SERIES**2
+    z = torch.sqrt(torch.where(small, torch.ones_like(z2), z2))  # safe: never 0 in the used branch
+    zc = z.clamp_max(_MAX_ARG)
+    ratio = torch.where(small, 1.0 + z2 / 6.0, torch.sinh(zc) / z)
+    return v * ratio.unsqueeze(-1)
+
+
+def logmap0(x: torch.Tensor, curvature: Curvature = 1.0) -> torch.Tensor:
+    """Logarithmic map at the origin (inverse of :func:`expmap0` below the clamp).
+
+    ``asinh(sqrt(c)|x|) x / (sqrt(c)|x|)``, series ``1 - z^2/6`` near 0.
+    """
+    c = _c(curvature, x)
+    z2 = c * _sq_norm(x)
+    small = z2 < _SERIES**2
+    z = torch.sqrt(torch.where(small, torch.ones_like(z2), z2))
+    ratio = torch.where(small, 1.0 - z2 / 6.0, torch.asinh(z) / z)
+    return x * ratio.unsqueeze(-1)
+
+
+def half_aperture(x: torch.Tensor, curvature: Curvature = 1.0, *, k: float = APERTURE_K, eps: float = 1e-6) -> torch.Tensor:
+    """Half-aperture of the entailment cone at ``x``: ``asin(2K / (sqrt(c)|x|))`` clamped.
+
+    Points within ``2K/sqrt(c)`` of the origin get the widest cone
+    ``asin(1 - eps)``; the clamp has zero gradient there, never NaN.
+    """
+    c = _c(curvature, x)
+    ratio = 2.0 * k / (torch.sqrt(c) * _safe_norm(x))
+    return torch.asin(ratio.clamp(-1.0 + eps, 1.0 - eps))
+
+
+def exterior_angle(x: torch.Tensor, y: torch.Tensor, curvature: Curvature = 1.0, *, eps: float = 1e-6) -> torch.Tensor:
+    """Exterior angle at ``x`` between the origin and ``y`` (matching rows).
+
+    ``acos((y_t + x_t c<x,y>_L) / (|x| sqrt((c<x,y>_L)^2 - 1)))``, clamped to
+    ``[-1+eps, 1-eps]``. ``(c<x,y>_L)^2 - 1`` is formed from the stable chord
+    ``q`` as ``(c q/2)(c q/2 + 2)`` so it is exact for nearby points.
+    """
+    c = _c(curvature, x)
+    xt = time_component(x, c)
+    yt = time_component(y, c)
+    q = _chord_sq(x, y, xt, yt)
+    a = 1.0 + c * q / 2.0  # = -c <x, y>_L >= 1
+    den_sq = (c * q / 2.0) * (c * q / 2.0 + 2.0)
+    # floor the denominator well above float32's underflow so d(num/den)/d(den)
+    # stays finite (the clamp below then zeroes it) at the origin and for x == y
+    den = (_safe_norm(x) * torch.sqrt(den_sq.clamp_min(_TINY))).clamp_min(1e-12)
+    num = yt - xt * a
+    return torch.acos((num / den).clamp(-1.0 + eps, 1.0 - eps))
+
+
+def uncertainty(x: torch.Tensor) -> torch.Tensor:
+    """``u(x) = softplus(-|x|)`` in ``(0, ln 2]``: high near the origin (generic), low far out."""
+    return torch.nn.functional.softplus(-_safe_norm(x))
