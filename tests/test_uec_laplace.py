@@ -1,0 +1,222 @@
+"""Laplace head math against brute-force float64 / torch.autograd computations."""
+import math
+
+import numpy as np
+import pytest
+
+from crossembed._io import CorruptFileError
+from crossembed.uec import GaussianEmbedding, LaplaceEmbedder
+from crossembed.uec.laplace import diag_curvature, kron_factors, normalize_rows
+
+torch = pytest.importorskip("torch")
+TAU = 0.3
+
+
+def _pairs(B=5, D=4, seed=0):
+    rng = np.random.default_rng(seed)
+    A = normalize_rows(rng.normal(size=(B, D)))
+    P = normalize_rows(A + 0.7 * rng.normal(size=(B, D)))
+    return A, P
+
+
+def _torch_logits(W, A, P):
+    return (A @ W.T) @ (P @ W.T).T / TAU
+
+
+def test_diag_ggn_matches_autograd():
+    A, P = _pairs()
+    B, D = A.shape
+    At, Pt = torch.tensor(A), torch.tensor(P)
+    W = torch.eye(D, dtype=torch.float64)
+    J = torch.autograd.functional.jacobian(lambda w: _torch_logits(w, At, Pt), W)  # (B, B, D, D)
+    S = _torch_logits(W, At, Pt)
+    ref = torch.zeros(D, D, dtype=torch.float64)
+    for b in range(B):
+        p = torch.softmax(S[b], 0)
+        lam = torch.diag(p) - torch.outer(p, p)
+        Jb = J[b].reshape(B, D * D)
+        ref += torch.einsum("ck,cd,dk->k", Jb, lam, Jb).reshape(D, D)
+    np.testing.assert_allclose(diag_curvature(A, P, tau=TAU, curvature="ggn"), ref.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_diag_empirical_fisher_matches_per_pair_gradients():
+    A, P = _pairs(B=6, D=3, seed=1)
+    B, D = A.shape
+    At, Pt = torch.tensor(A), torch.tensor(P)
+    ref = torch.zeros(D, D, dtype=torch.float64)
+    for b in range(B):
+        W = torch.eye(D, dtype=torch.float64, requires_grad=True)
+        loss = -torch.log_softmax(_torch_logits(W, At, Pt)[b], 0)[b]
+        (g,) = torch.autograd.grad(loss, W)
+        ref += g**2
+    np.testing.assert_allclose(diag_curvature(A, P, tau=TAU, curvature="ef"), ref.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_kron_factors_match_autograd():
+    A, P = _pairs(B=4, D=3, seed=2)
+    B, D = A.shape
+    Za = torch.tensor(A, requires_grad=True)
+    Zp = torch.tensor(P, requires_grad=True)
+    S = Za @ Zp.T / TAU
+    loss = -torch.log_softmax(S, 1).diagonal().sum()
+    ga, gp = torch.autograd.grad(loss, (Za, Zp))
+    in_sum, out_ef, count = kron_factors(A, P, tau=TAU, curvature="ef")
+    np.testing.assert_allclose(in_sum, A.T @ A + P.T @ P, rtol=1e-12)
+    assert count == 2 * B
+    np.testing.assert_allclose(out_ef, (ga.T @ ga + gp.T @ gp).numpy(), rtol=1e-10, atol=1e-12)
+    # GGN output factor: sum over inputs u of sum_rows J_u^T Lambda_row J_u
+    f = lambda za, zp: za @ zp.T / TAU  # noqa: E731
+    Ja, Jp = torch.autograd.functional.jacobian(f, (torch.tensor(A), torch.tensor(P)))  # (B,B,B,D) each
+    probs = torch.softmax(torch.tensor(A) @ torch.tensor(P).T / TAU, 1)
+    ref = torch.zeros(D, D, dtype=torch.float64)
+    for J in (Ja, Jp):
+        for u in range(B):
+            for r in range(B):
+                lam = torch.diag(probs[r]) - torch.outer(probs[r], probs[r])
+                ref += J[r, :, u, :].T @ lam @ J[r, :, u, :]
+    _, out_ggn, _ = kron_factors(A, P, tau=TAU, curvature="ggn")
+    np.testing.assert_allclose(out_ggn, ref.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def _brute_variance(emb, H):
+    """Var(W h) from the full D^2 x D^2 posterior covariance (vec index j*D + i)."""
+    st = emb._state
+    D = H.shape[1]
+    lam = emb.prior_precision_
+    if emb.hessian == "diag":
+        prec = np.diag(st["H"].T.ravel() + lam)
+    else:
+        Af = st["u_in"] @ np.diag(st["s_in"]) @ st["u_in"].T
+        Gf = st["u_out"] @ np.diag(st["s_out"]) @ st["u_out"].T
+        prec = np.kron(Af, Gf) + lam * np.eye(D * D)
+    cov = np.linalg.inv(prec)
+    out = []
+    for h in H:
+        J = np.kron(h[None, :], np.eye(D))  # dz_i / dW_ij = h_j at index j*D + i
+        out.append(np.diag(J @ cov @ J.T))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("hessian", ["diag", "kron"])
+@pytest.mark.parametrize("curvature", ["ggn", "ef"])
+def test_predictive_variance_matches_full_covariance(hessian, curvature):
+    rng = np.random.default_rng(3)
+    A, P = _pairs(B=40, D=4, seed=3)
+    emb = LaplaceEmbedder(None, hessian=hessian, curvature=curvature, prior_precision=0.7,
+                          loss_temperature=TAU, batch_size=8).fit_embeddings(A, P)
+    H = rng.normal(size=(6, 4))
+    g = emb.transform(H)
+    np.testing.assert_allclose(g.var, _brute_variance(emb, normalize_rows(H)), rtol=2e-5)
+
+
+def test_identity_head_keeps_the_mean():
+    rng = np.random.default_rng(4)
+    A, P = _pairs(B=30, D=5, seed=4)
+    emb = LaplaceEmbedder(None, loss_temperature=TAU, batch_size=10).fit_embeddings(A, P)
+    X = rng.normal(size=(7, 5)) * 3.0
+    g = emb.transform(X)
+    assert isinstance(g, GaussianEmbedding) and g.mean.dtype == np.float32 and g.var.dtype == np.float32
+    np.testing.assert_allclose(g.mean, X / np.linalg.norm(X, axis=1, keepdims=True), rtol=1e-6)
+    assert (g.var > 0).all()
+
+
+@pytest.mark.parametrize("hessian", ["diag", "kron"])
+def test_marglik_closed_form_and_argmax(hessian):
+    A, P = _pairs(B=24, D=3, seed=5)
+    emb = LaplaceEmbedder(None, hessian=hessian, loss_temperature=TAU, batch_size=8).fit_embeddings(A, P)
+    st, D = emb._state, 3
+    if hessian == "diag":
+        H = np.diag(st["H"].ravel())
+    else:
+        H = np.kron(st["u_in"] @ np.diag(st["s_in"]) @ st["u_in"].T, st["u_out"] @ np.diag(st["s_out"]) @ st["u_out"].T)
+    for lam in (0.1, 2.0, 50.0):
+        brute = 0.5 * D * D * math.log(lam) - 0.5 * np.linalg.slogdet(H + lam * np.eye(D * D))[1] - 0.5 * lam * D
+        assert emb.log_marginal_likelihood(lam) == pytest.approx(brute, rel=1e-9)
+    lam = emb.prior_precision_
+    best = emb.log_marginal_likelihood(lam)
+    assert best >= emb.log_marginal_likelihood(lam * 1.2) and best >= emb.log_marginal_likelihood(lam / 1.2)
+
+
+def test_kron_variance_grows_off_the_fit_span():
+    # fit inputs span a random 3-D subspace of R^6: kron gives directions outside
+    # it twice the trace (all 6 outputs at 1/lambda instead of 3); diag cannot tell
+    rng = np.random.default_rng(6)
+    Q, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+    A = normalize_rows(rng.normal(size=(200, 3)) @ Q[:, :3].T)
+    P = normalize_rows(A + 0.2 * rng.normal(size=(200, 3)) @ Q[:, :3].T)
+    ratio = {}
+    for hessian in ("kron", "diag"):
+        emb = LaplaceEmbedder(None, hessian=hessian, prior_precision=1.0, batch_size=20).fit_embeddings(A, P)
+        ratio[hessian] = emb.transform(Q[:, 3:].T).trace().mean() / emb.transform(A[:20]).trace().mean()
+    assert ratio["kron"] > 1.9
+    assert ratio["kron"] > 1.3 * ratio["diag"]
+
+
+def test_nll_prior_selection_runs_and_is_on_grid():
+    A, P = _pairs(B=60, D=4, seed=7)
+    emb = LaplaceEmbedder(None, prior_precision="nll", loss_temperature=TAU, batch_size=10).fit_embeddings(A, P)
+    assert emb.prior_precision_ > 0 and emb.n_pairs_ == 60
+
+
+def test_save_load_round_trip_and_corruption(tmp_path):
+    A, P = _pairs(B=20, D=4, seed=8)
+    for hessian in ("diag", "kron"):
+        emb = LaplaceEmbedder("minilm", hessian=hessian, batch_size=5).fit_embeddings(A, P)
+        path = emb.save(tmp_path / f"{hessian}.lap")
+        back = LaplaceEmbedder.load(path)
+        assert back.encoder == "minilm" and back.hessian == hessian
+        np.testing.assert_array_equal(back.transform(A).var, emb.transform(A).var)
+        assert back.trace_mean_ == emb.trace_mean_
+        blob = bytearray(path.read_bytes())
+        blob[-10] ^= 0xFF
+        (tmp_path / "bad.lap").write_bytes(bytes(blob))
+        with pytest.raises(CorruptFileError):
+            LaplaceEmbedder.load(tmp_path / "bad.lap")
+        (tmp_path / "short.lap").write_bytes(path.read_bytes()[:-50])
+        with pytest.raises(CorruptFileError):
+            LaplaceEmbedder.load(tmp_path / "short.lap")
+
+
+def test_encode_uses_the_encoder_with_roles():
+    seen = []
+
+    class Enc:
+        def encode(self, texts, *, batch_size=64, show_progress_bar=False, role="query"):
+            seen.append(role)
+            return np.array([[len(t), 1.0, (i % 3)] for i, t in enumerate(texts)], dtype=np.float32)
+
+    texts = [f"text {'x' * i}" for i in range(12)]
+    emb = LaplaceEmbedder(Enc(), batch_size=4).fit(list(zip(texts, texts[::-1])), show_progress_bar=False)
+    assert seen == ["query", "passage"]
+    g = emb.encode(["a", "bb"], role="passage")
+    assert g.mean.shape == (2, 3) and seen[-1] == "passage"
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="hessian"):
+        LaplaceEmbedder(None, hessian="full")
+    with pytest.raises(ValueError, match="curvature"):
+        LaplaceEmbedder(None, curvature="hessian")
+    with pytest.raises(ValueError, match="layer"):
+        LaplaceEmbedder(None, layer="last_dense")
+    with pytest.raises(ValueError, match="prior_precision"):
+        LaplaceEmbedder(None, prior_precision=-1.0)
+    with pytest.raises(ValueError, match="prior_precision"):
+        LaplaceEmbedder(None, prior_precision="evidence")
+    with pytest.raises(ValueError, match="batch_size"):
+        LaplaceEmbedder(None, batch_size=1)
+    emb = LaplaceEmbedder(None)
+    with pytest.raises(ValueError, match="not fitted"):
+        emb.transform(np.ones((2, 3)))
+    A, P = _pairs(B=8, D=3)
+    with pytest.raises(ValueError, match="positives"):
+        emb.fit_embeddings(A, P[:, :2])
+    with pytest.raises(ValueError, match="finite"):
+        emb.fit_embeddings(A * np.nan, P)
+    emb.fit_embeddings(A, P)
+    with pytest.raises(ValueError, match="dimension"):
+        emb.transform(np.ones((2, 5)))
+    with pytest.raises(ValueError, match="no encoder"):
+        emb.encode(["x"])
+    with pytest.raises(TypeError, match="pairs"):
+        LaplaceEmbedder(None).fit([("a", 1), ("b", "c")])
