@@ -1,3 +1,240 @@
+// The one pybind11 module, crossembed._core.
+//
+// Thin on purpose: python/crossembed/kernels.py validates every argument
+// (shape, dtype, finiteness, ranges) and passes C-contiguous arrays; here we
+// only re-check what would make C++ read out of bounds, allocate outputs,
+// release the GIL and call the header-only kernels.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "crossembed/csls.hpp"
+#include "crossembed/lorentz.hpp"
+#include "crossembed/probit.hpp"
+#include "crossembed/signatures.hpp"
+#include "crossembed/votes.hpp"
+
 namespace py = pybind11;
-PYBIND11_MODULE(_core, m) { m.def("simd_level", []() { return "generic"; }); }
+using namespace crossembed;
+
+template <class T>
+using CArray = py::array_t<T, py::array::c_style | py::array::forcecast>;
+
+namespace {
+
+template <class T>
+void require_2d(const CArray<T>& a, const char* name) {
+  if (a.ndim() != 2) throw py::value_error(std::string(name) + " must be 2-dimensional");
+}
+
+template <class T>
+void require_same_dim(const CArray<T>& a, const CArray<T>& b, const char* an, const char* bn) {
+  if (a.shape(1) != b.shape(1))
+    throw py::value_error(std::string(an) + " and " + bn + " must have the same number of columns");
+}
+
+py::array_t<float> new_f32(py::ssize_t r, py::ssize_t c) { return py::array_t<float>({r, c}); }
+
+struct PyProbitDocs {
+  ProbitDocs docs;
+  PyProbitDocs(const CArray<float>& mu, const CArray<float>& v)
+      : docs(mu.data(), v.data(), std::size_t(mu.shape(0)), std::size_t(mu.shape(1))) {}
+
+  void check_queries(const CArray<float>& mu, const CArray<float>& v) const {
+    require_2d(mu, "mu_q");
+    require_2d(v, "v_q");
+    if (mu.shape(0) != v.shape(0) || mu.shape(1) != v.shape(1)) throw py::value_error("mu_q and v_q must have the same shape");
+    if (std::size_t(mu.shape(1)) != docs.dim()) throw py::value_error("mu_q has the wrong dimension");
+  }
+
+  py::tuple topk(const CArray<float>& mu, const CArray<float>& v, std::size_t k, int nt) const {
+    check_queries(mu, v);
+    if (k < 1 || k > docs.size()) throw py::value_error("k must be in [1, N]");
+    const auto q = mu.shape(0);
+    auto s = new_f32(q, py::ssize_t(k));
+    py::array_t<std::int64_t> idx({q, py::ssize_t(k)});
+    float* sp = s.mutable_data();
+    std::int64_t* ip = idx.mutable_data();
+    {
+      py::gil_scoped_release release;
+      docs.topk(mu.data(), v.data(), std::size_t(q), k, sp, ip, nt);
+    }
+    return py::make_tuple(s, idx);
+  }
+
+  py::tuple rerank(const CArray<float>& mu, const CArray<float>& v, const CArray<std::int64_t>& cand, std::size_t k,
+                   int nt) const {
+    check_queries(mu, v);
+    require_2d(cand, "candidates");
+    if (cand.shape(0) != mu.shape(0)) throw py::value_error("candidates must have one row per query");
+    const std::size_t m = std::size_t(cand.shape(1));
+    if (k < 1 || k > m) throw py::value_error("k must be in [1, M]");
+    const std::int64_t* cp = cand.data();
+    for (py::ssize_t t = 0; t < cand.size(); ++t)
+      if (cp[t] < -1 || cp[t] >= std::int64_t(docs.size())) throw py::value_error("candidates out of range");
+    const auto q = mu.shape(0);
+    auto s = new_f32(q, py::ssize_t(k));
+    py::array_t<std::int64_t> idx({q, py::ssize_t(k)});
+    float* sp = s.mutable_data();
+    std::int64_t* ip = idx.mutable_data();
+    {
+      py::gil_scoped_release release;
+      docs.rerank(mu.data(), v.data(), std::size_t(q), cp, m, k, sp, ip, nt);
+    }
+    return py::make_tuple(s, idx);
+  }
+
+  py::tuple scores(const CArray<float>& mu, const CArray<float>& v, int nt) const {
+    check_queries(mu, v);
+    const auto q = mu.shape(0), n = py::ssize_t(docs.size());
+    auto s = new_f32(q, n), m = new_f32(q, n), g = new_f32(q, n);
+    float *sp = s.mutable_data(), *mp = m.mutable_data(), *gp = g.mutable_data();
+    {
+      py::gil_scoped_release release;
+      docs.scores(mu.data(), v.data(), std::size_t(q), sp, mp, gp, nt);
+    }
+    return py::make_tuple(s, m, g);
+  }
+};
+
+template <class T>
+py::array_t<T> lorentz_pairwise_py(const CArray<T>& x, const CArray<T>& y, double c, int nt) {
+  require_2d(x, "X");
+  require_2d(y, "Y");
+  require_same_dim(x, y, "X", "Y");
+  py::array_t<T> out({x.shape(0), y.shape(0)});
+  T* op = out.mutable_data();
+  {
+    py::gil_scoped_release release;
+    lorentz_pairwise(x.data(), std::size_t(x.shape(0)), y.data(), std::size_t(y.shape(0)), std::size_t(x.shape(1)), c,
+                     op, nt);
+  }
+  return out;
+}
+
+template <class T>
+py::tuple lorentz_topk_py(const CArray<T>& x, const CArray<T>& y, std::size_t k, double c, int nt) {
+  require_2d(x, "X");
+  require_2d(y, "Y");
+  require_same_dim(x, y, "X", "Y");
+  if (k < 1 || k > std::size_t(y.shape(0))) throw py::value_error("k must be in [1, len(Y)]");
+  py::array_t<T> dist({x.shape(0), py::ssize_t(k)});
+  py::array_t<std::int64_t> idx({x.shape(0), py::ssize_t(k)});
+  T* dp = dist.mutable_data();
+  std::int64_t* ip = idx.mutable_data();
+  {
+    py::gil_scoped_release release;
+    lorentz_topk(x.data(), std::size_t(x.shape(0)), y.data(), std::size_t(y.shape(0)), std::size_t(x.shape(1)), k, c,
+                 dp, ip, nt);
+  }
+  return py::make_tuple(dist, idx);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "crossembed C++ kernels (use crossembed.kernels: it validates inputs)";
+  m.def("simd_level", []() { return std::string(simd::isa().name); });
+  m.def("max_threads", &max_threads);
+
+  py::class_<PyProbitDocs>(m, "ProbitDocs")
+      .def(py::init<const CArray<float>&, const CArray<float>&>())
+      .def("topk", &PyProbitDocs::topk)
+      .def("rerank", &PyProbitDocs::rerank)
+      .def("scores", &PyProbitDocs::scores);
+
+  m.def("median_anchor_distance", [](const CArray<float>& a) {
+    require_2d(a, "anchors");
+    py::gil_scoped_release release;
+    return median_anchor_distance(a.data(), std::size_t(a.shape(0)), std::size_t(a.shape(1)));
+  });
+  m.def("anchor_signatures", [](const CArray<float>& x, const CArray<float>& a, double sigma, int nt) {
+    require_2d(x, "X");
+    require_2d(a, "anchors");
+    require_same_dim(x, a, "X", "anchors");
+    if (!(sigma > 0)) throw py::value_error("sigma must be > 0");
+    auto out = new_f32(x.shape(0), a.shape(0));
+    float* op = out.mutable_data();
+    {
+      py::gil_scoped_release release;
+      anchor_signatures(x.data(), std::size_t(x.shape(0)), a.data(), std::size_t(a.shape(0)), std::size_t(x.shape(1)),
+                        sigma, op, nt);
+    }
+    return out;
+  });
+
+  m.def("csls_mutual_topk", [](const CArray<float>& sa, const CArray<float>& sb, std::size_t k, std::size_t csls_k,
+                               const CArray<std::uint8_t>& ma, const CArray<std::uint8_t>& mb, int nt) {
+    require_2d(sa, "SA");
+    require_2d(sb, "SB");
+    require_same_dim(sa, sb, "SA", "SB");
+    if (ma.size() != sa.shape(0) || mb.size() != sb.shape(0)) throw py::value_error("exclusion masks have the wrong length");
+    if (k < 1 || csls_k < 1) throw py::value_error("k and csls_k must be >= 1");
+    CslsResult r;
+    {
+      py::gil_scoped_release release;
+      r = csls_mutual_topk(sa.data(), std::size_t(sa.shape(0)), sb.data(), std::size_t(sb.shape(0)),
+                           std::size_t(sa.shape(1)), k, csls_k, ma.data(), mb.data(), nt);
+    }
+    const py::ssize_t p = py::ssize_t(r.scores.size());
+    py::array_t<std::int64_t> pairs({p, py::ssize_t(2)});
+    std::copy(r.pairs.begin(), r.pairs.end(), pairs.mutable_data());
+    py::array_t<float> scores(p);
+    std::copy(r.scores.begin(), r.scores.end(), scores.mutable_data());
+    return py::make_tuple(pairs, scores);
+  });
+
+  m.def("otsu_threshold", [](const CArray<double>& v, int bins) {
+    if (bins < 2) throw py::value_error("bins must be >= 2");
+    return otsu_threshold(v.data(), std::size_t(v.size()), bins);
+  });
+  m.def("greedy_one_to_one", [](const CArray<std::int64_t>& pairs, const CArray<double>& scores, double threshold,
+                                const CArray<std::int64_t>& ex_a, const CArray<std::int64_t>& ex_b, std::int64_t limit) {
+    if (pairs.ndim() != 2 || (pairs.size() && pairs.shape(1) != 2)) throw py::value_error("pairs must be (P, 2)");
+    if (scores.size() != pairs.shape(0)) throw py::value_error("scores must have one entry per pair");
+    std::vector<std::int64_t> ea(ex_a.data(), ex_a.data() + ex_a.size()), eb(ex_b.data(), ex_b.data() + ex_b.size());
+    auto out = greedy_one_to_one(pairs.data(), scores.data(), std::size_t(scores.size()), threshold, ea, eb, limit);
+    py::array_t<std::int64_t> arr({py::ssize_t(out.size() / 2), py::ssize_t(2)});
+    std::copy(out.begin(), out.end(), arr.mutable_data());
+    return arr;
+  });
+
+  py::class_<VoteTable>(m, "VoteTable")
+      .def(py::init<>())
+      .def("add",
+           [](VoteTable& t, const CArray<std::int64_t>& pairs) {
+             if (pairs.ndim() != 2 || pairs.shape(1) != 2) throw py::value_error("pairs must be (P, 2)");
+             const std::int64_t* p = pairs.data();
+             for (py::ssize_t i = 0; i < pairs.size(); ++i)
+               if (p[i] < 0 || p[i] >= (std::int64_t(1) << 32)) throw py::value_error("pair indices must be in [0, 2^32)");
+             t.add(p, std::size_t(pairs.shape(0)));
+           })
+      .def_property_readonly("n_views", &VoteTable::n_views)
+      .def("size", &VoteTable::size)
+      .def("votes",
+           [](const VoteTable& t, const CArray<std::int64_t>& pairs) {
+             if (pairs.ndim() != 2 || (pairs.size() && pairs.shape(1) != 2)) throw py::value_error("pairs must be (P, 2)");
+             py::array_t<std::int64_t> out(pairs.shape(0));
+             for (py::ssize_t i = 0; i < pairs.shape(0); ++i)
+               out.mutable_data()[i] = t.votes(pairs.data()[2 * i], pairs.data()[2 * i + 1]);
+             return out;
+           })
+      .def("items", [](const VoteTable& t) {
+        std::vector<std::int64_t> pairs, counts;
+        t.items(pairs, counts);
+        py::array_t<std::int64_t> p({py::ssize_t(counts.size()), py::ssize_t(2)});
+        std::copy(pairs.begin(), pairs.end(), p.mutable_data());
+        py::array_t<std::int64_t> c(py::ssize_t(counts.size()));
+        std::copy(counts.begin(), counts.end(), c.mutable_data());
+        return py::make_tuple(p, c);
+      });
+
+  m.def("lorentz_pairwise", &lorentz_pairwise_py<float>);
+  m.def("lorentz_pairwise", &lorentz_pairwise_py<double>);
+  m.def("lorentz_topk", &lorentz_topk_py<float>);
+  m.def("lorentz_topk", &lorentz_topk_py<double>);
+}

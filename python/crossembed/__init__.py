@@ -18,6 +18,7 @@ from crossembed.kernels import (  # noqa: F401
     otsu_threshold,
     probit_scores,
     probit_topk,
+    simd_level,
 )
 
 __version__ = "0.1.0"
@@ -33,4 +34,5 @@ __all__ = [
     "otsu_threshold",
     "probit_scores",
     "probit_topk",
+    "simd_level",
 ]

@@ -1,0 +1,215 @@
+// Kernel 1: batched probit similarity between diagonal Gaussians.
+//
+//   mu_s   = <mu_q, mu_c>
+//   sig2_s = <mu_q^2, v_c> + <v_q, mu_c^2 + v_c>
+//   score  = mu_s / sqrt(1 + pi/8 * sig2_s)
+//
+// The doc side is prepared once (ProbitDocs): means, the stacked variance block
+// [v_c | mu_c^2 + v_c] (so sig2_s is one 2D-long dot with [mu_q^2 | v_q]) and
+// per-doc bounds. top_k tiles the candidates, computes mu_s for a tile with the
+// register-blocked GEMM, and only evaluates sig2_s for candidates whose score
+// upper bound (from min/max variances) can still enter the query's heap. The
+// pruning is exact: a skipped candidate provably scores below the k-th best.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "parallel.hpp"
+#include "simd.hpp"
+#include "topk.hpp"
+
+namespace crossembed {
+
+constexpr double kProbitScale = 0.39269908169872414;  // pi / 8
+
+struct ProbitQueries {
+  std::size_t q = 0, d = 0;
+  const float* mu = nullptr;     // (q, d), caller-owned
+  std::vector<float> stacked;    // (q, 2d): [mu^2 | v]
+  std::vector<double> norm2;     // |mu|^2
+  std::vector<double> vmin, vmax;
+
+  ProbitQueries(const float* mu_q, const float* v_q, std::size_t q_, std::size_t d_) : q(q_), d(d_), mu(mu_q) {
+    stacked.resize(q * 2 * d);
+    norm2.resize(q);
+    vmin.resize(q);
+    vmax.resize(q);
+    for (std::size_t i = 0; i < q; ++i) {
+      const float* m = mu_q + i * d;
+      const float* v = v_q + i * d;
+      float* s = stacked.data() + i * 2 * d;
+      double n2 = 0, lo = INFINITY, hi = 0;
+      for (std::size_t j = 0; j < d; ++j) {
+        s[j] = m[j] * m[j];
+        s[d + j] = v[j];
+        n2 += double(m[j]) * m[j];
+        lo = std::min<double>(lo, v[j]);
+        hi = std::max<double>(hi, v[j]);
+      }
+      norm2[i] = n2;
+      vmin[i] = lo;
+      vmax[i] = hi;
+    }
+  }
+};
+
+class ProbitDocs {
+ public:
+  ProbitDocs(const float* mu_c, const float* v_c, std::size_t n, std::size_t d)
+      : n_(n), d_(d), mu_(mu_c, mu_c + n * d), stacked_(n * 2 * d), mass_(n), vmin_(n), vmax_(n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const float* m = mu_c + i * d;
+      const float* v = v_c + i * d;
+      float* s = stacked_.data() + i * 2 * d;
+      double mass = 0, lo = INFINITY, hi = 0;
+      for (std::size_t j = 0; j < d; ++j) {
+        s[j] = v[j];
+        s[d + j] = m[j] * m[j] + v[j];
+        mass += double(m[j]) * m[j] + v[j];
+        lo = std::min<double>(lo, v[j]);
+        hi = std::max<double>(hi, v[j]);
+      }
+      mass_[i] = mass;
+      vmin_[i] = lo;
+      vmax_[i] = hi;
+    }
+  }
+
+  std::size_t size() const { return n_; }
+  std::size_t dim() const { return d_; }
+  const float* mean(std::size_t i) const { return mu_.data() + i * d_; }
+  const float* stacked(std::size_t i) const { return stacked_.data() + i * 2 * d_; }
+
+  static float score_from(float mu_s, float sig2) {
+    return mu_s / std::sqrt(1.0f + static_cast<float>(kProbitScale) * sig2);
+  }
+
+  // Upper bound on the score a candidate with mean product mu_s can reach.
+  // Computed in double with slack for float rounding of sig2 (all its terms
+  // are >= 0, so its relative error is below ~2d*eps).
+  double score_upper_bound(const ProbitQueries& Q, std::size_t qi, std::size_t ci, float mu_s) const {
+    const double slack = std::min(0.5, 1e-6 * double(2 * d_) + 1e-6);
+    if (mu_s > 0) {
+      const double lb = (vmin_[ci] * Q.norm2[qi] + Q.vmin[qi] * mass_[ci]) * (1.0 - slack);
+      return mu_s / std::sqrt(1.0 + kProbitScale * lb) * (1.0 + 1e-6);
+    }
+    const double ub = (vmax_[ci] * Q.norm2[qi] + Q.vmax[qi] * mass_[ci]) * (1.0 + slack);
+    return mu_s / std::sqrt(1.0 + kProbitScale * ub) * (1.0 - 1e-6);
+  }
+
+  float score_pair(const ProbitQueries& Q, std::size_t qi, std::size_t ci, float mu_s) const {
+    const float sig2 = simd::isa().dot_f32(Q.stacked.data() + qi * 2 * d_, stacked(ci), 2 * d_);
+    return score_from(mu_s, sig2);
+  }
+
+  // Fused top-k over all docs. scores/indices are (q, k), best first.
+  void topk(const float* mu_q, const float* v_q, std::size_t q, std::size_t k, float* out_scores,
+            std::int64_t* out_idx, int num_threads) const {
+    if (q == 0) return;
+    const ProbitQueries Q(mu_q, v_q, q, d_);
+    const auto& I = simd::isa();
+    constexpr std::size_t kQueryBlock = 64, kDocTile = 256;
+    const std::size_t n_qblocks = (q + kQueryBlock - 1) / kQueryBlock;
+    const int nt = resolve_threads(num_threads);
+    // Few query blocks: also split the docs so every core has work; partial
+    // heaps merge exactly under the total order, so the result is unchanged.
+    std::size_t n_chunks = 1;
+    if (n_qblocks < std::size_t(2 * nt)) {
+      const std::size_t want = (std::size_t(4 * nt) + n_qblocks - 1) / n_qblocks;
+      n_chunks = std::max<std::size_t>(1, std::min(want, (n_ + 4095) / 4096));
+    }
+    const std::size_t chunk = (n_ + n_chunks - 1) / n_chunks;
+    std::vector<TopK> partial(q * n_chunks);
+
+    parallel_for(std::int64_t(n_qblocks * n_chunks), num_threads, [&](std::int64_t task, int) {
+      const std::size_t qb = std::size_t(task) / n_chunks, ch = std::size_t(task) % n_chunks;
+      const std::size_t q0 = qb * kQueryBlock, q1 = std::min(q, q0 + kQueryBlock);
+      const std::size_t c0 = ch * chunk, c1 = std::min(n_, c0 + chunk);
+      std::vector<const float*> qrows(q1 - q0), crows(kDocTile);
+      for (std::size_t i = q0; i < q1; ++i) qrows[i - q0] = Q.mu + i * d_;
+      std::vector<float> tile((q1 - q0) * kDocTile);
+      for (std::size_t i = q0; i < q1; ++i) partial[i * n_chunks + ch].reset(k);
+      for (std::size_t t0 = c0; t0 < c1; t0 += kDocTile) {
+        const std::size_t nt_ = std::min(kDocTile, c1 - t0);
+        for (std::size_t j = 0; j < nt_; ++j) crows[j] = mean(t0 + j);
+        I.tile_dot_f32(qrows.data(), q1 - q0, crows.data(), nt_, d_, tile.data(), kDocTile);
+        for (std::size_t i = q0; i < q1; ++i) {
+          TopK& heap = partial[i * n_chunks + ch];
+          const float* row = tile.data() + (i - q0) * kDocTile;
+          for (std::size_t j = 0; j < nt_; ++j) {
+            const std::size_t ci = t0 + j;
+            if (heap.full() && score_upper_bound(Q, i, ci, row[j]) < heap.threshold()) continue;
+            heap.push(score_pair(Q, i, ci, row[j]), std::int64_t(ci));
+          }
+        }
+      }
+    });
+    parallel_for(std::int64_t(q), num_threads, [&](std::int64_t i, int) {
+      TopK& merged = partial[std::size_t(i) * n_chunks];
+      for (std::size_t ch = 1; ch < n_chunks; ++ch)
+        for (const Scored& s : partial[std::size_t(i) * n_chunks + ch].items()) merged.push(s.score, s.index);
+      write_topk(merged, k, out_scores + std::size_t(i) * k, out_idx + std::size_t(i) * k);
+    });
+  }
+
+  // Rerank given candidate rows (the ANN path). cand is (q, m); -1 is padding.
+  void rerank(const float* mu_q, const float* v_q, std::size_t q, const std::int64_t* cand, std::size_t m,
+              std::size_t k, float* out_scores, std::int64_t* out_idx, int num_threads) const {
+    if (q == 0) return;
+    const ProbitQueries Q(mu_q, v_q, q, d_);
+    const auto& I = simd::isa();
+    parallel_for(std::int64_t(q), num_threads, [&](std::int64_t ii, int) {
+      const std::size_t i = std::size_t(ii);
+      TopK heap(k);
+      for (std::size_t r = 0; r < m; ++r) {
+        const std::int64_t ci = cand[i * m + r];
+        if (ci < 0) continue;
+        const float mu_s = I.dot_f32(Q.mu + i * d_, mean(std::size_t(ci)), d_);
+        heap.push(score_pair(Q, i, std::size_t(ci), mu_s), ci);
+      }
+      write_topk(heap, k, out_scores + i * k, out_idx + i * k);
+    });
+  }
+
+  // Dense scores; mu_s / sig2 are written when non-null.
+  void scores(const float* mu_q, const float* v_q, std::size_t q, float* out, float* out_mu, float* out_sig2,
+              int num_threads) const {
+    if (q == 0 || n_ == 0) return;
+    const ProbitQueries Q(mu_q, v_q, q, d_);
+    const auto& I = simd::isa();
+    constexpr std::size_t kQB = 64, kTile = 256;
+    const std::size_t nqb = (q + kQB - 1) / kQB, ntiles = (n_ + kTile - 1) / kTile;
+    parallel_for(std::int64_t(nqb * ntiles), num_threads, [&](std::int64_t task, int) {
+      const std::size_t qb = std::size_t(task) / ntiles, tb = std::size_t(task) % ntiles;
+      const std::size_t q0 = qb * kQB, q1 = std::min(q, q0 + kQB);
+      const std::size_t t0 = tb * kTile, t1 = std::min(n_, t0 + kTile);
+      std::vector<const float*> qm(q1 - q0), qs(q1 - q0), cm(t1 - t0), cs(t1 - t0);
+      for (std::size_t i = q0; i < q1; ++i) {
+        qm[i - q0] = Q.mu + i * d_;
+        qs[i - q0] = Q.stacked.data() + i * 2 * d_;
+      }
+      for (std::size_t j = t0; j < t1; ++j) {
+        cm[j - t0] = mean(j);
+        cs[j - t0] = stacked(j);
+      }
+      std::vector<float> mus((q1 - q0) * kTile), sig((q1 - q0) * kTile);
+      I.tile_dot_f32(qm.data(), q1 - q0, cm.data(), t1 - t0, d_, mus.data(), kTile);
+      I.tile_dot_f32(qs.data(), q1 - q0, cs.data(), t1 - t0, 2 * d_, sig.data(), kTile);
+      for (std::size_t i = q0; i < q1; ++i)
+        for (std::size_t j = t0; j < t1; ++j) {
+          const float a = mus[(i - q0) * kTile + j - t0], b = sig[(i - q0) * kTile + j - t0];
+          out[i * n_ + j] = score_from(a, b);
+          if (out_mu) out_mu[i * n_ + j] = a;
+          if (out_sig2) out_sig2[i * n_ + j] = b;
+        }
+    });
+  }
+
+ private:
+  std::size_t n_, d_;
+  std::vector<float> mu_, stacked_;
+  std::vector<double> mass_, vmin_, vmax_;
+};
+
+}  // namespace crossembed

@@ -1,0 +1,95 @@
+// Kernel 2: scale-free anchor signatures (GEH geometric hashing).
+//
+//   d(x, a) = 1 - cos(x, a),  k = exp(-(d - min_a d) / sigma),  row / |row|
+//
+// The shift by the row's smallest distance cancels in the normalisation but
+// keeps exp() from underflowing to an all-zero row for tiny sigma. Fused: one
+// tile of cosines (register-blocked GEMM against pre-normalised anchors), then
+// exp and normalisation while the tile is still in cache.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "parallel.hpp"
+#include "simd.hpp"
+
+namespace crossembed {
+
+// Rows scaled to unit norm; zero rows stay zero (cosine 0 to everything).
+inline std::vector<float> unit_rows(const float* x, std::size_t n, std::size_t d) {
+  std::vector<float> out(x, x + n * d);
+  for (std::size_t i = 0; i < n; ++i) {
+    double s = 0;
+    for (std::size_t j = 0; j < d; ++j) s += double(x[i * d + j]) * x[i * d + j];
+    const float inv = s > 0 ? float(1.0 / std::sqrt(s)) : 0.0f;
+    for (std::size_t j = 0; j < d; ++j) out[i * d + j] *= inv;
+  }
+  return out;
+}
+
+// Median of 1 - cos over pairs i < j of anchors; 1.0 when undefined or zero.
+inline double median_anchor_distance(const float* anchors, std::size_t a, std::size_t d) {
+  if (a < 2) return 1.0;
+  const std::vector<float> u = unit_rows(anchors, a, d);
+  std::vector<double> dist;
+  dist.reserve(a * (a - 1) / 2);
+  for (std::size_t i = 0; i < a; ++i)
+    for (std::size_t j = i + 1; j < a; ++j) {
+      double c = 0;
+      for (std::size_t t = 0; t < d; ++t) c += double(u[i * d + t]) * u[j * d + t];
+      dist.push_back(1.0 - c);
+    }
+  const std::size_t m = dist.size();
+  std::nth_element(dist.begin(), dist.begin() + m / 2, dist.end());
+  double med = dist[m / 2];
+  if (m % 2 == 0) {
+    const double lo = *std::max_element(dist.begin(), dist.begin() + m / 2);
+    med = 0.5 * (med + lo);
+  }
+  return med > 1e-12 ? med : 1.0;
+}
+
+// out (n, a) float32.
+inline void anchor_signatures(const float* x, std::size_t n, const float* anchors, std::size_t a, std::size_t d,
+                              double sigma, float* out, int num_threads) {
+  if (n == 0) return;
+  const std::vector<float> ua = unit_rows(anchors, a, d);
+  std::vector<const float*> arows(a);
+  for (std::size_t j = 0; j < a; ++j) arows[j] = ua.data() + j * d;
+  const auto& I = simd::isa();
+  constexpr std::size_t kRows = 32;
+  const std::size_t nblocks = (n + kRows - 1) / kRows;
+  const float inv_sigma = float(1.0 / sigma);
+  parallel_for(std::int64_t(nblocks), num_threads, [&](std::int64_t b, int) {
+    const std::size_t r0 = std::size_t(b) * kRows, r1 = std::min(n, r0 + kRows);
+    std::vector<const float*> xrows(r1 - r0);
+    std::vector<float> inv_norm(r1 - r0);
+    for (std::size_t i = r0; i < r1; ++i) {
+      xrows[i - r0] = x + i * d;
+      const double s = I.dot_f32(x + i * d, x + i * d, d);
+      inv_norm[i - r0] = s > 0 ? float(1.0 / std::sqrt(s)) : 0.0f;
+    }
+    float* tile = out + r0 * a;  // the output rows double as the tile
+    I.tile_dot_f32(xrows.data(), r1 - r0, arows.data(), a, d, tile, a);
+    for (std::size_t i = r0; i < r1; ++i) {
+      float* row = out + i * a;
+      const float s = inv_norm[i - r0];
+      float cmax = -INFINITY;
+      for (std::size_t j = 0; j < a; ++j) {
+        row[j] *= s;  // cosine
+        cmax = std::max(cmax, row[j]);
+      }
+      // exp(-(d - dmin)/sigma) = exp((cos - cos_max)/sigma)
+      for (std::size_t j = 0; j < a; ++j) row[j] = (row[j] - cmax) * inv_sigma;
+      I.exp_inplace(row, a);
+      double ss = 0;
+      for (std::size_t j = 0; j < a; ++j) ss += double(row[j]) * row[j];
+      const float inv = float(1.0 / std::sqrt(ss));  // ss >= 1: the max entry is exp(0)
+      for (std::size_t j = 0; j < a; ++j) row[j] *= inv;
+    }
+  });
+}
+
+}  // namespace crossembed

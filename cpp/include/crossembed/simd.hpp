@@ -1,0 +1,146 @@
+// Run-time instruction-set dispatch.
+//
+// The shipped build targets the x86-64 baseline (no -march=native); the same
+// primitives (detail/isa_impl.hpp) are compiled three times inside
+// `#pragma GCC target` regions - AVX-512, AVX2+FMA and generic - and
+// `isa()` picks the best one the CPU supports, once. Only the innermost loops
+// live there; all kernel logic (tiling, heaps, threading) is ISA-free.
+#pragma once
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define CROSSEMBED_X86 1
+#endif
+
+namespace crossembed {
+namespace simd {
+
+#if defined(CROSSEMBED_X86)
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")
+#define CE_NS avx512
+#define CE_VF __m512
+#define CE_VD __m512d
+#define CE_LOADF(p) _mm512_loadu_ps(p)
+#define CE_LOADD(p) _mm512_loadu_pd(p)
+#define CE_FMAF(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define CE_FMAD(a, b, c) _mm512_fmadd_pd(a, b, c)
+#define CE_SQRTF(a) _mm512_sqrt_ps(a)
+#define CE_QB 4
+#define CE_NB 4
+#include "detail/isa_impl.hpp"
+#undef CE_NS
+#undef CE_VF
+#undef CE_VD
+#undef CE_LOADF
+#undef CE_LOADD
+#undef CE_FMAF
+#undef CE_FMAD
+#undef CE_SQRTF
+#undef CE_QB
+#undef CE_NB
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#define CE_NS avx2
+#define CE_VF __m256
+#define CE_VD __m256d
+#define CE_LOADF(p) _mm256_loadu_ps(p)
+#define CE_LOADD(p) _mm256_loadu_pd(p)
+#define CE_FMAF(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define CE_FMAD(a, b, c) _mm256_fmadd_pd(a, b, c)
+#define CE_SQRTF(a) _mm256_sqrt_ps(a)
+#define CE_QB 4
+#define CE_NB 3
+#include "detail/isa_impl.hpp"
+#undef CE_NS
+#undef CE_VF
+#undef CE_VD
+#undef CE_LOADF
+#undef CE_LOADD
+#undef CE_FMAF
+#undef CE_FMAD
+#undef CE_SQRTF
+#undef CE_QB
+#undef CE_NB
+#pragma GCC pop_options
+#endif
+
+// Generic: SSE2 on x86-64 (no FMA: multiply then add).
+#define CE_NS generic
+#define CE_VF __m128
+#define CE_VD __m128d
+#define CE_LOADF(p) _mm_loadu_ps(p)
+#define CE_LOADD(p) _mm_loadu_pd(p)
+#define CE_FMAF(a, b, c) ((a) * (b) + (c))
+#define CE_FMAD(a, b, c) ((a) * (b) + (c))
+#define CE_SQRTF(a) _mm_sqrt_ps(a)
+#define CE_QB 4
+#define CE_NB 2
+#include "detail/isa_impl.hpp"
+#undef CE_NS
+#undef CE_VF
+#undef CE_VD
+#undef CE_LOADF
+#undef CE_LOADD
+#undef CE_FMAF
+#undef CE_FMAD
+#undef CE_SQRTF
+#undef CE_QB
+#undef CE_NB
+
+// The primitives a kernel may call, as one table per instruction set.
+struct Isa {
+  const char* name;
+  float (*dot_f32)(const float*, const float*, std::size_t);
+  double (*dot_f64)(const double*, const double*, std::size_t);
+  void (*tile_dot_f32)(const float* const*, std::size_t, const float* const*, std::size_t, std::size_t, float*, std::size_t);
+  void (*tile_dot_f64)(const double* const*, std::size_t, const double* const*, std::size_t, std::size_t, double*, std::size_t);
+  void (*exp_inplace)(float*, std::size_t);
+  void (*lorentz_row_from_dots)(const float*, std::size_t, float, float, const float*, const float*, float, float*);
+};
+
+#define CE_ISA_TABLE(ns)                                                                          \
+  Isa {                                                                                           \
+    #ns, static_cast<float (*)(const float*, const float*, std::size_t)>(&ns::dot),               \
+        static_cast<double (*)(const double*, const double*, std::size_t)>(&ns::dot),             \
+        static_cast<void (*)(const float* const*, std::size_t, const float* const*, std::size_t,  \
+                             std::size_t, float*, std::size_t)>(&ns::tile_dot),                   \
+        static_cast<void (*)(const double* const*, std::size_t, const double* const*, std::size_t, \
+                             std::size_t, double*, std::size_t)>(&ns::tile_dot),                  \
+        &ns::exp_inplace, &ns::lorentz_row_from_dots                                              \
+  }
+
+inline const Isa& select_isa() {
+#if defined(CROSSEMBED_X86)
+  // CROSSEMBED_SIMD=generic|avx2|avx512 caps the level (tests, reproducibility).
+  const char* cap = std::getenv("CROSSEMBED_SIMD");
+  const int cap_level = !cap ? 2 : std::strcmp(cap, "generic") == 0 ? 0 : std::strcmp(cap, "avx2") == 0 ? 1 : 2;
+  __builtin_cpu_init();
+  static const Isa t512 = CE_ISA_TABLE(avx512);
+  static const Isa t2 = CE_ISA_TABLE(avx2);
+  if (cap_level >= 2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+    return t512;
+  if (cap_level >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return t2;
+#endif
+  static const Isa tg = CE_ISA_TABLE(generic);
+  return tg;
+}
+#undef CE_ISA_TABLE
+
+inline const Isa& isa() {
+  static const Isa& chosen = select_isa();
+  return chosen;
+}
+
+}  // namespace simd
+}  // namespace crossembed

@@ -1,0 +1,86 @@
+// Bounded top-k selection under a total order: higher score first, ties to the
+// lower index. Because the order is total, the selected set does not depend on
+// the order candidates arrive in, which keeps results identical across tilings
+// and thread counts.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace crossembed {
+
+template <class S>
+struct BasicScored {
+  S score;
+  std::int64_t index;
+};
+
+// a ranks before b
+template <class S>
+inline bool better(const BasicScored<S>& a, const BasicScored<S>& b) {
+  return a.score > b.score || (a.score == b.score && a.index < b.index);
+}
+
+// Keeps the k best items seen; the worst kept item sits at heap.front().
+template <class S>
+class BasicTopK {
+ public:
+  using Scored = BasicScored<S>;
+  explicit BasicTopK(std::size_t k = 0) : k_(k) { items_.reserve(k); }
+
+  void reset(std::size_t k) {
+    k_ = k;
+    items_.clear();
+    items_.reserve(k);
+  }
+  bool full() const { return items_.size() >= k_; }
+  // Score a new item must beat (ties by index); -inf while not full.
+  S threshold() const { return full() && k_ > 0 ? items_.front().score : -std::numeric_limits<S>::infinity(); }
+  bool admits(S score, std::int64_t index) const {
+    if (k_ == 0) return false;
+    return !full() || better(Scored{score, index}, items_.front());
+  }
+  void push(S score, std::int64_t index) {
+    if (!admits(score, index)) return;
+    Scored s{score, index};
+    if (!full()) {
+      items_.push_back(s);
+      std::push_heap(items_.begin(), items_.end(), better<S>);
+    } else {
+      std::pop_heap(items_.begin(), items_.end(), better<S>);
+      items_.back() = s;
+      std::push_heap(items_.begin(), items_.end(), better<S>);
+    }
+  }
+  // Best first. Leaves the heap empty.
+  std::vector<Scored>& sorted() {
+    std::sort(items_.begin(), items_.end(), better<S>);
+    return items_;
+  }
+  const std::vector<Scored>& items() const { return items_; }
+  std::size_t size() const { return items_.size(); }
+
+ private:
+  std::size_t k_;
+  std::vector<Scored> items_;
+};
+
+using TopK = BasicTopK<float>;
+using Scored = BasicScored<float>;
+
+// Writes the k best of `heap` (best first) padded with (-inf, -1).
+inline void write_topk(TopK& heap, std::size_t k, float* scores, std::int64_t* indices) {
+  auto& items = heap.sorted();
+  for (std::size_t r = 0; r < k; ++r) {
+    if (r < items.size()) {
+      scores[r] = items[r].score;
+      indices[r] = items[r].index;
+    } else {
+      scores[r] = -std::numeric_limits<float>::infinity();
+      indices[r] = -1;
+    }
+  }
+}
+
+}  // namespace crossembed
