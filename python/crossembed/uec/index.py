@@ -1,0 +1,295 @@
+"""A searchable UEC index: hnswlib candidates on the means, exact probit rerank.
+
+``search(queries, k)`` asks hnswlib (inner product on the document means) for
+``rerank`` candidates per query and reranks them exactly with
+:meth:`crossembed.ProbitDocs.top_k` (``candidates=``); ``exact=True`` scores
+every document with the fused probit top-k kernel instead.
+
+The file written by :meth:`UECIndex.save` is one checksummed
+:mod:`crossembed._io` container (atomic write): the document Gaussians, the
+hnswlib graph bytes (so the checksum covers them too), optional document
+texts and the fitted ensemble (so ``index search`` can encode text queries).
+"""
+from __future__ import annotations
+
+import numbers
+import os
+import tempfile
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from crossembed import kernels
+from crossembed._io import CorruptFileError, load_arrays, save_arrays
+from crossembed._validation import check_k, check_num_threads
+from crossembed.uec.gaussian import GaussianEmbedding
+
+__all__ = ["UECIndex"]
+
+_KIND = "crossembed.uec.UECIndex"
+INDEX_VERSION = 1
+
+
+def _hnswlib():
+    try:
+        import hnswlib
+    except ImportError as exc:  # pragma: no cover - hnswlib is an optional dependency
+        raise ImportError("UECIndex needs hnswlib: pip install 'crossembed[index]'") from exc
+    return hnswlib
+
+
+def _check_int(value, name: str, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+    return int(value)
+
+
+def _pack_texts(texts: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
+    blobs = [t.encode("utf-8") for t in texts]
+    offsets = np.zeros(len(blobs) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(b) for b in blobs])
+    return np.frombuffer(b"".join(blobs), dtype=np.uint8).copy(), offsets
+
+
+def _unpack_texts(data: np.ndarray, offsets: np.ndarray) -> List[str]:
+    raw = data.tobytes()
+    return [raw[offsets[i] : offsets[i + 1]].decode("utf-8") for i in range(len(offsets) - 1)]
+
+
+class UECIndex:
+    """Documents as Gaussians, searchable by probit similarity.
+
+    Parameters
+    ----------
+    docs : GaussianEmbedding
+        Document Gaussians (``role="passage"`` output of the ensemble).
+    ensemble : UECEnsemble, optional
+        Needed to search with text queries (and saved with the index).
+    texts : sequence of str, optional
+        The document texts, kept for display and saved with the index.
+    M, ef_construction : int
+        hnswlib graph parameters.
+    rerank : int
+        Default number of ANN candidates reranked exactly per query.
+    use_variance : bool, optional
+        Score with the variances (default: the ensemble's ``use_variance``, else True).
+    random_state : int
+        hnswlib's construction seed.
+    num_threads : int, optional
+        Threads for building and searching (default: all cores).
+    """
+
+    def __init__(
+        self,
+        docs: GaussianEmbedding,
+        *,
+        ensemble=None,
+        texts: Optional[Sequence[str]] = None,
+        M: int = 32,
+        ef_construction: int = 200,
+        rerank: int = 100,
+        use_variance: Optional[bool] = None,
+        random_state: int = 0,
+        num_threads: Optional[int] = None,
+        _graph: Optional[bytes] = None,
+    ):
+        if not isinstance(docs, GaussianEmbedding):
+            raise TypeError(f"docs must be a GaussianEmbedding, got {type(docs).__name__}")
+        if len(docs) == 0:
+            raise ValueError("docs must not be empty")
+        if ensemble is not None and ensemble.dim != docs.dim:
+            raise ValueError(f"docs have dimension {docs.dim} but the ensemble produces {ensemble.dim}")
+        if texts is not None:
+            texts = list(texts)
+            if len(texts) != len(docs) or not all(isinstance(t, str) for t in texts):
+                raise ValueError(f"texts must hold {len(docs)} strings (one per document)")
+        self.docs = docs
+        self.ensemble = ensemble
+        self.texts = texts
+        self.M = _check_int(M, "M", 2)
+        self.ef_construction = _check_int(ef_construction, "ef_construction")
+        self.rerank = _check_int(rerank, "rerank")
+        if use_variance is None:
+            use_variance = True if ensemble is None else ensemble.use_variance
+        self.use_variance = bool(use_variance)
+        self.random_state = int(random_state)
+        self.num_threads = num_threads
+        v = docs.var if self.use_variance else np.zeros_like(docs.var)
+        self._probit = kernels.ProbitDocs(docs.mean, v)
+        self._graph = self._build_graph(_graph)
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    @property
+    def dim(self) -> int:
+        return self.docs.dim
+
+    def _build_graph(self, graph_bytes: Optional[bytes]):
+        hnswlib = _hnswlib()
+        n, d = self.docs.mean.shape
+        index = hnswlib.Index(space="ip", dim=d)
+        if graph_bytes is None:
+            index.init_index(max_elements=n, ef_construction=self.ef_construction, M=self.M, random_seed=self.random_state)
+            threads = check_num_threads(self.num_threads) or -1
+            index.add_items(self.docs.mean, np.arange(n), num_threads=threads)
+            return index
+        fd, tmp = tempfile.mkstemp(suffix=".hnsw")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(graph_bytes)
+            index.load_index(tmp, max_elements=n)
+        except RuntimeError as exc:
+            raise CorruptFileError(f"unreadable hnswlib graph ({exc})") from None
+        finally:
+            os.unlink(tmp)
+        if index.get_current_count() != n:
+            raise CorruptFileError(f"hnswlib graph holds {index.get_current_count()} items, expected {n}")
+        return index
+
+    def _graph_bytes(self) -> bytes:
+        fd, tmp = tempfile.mkstemp(suffix=".hnsw")
+        os.close(fd)
+        try:
+            self._graph.save_index(tmp)
+            return Path(tmp).read_bytes()
+        finally:
+            os.unlink(tmp)
+
+    # ------------------------------------------------------------------ search
+    def _queries(self, queries) -> GaussianEmbedding:
+        if isinstance(queries, GaussianEmbedding):
+            q = queries
+        elif isinstance(queries, str):
+            raise TypeError("queries must be a list of strings or a GaussianEmbedding, not one string")
+        else:
+            queries = list(queries)
+            if not queries:
+                raise ValueError("queries must not be empty")
+            if not all(isinstance(t, str) for t in queries):
+                raise TypeError("queries must be a list of strings or a GaussianEmbedding")
+            if self.ensemble is None:
+                raise ValueError("this index has no ensemble: pass query GaussianEmbeddings, or build/load it with one")
+            q = self.ensemble.encode(queries, role="query", show_progress_bar=False)
+        if q.dim != self.dim:
+            raise ValueError(f"queries have dimension {q.dim} but the index has {self.dim}")
+        return q
+
+    def candidates(self, queries, m: int, *, ef: Optional[int] = None, num_threads: Optional[int] = None) -> np.ndarray:
+        """The hnswlib inner-product candidates ``(Q, m)`` int64 (``-1`` pads)."""
+        q = self._queries(queries)
+        m = min(_check_int(m, "m"), len(self))
+        ef = max(m, _check_int(ef, "ef") if ef is not None else 2 * m)
+        self._graph.set_ef(ef)
+        threads = check_num_threads(num_threads if num_threads is not None else self.num_threads) or -1
+        labels, _ = self._graph.knn_query(q.mean, k=m, num_threads=threads)
+        return labels.astype(np.int64)
+
+    def search(
+        self,
+        queries,
+        k: int = 10,
+        *,
+        exact: bool = False,
+        rerank: Optional[int] = None,
+        ef: Optional[int] = None,
+        num_threads: Optional[int] = None,
+    ) -> Tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` documents per query by probit similarity.
+
+        Parameters
+        ----------
+        queries : list of str or GaussianEmbedding
+        k : int
+        exact : bool
+            Score every document (brute force) instead of reranking ANN candidates.
+        rerank : int, optional
+            ANN candidates per query (default ``self.rerank``, at least ``k``).
+        ef : int, optional
+            hnswlib search breadth (default ``2 * rerank``).
+
+        Returns
+        -------
+        scores : ndarray (Q, k) float32, best first
+        indices : ndarray (Q, k) int64
+        """
+        q = self._queries(queries)
+        k = check_k(k, len(self))
+        vq = q.var if self.use_variance else np.zeros_like(q.var)
+        nt = num_threads if num_threads is not None else self.num_threads
+        if exact:
+            return self._probit.top_k(q.mean, vq, k, num_threads=nt)
+        m = max(k, _check_int(rerank, "rerank") if rerank is not None else self.rerank)
+        cand = self.candidates(q, m, ef=ef, num_threads=nt)
+        return self._probit.top_k(q.mean, vq, k, candidates=cand, num_threads=nt)
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path) -> Path:
+        """Write the index atomically with a checksum over everything (graph bytes included)."""
+        arrays = {
+            "mean": self.docs.mean,
+            "var": self.docs.var,
+            "graph": np.frombuffer(self._graph_bytes(), dtype=np.uint8),
+        }
+        meta = {
+            "index_version": INDEX_VERSION,
+            "M": self.M,
+            "ef_construction": self.ef_construction,
+            "rerank": self.rerank,
+            "use_variance": self.use_variance,
+            "random_state": self.random_state,
+            "has_texts": self.texts is not None,
+            "ensemble": None,
+        }
+        if self.docs.weights is not None:
+            arrays["weights"] = self.docs.weights
+        if self.texts is not None:
+            arrays["texts"], arrays["text_offsets"] = _pack_texts(self.texts)
+        if self.ensemble is not None:
+            ens_arrays, meta["ensemble"] = self.ensemble.get_state()
+            arrays.update({f"ens.{k}": v for k, v in ens_arrays.items()})
+        return save_arrays(path, _KIND, arrays, meta)
+
+    @classmethod
+    def load(cls, path, *, ensemble=None, encoders=None, num_threads: Optional[int] = None) -> "UECIndex":
+        """Read an index written by :meth:`save`.
+
+        Raises :class:`crossembed._io.CorruptFileError` (a ValueError) when the
+        file is truncated, edited, of another kind or of an unknown version.
+        The saved ensemble is restored unless ``ensemble`` is given; its
+        encoders load lazily (by stored name, or from ``encoders``).
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no index file at {str(path)!r}")
+        arrays, meta = load_arrays(path, _KIND)
+        if meta.get("index_version") != INDEX_VERSION:
+            raise CorruptFileError(f"{path}: UECIndex version {meta.get('index_version')} is not supported (expected {INDEX_VERSION})")
+        try:
+            docs = GaussianEmbedding(arrays["mean"], arrays["var"], arrays.get("weights"))
+            texts = _unpack_texts(arrays["texts"], arrays["text_offsets"]) if meta["has_texts"] else None
+            if ensemble is None and meta.get("ensemble") is not None:
+                from crossembed.uec.ensemble import UECEnsemble
+
+                ens_arrays = {k[4:]: v for k, v in arrays.items() if k.startswith("ens.")}
+                ensemble = UECEnsemble.from_state(ens_arrays, meta["ensemble"], encoders=encoders)
+            return cls(
+                docs,
+                ensemble=ensemble,
+                texts=texts,
+                M=meta["M"],
+                ef_construction=meta["ef_construction"],
+                rerank=meta["rerank"],
+                use_variance=meta["use_variance"],
+                random_state=meta["random_state"],
+                num_threads=num_threads,
+                _graph=arrays["graph"].tobytes(),
+            )
+        except (KeyError, UnicodeDecodeError) as exc:
+            raise CorruptFileError(f"{path}: incomplete UECIndex ({exc})") from None
+
+    def __repr__(self) -> str:
+        return f"UECIndex(n={len(self)}, dim={self.dim}, M={self.M}, rerank={self.rerank})"

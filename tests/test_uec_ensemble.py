@@ -1,0 +1,161 @@
+"""UEC coefficients, Gaussian convolution and score-space mixing against hand formulas."""
+import math
+
+import numpy as np
+import pytest
+
+from crossembed import reference
+from crossembed.uec import GaussianEmbedding, LaplaceEmbedder, UECEnsemble, convolve, uncertainty_coefficients
+from crossembed.uec.laplace import normalize_rows
+
+
+def _embedder(D, seed, **kw):
+    rng = np.random.default_rng(seed)
+    A = normalize_rows(rng.normal(size=(64, D)))
+    P = normalize_rows(A + 0.5 * rng.normal(size=(64, D)))
+    return LaplaceEmbedder(None, batch_size=16, prior_precision=kw.pop("prior_precision", 2.0), **kw).fit_embeddings(A, P)
+
+
+@pytest.fixture(scope="module")
+def trio():
+    return [_embedder(8, s, hessian=h) for s, h in ((0, "kron"), (1, "diag"), (2, "kron"))]
+
+
+def _components(embedders, n=9, seed=10):
+    rng = np.random.default_rng(seed)
+    return [e.transform(rng.normal(size=(n, e.dim))) for e in embedders]
+
+
+def test_coefficients_sum_to_one_and_follow_the_formula(trio):
+    comps = _components(trio)
+    for standardize in (True, False):
+        ens = UECEnsemble(trio, temperature=0.7, standardize=standardize)
+        pi = ens.coefficients(comps)
+        tr = np.stack([c.trace() for c in comps], axis=1)
+        if standardize:
+            tr = (tr - [e.trace_mean_ for e in trio]) / [e.trace_std_ for e in trio]
+        ref = np.exp(-tr / 0.7) / np.exp(-tr / 0.7).sum(axis=1, keepdims=True)
+        np.testing.assert_allclose(pi, ref, rtol=1e-10)
+        np.testing.assert_allclose(pi.sum(axis=1), 1.0, rtol=1e-12)
+
+
+def test_coefficient_limits():
+    tr = np.array([[1.0, 2.0, 3.0], [5.0, 1.0, 1.0]])
+    np.testing.assert_allclose(uncertainty_coefficients(tr, temperature=1e6), 1 / 3, rtol=1e-5)
+    cold = uncertainty_coefficients(tr, temperature=1e-3)
+    np.testing.assert_allclose(cold[0], [1, 0, 0], atol=1e-12)
+    np.testing.assert_allclose(cold[1], [0, 0.5, 0.5], atol=1e-12)  # tie split evenly
+
+
+def test_convolution_formula():
+    rng = np.random.default_rng(1)
+    comps = [GaussianEmbedding(rng.normal(size=(4, 5)), rng.random((4, 5))) for _ in range(3)]
+    w = rng.dirichlet(np.ones(3), size=4)
+    g = convolve(comps, w)
+    mu = sum(w[:, [k]] * comps[k].mean.astype(np.float64) for k in range(3))
+    var = sum(w[:, [k]] ** 2 * comps[k].var.astype(np.float64) for k in range(3))
+    np.testing.assert_allclose(g.mean, mu, rtol=1e-5)
+    np.testing.assert_allclose(g.var, var, rtol=1e-5)
+
+
+def test_embedding_mixing_normalises_the_convolution(trio):
+    ens = UECEnsemble(trio, temperature=0.5, mixing="embedding")
+    comps = _components(trio)
+    g = ens.combine(comps)
+    pi = ens.coefficients(comps)
+    mu = sum(pi[:, [k]] * comps[k].mean.astype(np.float64) for k in range(3))
+    var = sum(pi[:, [k]] ** 2 * comps[k].var.astype(np.float64) for k in range(3))
+    norm = np.linalg.norm(mu, axis=1, keepdims=True)
+    np.testing.assert_allclose(g.mean, mu / norm, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(g.var, var / norm**2, rtol=1e-5)
+    np.testing.assert_allclose(g.weights, pi, rtol=1e-4)
+
+
+def test_score_mixing_is_the_probit_of_the_weighted_score_sum(trio):
+    ens = UECEnsemble(trio, temperature=0.5, mixing="score")
+    qc, dc = _components(trio, n=5, seed=3), _components(trio, n=7, seed=4)
+    q, d = ens.combine(qc, role="query"), ens.combine(dc, role="passage")
+    assert q.dim == 24 and d.dim == 24
+    pi = ens.coefficients(qc)
+    mu_s = np.zeros((5, 7))
+    sig2 = np.zeros((5, 7))
+    for k in range(3):
+        _, m, s = reference.probit_scores(qc[k].mean, qc[k].var, dc[k].mean, dc[k].var, return_moments=True)
+        mu_s += pi[:, [k]] * m
+        sig2 += pi[:, [k]] ** 2 * s
+    expected = mu_s / np.sqrt(1 + math.pi / 8 * sig2)
+    np.testing.assert_allclose(ens.similarity(q, d), expected, rtol=2e-4, atol=2e-5)
+
+
+def test_uniform_fixed_weights_and_no_variance(trio):
+    qc, dc = _components(trio, n=4, seed=5), _components(trio, n=6, seed=6)
+    uni = UECEnsemble(trio, weights="uniform", mixing="embedding")
+    np.testing.assert_allclose(uni.combine(qc).weights, 1 / 3)
+    fixed = UECEnsemble(trio, weights=[2.0, 1.0, 1.0])
+    np.testing.assert_allclose(fixed.combine(qc).weights, np.tile([0.5, 0.25, 0.25], (4, 1)))
+    cos = UECEnsemble(trio, use_variance=False, mixing="embedding")
+    q, d = cos.combine(qc), cos.combine(dc, role="passage")
+    np.testing.assert_allclose(cos.similarity(q, d), q.mean.astype(np.float64) @ d.mean.T, rtol=1e-5, atol=1e-6)
+
+
+def test_variance_shrinks_scores_towards_zero(trio):
+    ens = UECEnsemble(trio, mixing="embedding")
+    qc, dc = _components(trio, n=4, seed=7), _components(trio, n=5, seed=8)
+    q, d = ens.combine(qc), ens.combine(dc, role="passage")
+    s = ens.similarity(q, d)
+    cos = q.mean.astype(np.float64) @ d.mean.T
+    assert (np.abs(s) <= np.abs(cos) + 1e-6).all()
+    np.testing.assert_allclose(s, reference.probit_scores(q.mean, q.var, d.mean, d.var), rtol=2e-4, atol=2e-5)
+
+
+def test_different_dimensions():
+    embs = [_embedder(8, 0), _embedder(6, 1)]
+    rng = np.random.default_rng(2)
+    comps = [embs[0].transform(rng.normal(size=(3, 8))), embs[1].transform(rng.normal(size=(3, 6)))]
+    g = UECEnsemble(embs, mixing="embedding").combine(comps)
+    assert g.dim == 6
+    np.testing.assert_allclose(np.linalg.norm(g.mean, axis=1), 1.0, rtol=1e-5)
+    # the projection is orthonormal: a projected unit block keeps its variance total when it spans everything
+    assert UECEnsemble(embs, mixing="score").combine(comps).dim == 14
+
+
+def test_state_round_trip(trio):
+    ens = UECEnsemble(trio, temperature=0.3, weights=[1, 2, 3], mixing="embedding", use_variance=False)
+    arrays, meta = ens.get_state()
+    back = UECEnsemble.from_state(arrays, meta)
+    comps = _components(trio)
+    np.testing.assert_array_equal(back.combine(comps).mean, ens.combine(comps).mean)
+    assert back.mixing == "embedding" and back.use_variance is False and back.temperature == 0.3
+
+
+def test_bad_inputs(trio):
+    with pytest.raises(ValueError, match="at least one"):
+        UECEnsemble([])
+    with pytest.raises(TypeError, match="LaplaceEmbedder"):
+        UECEnsemble([object()])
+    with pytest.raises(ValueError, match="fitted"):
+        UECEnsemble([LaplaceEmbedder(None)])
+    with pytest.raises(ValueError, match="temperature"):
+        UECEnsemble(trio, temperature=0)
+    with pytest.raises(ValueError, match="mixing"):
+        UECEnsemble(trio, mixing="average")
+    with pytest.raises(ValueError, match="weights"):
+        UECEnsemble(trio, weights=[1, 2])
+    with pytest.raises(ValueError, match="weights"):
+        UECEnsemble(trio, weights="learned")
+    ens = UECEnsemble(trio)
+    comps = _components(trio)
+    with pytest.raises(ValueError, match="components"):
+        ens.combine(comps[:2])
+    with pytest.raises(ValueError, match="rows"):
+        ens.combine([comps[0], comps[1][:3], comps[2]])
+    with pytest.raises(ValueError, match="role"):
+        ens.combine(comps, role="doc")
+    with pytest.raises(TypeError, match="GaussianEmbedding"):
+        ens.similarity(np.ones((2, 24)), np.ones((2, 24)))
+    with pytest.raises(ValueError, match="dimension"):
+        ens.similarity(comps[0], comps[1])
+    with pytest.raises(ValueError, match="non-negative"):
+        GaussianEmbedding(np.ones((2, 3)), -np.ones((2, 3)))
+    with pytest.raises(ValueError, match="shape"):
+        GaussianEmbedding(np.ones((2, 3)), np.ones((2, 4)))
