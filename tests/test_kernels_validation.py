@@ -1,0 +1,224 @@
+"""Bad input to every public kernel: a ValueError or TypeError that names the argument, never a crash."""
+import numpy as np
+import pytest
+
+import crossembed as ce
+
+rng = np.random.default_rng(3)
+MU = rng.standard_normal((4, 6)).astype(np.float32)
+VAR = rng.random((4, 6)).astype(np.float32)
+DOCS = rng.standard_normal((9, 6)).astype(np.float32)
+DVAR = rng.random((9, 6)).astype(np.float32)
+
+
+def _with(arr, index, value):
+    out = np.array(arr, dtype=np.float64)
+    out[index] = value
+    return out
+
+
+def _probit_calls():
+    """(name of the bad argument, callable(mu_q, v_q, mu_c, v_c)) for every probit entry point."""
+    return [
+        ("probit_topk", lambda q, vq, c, vc: ce.probit_topk(q, vq, c, vc, 2)),
+        ("probit_scores", lambda q, vq, c, vc: ce.probit_scores(q, vq, c, vc)),
+        ("ProbitDocs.top_k", lambda q, vq, c, vc: ce.ProbitDocs(c, vc).top_k(q, vq, 2)),
+    ]
+
+
+@pytest.mark.parametrize("call", [c for _, c in _probit_calls()], ids=[n for n, _ in _probit_calls()])
+@pytest.mark.parametrize("position,name", [(0, "mu_q"), (1, "v_q"), (2, "mu_c"), (3, "v_c")])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_probit_non_finite(call, position, name, bad):
+    args = [MU, VAR, DOCS, DVAR]
+    args[position] = _with(args[position], (1, 2), bad)
+    with pytest.raises(ValueError, match=name):
+        call(*args)
+
+
+@pytest.mark.parametrize("position,name", [(1, "v_q"), (3, "v_c")])
+def test_probit_negative_variance(position, name):
+    args = [MU, VAR, DOCS, DVAR]
+    args[position] = _with(args[position], (0, 0), -1e-6)
+    with pytest.raises(ValueError, match=name):
+        ce.probit_topk(*args, 2)
+
+
+@pytest.mark.parametrize("args,name", [
+    ((MU, VAR[:, :5], DOCS, DVAR), "v_q"),
+    ((MU, VAR, DOCS, DVAR[:8]), "v_c"),
+    ((MU[:, :5], VAR[:, :5], DOCS, DVAR), "mu_q"),
+    ((MU[0], VAR[0], DOCS, DVAR), "mu_q"),
+    ((MU, VAR, DOCS[None], DVAR[None]), "mu_c"),
+])
+def test_probit_shape_mismatch(args, name):
+    with pytest.raises(ValueError, match=name):
+        ce.probit_topk(*args, 2)
+    with pytest.raises(ValueError, match=name):
+        ce.probit_scores(*args)
+
+
+@pytest.mark.parametrize("k,exc", [(0, ValueError), (-1, ValueError), (10, ValueError), (2.0, TypeError), (True, TypeError), ("3", TypeError)])
+def test_probit_bad_k(k, exc):
+    with pytest.raises(exc, match="k"):
+        ce.probit_topk(MU, VAR, DOCS, DVAR, k)
+
+
+@pytest.mark.parametrize("bad", [np.ones((4, 6), bool), np.full((4, 6), None, object), np.full((4, 6), "a"), np.ones((4, 6), complex)])
+def test_probit_wrong_dtype(bad):
+    with pytest.raises(TypeError, match="mu_q"):
+        ce.probit_topk(bad, VAR, DOCS, DVAR, 2)
+    with pytest.raises(TypeError, match="v_c"):
+        ce.probit_scores(MU, VAR, DOCS, np.resize(bad, (9, 6)))
+
+
+def test_probit_empty_and_none():
+    with pytest.raises(ValueError, match="mu_c"):
+        ce.probit_topk(MU, VAR, DOCS[:0], DVAR[:0], 1)
+    with pytest.raises(ValueError, match="mu_c"):
+        ce.probit_topk(MU, VAR, DOCS[:, :0], DVAR[:, :0], 1)
+    with pytest.raises(TypeError, match="v_c"):
+        ce.probit_topk(MU, VAR, DOCS, None, 1)
+    with pytest.raises(ValueError, match="v_c"):
+        ce.probit_topk(MU, VAR, ce.ProbitDocs(DOCS, DVAR), DVAR, 1)
+
+
+@pytest.mark.parametrize("cand,match", [
+    (np.array([[0, 1, 1]] * 4), "repeated"),
+    (np.array([[0, 1, 9]] * 4), "candidates"),
+    (np.array([[0, 1, -2]] * 4), "candidates"),
+    (np.array([[0, 1, 2]] * 3), "candidates"),
+    (np.array([0, 1, 2]), "candidates"),
+])
+def test_probit_bad_candidates(cand, match):
+    with pytest.raises(ValueError, match=match):
+        ce.probit_topk(MU, VAR, DOCS, DVAR, 2, candidates=cand)
+
+
+def test_probit_candidates_type_and_k():
+    with pytest.raises(TypeError, match="candidates"):
+        ce.probit_topk(MU, VAR, DOCS, DVAR, 2, candidates=np.zeros((4, 3)))
+    with pytest.raises(ValueError, match="k"):
+        ce.probit_topk(MU, VAR, DOCS, DVAR, 4, candidates=np.array([[0, 1, 2]] * 4))
+    # padding that repeats -1 is fine
+    s, i = ce.probit_topk(MU, VAR, DOCS, DVAR, 3, candidates=np.array([[0, -1, -1]] * 4))
+    assert (i[:, 1:] == -1).all() and np.isneginf(s[:, 1:]).all()
+
+
+@pytest.mark.parametrize("nt,exc", [(0, ValueError), (-2, ValueError), (1.5, TypeError), (True, TypeError)])
+def test_bad_num_threads_everywhere(nt, exc):
+    calls = [
+        lambda: ce.probit_topk(MU, VAR, DOCS, DVAR, 2, num_threads=nt),
+        lambda: ce.probit_scores(MU, VAR, DOCS, DVAR, num_threads=nt),
+        lambda: ce.anchor_signatures(DOCS, MU, num_threads=nt),
+        lambda: ce.csls_mutual_topk(DOCS, MU, num_threads=nt),
+        lambda: ce.lorentz_pairwise(DOCS, MU, num_threads=nt),
+        lambda: ce.lorentz_topk(DOCS, MU, 2, num_threads=nt),
+    ]
+    for call in calls:
+        with pytest.raises(exc, match="num_threads"):
+            call()
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_signatures_bad_values(bad):
+    with pytest.raises(ValueError, match="X"):
+        ce.anchor_signatures(_with(DOCS, (0, 0), bad), MU)
+    with pytest.raises(ValueError, match="anchors"):
+        ce.anchor_signatures(DOCS, _with(MU, (0, 0), bad))
+    with pytest.raises(ValueError, match="anchors"):
+        ce.median_anchor_distance(_with(MU, (0, 0), bad))
+
+
+def test_signatures_bad_arguments():
+    with pytest.raises(ValueError, match="anchors"):
+        ce.anchor_signatures(DOCS, MU[:, :5])
+    with pytest.raises(ValueError, match="anchors"):
+        ce.anchor_signatures(DOCS, MU[:0])
+    with pytest.raises(ValueError, match="sigma"):
+        ce.anchor_signatures(DOCS, MU, sigma=0.0)
+    with pytest.raises(ValueError, match="sigma"):
+        ce.anchor_signatures(DOCS, MU, sigma=np.nan)
+    with pytest.raises(TypeError, match="sigma"):
+        ce.anchor_signatures(DOCS, MU, sigma="1")
+    with pytest.raises(ValueError, match="metric"):
+        ce.anchor_signatures(DOCS, MU, metric="euclidean")
+    with pytest.raises(TypeError, match="X"):
+        ce.anchor_signatures(DOCS.astype(bool), MU)
+    with pytest.raises(ValueError, match="X"):
+        ce.anchor_signatures(DOCS[0], MU)
+
+
+def test_csls_bad_arguments():
+    with pytest.raises(ValueError, match="SB"):
+        ce.csls_mutual_topk(DOCS, MU[:, :5])
+    with pytest.raises(ValueError, match="SA"):
+        ce.csls_mutual_topk(_with(DOCS, (2, 2), np.nan), MU)
+    with pytest.raises(ValueError, match="SB"):
+        ce.csls_mutual_topk(DOCS, _with(MU, (2, 2), -np.inf))
+    with pytest.raises(ValueError, match="SA"):
+        ce.csls_mutual_topk(DOCS * 1e16, MU)
+    for kw in ("k", "csls_k"):
+        with pytest.raises(ValueError, match=kw):
+            ce.csls_mutual_topk(DOCS, MU, **{kw: 0})
+        with pytest.raises(TypeError, match=kw):
+            ce.csls_mutual_topk(DOCS, MU, **{kw: 2.5})
+    with pytest.raises(ValueError, match="exclude_a"):
+        ce.csls_mutual_topk(DOCS, MU, exclude_a=[9])
+    with pytest.raises(ValueError, match="exclude_b"):
+        ce.csls_mutual_topk(DOCS, MU, exclude_b=[-1])
+    with pytest.raises(TypeError, match="exclude_a"):
+        ce.csls_mutual_topk(DOCS, MU, exclude_a=[0.5])
+    with pytest.raises(TypeError, match="SA"):
+        ce.csls_mutual_topk(DOCS.astype(str), MU)
+
+
+def test_votes_bad_arguments():
+    table = ce.VoteTable()
+    with pytest.raises(ValueError, match="pairs"):
+        table.add(np.zeros((3, 3), np.int64))
+    with pytest.raises(TypeError, match="pairs"):
+        table.add(np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="pairs"):
+        table.add(np.array([[0, -1]]))
+    with pytest.raises(ValueError, match="scores"):
+        table.promote(np.zeros((3, 2), np.int64), np.zeros(2), threshold=0.5)
+    with pytest.raises(ValueError, match="scores"):
+        table.promote(np.zeros((1, 2), np.int64), np.array([np.nan]), threshold=0.5)
+    assert table.n_views == 0  # failed adds record nothing
+
+
+@pytest.mark.parametrize("values,bins,exc,match", [
+    ([], 100, ValueError, "values"),
+    ([0.1, np.nan], 100, ValueError, "values"),
+    ([[0.1, 0.2]], 100, ValueError, "values"),
+    ([0.1, 0.2], 1, ValueError, "bins"),
+    ([0.1, 0.2], 2.5, ValueError, "bins"),
+    (np.array([True, False]), 10, TypeError, "values"),
+])
+def test_otsu_bad_arguments(values, bins, exc, match):
+    with pytest.raises(exc, match=match):
+        ce.otsu_threshold(values, bins=bins)
+
+
+def test_lorentz_bad_arguments():
+    with pytest.raises(ValueError, match="Y"):
+        ce.lorentz_pairwise(DOCS, MU[:, :5])
+    with pytest.raises(ValueError, match="X"):
+        ce.lorentz_pairwise(_with(DOCS, (0, 0), np.nan).astype(np.float32), MU)
+    with pytest.raises(ValueError, match="Y"):
+        ce.lorentz_topk(DOCS, _with(MU, (0, 0), np.inf), 1)
+    with pytest.raises(ValueError, match="Y"):
+        ce.lorentz_pairwise(DOCS, MU[:0])
+    for c in (0.0, -1.0, np.inf, np.nan):
+        with pytest.raises(ValueError, match="curvature"):
+            ce.lorentz_pairwise(DOCS, MU, curvature=c)
+    with pytest.raises(TypeError, match="curvature"):
+        ce.lorentz_pairwise(DOCS, MU, curvature="1")
+    for k, exc in ((0, ValueError), (5, ValueError), (1.0, TypeError)):
+        with pytest.raises(exc, match="k"):
+            ce.lorentz_topk(DOCS, MU, k)
+    with pytest.raises(TypeError, match="X"):
+        ce.lorentz_topk(np.ones((2, 6), bool), MU, 1)
+    with pytest.raises(ValueError, match="X"):
+        ce.lorentz_pairwise(np.full((2, 6), 1e18, np.float32), MU)
