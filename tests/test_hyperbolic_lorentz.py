@@ -29,6 +29,8 @@ def test_distance_matches_acosh_form(c):
     np.testing.assert_allclose(d, _acosh_distance(x.numpy(), y.numpy(), c), rtol=1e-10)
     pw = L.pairwise_distance(x, y, c).numpy()
     np.testing.assert_allclose(pw, _acosh_distance(x.numpy()[:, None], y.numpy()[None], c), rtol=1e-10)
+    fast = L.pairwise_distance(x, y, c, stable=False).numpy()
+    np.testing.assert_allclose(fast, pw, rtol=1e-7)
 
 
 def test_origin_distance_is_radius():
@@ -129,6 +131,7 @@ def test_gradcheck_float64_generic_points():
     c = torch.tensor(0.8, dtype=torch.float64, requires_grad=True)
     assert _gradcheck(lambda a, b, k: L.distance(a, b, k), x, y, c)
     assert _gradcheck(lambda a, b, k: L.pairwise_distance(a, b, k), x, y, c)
+    assert _gradcheck(lambda a, b, k: L.pairwise_distance(a, b, k, stable=False), x, y, c)
     assert _gradcheck(lambda a, k: L.expmap0(a, k), x, c)
     assert _gradcheck(lambda a, k: L.logmap0(a, k), x, c)
     assert _gradcheck(lambda a, k: L.half_aperture(a * 0.05, k), x, c)  # inside the unclamped range
@@ -155,6 +158,7 @@ def test_gradients_finite_at_extremes(dtype):
             total = (
                 L.distance(x, y, c).sum()
                 + L.pairwise_distance(x, y, c).sum()
+                + L.pairwise_distance(x, y, c, stable=False).sum()
                 + L.exterior_angle(x, y, c).sum()
                 + L.half_aperture(x, c).sum()
                 + L.uncertainty(x).sum()

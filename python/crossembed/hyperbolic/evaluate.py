@@ -1,0 +1,222 @@
+"""Evaluation of a trained compositional model on unseen Fashion-MNIST items.
+
+* zero-shot item classification: each test item against the ten part
+  captions ("a coat"), as a box crop (``zs_crop``) and centred alone on a
+  canvas like a one-item scene (``zs_scene``);
+* scene image <-> caption retrieval R@1/R@5 (identical captions count as hits);
+* part -> scene retrieval R@1/R@5 (the scene the crop was cut from);
+* Spearman correlation of the part-image uncertainty ``u`` with the part's
+  representativeness (area share) and with ``1 - representativeness``.
+
+Hyperbolic models retrieve with the C++ :func:`crossembed.lorentz_topk`
+(the torch path is only a fallback for a build without the kernel, and the
+result records which one ran); CLIP uses cosine similarity.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Dict, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from crossembed.hyperbolic import lorentz as L
+from crossembed.hyperbolic.data import CLASS_NAMES, SceneSet, Vocabulary, load_fashion_mnist, make_scenes, part_caption
+from crossembed.hyperbolic.model import CompositionalModel
+
+__all__ = ["TestSet", "make_test_set", "embed_images", "embed_texts", "top_k", "evaluate", "benchmark_topk",
+           "radii", "plot_radii"]
+
+TEST_SEED = 2026  # one fixed test set for every model and training seed
+
+
+@dataclass
+class TestSet:
+    scenes: SceneSet
+    items: np.ndarray  # (n, 28, 28) uint8, Fashion-MNIST test images
+    item_labels: np.ndarray
+
+
+def make_test_set(*, n_scenes: int = 1000, n_items: int = 2000, canvas: int = 48, part_size: int = 24,
+                  max_items: int = 4, random_state=TEST_SEED) -> TestSet:
+    """Test scenes and zero-shot items, all from the Fashion-MNIST *test* file."""
+    images, labels = load_fashion_mnist("test")
+    scenes = make_scenes(n_scenes, split="test", canvas=canvas, part_size=part_size, max_items=max_items,
+                         random_state=random_state, source=(images, labels))
+    rng = np.random.default_rng(random_state)
+    pick = np.sort(rng.choice(len(labels), size=min(n_items, len(labels)), replace=False))
+    return TestSet(scenes, images[pick], labels[pick])
+
+
+@torch.no_grad()
+def embed_images(model: CompositionalModel, images: np.ndarray, *, batch_size: int = 512) -> torch.Tensor:
+    model.eval()
+    out = [model.encode_image(torch.from_numpy(np.ascontiguousarray(images[s : s + batch_size])))
+           for s in range(0, len(images), batch_size)]
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def embed_texts(model: CompositionalModel, texts: Sequence[str]) -> torch.Tensor:
+    model.eval()
+    return model.encode_text(Vocabulary().encode(list(texts)))
+
+
+def _cpp_topk():
+    import crossembed
+
+    try:
+        crossembed.lorentz_topk(np.zeros((1, 1), np.float32), np.zeros((1, 1), np.float32), 1)
+    except (AttributeError, ImportError):  # extension built without the Lorentz kernels
+        return None
+    return crossembed.lorentz_topk
+
+
+def top_k(model: CompositionalModel, queries: torch.Tensor, gallery: torch.Tensor, k: int) -> Tuple[np.ndarray, str]:
+    """Indices of the ``k`` best gallery rows per query, and the backend used."""
+    k = min(k, gallery.shape[0])
+    if not model.hyperbolic:
+        q = torch.nn.functional.normalize(queries, dim=-1)
+        g = torch.nn.functional.normalize(gallery, dim=-1)
+        return torch.topk(q @ g.T, k, dim=1).indices.numpy(), "torch-cosine"
+    c = float(model.curvature())
+    fn = _cpp_topk()
+    if fn is not None:
+        _, idx = fn(queries.numpy(), gallery.numpy(), k, curvature=c)
+        return np.asarray(idx), "cpp-lorentz_topk"
+    d = L.pairwise_distance(queries, gallery, c)
+    return torch.topk(d, k, dim=1, largest=False).indices.numpy(), "torch-lorentz"
+
+
+def _recall(hits: np.ndarray, ks=(1, 5)) -> Dict[int, float]:
+    return {k: float(hits[:, :k].any(1).mean()) for k in ks}
+
+
+def _centre(items: np.ndarray, canvas: int) -> np.ndarray:
+    out = np.zeros((len(items), canvas, canvas), np.uint8)
+    h = items.shape[1]
+    o = (canvas - h) // 2
+    out[:, o : o + h, o : o + h] = items
+    return out
+
+
+def _resize(items: np.ndarray, size: int) -> np.ndarray:
+    from crossembed.hyperbolic.data import _resize as resize
+
+    return resize(items, size)
+
+
+def radii(model: CompositionalModel, emb: torch.Tensor) -> np.ndarray:
+    """Geodesic distance to the origin ``asinh(sqrt(c)|x|)/sqrt(c)`` (Euclidean norm for CLIP)."""
+    n = emb.norm(dim=-1)
+    if not model.hyperbolic:
+        return n.numpy()
+    c = float(model.curvature())
+    return (torch.asinh(np.sqrt(c) * n) / np.sqrt(c)).numpy()
+
+
+@torch.no_grad()
+def evaluate(model: CompositionalModel, test: TestSet, *, return_embeddings: bool = False) -> Dict:
+    """All metrics of the module docstring as a flat dict (fractions in [0, 1])."""
+    from scipy.stats import spearmanr
+
+    sc = test.scenes
+    canvas, part_size = sc.scenes.shape[1], sc.parts.shape[1]
+    prompts = embed_texts(model, [part_caption(k) for k in range(len(CLASS_NAMES))])
+    res: Dict = {}
+    for name, imgs in (("zs_crop", _resize(test.items, part_size)), ("zs_scene", _centre(test.items, canvas))):
+        idx, backend = top_k(model, embed_images(model, imgs), prompts, 1)
+        res[f"{name}_acc"] = float((idx[:, 0] == test.item_labels).mean())
+    img = embed_images(model, sc.scenes)
+    txt = embed_texts(model, sc.captions)
+    cap = sc.caption_ids
+    idx, backend = top_k(model, img, txt, 5)
+    r = _recall(cap[idx] == cap[:, None])
+    res["i2t_r1"], res["i2t_r5"] = r[1], r[5]
+    idx, _ = top_k(model, txt, img, 5)
+    r = _recall(cap[idx] == cap[:, None])
+    res["t2i_r1"], res["t2i_r5"] = r[1], r[5]
+    parts = embed_images(model, sc.parts)
+    idx, _ = top_k(model, parts, img, 5)
+    r = _recall(idx == sc.part_scene[:, None])
+    res["p2s_r1"], res["p2s_r5"] = r[1], r[5]
+    u = L.uncertainty(parts).numpy()
+    rep = sc.representativeness
+    multi = np.bincount(sc.part_scene)[sc.part_scene] > 1  # one-item scenes all have share 1
+    if model.hyperbolic and np.ptp(u) > 0:
+        res["spearman_u_rep"] = float(spearmanr(u[multi], rep[multi]).statistic)
+        res["spearman_u_1mrep"] = float(spearmanr(u[multi], 1 - rep[multi]).statistic)
+    else:  # CLIP's normalised embeddings carry no radius: u is constant
+        res["spearman_u_rep"] = res["spearman_u_1mrep"] = float("nan")
+    res["radius_scene"] = float(np.mean(radii(model, img)))
+    res["radius_part"] = float(np.mean(radii(model, parts)))
+    res["curvature"] = float(model.curvature()) if model.hyperbolic else float("nan")
+    res["backend"] = backend
+    if return_embeddings:
+        res["embeddings"] = {"scene_image": img, "scene_text": txt, "part_image": parts, "prompt": prompts}
+    return res
+
+
+def benchmark_topk(X: np.ndarray, Y: np.ndarray, k: int, *, curvature: float = 1.0, repeats: int = 3,
+                   num_threads: Optional[int] = 1) -> Dict[str, float]:
+    """Best-of-``repeats`` seconds of C++ ``lorentz_topk`` vs torch (stable pairwise + topk).
+
+    Both run with ``num_threads`` threads (torch via ``set_num_threads``) so
+    the ratio compares the kernels, not the core counts.
+    """
+    fn = _cpp_topk()
+    if fn is None:
+        raise ImportError("crossembed.lorentz_topk is not available in this build")
+    Xt, Yt = torch.from_numpy(X), torch.from_numpy(Y)
+    prev = torch.get_num_threads()
+    torch.set_num_threads(num_threads or prev)
+    try:
+        def torch_path():
+            with torch.no_grad():
+                return torch.topk(L.pairwise_distance(Xt, Yt, curvature), k, dim=1, largest=False)
+
+        def torch_fast_path():
+            with torch.no_grad():
+                return torch.topk(L.pairwise_distance(Xt, Yt, curvature, stable=False), k, dim=1, largest=False)
+
+        times = {}
+        for name, f in (("cpp", lambda: fn(X, Y, k, curvature=curvature, num_threads=num_threads)),
+                        ("torch", torch_path), ("torch_matmul", torch_fast_path)):
+            best = float("inf")
+            for _ in range(repeats):
+                t = time.perf_counter()
+                f()
+                best = min(best, time.perf_counter() - t)
+            times[f"{name}_s"] = best
+    finally:
+        torch.set_num_threads(prev)
+    times["speedup_vs_torch"] = times["torch_s"] / times["cpp_s"]
+    times["speedup_vs_torch_matmul"] = times["torch_matmul_s"] / times["cpp_s"]
+    return times
+
+
+def plot_radii(models: Dict[str, Tuple[CompositionalModel, Dict[str, torch.Tensor]]], path) -> None:
+    """Histogram of geodesic radii of scene/part images and texts, one panel per model."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from crossembed._io import atomic_write
+
+    fig, axes = plt.subplots(1, len(models), figsize=(3.2 * len(models), 2.8), squeeze=False)
+    for ax, (name, (model, emb)) in zip(axes[0], models.items()):
+        for key, label in (("scene_image", "scene image"), ("part_image", "part image"),
+                           ("scene_text", "scene text"), ("prompt", "part text")):
+            ax.hist(radii(model, emb[key]), bins=40, alpha=0.5, density=True, label=label)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("distance to origin")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    atomic_write(path, buf.getvalue())

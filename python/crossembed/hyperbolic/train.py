@@ -1,0 +1,283 @@
+"""One trainer for CLIP, MERU, HyCoCLIP, UNCHA and the UNCHA ablations.
+
+The model name picks a :class:`~crossembed.hyperbolic.losses.LossConfig`;
+everything else (data, encoders, optimiser, schedule, batches) is shared, so
+differences between the rows of the comparison come from the loss terms only.
+Checkpoints are atomic and checksummed (:mod:`crossembed._io`) and hold the
+model, the AdamW state, the step and the loss history, so a run resumes
+exactly where it stopped (batches are drawn from ``seed`` and the step index).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Dict, List, Optional, Union
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from crossembed._io import load_arrays, save_arrays
+from crossembed.hyperbolic.data import CLASS_NAMES, SceneSet, Vocabulary, make_scenes, part_caption
+from crossembed.hyperbolic.losses import Batch, preset, total_loss
+from crossembed.hyperbolic.model import CompositionalModel
+
+__all__ = ["TrainConfig", "TrainResult", "train", "train_scenes", "build_model", "save_checkpoint", "load_checkpoint", "make_batch", "plot_history", "CHECKPOINT_KIND"]
+
+CHECKPOINT_KIND = "uncha-checkpoint"
+CHECKPOINT_NAME = "checkpoint.cemb"
+_HISTORY_TERMS = ("loss", "global", "local", "part_whole", "entailment", "calibration")
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run (stored in the checkpoint).
+
+    Defaults are sized so that one run (data, 500 steps, evaluation) takes
+    about a minute on one CPU core.
+    """
+
+    model: str = "uncha"
+    steps: int = 500
+    batch_size: int = 64
+    lr: float = 5e-4
+    weight_decay: float = 0.2
+    warmup: int = 25
+    dim: int = 64
+    width: int = 24
+    n_train: int = 6000
+    canvas: int = 48
+    part_size: int = 24
+    max_items: int = 4
+    seed: int = 0
+    checkpoint_every: int = 250
+
+    def __post_init__(self):
+        preset(self.model)  # validates the name
+        for f in ("steps", "batch_size", "dim", "width", "n_train", "canvas", "part_size", "max_items", "checkpoint_every"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{f} must be a positive integer, got {v!r}")
+        if self.batch_size > self.n_train:
+            raise ValueError(f"batch_size={self.batch_size} exceeds n_train={self.n_train}")
+        for f in ("lr", "weight_decay"):
+            if not (isinstance(getattr(self, f), (int, float)) and getattr(self, f) >= 0):
+                raise ValueError(f"{f} must be a non-negative number")
+
+    @classmethod
+    def from_dict(cls, d: Dict) -> "TrainConfig":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass
+class TrainResult:
+    model: CompositionalModel
+    config: TrainConfig
+    history: Dict[str, np.ndarray]
+    scenes_per_second: float = float("nan")
+    images_per_second: float = float("nan")
+    seconds: float = 0.0
+    extra: Dict = field(default_factory=dict)
+
+
+def build_model(config: TrainConfig) -> CompositionalModel:
+    torch.manual_seed(config.seed)
+    return CompositionalModel(preset(config.model), len(Vocabulary()), dim=config.dim, width=config.width)
+
+
+def train_scenes(config: TrainConfig) -> SceneSet:
+    """The training scenes of ``config`` (deterministic in ``config.seed``)."""
+    return make_scenes(config.n_train, split="train", canvas=config.canvas, part_size=config.part_size,
+                       max_items=config.max_items, random_state=config.seed)
+
+
+class _Tokens:
+    """Captions tokenised once per scene set."""
+
+    def __init__(self, data: SceneSet):
+        vocab = Vocabulary()
+        self.scenes = vocab.encode(data.captions)
+        self.parts = vocab.encode([part_caption(k) for k in range(len(CLASS_NAMES))])
+
+
+def make_batch(model: CompositionalModel, data: SceneSet, tokens: _Tokens, scenes: np.ndarray) -> Batch:
+    """Encode the given scene indices, their parts and the distinct part captions."""
+    scenes = np.asarray(scenes)
+    images = torch.from_numpy(data.scenes[scenes])
+    batch = Batch(model.encode_image(images), model.encode_text(tokens.scenes[scenes]),
+                  scene_caption=torch.from_numpy(data.caption_ids[scenes]))
+    cfg = model.config
+    if not (cfg.local or cfg.part_whole or cfg.entailment == "all"):
+        return batch  # CLIP and MERU train on whole scenes only
+    pidx = data.parts_of(scenes)
+    labels = data.part_labels[pidx]
+    uniq, part_text = np.unique(labels, return_inverse=True)
+    where = {int(s): i for i, s in enumerate(scenes)}
+    part_scene = np.array([where[int(s)] for s in data.part_scene[pidx]], np.int64)
+    has = (data.scene_labels[scenes][:, :, None] == uniq[None, None, :]).any(1)
+    batch.image_part = model.encode_image(torch.from_numpy(data.parts[pidx]))
+    batch.text_part = model.encode_text(tokens.parts[torch.from_numpy(uniq)])
+    batch.part_text = torch.from_numpy(part_text.astype(np.int64))
+    batch.part_scene = torch.from_numpy(part_scene)
+    batch.scene_has = torch.from_numpy(has)
+    return batch
+
+
+def _optimizer(model: CompositionalModel, config: TrainConfig) -> torch.optim.AdamW:
+    no_decay = {id(p) for p in model.no_decay_parameters()}
+    decay = [p for p in model.parameters() if id(p) not in no_decay]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": config.weight_decay},
+         {"params": model.no_decay_parameters(), "weight_decay": 0.0}],
+        lr=config.lr,
+    )
+
+
+def _lr_factor(step: int, config: TrainConfig) -> float:
+    if step < config.warmup:
+        return (step + 1) / config.warmup
+    t = (step - config.warmup) / max(1, config.steps - config.warmup)
+    return 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
+
+
+def save_checkpoint(path: Union[str, Path], model: CompositionalModel, config: TrainConfig, step: int,
+                    history: Dict[str, np.ndarray], optimizer: Optional[torch.optim.Optimizer] = None,
+                    extra: Optional[Dict] = None) -> Path:
+    """Atomically write model (+ optimiser) state, step and history."""
+    arrays = {f"model/{k}": v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+    arrays.update({f"history/{k}": v for k, v in history.items()})
+    if optimizer is not None:
+        for i, st in optimizer.state_dict()["state"].items():
+            for name, v in st.items():
+                arrays[f"opt/{i}/{name}"] = torch.as_tensor(v).detach().cpu().numpy()
+    meta = {"config": asdict(config), "step": int(step), "loss_config": model.config.to_dict(), "extra": extra or {}}
+    return save_arrays(path, CHECKPOINT_KIND, arrays, meta)
+
+
+def load_checkpoint(path: Union[str, Path], *, optimizer: bool = False):
+    """Read a checkpoint: ``(model, config, step, history, meta[, optimizer])``.
+
+    Raises FileNotFoundError for a missing file and
+    :class:`crossembed._io.CorruptFileError` for a damaged one.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / CHECKPOINT_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
+    arrays, meta = load_arrays(path, CHECKPOINT_KIND)
+    config = TrainConfig.from_dict(meta["config"])
+    model = build_model(config)
+    state = {k[len("model/"):]: torch.from_numpy(v) for k, v in arrays.items() if k.startswith("model/")}
+    model.load_state_dict(state)
+    history = {k[len("history/"):]: v for k, v in arrays.items() if k.startswith("history/")}
+    out = [model, config, int(meta["step"]), history, meta]
+    if optimizer:
+        opt = _optimizer(model, config)
+        sd = opt.state_dict()
+        for key, v in arrays.items():
+            if key.startswith("opt/"):
+                _, i, name = key.split("/")
+                sd["state"].setdefault(int(i), {})[name] = torch.from_numpy(np.array(v))
+        opt.load_state_dict(sd)
+        out.append(opt)
+    return tuple(out)
+
+
+def train(config: TrainConfig, *, out: Optional[Union[str, Path]] = None, resume: bool = False,
+          data: Optional[SceneSet] = None, progress: bool = True) -> TrainResult:
+    """Train one model.
+
+    Parameters
+    ----------
+    config : TrainConfig
+    out : path, optional
+        Directory for ``checkpoint.cemb`` (written every ``checkpoint_every``
+        steps and at the end) and ``loss.png``.
+    resume : bool
+        Continue from ``out/checkpoint.cemb`` when it exists (its config must match).
+    data : SceneSet, optional
+        Training scenes (default: :func:`train_scenes` of ``config``; passing
+        them lets several models share one generated set).
+    progress : bool
+        Show a tqdm bar.
+    """
+    out = Path(out) if out is not None else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    ckpt = out / CHECKPOINT_NAME if out is not None else None
+    history = {k: np.full(config.steps, np.nan) for k in _HISTORY_TERMS}
+    start = 0
+    if resume and ckpt is not None and ckpt.exists():
+        model, old_cfg, start, old_hist, _meta, opt = load_checkpoint(ckpt, optimizer=True)
+        if asdict(old_cfg) != asdict(config):
+            raise ValueError(f"{ckpt} was written with a different configuration; use another --out or drop --resume")
+        for k, v in old_hist.items():
+            history[k][: len(v)] = v
+    else:
+        model = build_model(config)
+        opt = _optimizer(model, config)
+    data = data if data is not None else train_scenes(config)
+    if len(data) < config.batch_size:
+        raise ValueError(f"the training set has {len(data)} scenes, fewer than batch_size={config.batch_size}")
+    tokens = _Tokens(data)
+    model.train()
+    n_scenes = n_images = 0
+    t0 = time.perf_counter()
+    bar = tqdm(range(start, config.steps), desc=f"train {config.model}", disable=not progress, leave=False)
+    for step in bar:
+        rng = np.random.default_rng([config.seed, step])  # batches depend on (seed, step) only: exact resume
+        idx = np.sort(rng.choice(len(data), config.batch_size, replace=False))
+        for g in opt.param_groups:
+            g["lr"] = config.lr * _lr_factor(step, config)
+        batch = make_batch(model, data, tokens, idx)
+        terms = total_loss(batch, model.config, curvature=model.curvature(), **model.temperatures())
+        opt.zero_grad(set_to_none=True)
+        terms["loss"].backward()
+        opt.step()
+        for k in _HISTORY_TERMS:
+            if k in terms:
+                history[k][step] = float(terms[k].detach())
+        n_scenes += len(idx)
+        n_images += len(idx) + (0 if batch.image_part is None else batch.image_part.shape[0])
+        if progress and step % 10 == 0:
+            bar.set_postfix(loss=f"{history['loss'][step]:.3f}", c=f"{float(model.curvature()):.2f}")
+        if ckpt is not None and ((step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps):
+            save_checkpoint(ckpt, model, config, step + 1, history, opt)
+    seconds = time.perf_counter() - t0
+    model.eval()
+    if out is not None:
+        plot_history({config.model: history}, out / "loss.png")
+    return TrainResult(model, config, history, n_scenes / max(seconds, 1e-9), n_images / max(seconds, 1e-9), seconds)
+
+
+def plot_history(histories: Dict[str, Dict[str, np.ndarray]], path: Union[str, Path], *, smooth: int = 20) -> Path:
+    """Total-loss curves (moving average over ``smooth`` steps), one line per run."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from crossembed._io import atomic_write
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for name, hist in histories.items():
+        y = np.asarray(hist["loss"], float)
+        y = y[np.isfinite(y)]
+        if y.size == 0:
+            continue
+        k = max(1, min(smooth, y.size))
+        ax.plot(np.convolve(y, np.ones(k) / k, mode="valid"), label=name)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss (moving average)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return atomic_write(path, buf.getvalue())
