@@ -1,0 +1,69 @@
+"""Markdown tables from a pytest-benchmark JSON file.
+
+    pytest benchmarks --benchmark-only --benchmark-json=/tmp/bench.json
+    python benchmarks/report.py /tmp/bench.json
+
+Per group: mean and min time, the speed ratio of the group's primary kernel
+over each entry (``t_entry / t_kernel``: above 1 means the kernel is faster)
+and GFLOP/s from the FLOP count each benchmark recorded (probit:
+2 Q N 3D; sgemm: 2 M N K; signatures: 2 N A D; CSLS: 2 N_A N_B A;
+Lorentz: 2 N_X N_Y D), all computed from the best (min) round. For the
+probit kernel, which skips the variance term of candidates that cannot
+enter the top k, this is the effective rate on the full FLOP count.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from typing import Dict, List
+
+
+def load(path: str) -> Dict[str, List[dict]]:
+    with open(path) as fh:
+        data = json.load(fh)
+    groups: Dict[str, List[dict]] = defaultdict(list)
+    for bench in data["benchmarks"]:
+        groups[bench.get("group") or bench["name"]].append(bench)
+    return groups
+
+
+def _fmt_time(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms" if seconds < 10 else f"{seconds:.2f} s"
+
+
+def render(groups: Dict[str, List[dict]]) -> str:
+    lines = []
+    best_gflops = {}
+    for group in sorted(groups):
+        rows = sorted(groups[group], key=lambda b: b["stats"]["min"])
+        primary = next((b for b in rows if b.get("extra_info", {}).get("primary")), None)
+        lines += [f"### {group}", "", "| benchmark | role | mean | min | kernel speed-up | GFLOP/s |", "|---|---|---|---|---|---|"]
+        for b in rows:
+            info = b.get("extra_info", {})
+            t_min = b["stats"]["min"]
+            ratio = f"{t_min / primary['stats']['min']:.2f}x" if primary else "-"
+            gflops = info.get("flops", 0.0) / t_min / 1e9 if info.get("flops") else None
+            if gflops is not None and (b is primary or primary is None):
+                best_gflops[group] = gflops
+            rate = f"{gflops:.1f}" if gflops is not None else "-"
+            lines.append(f"| {b['name']} | {info.get('role', '')} | {_fmt_time(b['stats']['mean'])} | "
+                         f"{_fmt_time(t_min)} | {ratio} | {rate} |")
+        lines.append("")
+    probit, sgemm = best_gflops.get("probit_topk"), best_gflops.get("sgemm")
+    if probit and sgemm:
+        lines.append(f"probit_topk kernel: {probit:.1f} GFLOP/s = {100 * probit / sgemm:.0f}% of numpy sgemm "
+                     f"({sgemm:.1f} GFLOP/s) on the same FLOP count.")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("json_path", help="output of pytest --benchmark-json")
+    args = parser.parse_args(argv)
+    print(render(load(args.json_path)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
