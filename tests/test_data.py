@@ -117,3 +117,150 @@ def test_retrieval_task_validation():
         RetrievalTask("t", ["q", "r"], ["d"], [(0,)])
     t = RetrievalTask("t", ["q", "r"], ["d"], [(0,), (0,)], ["en", "de"])
     assert t.by_language("de").queries == ["r"]
+
+
+# ---------------------------------------------------------------- FreeDict
+from crossembed.data import freedict as fd  # noqa: E402
+
+_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def b64(n: int) -> str:
+    s = ""
+    while True:
+        s = _B64[n % 64] + s
+        n //= 64
+        if n == 0:
+            return s
+
+
+DEU_ENTRIES = [
+    ("00databaseinfo", "This is a test dictionary\n"),
+    ("hund", "Hund /hˈʊnt/ <masc, n, sg>\n [zool.] dog <n>, dawg <n>\n         Note: American speech\n"
+             '      "einen Hund abrichten"  - train a dog\n see: {Hunde}, {Haushund}\n\n'),
+    ("katze", "Katze /kˈatsə/ <fem, n, sg>\n1. cat <n>\n2. puss (informal), pussy\n   Synonym: {Mieze}\n"),
+    ("laufen", "laufen /lˈaʊfən/ <v>\nrun; walk\n"),
+    ("der hund bellt", "Der Hund bellt. /x/\nThe dog barks.\n"),
+    ("aster", "Aster <fem, n>\naster\n"),
+    ("leer", "Leer /x/ <n>\n"),  # no translation: dropped
+]
+
+
+def write_dictd(folder, stem, entries):
+    text = b""
+    index = []
+    for word, body in entries:
+        data = body.encode("utf-8")
+        index.append(f"{word}\t{b64(len(text))}\t{b64(len(data))}")
+        text += data
+    index.append(f"hunde\t{index[1].split(chr(9))[1]}\t{index[1].split(chr(9))[2]}")  # a second word, same entry
+    (folder / f"{stem}.index").write_text("\n".join(index) + "\n", encoding="utf-8")
+    (folder / f"{stem}.dict.dz").write_bytes(gzip.compress(text))
+
+
+@pytest.fixture
+def dictdir(tmp_path, monkeypatch):
+    monkeypatch.setenv("CROSSEMBED_CACHE", str(tmp_path / "cache"))
+    d = tmp_path / "dictd"
+    d.mkdir()
+    write_dictd(d, "freedict-deu-eng", DEU_ENTRIES)
+    return d
+
+
+def test_read_freedict(dictdir):
+    entries = fd.read_freedict("german", dictd_dir=dictdir)
+    heads = [e.headword for e in entries]
+    assert heads == ["Hund", "Katze", "laufen", "Der Hund bellt.", "Aster"]  # metadata, empty, duplicate dropped
+    hund = entries[0]
+    assert hund.language == "de" and hund.pos == ("masc", "n", "sg") and hund.is_noun
+    assert hund.translations == ("dog", "dawg")  # notes, examples and see-also skipped
+    assert entries[1].translations == ("cat", "puss (informal)", "pussy")
+    assert entries[2].translations == ("run", "walk") and not entries[2].is_noun
+    assert entries[3].translations == ("The dog barks.",)
+    single = fd.read_freedict("de", single_word=True, nouns_only=True, dictd_dir=dictdir)
+    assert [e.headword for e in single] == ["Hund", "Katze", "Aster"]
+    # the second process-level read comes from the on-disk copy and agrees
+    fd._read_cached.cache_clear()
+    assert fd.read_freedict("de", single_word=True, nouns_only=True, dictd_dir=dictdir) == single
+
+
+def test_disk_copy_corruption_is_reparsed(dictdir, tmp_path):
+    first = fd.read_freedict("de", dictd_dir=dictdir)
+    copies = list((tmp_path / "cache" / "freedict").glob("*.json.gz"))
+    assert len(copies) == 1
+    copies[0].write_bytes(copies[0].read_bytes()[:-9] + b"garbage!!")
+    fd._read_cached.cache_clear()
+    assert fd.read_freedict("de", dictd_dir=dictdir) == first
+
+
+def test_translation_pairs(dictdir):
+    pairs = fd.translation_pairs("de", dictd_dir=dictdir)
+    assert ("Hund", "dog") in pairs and ("Katze", "cat") in pairs
+    assert ("Aster", "aster") not in pairs  # same spelling: not a translation test
+    assert all(" " not in a and " " not in b for a, b in pairs)
+    assert ("laufen", "run") in pairs
+    assert ("laufen", "run") not in fd.translation_pairs("de", nouns_only=True, dictd_dir=dictdir)
+
+
+def test_translation_task(dictdir, wndir):
+    # WordNet nouns of the fixture: entity, physical entity/thing, Hegira, big cat, stub; add dog and cat
+    extra = [
+        '00003000 05 n 01 dog 0 001 @ 00001930 n 0000 | a domesticated canid; "the dog barked"  ',
+        "00003100 05 n 02 cat 0 puss 0 001 @ 00001930 n 0000 | a small feline  ",
+    ]
+    with open(wndir / "data.noun", "a") as fh:
+        fh.write("\n".join(extra) + "\n")
+    task = fd.translation_task(["de", "en"], n_per_language=10, n_distractors=1, dictd_dir=dictdir, wordnet_dir=wndir)
+    de = task.by_language("de")
+    assert sorted(de.queries) == ["Hund", "Katze"]
+    hund = de.queries.index("Hund")
+    assert [task.documents[j] for j in de.relevant[hund]] == ["a domesticated canid"]
+    katze = de.queries.index("Katze")
+    assert [task.documents[j] for j in de.relevant[katze]] == ["a small feline"]
+    en = task.by_language("en")
+    assert "dog" in en.queries and "entity" in en.queries and "physical entity" not in en.queries
+    assert len(task.documents) == len(set(task.documents))
+    again = fd.translation_task(["de", "en"], n_per_language=10, n_distractors=1, dictd_dir=dictdir, wordnet_dir=wndir)
+    assert again == task  # deterministic
+    with pytest.raises(ValueError, match="language"):
+        fd.translation_task(["xx"], dictd_dir=dictdir, wordnet_dir=wndir)
+    with pytest.raises(ValueError, match="n_per_language"):
+        fd.translation_task(["de"], n_per_language=0, dictd_dir=dictdir, wordnet_dir=wndir)
+
+
+def test_freedict_missing(tmp_path):
+    with pytest.raises(FileNotFoundError, match="apt-get install dict-freedict-fra-eng"):
+        fd.read_freedict("fr", dictd_dir=tmp_path)
+    with pytest.raises(ValueError, match="language"):
+        fd.read_freedict("klingon", dictd_dir=tmp_path)
+
+
+# ---------------------------------------------------------------- bundled
+def test_bundled_wordnet():
+    from crossembed.data import load_bundled_wordnet
+
+    syn = load_bundled_wordnet()
+    assert len(syn) == 1500
+    assert all(isinstance(s, wn.Synset) and s.pos == "noun" and s.gloss and s.examples and s.lemmas for s in syn)
+    assert [s.offset for s in syn] == sorted({s.offset for s in syn})
+    split = wn.split_synsets(syn, fit_fraction=0.5, dev_fraction=0.1, seed=0)
+    assert [len(p) for p in split] == [750, 150, 600]
+    from importlib import resources
+
+    licence = resources.files("crossembed.data.bundled").joinpath("LICENSE-WordNet.txt").read_text()
+    assert "WordNet 3.0 Copyright 2006 by Princeton University" in licence
+
+
+@pytest.mark.slow
+def test_real_wordnet_and_freedict():
+    try:
+        nouns = wn.read_synsets("noun")
+    except FileNotFoundError:
+        pytest.skip("wordnet-base not installed")
+    assert len(nouns) == 82115
+    assert 8700 <= len(wn.synsets_with_examples("noun")) <= 8800
+    try:
+        task = fd.translation_task(["en", "fr", "es"], n_per_language=50)
+    except FileNotFoundError:
+        pytest.skip("FreeDict dictionaries not installed")
+    assert len(task) == 150 and set(task.languages) == {"en", "fr", "es"}

@@ -1,9 +1,12 @@
 """Real text data read from installed files (no downloads).
 
 * :mod:`crossembed.data.wordnet` - WordNet 3.x ``data.*`` files (Debian ``wordnet-base``).
-* :mod:`crossembed.data.freedict` - FreeDict dictd dictionaries (Debian ``dict-freedict-*``).
-* :mod:`crossembed.data.bundled` - a small WordNet noun sample shipped with the package.
+* :mod:`crossembed.data.freedict` - FreeDict dictd dictionaries (Debian ``dict-freedict-*-eng``).
+* :mod:`crossembed.data.bundled` - 1,500 WordNet noun synsets shipped with the package.
+* :class:`RetrievalTask` - queries, documents, relevance labels, query languages.
 """
+from crossembed.data.bundled import load_bundled_wordnet
+from crossembed.data.freedict import DictEntry, read_freedict, translation_pairs, translation_task
 from crossembed.data.tasks import RetrievalTask
 from crossembed.data.wordnet import (
     Synset,
@@ -18,6 +21,7 @@ from crossembed.data.wordnet import (
 )
 
 __all__ = [
+    "DictEntry",
     "RetrievalTask",
     "Synset",
     "SynsetSplit",
@@ -25,7 +29,11 @@ __all__ = [
     "example_gloss_task",
     "find_wordnet_dir",
     "gloss_lemma_pairs",
+    "load_bundled_wordnet",
+    "read_freedict",
     "read_synsets",
     "split_synsets",
     "synsets_with_examples",
+    "translation_pairs",
+    "translation_task",
 ]

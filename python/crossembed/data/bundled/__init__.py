@@ -1,0 +1,47 @@
+"""A small WordNet sample shipped inside the package (no Debian packages needed).
+
+``wordnet_nouns.json.gz`` holds 1,500 noun synsets that have example
+sentences, drawn at random (seed 0) from WordNet 3.0 by
+``scripts/make_bundled_wordnet.py``; ``LICENSE-WordNet.txt`` is the WordNet
+licence under which they are redistributed. Hypernym offsets may point to
+synsets outside the sample.
+"""
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+from importlib import resources
+from typing import List, Tuple
+
+from crossembed.data.wordnet import Synset
+
+__all__ = ["load_bundled_wordnet", "BUNDLED_FILE", "BUNDLED_VERSION"]
+
+BUNDLED_FILE = "wordnet_nouns.json.gz"
+BUNDLED_VERSION = 1
+
+
+@functools.lru_cache(maxsize=1)
+def _load() -> Tuple[Synset, ...]:
+    ref = resources.files(__name__).joinpath(BUNDLED_FILE)
+    try:
+        blob = json.loads(gzip.decompress(ref.read_bytes()))
+    except (OSError, EOFError, ValueError) as exc:  # gzip CRC or JSON damage
+        raise ValueError(f"bundled WordNet sample {BUNDLED_FILE} is damaged ({exc}); reinstall crossembed") from None
+    if blob.get("version") != BUNDLED_VERSION:
+        raise ValueError(f"bundled WordNet sample has version {blob.get('version')}, expected {BUNDLED_VERSION}")
+    return tuple(
+        Synset(int(o), "noun", tuple(lem), gloss, tuple(ex), tuple(int(h) for h in hyp))
+        for o, lem, gloss, ex, hyp in blob["synsets"]
+    )
+
+
+def load_bundled_wordnet() -> List[Synset]:
+    """The bundled noun synsets (each with a gloss and at least one example), sorted by offset.
+
+    Returns the same :class:`~crossembed.data.wordnet.Synset` objects as
+    :func:`~crossembed.data.wordnet.read_synsets`, so every helper of
+    :mod:`crossembed.data.wordnet` (pairs, splits, tasks) works on them.
+    """
+    return list(_load())
