@@ -35,6 +35,15 @@ def test_vote_table_matches_reference(rng):
     np.testing.assert_allclose(table.posterior_mean(probe), twin.posterior_mean(probe), rtol=1e-15)
 
 
+def test_vote_table_counts_a_pair_once_per_view():
+    table, twin = ce.VoteTable(), ref.VoteTable()
+    for view in ([[1, 2], [1, 2], [3, 4]], [[1, 2]]):
+        table.add(view)
+        twin.add(view)
+    assert table.items()[1].tolist() == twin.items()[1].tolist() == [2, 1]
+    assert (table.posterior_mean() <= 1).all()  # v <= n keeps Beta(1 + v, 1 + n - v) proper
+
+
 def test_vote_table_empty_views_and_large_indices():
     table = ce.VoteTable()
     table.add(np.zeros((0, 2), dtype=np.int64))

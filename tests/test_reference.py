@@ -197,7 +197,7 @@ def test_vote_table_counts_and_posterior():
     t = ref.VoteTable()
     t.add([[0, 1], [2, 3]])
     t.add(np.zeros((0, 2), dtype=np.int64))
-    t.add([[0, 1]])
+    t.add([[0, 1], [0, 1]])  # listed twice in one view: one vote
     pairs, votes = t.items()
     assert pairs.tolist() == [[0, 1], [2, 3]] and votes.tolist() == [2, 1]
     assert t.n_views == 3 and len(t) == 2

@@ -270,8 +270,9 @@ def greedy_one_to_one(pairs, scores, threshold: float, exclude_a=(), exclude_b=(
 class VoteTable:
     """Dictionary-backed twin of :class:`crossembed.VoteTable`.
 
-    Each :meth:`add` is one view: every pair listed gets one vote (a pair
-    listed twice in one view gets two) and ``n_views`` grows by one.
+    Each :meth:`add` is one view: every distinct pair listed gets one vote
+    (listing it twice in one view still counts once, so votes never exceed
+    views) and ``n_views`` grows by one.
     """
 
     def __init__(self):
@@ -279,8 +280,7 @@ class VoteTable:
         self.n_views = 0
 
     def add(self, pairs) -> None:
-        for i, j in np.asarray(pairs, dtype=np.int64).reshape(-1, 2):
-            key = (int(i), int(j))
+        for key in {(int(i), int(j)) for i, j in np.asarray(pairs, dtype=np.int64).reshape(-1, 2)}:
             self.counts[key] = self.counts.get(key, 0) + 1
         self.n_views += 1
 
