@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-import numpy as np
-
 from crossembed._validation import check_random_state
 from crossembed.data.tasks import RetrievalTask
 
