@@ -155,7 +155,7 @@ def test_lorentz_topk_is_valid_topk(rng, check_topk, dtype, k):
 
 
 def test_lorentz_topk_ties_threads_and_k_equals_n(rng, check_topk):
-    X = spread_points(rng, 8, 33, np.float32)
+    X = spread_points(rng, 100, 33, np.float32)  # several row blocks, so two threads share the work
     Y = spread_points(rng, 3000, 33, np.float32)
     pos = [4, 5, 16, 31, 1500, 2999]
     Y[pos] = X[0] * 1.001  # the same point, nearest to X[0], spread over lanes, tiles and thread halves

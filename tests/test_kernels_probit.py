@@ -224,6 +224,23 @@ def test_probit_rerank_ties_and_threads(rng):
     np.testing.assert_array_equal(results[0][0], results[1][0])
 
 
+def test_probit_doc_chunks_and_query_blocks(rng, check_topk):
+    """N large enough for the kernel to split the docs into chunks per query block (merged heaps), Q > 2 blocks."""
+    N, D = 20_000, 17
+    mu_q, v_q, mu_c, v_c, pos = _tie_layout(rng, D, N=N, positions=(100, 7001, 13900, 13901, 19999))
+    mu_q = np.vstack([mu_q, gaussians(rng, 126, D)[0]])
+    v_q = np.vstack([v_q, gaussians(rng, 126, D)[1]])
+    expect = ref.probit_scores(mu_q, v_q, mu_c, v_c)
+    tol = probit_tolerance(mu_q, v_q, mu_c, v_c)
+    results = [ce.probit_topk(mu_q, v_q, mu_c, v_c, k, num_threads=t) for k in (3, 50) for t in (1, 2)]
+    for scores, idx in results:
+        check_topk(expect, tol, scores, idx)
+        assert (idx[:4, :3] == pos[:3]).all(), f"ties across doc chunks must go to the lower index, got {idx[:4, :3]}"
+    for a, b in ((0, 1), (2, 3)):
+        np.testing.assert_array_equal(results[a][0], results[b][0])
+        np.testing.assert_array_equal(results[a][1], results[b][1])
+
+
 @pytest.mark.parametrize("D", [7, 384])
 def test_probit_threads_bitwise_identical(rng, D):
     mu_q, v_q = gaussians(rng, 33, D)
