@@ -52,6 +52,11 @@ def test_length_sorted_batches():
     e = enc.CallableEncoder(fn, name="count", dim=16)
     e.encode(["x", "xxxxx", "xxx", "xxxx", "xx"], batch_size=2)
     assert fn.batches == [["xxxxx", "xxxx"], ["xxx", "xx"], ["x"]]
+    # without a declared dim, the first batch fixes it: no extra probe call
+    fn2 = Counting()
+    e2 = enc.CallableEncoder(fn2, name="count2")
+    e2.encode(["a", "b"])
+    assert e2.dim == 16 and fn2.calls == 1
 
 
 def test_bad_inputs():

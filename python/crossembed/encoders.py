@@ -322,8 +322,11 @@ class CallableEncoder(BaseEncoder):
         out = np.asarray(out)
         if out.dtype.kind not in "fiu" or out.dtype == np.bool_:
             raise TypeError(f"encoder {self.name!r} must return real numbers, got dtype {out.dtype}")
-        if self._dim is not None and out.ndim == 2 and out.shape[1] != self._dim:
-            raise ValueError(f"encoder {self.name!r} returned dimension {out.shape[1]}, declared dim={self._dim}")
+        if out.ndim == 2:
+            if self._dim is None:
+                self._dim = int(out.shape[1])  # learnt from the first batch: no probe needed later
+            elif out.shape[1] != self._dim:
+                raise ValueError(f"encoder {self.name!r} returned dimension {out.shape[1]}, declared dim={self._dim}")
         return out
 
 
