@@ -11,6 +11,8 @@ Two regimes:
   (4 gamma_{A+2} + 2 gamma_{csls_k+2} + 12 u) * max|SA_i| max|SB_j|
   (similarity error, the 1-Lipschitz top-m mean, the CSLS combination).
 """
+import os
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
@@ -18,6 +20,9 @@ from hypothesis.extra import numpy as hnp
 
 import crossembed as ce
 from crossembed import reference as ref
+
+# CROSSEMBED_HYPOTHESIS_EXAMPLES=600 runs the property tests 10x deeper (default 60: the fast suite)
+EXAMPLES = int(os.environ.get("CROSSEMBED_HYPOTHESIS_EXAMPLES", "60"))
 
 U32 = 2.0**-24
 
@@ -83,7 +88,7 @@ def planted(rng, n_common=150, n_extra=60, D=16, A=32, noise=0.05):
 _small_int = st.integers(-2, 2).map(np.float32)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES * 80 // 60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), NA=st.integers(1, 24), NB=st.integers(1, 24), D=st.integers(1, 6),
        k=st.integers(1, 8), csls_k=st.sampled_from([1, 2, 4, 8, 50]))
 def test_csls_exact_integer_inputs(data, NA, NB, D, k, csls_k):

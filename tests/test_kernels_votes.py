@@ -1,10 +1,15 @@
 """VoteTable, VoteTable.promote and otsu_threshold against crossembed.reference (all exact: integers and float64)."""
+import os
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import crossembed as ce
 from crossembed import reference as ref
+
+# CROSSEMBED_HYPOTHESIS_EXAMPLES=600 runs the property tests 10x deeper (default 60: the fast suite)
+EXAMPLES = int(os.environ.get("CROSSEMBED_HYPOTHESIS_EXAMPLES", "60"))
 
 
 def _random_views(rng, n_views, n_pairs, hi):
@@ -66,7 +71,7 @@ def test_vote_table_empty_views_and_large_indices():
     assert table.n_views == 4
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES * 150 // 60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), n=st.integers(0, 40))
 def test_promote_matches_reference(data, n):
     """Random pairs with shared endpoints and heavily tied scores: identical promotion order."""
