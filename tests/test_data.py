@@ -264,3 +264,18 @@ def test_real_wordnet_and_freedict():
     except FileNotFoundError:
         pytest.skip("FreeDict dictionaries not installed")
     assert len(task) == 150 and set(task.languages) == {"en", "fr", "es"}
+
+
+def test_retrieval_task_split_and_pairs():
+    t = RetrievalTask("t", [f"q{i}" for i in range(40)], ["d0", "d1"], [(i % 2,) for i in range(40)],
+                      ["en"] * 20 + ["de"] * 20)
+    fit, dev, test = t.split(fit_fraction=0.5, dev_fraction=0.25, seed=1)
+    assert [len(p) for p in (fit, dev, test)] == [20, 10, 10]
+    assert fit.languages.count("de") == 10 and dev.languages.count("en") == 5  # stratified by language
+    qs = [set(p.queries) for p in (fit, dev, test)]
+    assert not (qs[0] & qs[1] or qs[0] & qs[2] or qs[1] & qs[2]) and set().union(*qs) == set(t.queries)
+    assert fit.documents == t.documents
+    assert t.split(fit_fraction=0.5, dev_fraction=0.25, seed=1)[0] == fit
+    assert t.pairs()[:2] == [("q0", "d0"), ("q1", "d1")]
+    with pytest.raises(ValueError, match="fit_fraction"):
+        t.split(fit_fraction=0.8, dev_fraction=0.3)

@@ -6,6 +6,8 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
+from crossembed._validation import check_random_state
+
 __all__ = ["RetrievalTask"]
 
 
@@ -71,3 +73,31 @@ class RetrievalTask:
     def by_language(self, language: str) -> "RetrievalTask":
         """The queries tagged ``language``."""
         return self.subset([i for i, lang in enumerate(self.languages) if lang == language])
+
+    def pairs(self) -> List[Tuple[str, str]]:
+        """``(query, document)`` for every relevant pair: positive pairs for fitting."""
+        return [(q, self.documents[j]) for q, rel in zip(self.queries, self.relevant) for j in rel]
+
+    def split(self, *, fit_fraction: float = 0.4, dev_fraction: float = 0.1, seed=0) -> Tuple["RetrievalTask", "RetrievalTask", "RetrievalTask"]:
+        """Disjoint (by query) fit / dev / test tasks sharing the document pool.
+
+        Stratified by language, so every part keeps the language mix.
+        """
+        for name, val in (("fit_fraction", fit_fraction), ("dev_fraction", dev_fraction)):
+            if isinstance(val, bool) or not isinstance(val, (int, float)):
+                raise TypeError(f"{name} must be a number, got {type(val).__name__}")
+            if not 0.0 <= val <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {val}")
+        if fit_fraction + dev_fraction > 1.0 + 1e-12:
+            raise ValueError(f"fit_fraction + dev_fraction must be <= 1, got {fit_fraction + dev_fraction}")
+        rng = check_random_state(seed)
+        parts: Tuple[List[int], List[int], List[int]] = ([], [], [])
+        for lang in sorted(set(self.languages)):
+            idx = [i for i, g in enumerate(self.languages) if g == lang]
+            perm = [idx[i] for i in rng.permutation(len(idx))]
+            n_fit = int(round(fit_fraction * len(perm)))
+            n_dev = min(int(round(dev_fraction * len(perm))), len(perm) - n_fit)
+            parts[0].extend(perm[:n_fit])
+            parts[1].extend(perm[n_fit : n_fit + n_dev])
+            parts[2].extend(perm[n_fit + n_dev :])
+        return tuple(self.subset(sorted(p)) for p in parts)  # type: ignore[return-value]
