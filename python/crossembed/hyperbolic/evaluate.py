@@ -80,7 +80,7 @@ def top_k(model: CompositionalModel, queries: torch.Tensor, gallery: torch.Tenso
         q = torch.nn.functional.normalize(queries, dim=-1)
         g = torch.nn.functional.normalize(gallery, dim=-1)
         return torch.topk(q @ g.T, k, dim=1).indices.numpy(), "torch-cosine"
-    c = float(model.curvature())
+    c = float(model.curvature().detach())
     fn = _cpp_topk()
     if fn is not None:
         _, idx = fn(queries.numpy(), gallery.numpy(), k, curvature=c)
@@ -112,7 +112,7 @@ def radii(model: CompositionalModel, emb: torch.Tensor) -> np.ndarray:
     n = emb.norm(dim=-1)
     if not model.hyperbolic:
         return n.numpy()
-    c = float(model.curvature())
+    c = float(model.curvature().detach())
     return (torch.asinh(np.sqrt(c) * n) / np.sqrt(c)).numpy()
 
 
@@ -151,7 +151,7 @@ def evaluate(model: CompositionalModel, test: TestSet, *, return_embeddings: boo
         res["spearman_u_rep"] = res["spearman_u_1mrep"] = float("nan")
     res["radius_scene"] = float(np.mean(radii(model, img)))
     res["radius_part"] = float(np.mean(radii(model, parts)))
-    res["curvature"] = float(model.curvature()) if model.hyperbolic else float("nan")
+    res["curvature"] = float(model.curvature().detach()) if model.hyperbolic else float("nan")
     res["backend"] = backend
     if return_embeddings:
         res["embeddings"] = {"scene_image": img, "scene_text": txt, "part_image": parts, "prompt": prompts}

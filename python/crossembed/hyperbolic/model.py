@@ -107,7 +107,9 @@ class CompositionalModel(nn.Module):
     def _project(self, v: torch.Tensor, log_scale: torch.Tensor) -> torch.Tensor:
         if not self.hyperbolic:
             return v
-        return L.expmap0(v * log_scale.exp(), self.curvature())
+        # the towers' projections output O(1) norms; transformer towers (for which the
+        # 1/sqrt(dim) scaler init was chosen) output O(sqrt(dim)) norms, so match them
+        return L.expmap0(v * (math.sqrt(self.dim) * log_scale.exp()), self.curvature())
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """Scenes or part crops (N, H, W) -> embeddings (N, dim)."""

@@ -244,7 +244,7 @@ def train(config: TrainConfig, *, out: Optional[Union[str, Path]] = None, resume
         n_scenes += len(idx)
         n_images += len(idx) + (0 if batch.image_part is None else batch.image_part.shape[0])
         if progress and step % 10 == 0:
-            bar.set_postfix(loss=f"{history['loss'][step]:.3f}", c=f"{float(model.curvature()):.2f}")
+            bar.set_postfix(loss=f"{history['loss'][step]:.3f}", c=f"{float(model.curvature().detach()):.2f}")
         if ckpt is not None and ((step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps):
             save_checkpoint(ckpt, model, config, step + 1, history, opt)
     seconds = time.perf_counter() - t0

@@ -1,0 +1,236 @@
+"""The comparison table: every model x every seed, trained and evaluated alike.
+
+``run_comparison`` trains CLIP, MERU, HyCoCLIP, UNCHA and the two ablations
+for each seed on the same generated scenes (one set per seed), evaluates them
+on one fixed test set, and returns per-run metrics plus mean +- std per
+model. ``write_report`` renders the markdown table and the plots. With a
+``work`` directory every finished run leaves a checkpoint there and a rerun
+skips it, so an interrupted table resumes.
+"""
+from __future__ import annotations
+
+import io
+import json
+import platform
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from crossembed._io import atomic_write
+from crossembed.hyperbolic import lorentz as L
+from crossembed.hyperbolic.evaluate import benchmark_topk, evaluate, make_test_set, plot_radii
+from crossembed.hyperbolic.losses import MODEL_NAMES
+from crossembed.hyperbolic.train import CHECKPOINT_NAME, TrainConfig, load_checkpoint, plot_history, train, train_scenes
+
+__all__ = ["run_comparison", "write_report", "METRICS"]
+
+METRICS = (
+    ("zs_crop_acc", "zero-shot (crop)"),
+    ("zs_scene_acc", "zero-shot (centred)"),
+    ("i2t_r1", "I->T R@1"),
+    ("i2t_r5", "I->T R@5"),
+    ("t2i_r1", "T->I R@1"),
+    ("t2i_r5", "T->I R@5"),
+    ("p2s_r1", "part->scene R@1"),
+    ("p2s_r5", "part->scene R@5"),
+    ("spearman_u_1mrep", "Spearman(u, 1-rep)"),
+)
+START, END = "<!-- uncha-table:start -->", "<!-- uncha-table:end -->"
+
+
+def _finished(path: Path, config: TrainConfig):
+    if not path.is_file():
+        return None
+    model, cfg, step, history, meta = load_checkpoint(path)
+    if asdict(cfg) != asdict(config) or step != config.steps:
+        return None
+    return model, history, meta.get("extra", {})
+
+
+def run_comparison(*, seeds: Sequence[int] = (0, 1, 2), models: Sequence[str] = MODEL_NAMES,
+                   base: Optional[TrainConfig] = None, n_test: int = 1000, n_items: int = 2000,
+                   work: Optional[Path] = None, progress: bool = True) -> Dict:
+    """Train and evaluate every (model, seed); see the module docstring."""
+    base = base or TrainConfig()
+    t_start = time.perf_counter()
+    test = make_test_set(n_scenes=n_test, n_items=n_items, canvas=base.canvas, part_size=base.part_size,
+                         max_items=base.max_items)
+    runs: List[Dict] = []
+    histories: Dict[str, Dict] = {}
+    embeddings: Dict[str, tuple] = {}
+    bar = tqdm(total=len(seeds) * len(models), desc="uncha-table", disable=not progress)
+    for seed in seeds:
+        data = None
+        for name in models:
+            cfg = replace(base, model=name, seed=int(seed))
+            run_dir = Path(work) / f"{name}-s{seed}" if work is not None else None
+            done = _finished(run_dir / CHECKPOINT_NAME, cfg) if run_dir is not None else None
+            if done is not None:
+                model, history, extra = done
+                model.eval()
+            else:
+                data = data if data is not None else train_scenes(cfg)
+                res = train(cfg, out=run_dir, data=data, progress=False)
+                model, history = res.model, res.history
+                extra = {"scenes_per_second": res.scenes_per_second, "images_per_second": res.images_per_second,
+                         "train_seconds": res.seconds}
+                if run_dir is not None:  # record throughput with the finished checkpoint
+                    from crossembed.hyperbolic.train import save_checkpoint
+
+                    save_checkpoint(run_dir / CHECKPOINT_NAME, model, cfg, cfg.steps, history, extra=extra)
+            metrics = evaluate(model, test, return_embeddings=(seed == seeds[0]))
+            emb = metrics.pop("embeddings", None)
+            if seed == seeds[0]:
+                histories[name] = history
+                if model.hyperbolic:
+                    embeddings[name] = (model, emb)
+            runs.append({"model": name, "seed": int(seed), **metrics, **extra})
+            bar.update(1)
+            bar.set_postfix(model=name, seed=seed)
+    bar.close()
+    summary = {}
+    for name in models:
+        rows = [r for r in runs if r["model"] == name]
+        summary[name] = {}
+        for key, _ in METRICS + (("scenes_per_second", ""), ("images_per_second", ""), ("train_seconds", "")):
+            vals = np.array([r.get(key, np.nan) for r in rows], float)
+            summary[name][key] = (float(np.mean(vals)), float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0)
+    speed = _speed(embeddings)
+    return {
+        "runs": runs,
+        "summary": summary,
+        "speed": speed,
+        "config": asdict(base),
+        "seeds": [int(s) for s in seeds],
+        "n_test_scenes": n_test,
+        "n_test_parts": int(len(test.scenes.parts)),
+        "n_items": int(len(test.item_labels)),
+        "backend": sorted({r["backend"] for r in runs}),
+        "wall_seconds": time.perf_counter() - t_start,
+        "machine": f"{platform.machine()}, torch threads {torch.get_num_threads()}",
+        "_histories": histories,
+        "_embeddings": embeddings,
+        "_test": test,
+    }
+
+
+def _speed(embeddings: Dict) -> Dict:
+    """C++ lorentz_topk vs the torch path on a retrieval-sized problem (UNCHA's curvature)."""
+    try:
+        c = float(embeddings["uncha"][0].curvature().detach()) if "uncha" in embeddings else 1.0
+        g = torch.Generator().manual_seed(0)
+        X = L.expmap0(torch.randn(500, 64, generator=g), c).numpy()
+        Y = L.expmap0(torch.randn(10000, 64, generator=g), c).numpy()
+        out = benchmark_topk(X, Y, 5, curvature=c, num_threads=1)
+        out.update({"queries": 500, "gallery": 10000, "dim": 64, "k": 5, "threads": 1})
+        return out
+    except ImportError as exc:
+        return {"error": str(exc)}
+
+
+def _fmt(mean_std, pct=True) -> str:
+    m, s = mean_std
+    if not np.isfinite(m):
+        return "n/a"
+    return f"{100 * m:.1f} ± {100 * s:.1f}" if pct else f"{m:.3f} ± {s:.3f}"
+
+
+def _plot_u_vs_rep(result: Dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n in ("hycoclip", "uncha") if n in result["_embeddings"]]
+    if not names:
+        return
+    test = result["_test"].scenes
+    fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names), 3), squeeze=False)
+    multi = np.bincount(test.part_scene)[test.part_scene] > 1
+    for ax, name in zip(axes[0], names):
+        u = L.uncertainty(result["_embeddings"][name][1]["part_image"]).numpy()
+        ax.scatter(test.representativeness[multi], u[multi], s=3, alpha=0.3)
+        ax.set_xlabel("representativeness (area share)")
+        ax.set_ylabel("u(part image)")
+        ax.set_title(name, fontsize=9)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    atomic_write(path, buf.getvalue())
+
+
+def write_report(result: Dict, out: Path, *, command: str = "") -> List[Path]:
+    """Write the markdown table (between markers when ``out`` already has them) and the plots."""
+    out = Path(out)
+    stem = out.stem
+    written = []
+    loss_png = out.with_name(f"{stem}_loss.png")
+    plot_history(result["_histories"], loss_png)
+    written.append(loss_png)
+    if result["_embeddings"]:
+        radius_png = out.with_name(f"{stem}_radius.png")
+        plot_radii(result["_embeddings"], radius_png)
+        written.append(radius_png)
+        u_png = out.with_name(f"{stem}_uncertainty.png")
+        _plot_u_vs_rep(result, u_png)
+        written.append(u_png)
+    cfg = result["config"]
+    lines = [
+        START,
+        f"Generated by `{command or 'crossembed uncha-table'}` in {result['wall_seconds'] / 60:.1f} min "
+        f"({result['machine']}). Seeds {result['seeds']}; mean ± std (sample std over seeds), percentages.",
+        f"Training: {cfg['steps']} steps, batch {cfg['batch_size']} scenes, {cfg['n_train']} training scenes "
+        f"({cfg['canvas']}x{cfg['canvas']} canvas, parts {cfg['part_size']}x{cfg['part_size']}), dim {cfg['dim']}, "
+        f"AdamW lr {cfg['lr']}, wd {cfg['weight_decay']}. Test: {result['n_test_scenes']} scenes / "
+        f"{result['n_test_parts']} parts from unseen Fashion-MNIST test items, {result['n_items']} items for zero-shot. "
+        f"Retrieval backend(s): {', '.join(result['backend'])}.",
+        "",
+        "| model | " + " | ".join(label for _, label in METRICS) + " | train scenes/s |",
+        "|---|" + "---|" * (len(METRICS) + 1),
+    ]
+    for name, summ in result["summary"].items():
+        cells = [_fmt(summ[k], pct=not k.startswith("spearman")) for k, _ in METRICS]
+        sps = summ["scenes_per_second"]
+        cells.append(f"{sps[0]:.0f}" if np.isfinite(sps[0]) else "n/a")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    sp = result["speed"]
+    lines.append("")
+    if "error" in sp:
+        lines.append(f"lorentz_topk speed: not measured ({sp['error']}).")
+    else:
+        lines.append(
+            f"Top-{sp['k']} retrieval, {sp['queries']} queries x {sp['gallery']} gallery, dim {sp['dim']}, "
+            f"{sp['threads']} thread: C++ `lorentz_topk` {1000 * sp['cpp_s']:.0f} ms, torch stable pairwise + topk "
+            f"{1000 * sp['torch_s']:.0f} ms (**{sp['speedup_vs_torch']:.1f}x**), torch matmul form + topk "
+            f"{1000 * sp['torch_matmul_s']:.0f} ms ({sp['speedup_vs_torch_matmul']:.1f}x)."
+        )
+    lines.append("")
+    lines.append(f"![loss curves]({loss_png.name})")
+    if result["_embeddings"]:
+        lines.append(f"![radius distributions]({stem}_radius.png) ![uncertainty vs representativeness]({stem}_uncertainty.png)")
+    lines.append("")
+    lines.append("Per-run numbers (JSON):")
+    lines.append("")
+    lines.append("```json")
+    lines.append(json.dumps([{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in result["runs"]]))
+    lines.append("```")
+    lines.append(END)
+    block = "\n".join(lines)
+    if out.exists() and START in (text := out.read_text()) and END in text:
+        new = text[: text.index(START)] + block + text[text.index(END) + len(END):]
+    else:
+        new = "# UNCHA comparison on Fashion-MNIST scenes\n\n" + block + "\n"
+    atomic_write(out, new.encode())
+    written.append(out)
+    return written
+
+
+def public_result(result: Dict) -> Dict:
+    """The JSON-serialisable part of a :func:`run_comparison` result."""
+    return {k: v for k, v in result.items() if not k.startswith("_")}
