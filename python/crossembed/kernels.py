@@ -47,6 +47,8 @@ __all__ = [
 # float32 products of values above ~1e18 overflow inside a D-long dot product;
 # rather than return inf/NaN scores we refuse such inputs with a clear message.
 _FLOAT32_SAFE = 1e17
+# Largest first/second moment the probit kernel accumulates in float32 (3.4e38 is inf).
+_FLOAT32_MOMENT_LIMIT = 1e36
 
 
 def _core_module():
@@ -96,6 +98,8 @@ class ProbitDocs:
         _check_magnitude(v_c, "v_c")
         self._handle = _core_module().ProbitDocs(mu_c, v_c)
         self.n, self.dim = mu_c.shape
+        self._max_mu = float(np.abs(mu_c).max())
+        self._max_v = float(v_c.max())
 
     def __len__(self) -> int:
         return self.n
@@ -112,6 +116,16 @@ class ProbitDocs:
             raise ValueError(f"mu_q has dimension {mu_q.shape[1]} but the candidates have {self.dim}")
         _check_magnitude(mu_q, "mu_q")
         _check_magnitude(v_q, "v_q")
+        if mu_q.size:
+            # Largest possible |mu_s| and sig2_s, in float64: float32 accumulation
+            # must not overflow (inf/NaN scores would be silently wrong).
+            mq, vq = float(np.abs(mu_q).max()), float(v_q.max())
+            worst = self.dim * max(mq * self._max_mu, mq * mq * self._max_v + self._max_mu**2 * vq + vq * self._max_v)
+            if worst > _FLOAT32_MOMENT_LIMIT:
+                raise ValueError(
+                    "mu_q/v_q and the candidates are too large for float32 probit scoring "
+                    f"(moments up to {worst:.1e}); rescale the embeddings"
+                )
         return mu_q, v_q
 
     def top_k(self, mu_q, v_q, k: int, *, candidates=None, num_threads: Optional[int] = None):

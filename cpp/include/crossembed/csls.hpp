@@ -3,14 +3,11 @@
 //   s_ij = <SA_i, SB_j>,  CSLS(i, j) = 2 s_ij - r_A(i) - r_B(j)
 //   r_A(i) = mean of row i's csls_k largest s_ij (r_B per column likewise)
 //
-// One tiled GEMM pass keeps, per A row, its best M similarities and, per B
-// column, its best M (per-thread column heaps, merged exactly afterwards).
-// r_A and r_B come straight from those heaps. The CSLS top-k of a row is then
-// searched among its kept candidates; it is provably complete when even the
-// best unseen column (similarity <= the row's M-th best, r_B >= min r_B)
-// cannot reach the k-th CSLS value. Rows/columns where that fails are
-// recomputed exactly in a second, much smaller pass. Nothing N_A x N_B is
-// ever allocated; ties go to the lower index everywhere.
+// Two tiled GEMM sweeps over A rows x B panels: the first keeps the csls_k
+// best similarities per row and per column (giving r_A, r_B), the second the
+// k best CSLS values per row and per column. Column heaps are per thread and
+// merged exactly, so nothing N_A x N_B is allocated and the result does not
+// depend on the thread count; ties go to the lower index everywhere.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -32,81 +29,91 @@ struct CslsResult {
 namespace detail {
 
 // Row-vs-all similarity sweep: calls on_tile(row_begin, row_end, col_begin,
-// col_end, tile, ld, thread) for every tile of rows(q) x rows(c).
+// col_end, tile, ld, thread) for every tile of rows(q) x panel columns.
 template <class OnTile>
-void similarity_sweep(const std::vector<const float*>& q, const std::vector<const float*>& c, std::size_t d,
-                      int num_threads, OnTile&& on_tile) {
-  constexpr std::size_t kRows = 64, kCols = 256;
-  const auto& I = simd::isa();
+void similarity_sweep(const std::vector<const float*>& q, const simd::Panels<float>& c, int num_threads,
+                      OnTile&& on_tile) {
+  constexpr std::size_t kRows = 64, kCols = 256;  // kCols: a multiple of every panel width
   const std::size_t nblocks = (q.size() + kRows - 1) / kRows;
   parallel_for(std::int64_t(nblocks), num_threads, [&](std::int64_t b, int tid) {
     const std::size_t r0 = std::size_t(b) * kRows, r1 = std::min(q.size(), r0 + kRows);
     std::vector<float> tile((r1 - r0) * kCols);
-    for (std::size_t c0 = 0; c0 < c.size(); c0 += kCols) {
-      const std::size_t c1 = std::min(c.size(), c0 + kCols);
-      I.tile_dot_f32(q.data() + r0, r1 - r0, c.data() + c0, c1 - c0, d, tile.data(), kCols);
+    for (std::size_t c0 = 0; c0 < c.n; c0 += kCols) {
+      const std::size_t c1 = std::min(c.n, c0 + kCols);
+      simd::gemm(q.data() + r0, r1 - r0, c, c0, c1 - c0, tile.data(), kCols);
       on_tile(r0, r1, c0, c1, tile.data(), kCols, tid);
     }
   });
 }
 
-// Mean of the `kc` best similarities held (sorted best-first) in `items`.
-inline double mean_best(const std::vector<Scored>& items, std::size_t kc) {
+// CSLS in one symmetric expression, so the A-side and B-side rankings agree
+// on every pair's value to the last bit.
+inline float csls_value(float s, double r_a, double r_b) { return float(2.0 * s - (r_a + r_b)); }
+
+// One sweep keeping the best `k_row` values per row and `k_col` per column of
+// value(s, i, j). Column heaps are per thread (with cached admission
+// thresholds, so the hot loop is one compare per entry) and merged exactly.
+template <class Value>
+void best_per_row_and_column(const std::vector<const float*>& xa, const simd::Panels<float>& pb, std::size_t k_row,
+                             std::size_t k_col, int num_threads, Value&& value, std::vector<TopK>& rows,
+                             std::vector<TopK>& cols) {
+  constexpr std::size_t kFilter = 16;
+  const std::size_t na = xa.size(), nb = pb.n;
+  const int slots = worker_slots(std::int64_t((na + 63) / 64), num_threads);
+  rows.assign(na, TopK(k_row));
+  std::vector<std::vector<TopK>> col_heaps(static_cast<std::size_t>(slots), std::vector<TopK>(nb, TopK(k_col)));
+  std::vector<std::vector<float>> col_thr(static_cast<std::size_t>(slots), std::vector<float>(nb, -INFINITY));
+  similarity_sweep(xa, pb, num_threads, [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1,
+                                            const float* tile, std::size_t ld, int tid) {
+    auto& ch = col_heaps[std::size_t(tid)];
+    float* cthr = col_thr[std::size_t(tid)].data();
+    float vals[kFilter];
+    for (std::size_t i = r0; i < r1; ++i) {
+      const float* row = tile + (i - r0) * ld;
+      TopK& rh = rows[i];
+      float rthr = rh.threshold();
+      // Most entries enter neither heap: test a short block at once (a loop
+      // the compiler vectorises) and only walk the blocks that have a hit.
+      for (std::size_t j0 = c0; j0 < c1; j0 += kFilter) {
+        const std::size_t nj = std::min(kFilter, c1 - j0);
+        int hit = 0;
+        for (std::size_t t = 0; t < nj; ++t) {
+          vals[t] = value(row[j0 - c0 + t], i, j0 + t);
+          hit |= int(vals[t] >= rthr) | int(vals[t] >= cthr[j0 + t]);
+        }
+        if (!hit) continue;
+        for (std::size_t t = 0; t < nj; ++t) {
+          const std::size_t j = j0 + t;
+          if (vals[t] >= rthr) {
+            rh.push(vals[t], std::int64_t(j));
+            rthr = rh.threshold();
+          }
+          if (vals[t] >= cthr[j]) {
+            ch[j].push(vals[t], std::int64_t(i));
+            cthr[j] = ch[j].threshold();
+          }
+        }
+      }
+    }
+  });
+  cols = std::move(col_heaps[0]);
+  for (std::size_t t = 1; t < col_heaps.size(); ++t)
+    for (std::size_t j = 0; j < nb; ++j)
+      for (const Scored& s : col_heaps[t][j].items()) cols[j].push(s.score, s.index);
+}
+
+// Mean of the `kc` best similarities of a heap (summed best-first, in double).
+inline double mean_best(TopK& heap, std::size_t kc) {
+  const auto& items = heap.sorted();
   double s = 0;
   for (std::size_t t = 0; t < kc; ++t) s += items[t].score;
   return s / double(kc);
 }
 
-// CSLS top-kk of each "row" (side X) given its best-M similarity candidates.
-// Returns the rows whose candidate set cannot certify the answer.
-inline std::vector<std::size_t> csls_from_candidates(std::vector<TopK>& cand, const std::vector<double>& r_self,
-                                                     const std::vector<double>& r_other, std::size_t n_other,
-                                                     std::size_t kk, std::vector<std::vector<std::int64_t>>& top) {
-  const double r_other_min = r_other.empty() ? 0.0 : *std::min_element(r_other.begin(), r_other.end());
-  std::vector<std::size_t> unresolved;
-  top.assign(cand.size(), {});
-  for (std::size_t i = 0; i < cand.size(); ++i) {
-    const auto& items = cand[i].items();  // sorted best-first by the caller
-    TopK best(kk);
-    for (const Scored& s : items)
-      best.push(float(2.0 * s.score - r_self[i] - r_other[std::size_t(s.index)]), s.index);
-    const bool complete = items.size() >= n_other;
-    if (!complete) {
-      const double bound = 2.0 * items.back().score - r_self[i] - r_other_min;
-      if (!(best.full() && float(bound) < best.threshold())) {  // float(): rounding is monotone
-        unresolved.push_back(i);
-        continue;
-      }
-    }
-    for (const Scored& s : best.sorted()) top[i].push_back(s.index);
-  }
-  return unresolved;
-}
-
-// Exact CSLS top-kk for the listed rows of X against all of Y.
-inline void csls_exact_rows(const std::vector<std::size_t>& rows, const std::vector<const float*>& x,
-                            const std::vector<const float*>& y, std::size_t d, const std::vector<double>& r_x,
-                            const std::vector<double>& r_y, std::size_t kk, int num_threads,
-                            std::vector<std::vector<std::int64_t>>& top) {
-  if (rows.empty()) return;
-  std::vector<const float*> sub(rows.size());
-  for (std::size_t t = 0; t < rows.size(); ++t) sub[t] = x[rows[t]];
-  std::vector<TopK> heaps(rows.size(), TopK(kk));
-  similarity_sweep(sub, y, d, num_threads, [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1,
-                                               const float* tile, std::size_t ld, int) {
-    for (std::size_t i = r0; i < r1; ++i)
-      for (std::size_t j = c0; j < c1; ++j)
-        heaps[i].push(float(2.0 * tile[(i - r0) * ld + j - c0] - r_x[rows[i]] - r_y[j]), std::int64_t(j));
-  });
-  for (std::size_t t = 0; t < rows.size(); ++t) {
-    top[rows[t]].clear();
-    for (const Scored& s : heaps[t].sorted()) top[rows[t]].push_back(s.index);
-  }
-}
-
 }  // namespace detail
 
-// SA (na, d), SB (nb, d); masks: 1 = excluded.
+// SA (na, d), SB (nb, d); masks: 1 = excluded. Two sweeps: the first finds
+// r_A and r_B, the second the CSLS top-k of every row and column.
 inline CslsResult csls_mutual_topk(const float* SA, std::size_t na_all, const float* SB, std::size_t nb_all,
                                    std::size_t d, std::size_t k, std::size_t csls_k, const std::uint8_t* mask_a,
                                    const std::uint8_t* mask_b, int num_threads) {
@@ -121,62 +128,33 @@ inline CslsResult csls_mutual_topk(const float* SA, std::size_t na_all, const fl
   std::vector<const float*> xa(na), xb(nb);
   for (std::size_t i = 0; i < na; ++i) xa[i] = SA + std::size_t(ia[i]) * d;
   for (std::size_t j = 0; j < nb; ++j) xb[j] = SB + std::size_t(ib[j]) * d;
+  const simd::Panels<float> pb(xb.data(), nb, d);
 
   const std::size_t kca = std::min(csls_k, nb), kcb = std::min(csls_k, na);
   const std::size_t kka = std::min(k, nb), kkb = std::min(k, na);
-  const std::size_t ma = std::min(nb, std::max(kca, kka) + 8), mb = std::min(na, std::max(kcb, kkb) + 8);
 
-  // Pass 1: best-M similarities per row (exact) and per column (per thread).
-  const int slots = worker_slots(std::int64_t((na + 63) / 64), num_threads);
-  std::vector<TopK> row_best(na, TopK(ma));
-  std::vector<std::vector<TopK>> col_best(static_cast<std::size_t>(slots));
-  for (auto& v : col_best) v.assign(nb, TopK(mb));
-  detail::similarity_sweep(xa, xb, d, num_threads, [&](std::size_t r0, std::size_t r1, std::size_t c0,
-                                                       std::size_t c1, const float* tile, std::size_t ld, int tid) {
-    auto& cols = col_best[std::size_t(tid)];
-    for (std::size_t i = r0; i < r1; ++i) {
-      const float* row = tile + (i - r0) * ld;
-      TopK& rh = row_best[i];
-      for (std::size_t j = c0; j < c1; ++j) {
-        const float s = row[j - c0];
-        rh.push(s, std::int64_t(j));
-        cols[j].push(s, std::int64_t(i));
-      }
-    }
-  });
-  std::vector<TopK>& col_merged = col_best[0];
-  for (std::size_t t = 1; t < col_best.size(); ++t)
-    for (std::size_t j = 0; j < nb; ++j)
-      for (const Scored& s : col_best[t][j].items()) col_merged[j].push(s.score, s.index);
-  col_best.resize(1);
-
+  std::vector<TopK> rows, cols;
+  detail::best_per_row_and_column(
+      xa, pb, kca, kcb, num_threads, [](float s, std::size_t, std::size_t) { return s; }, rows, cols);
   std::vector<double> ra(na), rb(nb);
-  for (std::size_t i = 0; i < na; ++i) ra[i] = detail::mean_best(row_best[i].sorted(), kca);
-  for (std::size_t j = 0; j < nb; ++j) rb[j] = detail::mean_best(col_merged[j].sorted(), kcb);
+  for (std::size_t i = 0; i < na; ++i) ra[i] = detail::mean_best(rows[i], kca);
+  for (std::size_t j = 0; j < nb; ++j) rb[j] = detail::mean_best(cols[j], kcb);
 
-  // CSLS top-k per row and per column, certified from the candidates or recomputed.
-  std::vector<std::vector<std::int64_t>> top_a, top_b;
-  auto bad_a = detail::csls_from_candidates(row_best, ra, rb, nb, kka, top_a);
-  auto bad_b = detail::csls_from_candidates(col_merged, rb, ra, na, kkb, top_b);
-  row_best.clear();
-  row_best.shrink_to_fit();
-  col_best.clear();
-  detail::csls_exact_rows(bad_a, xa, xb, d, ra, rb, kka, num_threads, top_a);
-  detail::csls_exact_rows(bad_b, xb, xa, d, rb, ra, kkb, num_threads, top_b);
+  detail::best_per_row_and_column(
+      xa, pb, kka, kkb, num_threads,
+      [&](float s, std::size_t i, std::size_t j) { return detail::csls_value(s, ra[i], rb[j]); }, rows, cols);
 
   // Mutual pairs, then greedy one-to-one by CSLS (ties: lower i, then lower j).
   struct Cand {
-    double score;
+    float score;
     std::int64_t i, j;
   };
   std::vector<Cand> mutual;
-  const auto& I = simd::isa();
   for (std::size_t i = 0; i < na; ++i)
-    for (std::int64_t j : top_a[i]) {
-      const auto& back = top_b[std::size_t(j)];
-      if (std::find(back.begin(), back.end(), std::int64_t(i)) == back.end()) continue;
-      const double s = I.dot_f32(xa[i], xb[std::size_t(j)], d);
-      mutual.push_back({2.0 * s - ra[i] - rb[std::size_t(j)], std::int64_t(i), j});
+    for (const Scored& sj : rows[i].items()) {
+      const auto& back = cols[std::size_t(sj.index)].items();
+      if (std::any_of(back.begin(), back.end(), [&](const Scored& si) { return si.index == std::int64_t(i); }))
+        mutual.push_back({sj.score, std::int64_t(i), sj.index});
     }
   std::sort(mutual.begin(), mutual.end(), [](const Cand& a, const Cand& b) {
     if (a.score != b.score) return a.score > b.score;
@@ -189,7 +167,7 @@ inline CslsResult csls_mutual_topk(const float* SA, std::size_t na_all, const fl
     used_a[std::size_t(c.i)] = used_b[std::size_t(c.j)] = 1;
     res.pairs.push_back(ia[std::size_t(c.i)]);
     res.pairs.push_back(ib[std::size_t(c.j)]);
-    res.scores.push_back(float(c.score));
+    res.scores.push_back(c.score);
   }
   return res;
 }

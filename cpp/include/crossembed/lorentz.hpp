@@ -40,24 +40,17 @@ struct LorentzSide {
 };
 
 template <class T>
-double lorentz_exact(const T* x, const T* y, std::size_t d, double nx, double xt, double ny, double yt, double c) {
-  double sq = 0;
+double lorentz_exact(const T* x, const T* y, std::size_t d, double xt, double yt, double c) {
+  // |x-y|^2 and |x|^2 - |y|^2 = (x-y).(x+y) from the coordinates: no cancellation.
+  double sq = 0, ndiff = 0;
   for (std::size_t t = 0; t < d; ++t) {
     const double diff = double(x[t]) - double(y[t]);
     sq += diff * diff;
+    ndiff += diff * (double(x[t]) + double(y[t]));
   }
-  const double dt = (nx - ny) / (xt + yt);
+  const double dt = ndiff / (xt + yt);
   const double q = std::max(0.0, sq - dt * dt);
   return 2.0 / std::sqrt(c) * std::asinh(std::sqrt(c * q) / 2.0);
-}
-
-inline void tile_dot(const float* const* q, std::size_t nq, const float* const* c, std::size_t nc, std::size_t d,
-                     float* out, std::size_t ld) {
-  simd::isa().tile_dot_f32(q, nq, c, nc, d, out, ld);
-}
-inline void tile_dot(const double* const* q, std::size_t nq, const double* const* c, std::size_t nc, std::size_t d,
-                     double* out, std::size_t ld) {
-  simd::isa().tile_dot_f64(q, nq, c, nc, d, out, ld);
 }
 
 // Distances of x-row i against y columns [c0, c1), given their dot products.
@@ -69,13 +62,13 @@ void lorentz_row(const LorentzSide<T>& X, const LorentzSide<T>& Y, std::size_t i
                                       Y.time_t.data() + c0, float(c), out);
     for (std::size_t j = c0; j < c1; ++j)
       if (std::isnan(out[j - c0]))
-        out[j - c0] = float(lorentz_exact(X.rows[i], Y.rows[j], d, X.norm2[i], X.time[i], Y.norm2[j], Y.time[j], c));
+        out[j - c0] = float(lorentz_exact(X.rows[i], Y.rows[j], d, X.time[i], Y.time[j], c));
   } else {
     for (std::size_t j = c0; j < c1; ++j) {
       const double nsum = X.norm2[i] + Y.norm2[j];
       const double dd = nsum - 2.0 * dots[j - c0];
       if (dd < 0.05 * nsum) {
-        out[j - c0] = lorentz_exact(X.rows[i], Y.rows[j], d, X.norm2[i], X.time[i], Y.norm2[j], Y.time[j], c);
+        out[j - c0] = lorentz_exact(X.rows[i], Y.rows[j], d, X.time[i], Y.time[j], c);
       } else {
         const double dt = (X.norm2[i] - Y.norm2[j]) / (X.time[i] + Y.time[j]);
         const double q = std::max(0.0, dd - dt * dt);
@@ -90,14 +83,15 @@ template <class T, class OnRow>
 void lorentz_sweep(const T* x, std::size_t nx, const T* y, std::size_t ny, std::size_t d, double c,
                    int num_threads, OnRow&& on_row) {
   const LorentzSide<T> X(x, nx, d, c), Y(y, ny, d, c);
-  constexpr std::size_t kRows = 32, kCols = 512;
+  const simd::Panels<T> py(Y.rows.data(), ny, d);
+  constexpr std::size_t kRows = 32, kCols = 512;  // kCols: a multiple of every panel width
   const std::size_t nblocks = (nx + kRows - 1) / kRows;
   parallel_for(std::int64_t(nblocks), num_threads, [&](std::int64_t b, int) {
     const std::size_t r0 = std::size_t(b) * kRows, r1 = std::min(nx, r0 + kRows);
     std::vector<T> tile((r1 - r0) * kCols), dist(kCols);
     for (std::size_t c0 = 0; c0 < ny; c0 += kCols) {
       const std::size_t c1 = std::min(ny, c0 + kCols);
-      tile_dot(X.rows.data() + r0, r1 - r0, Y.rows.data() + c0, c1 - c0, d, tile.data(), kCols);
+      simd::gemm(X.rows.data() + r0, r1 - r0, py, c0, c1 - c0, tile.data(), kCols);
       for (std::size_t i = r0; i < r1; ++i) {
         lorentz_row(X, Y, i, c0, c1, tile.data() + (i - r0) * kCols, d, c, dist.data());
         on_row(i, c0, c1, dist.data());

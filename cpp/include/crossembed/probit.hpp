@@ -4,12 +4,14 @@
 //   sig2_s = <mu_q^2, v_c> + <v_q, mu_c^2 + v_c>
 //   score  = mu_s / sqrt(1 + pi/8 * sig2_s)
 //
-// The doc side is prepared once (ProbitDocs): means, the stacked variance block
+// The doc side is prepared once (ProbitDocs): means packed into GEMM panels, the stacked variance block
 // [v_c | mu_c^2 + v_c] (so sig2_s is one 2D-long dot with [mu_q^2 | v_q]) and
 // per-doc bounds. top_k tiles the candidates, computes mu_s for a tile with the
 // register-blocked GEMM, and only evaluates sig2_s for candidates whose score
 // upper bound (from min/max variances) can still enter the query's heap. The
 // pruning is exact: a skipped candidate provably scores below the k-th best.
+// All paths (top_k, rerank, dense) compute mu_s with the same micro-kernel and
+// sig2_s with the same dot, so they agree bit for bit.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -57,7 +59,7 @@ struct ProbitQueries {
 class ProbitDocs {
  public:
   ProbitDocs(const float* mu_c, const float* v_c, std::size_t n, std::size_t d)
-      : n_(n), d_(d), mu_(mu_c, mu_c + n * d), stacked_(n * 2 * d), mass_(n), vmin_(n), vmax_(n) {
+      : n_(n), d_(d), means_(mu_c, n, d), stacked_(n * 2 * d), mass_(n), vmin_(n), vmax_(n) {
     for (std::size_t i = 0; i < n; ++i) {
       const float* m = mu_c + i * d;
       const float* v = v_c + i * d;
@@ -78,7 +80,6 @@ class ProbitDocs {
 
   std::size_t size() const { return n_; }
   std::size_t dim() const { return d_; }
-  const float* mean(std::size_t i) const { return mu_.data() + i * d_; }
   const float* stacked(std::size_t i) const { return stacked_.data() + i * 2 * d_; }
 
   static float score_from(float mu_s, float sig2) {
@@ -108,8 +109,7 @@ class ProbitDocs {
             std::int64_t* out_idx, int num_threads) const {
     if (q == 0) return;
     const ProbitQueries Q(mu_q, v_q, q, d_);
-    const auto& I = simd::isa();
-    constexpr std::size_t kQueryBlock = 64, kDocTile = 256;
+    constexpr std::size_t kQueryBlock = 64, kDocTile = 256;  // kDocTile: a multiple of every panel width
     const std::size_t n_qblocks = (q + kQueryBlock - 1) / kQueryBlock;
     const int nt = resolve_threads(num_threads);
     // Few query blocks: also split the docs so every core has work; partial
@@ -119,28 +119,31 @@ class ProbitDocs {
       const std::size_t want = (std::size_t(4 * nt) + n_qblocks - 1) / n_qblocks;
       n_chunks = std::max<std::size_t>(1, std::min(want, (n_ + 4095) / 4096));
     }
-    const std::size_t chunk = (n_ + n_chunks - 1) / n_chunks;
+    const std::size_t chunk = ((n_ + n_chunks - 1) / n_chunks + kDocTile - 1) / kDocTile * kDocTile;
     std::vector<TopK> partial(q * n_chunks);
 
     parallel_for(std::int64_t(n_qblocks * n_chunks), num_threads, [&](std::int64_t task, int) {
       const std::size_t qb = std::size_t(task) / n_chunks, ch = std::size_t(task) % n_chunks;
       const std::size_t q0 = qb * kQueryBlock, q1 = std::min(q, q0 + kQueryBlock);
       const std::size_t c0 = ch * chunk, c1 = std::min(n_, c0 + chunk);
-      std::vector<const float*> qrows(q1 - q0), crows(kDocTile);
+      std::vector<const float*> qrows(q1 - q0);
       for (std::size_t i = q0; i < q1; ++i) qrows[i - q0] = Q.mu + i * d_;
       std::vector<float> tile((q1 - q0) * kDocTile);
       for (std::size_t i = q0; i < q1; ++i) partial[i * n_chunks + ch].reset(k);
       for (std::size_t t0 = c0; t0 < c1; t0 += kDocTile) {
         const std::size_t nt_ = std::min(kDocTile, c1 - t0);
-        for (std::size_t j = 0; j < nt_; ++j) crows[j] = mean(t0 + j);
-        I.tile_dot_f32(qrows.data(), q1 - q0, crows.data(), nt_, d_, tile.data(), kDocTile);
+        simd::gemm(qrows.data(), q1 - q0, means_, t0, nt_, tile.data(), kDocTile);
         for (std::size_t i = q0; i < q1; ++i) {
           TopK& heap = partial[i * n_chunks + ch];
           const float* row = tile.data() + (i - q0) * kDocTile;
+          float thr = heap.threshold();
           for (std::size_t j = 0; j < nt_; ++j) {
             const std::size_t ci = t0 + j;
-            if (heap.full() && score_upper_bound(Q, i, ci, row[j]) < heap.threshold()) continue;
+            // Cheap test first: the denominator is >= 1, so a positive score is <= mu_s.
+            if (row[j] > 0 && double(row[j]) * (1.0 + 1e-6) < thr) continue;
+            if (heap.full() && score_upper_bound(Q, i, ci, row[j]) < thr) continue;
             heap.push(score_pair(Q, i, ci, row[j]), std::int64_t(ci));
+            thr = heap.threshold();
           }
         }
       }
@@ -158,16 +161,23 @@ class ProbitDocs {
               std::size_t k, float* out_scores, std::int64_t* out_idx, int num_threads) const {
     if (q == 0) return;
     const ProbitQueries Q(mu_q, v_q, q, d_);
-    const auto& I = simd::isa();
     parallel_for(std::int64_t(q), num_threads, [&](std::int64_t ii, int) {
       const std::size_t i = std::size_t(ii);
+      // Gather the candidates' means and score them with the same micro-kernel
+      // as top_k, so both paths give identical scores.
+      std::vector<std::int64_t> ids;
+      for (std::size_t r = 0; r < m; ++r)
+        if (cand[i * m + r] >= 0) ids.push_back(cand[i * m + r]);
+      std::vector<float> rows(ids.size() * d_), mus(ids.size());
+      for (std::size_t r = 0; r < ids.size(); ++r)
+        for (std::size_t t = 0; t < d_; ++t) rows[r * d_ + t] = means_.get(std::size_t(ids[r]), t);
       TopK heap(k);
-      for (std::size_t r = 0; r < m; ++r) {
-        const std::int64_t ci = cand[i * m + r];
-        if (ci < 0) continue;
-        const float mu_s = I.dot_f32(Q.mu + i * d_, mean(std::size_t(ci)), d_);
-        heap.push(score_pair(Q, i, std::size_t(ci), mu_s), ci);
+      if (!ids.empty()) {
+        const simd::Panels<float> panel(rows.data(), ids.size(), d_);
+        const float* qrow = Q.mu + i * d_;
+        simd::gemm(&qrow, 1, panel, 0, ids.size(), mus.data(), ids.size());
       }
+      for (std::size_t r = 0; r < ids.size(); ++r) heap.push(score_pair(Q, i, std::size_t(ids[r]), mus[r]), ids[r]);
       write_topk(heap, k, out_scores + i * k, out_idx + i * k);
     });
   }
@@ -177,28 +187,21 @@ class ProbitDocs {
               int num_threads) const {
     if (q == 0 || n_ == 0) return;
     const ProbitQueries Q(mu_q, v_q, q, d_);
-    const auto& I = simd::isa();
     constexpr std::size_t kQB = 64, kTile = 256;
     const std::size_t nqb = (q + kQB - 1) / kQB, ntiles = (n_ + kTile - 1) / kTile;
     parallel_for(std::int64_t(nqb * ntiles), num_threads, [&](std::int64_t task, int) {
       const std::size_t qb = std::size_t(task) / ntiles, tb = std::size_t(task) % ntiles;
       const std::size_t q0 = qb * kQB, q1 = std::min(q, q0 + kQB);
       const std::size_t t0 = tb * kTile, t1 = std::min(n_, t0 + kTile);
-      std::vector<const float*> qm(q1 - q0), qs(q1 - q0), cm(t1 - t0), cs(t1 - t0);
-      for (std::size_t i = q0; i < q1; ++i) {
-        qm[i - q0] = Q.mu + i * d_;
-        qs[i - q0] = Q.stacked.data() + i * 2 * d_;
-      }
-      for (std::size_t j = t0; j < t1; ++j) {
-        cm[j - t0] = mean(j);
-        cs[j - t0] = stacked(j);
-      }
-      std::vector<float> mus((q1 - q0) * kTile), sig((q1 - q0) * kTile);
-      I.tile_dot_f32(qm.data(), q1 - q0, cm.data(), t1 - t0, d_, mus.data(), kTile);
-      I.tile_dot_f32(qs.data(), q1 - q0, cs.data(), t1 - t0, 2 * d_, sig.data(), kTile);
+      std::vector<const float*> qm(q1 - q0);
+      for (std::size_t i = q0; i < q1; ++i) qm[i - q0] = Q.mu + i * d_;
+      std::vector<float> mus((q1 - q0) * kTile);
+      simd::gemm(qm.data(), q1 - q0, means_, t0, t1 - t0, mus.data(), kTile);
+      const auto& I = simd::isa();
       for (std::size_t i = q0; i < q1; ++i)
         for (std::size_t j = t0; j < t1; ++j) {
-          const float a = mus[(i - q0) * kTile + j - t0], b = sig[(i - q0) * kTile + j - t0];
+          const float a = mus[(i - q0) * kTile + j - t0];
+          const float b = I.dot_f32(Q.stacked.data() + i * 2 * d_, stacked(j), 2 * d_);
           out[i * n_ + j] = score_from(a, b);
           if (out_mu) out_mu[i * n_ + j] = a;
           if (out_sig2) out_sig2[i * n_ + j] = b;
@@ -208,7 +211,8 @@ class ProbitDocs {
 
  private:
   std::size_t n_, d_;
-  std::vector<float> mu_, stacked_;
+  simd::Panels<float> means_;  // mu_c packed for the GEMM micro-kernel
+  std::vector<float> stacked_;
   std::vector<double> mass_, vmin_, vmax_;
 };
 

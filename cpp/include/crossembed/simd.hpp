@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define CROSSEMBED_X86 1
@@ -33,8 +34,8 @@ namespace simd {
 #define CE_FMAF(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define CE_FMAD(a, b, c) _mm512_fmadd_pd(a, b, c)
 #define CE_SQRTF(a) _mm512_sqrt_ps(a)
-#define CE_QB 4
-#define CE_NB 4
+#define CE_MR 8
+#define CE_NRV 2
 #include "detail/isa_impl.hpp"
 #undef CE_NS
 #undef CE_VF
@@ -44,8 +45,8 @@ namespace simd {
 #undef CE_FMAF
 #undef CE_FMAD
 #undef CE_SQRTF
-#undef CE_QB
-#undef CE_NB
+#undef CE_MR
+#undef CE_NRV
 #pragma GCC pop_options
 
 #pragma GCC push_options
@@ -58,8 +59,8 @@ namespace simd {
 #define CE_FMAF(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define CE_FMAD(a, b, c) _mm256_fmadd_pd(a, b, c)
 #define CE_SQRTF(a) _mm256_sqrt_ps(a)
-#define CE_QB 4
-#define CE_NB 3
+#define CE_MR 6
+#define CE_NRV 2
 #include "detail/isa_impl.hpp"
 #undef CE_NS
 #undef CE_VF
@@ -69,8 +70,8 @@ namespace simd {
 #undef CE_FMAF
 #undef CE_FMAD
 #undef CE_SQRTF
-#undef CE_QB
-#undef CE_NB
+#undef CE_MR
+#undef CE_NRV
 #pragma GCC pop_options
 #endif
 
@@ -83,8 +84,8 @@ namespace simd {
 #define CE_FMAF(a, b, c) ((a) * (b) + (c))
 #define CE_FMAD(a, b, c) ((a) * (b) + (c))
 #define CE_SQRTF(a) _mm_sqrt_ps(a)
-#define CE_QB 4
-#define CE_NB 2
+#define CE_MR 4
+#define CE_NRV 2
 #include "detail/isa_impl.hpp"
 #undef CE_NS
 #undef CE_VF
@@ -94,16 +95,20 @@ namespace simd {
 #undef CE_FMAF
 #undef CE_FMAD
 #undef CE_SQRTF
-#undef CE_QB
-#undef CE_NB
+#undef CE_MR
+#undef CE_NRV
 
 // The primitives a kernel may call, as one table per instruction set.
 struct Isa {
   const char* name;
   float (*dot_f32)(const float*, const float*, std::size_t);
   double (*dot_f64)(const double*, const double*, std::size_t);
-  void (*tile_dot_f32)(const float* const*, std::size_t, const float* const*, std::size_t, std::size_t, float*, std::size_t);
-  void (*tile_dot_f64)(const double* const*, std::size_t, const double* const*, std::size_t, std::size_t, double*, std::size_t);
+  std::size_t (*panel_width_f32)();
+  std::size_t (*panel_width_f64)();
+  void (*pack_f32)(const float* const*, std::size_t, std::size_t, float*);
+  void (*pack_f64)(const double* const*, std::size_t, std::size_t, double*);
+  void (*gemm_f32)(const float* const*, std::size_t, const float*, std::size_t, std::size_t, float*, std::size_t);
+  void (*gemm_f64)(const double* const*, std::size_t, const double*, std::size_t, std::size_t, double*, std::size_t);
   void (*exp_inplace)(float*, std::size_t);
   void (*lorentz_row_from_dots)(const float*, std::size_t, float, float, const float*, const float*, float, float*);
 };
@@ -112,10 +117,13 @@ struct Isa {
   Isa {                                                                                           \
     #ns, static_cast<float (*)(const float*, const float*, std::size_t)>(&ns::dot),               \
         static_cast<double (*)(const double*, const double*, std::size_t)>(&ns::dot),             \
-        static_cast<void (*)(const float* const*, std::size_t, const float* const*, std::size_t,  \
-                             std::size_t, float*, std::size_t)>(&ns::tile_dot),                   \
-        static_cast<void (*)(const double* const*, std::size_t, const double* const*, std::size_t, \
-                             std::size_t, double*, std::size_t)>(&ns::tile_dot),                  \
+        &ns::panel_width_f32, &ns::panel_width_f64,                                               \
+        static_cast<void (*)(const float* const*, std::size_t, std::size_t, float*)>(&ns::pack_panels), \
+        static_cast<void (*)(const double* const*, std::size_t, std::size_t, double*)>(&ns::pack_panels), \
+        static_cast<void (*)(const float* const*, std::size_t, const float*, std::size_t, std::size_t, \
+                             float*, std::size_t)>(&ns::gemm_panel),                              \
+        static_cast<void (*)(const double* const*, std::size_t, const double*, std::size_t, std::size_t, \
+                             double*, std::size_t)>(&ns::gemm_panel),                             \
         &ns::exp_inplace, &ns::lorentz_row_from_dots                                              \
   }
 
@@ -140,6 +148,47 @@ inline const Isa& select_isa() {
 inline const Isa& isa() {
   static const Isa& chosen = select_isa();
   return chosen;
+}
+
+// Rows packed into GEMM panels for the selected ISA (see detail/isa_impl.hpp).
+template <class T>
+struct Panels {
+  std::size_t n = 0, d = 0, width = 0;
+  std::vector<T> data;
+  Panels() = default;
+  Panels(const T* const* rows, std::size_t n_, std::size_t d_) : n(n_), d(d_) {
+    const Isa& I = isa();
+    if constexpr (sizeof(T) == sizeof(float)) {
+      width = I.panel_width_f32();
+      data.resize(((n + width - 1) / width) * width * d);
+      I.pack_f32(rows, n, d, data.data());
+    } else {
+      width = I.panel_width_f64();
+      data.resize(((n + width - 1) / width) * width * d);
+      I.pack_f64(rows, n, d, data.data());
+    }
+  }
+  Panels(const T* x, std::size_t n_, std::size_t d_) : Panels(row_pointers(x, n_, d_).data(), n_, d_) {}
+  // Panels starting at row `first` (a multiple of `width`).
+  const T* at(std::size_t first) const { return data.data() + (first / width) * width * d; }
+  // Entry k of row j.
+  T get(std::size_t j, std::size_t k) const { return data[(j / width) * width * d + k * width + j % width]; }
+
+  static std::vector<const T*> row_pointers(const T* x, std::size_t n, std::size_t d) {
+    std::vector<const T*> rows(n);
+    for (std::size_t i = 0; i < n; ++i) rows[i] = x + i * d;
+    return rows;
+  }
+};
+
+// out[i*ld + j] = <q[i], row j of the panels starting at `first`>, j < nc.
+inline void gemm(const float* const* q, std::size_t nq, const Panels<float>& p, std::size_t first, std::size_t nc,
+                 float* out, std::size_t ld) {
+  isa().gemm_f32(q, nq, p.at(first), nc, p.d, out, ld);
+}
+inline void gemm(const double* const* q, std::size_t nq, const Panels<double>& p, std::size_t first, std::size_t nc,
+                 double* out, std::size_t ld) {
+  isa().gemm_f64(q, nq, p.at(first), nc, p.d, out, ld);
 }
 
 }  // namespace simd

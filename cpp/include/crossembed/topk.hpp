@@ -22,6 +22,11 @@ inline bool better(const BasicScored<S>& a, const BasicScored<S>& b) {
   return a.score > b.score || (a.score == b.score && a.index < b.index);
 }
 
+template <class S>
+struct Better {
+  bool operator()(const BasicScored<S>& a, const BasicScored<S>& b) const { return better(a, b); }
+};
+
 // Keeps the k best items seen; the worst kept item sits at heap.front().
 template <class S>
 class BasicTopK {
@@ -46,16 +51,16 @@ class BasicTopK {
     Scored s{score, index};
     if (!full()) {
       items_.push_back(s);
-      std::push_heap(items_.begin(), items_.end(), better<S>);
+      std::push_heap(items_.begin(), items_.end(), Better<S>{});
     } else {
-      std::pop_heap(items_.begin(), items_.end(), better<S>);
+      std::pop_heap(items_.begin(), items_.end(), Better<S>{});
       items_.back() = s;
-      std::push_heap(items_.begin(), items_.end(), better<S>);
+      std::push_heap(items_.begin(), items_.end(), Better<S>{});
     }
   }
   // Best first. Leaves the heap empty.
   std::vector<Scored>& sorted() {
-    std::sort(items_.begin(), items_.end(), better<S>);
+    std::sort(items_.begin(), items_.end(), Better<S>{});
     return items_;
   }
   const std::vector<Scored>& items() const { return items_; }

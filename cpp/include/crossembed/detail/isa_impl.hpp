@@ -3,10 +3,9 @@
 // with CE_NS naming the namespace and CE_* macros naming the vector type and
 // its load/FMA intrinsics. Everything here is plain functions on raw pointers.
 //
-// Reproducibility contract: for one ISA, dot() and tile_dot() give bit-identical
-// results for the same pair (same lane split, same FMA chain, same horizontal
-// sum, same scalar tail), so scores do not depend on which path or tile or
-// thread computed them.
+// Reproducibility: every primitive computes each output from its own inputs in
+// a fixed order, independent of tiling and threads, so kernel results do not
+// depend on num_threads.
 
 namespace CE_NS {
 
@@ -51,50 +50,72 @@ static inline double dot(const double* a, const double* b, std::size_t d) {
   return hsum<VD, double>(acc) + tail;
 }
 
-// out[i * ld + j] = dot(q[i], c[j]) for i < nq, j < nc: a register-blocked
-// "inner product" GEMM over rows given by pointers (so gathered rows need no
-// copy). Edge blocks repeat the last pointer and drop the extra results.
-#define CE_TILE_DOT_BODY(T, V, W, LOAD, FMA, ZERO, QB, NB)                              \
-  const std::size_t dv = d - d % W;                                                    \
-  for (std::size_t i0 = 0; i0 < nq; i0 += QB) {                                        \
-    const T* qp[QB];                                                                   \
-    for (int a = 0; a < QB; ++a) qp[a] = q[std::min<std::size_t>(i0 + a, nq - 1)];     \
-    for (std::size_t j0 = 0; j0 < nc; j0 += NB) {                                      \
-      const T* cp[NB];                                                                 \
-      for (int b = 0; b < NB; ++b) cp[b] = c[std::min<std::size_t>(j0 + b, nc - 1)];   \
-      V acc[QB][NB];                                                                   \
-      for (int a = 0; a < QB; ++a)                                                     \
-        for (int b = 0; b < NB; ++b) acc[a][b] = ZERO();                               \
-      for (std::size_t k = 0; k < dv; k += W) {                                        \
-        V qv[QB];                                                                      \
-        for (int a = 0; a < QB; ++a) qv[a] = LOAD(qp[a] + k);                          \
-        for (int b = 0; b < NB; ++b) {                                                 \
-          const V cv = LOAD(cp[b] + k);                                                \
-          for (int a = 0; a < QB; ++a) acc[a][b] = FMA(qv[a], cv, acc[a][b]);          \
+// ----------------------------------------------------------------- panel GEMM
+// The right-hand rows of a product are packed once into column panels of
+// NR = CE_NRV vectors: panel p stores, for each k, the k-th entries of rows
+// p*NR .. p*NR+NR-1 side by side (zero-padded). The micro-kernel broadcasts
+// one left-hand entry and multiplies it into CE_NRV vectors, so it needs no
+// horizontal sums: out[i][j] is one FMA chain over k = 0..d-1 in order,
+// whatever the tile, panel or thread - results are reproducible bit for bit.
+#define CE_PACK_BODY(T, W)                                                             \
+  const std::size_t nr = CE_NRV * W;                                                   \
+  for (std::size_t p0 = 0; p0 < n; p0 += nr) {                                         \
+    T* P = dst + (p0 / nr) * d * nr;                                                   \
+    for (std::size_t l = 0; l < nr; ++l) {                                             \
+      const T* r = p0 + l < n ? rows[p0 + l] : nullptr;                                \
+      for (std::size_t k = 0; k < d; ++k) P[k * nr + l] = r ? r[k] : T(0);             \
+    }                                                                                  \
+  }
+
+#define CE_GEMM_BODY(T, V, W, LOAD, FMA, ZERO, SPLAT, MR)                              \
+  const std::size_t nr = CE_NRV * W;                                                   \
+  for (std::size_t p0 = 0; p0 < nc; p0 += nr) {                                        \
+    const T* P = panels + (p0 / nr) * d * nr;                                          \
+    const std::size_t ncols = std::min(nr, nc - p0);                                   \
+    for (std::size_t i0 = 0; i0 < nq; i0 += MR) {                                      \
+      const T* qp[MR];                                                                 \
+      for (int a = 0; a < MR; ++a) qp[a] = q[std::min<std::size_t>(i0 + a, nq - 1)];   \
+      V acc[MR][CE_NRV];                                                               \
+      for (int a = 0; a < MR; ++a)                                                     \
+        for (int v = 0; v < CE_NRV; ++v) acc[a][v] = ZERO();                           \
+      for (std::size_t k = 0; k < d; ++k) {                                            \
+        V b[CE_NRV];                                                                   \
+        for (int v = 0; v < CE_NRV; ++v) b[v] = LOAD(P + k * nr + v * W);              \
+        for (int a = 0; a < MR; ++a) {                                                 \
+          const V qa = SPLAT(qp[a][k]);                                                \
+          for (int v = 0; v < CE_NRV; ++v) acc[a][v] = FMA(qa, b[v], acc[a][v]);       \
         }                                                                              \
       }                                                                                \
-      for (int a = 0; a < QB; ++a) {                                                   \
-        if (i0 + a >= nq) break;                                                       \
-        for (int b = 0; b < NB; ++b) {                                                 \
-          if (j0 + b >= nc) break;                                                     \
-          T tail = 0;                                                                  \
-          for (std::size_t k = dv; k < d; ++k) tail += qp[a][k] * cp[b][k];            \
-          out[(i0 + a) * ld + j0 + b] = hsum<V, T>(acc[a][b]) + tail;                  \
+      for (int a = 0; a < MR && i0 + a < nq; ++a) {                                    \
+        T* o = out + (i0 + a) * ld + p0;                                               \
+        if (ncols == nr) {                                                             \
+          __builtin_memcpy(o, acc[a], sizeof(acc[a]));                                 \
+        } else {                                                                       \
+          T tmp[CE_NRV * W];                                                           \
+          __builtin_memcpy(tmp, acc[a], sizeof(acc[a]));                               \
+          for (std::size_t j = 0; j < ncols; ++j) o[j] = tmp[j];                       \
         }                                                                              \
       }                                                                                \
     }                                                                                  \
   }
 
-static void tile_dot(const float* const* q, std::size_t nq, const float* const* c, std::size_t nc,
-                     std::size_t d, float* out, std::size_t ld) {
-  CE_TILE_DOT_BODY(float, VF, WF, loadf, fmaf_, zerof, CE_QB, CE_NB)
-}
+static std::size_t panel_width_f32() { return CE_NRV * WF; }
+static std::size_t panel_width_f64() { return CE_NRV * WD; }
 
-static void tile_dot(const double* const* q, std::size_t nq, const double* const* c, std::size_t nc,
-                     std::size_t d, double* out, std::size_t ld) {
-  CE_TILE_DOT_BODY(double, VD, WD, loadd, fmad_, zerod, CE_QB, CE_NB)
+static void pack_panels(const float* const* rows, std::size_t n, std::size_t d, float* dst) { CE_PACK_BODY(float, WF) }
+static void pack_panels(const double* const* rows, std::size_t n, std::size_t d, double* dst) { CE_PACK_BODY(double, WD) }
+
+// out[i * ld + j] = <q[i], column j of the panels> for i < nq, j < nc.
+static void gemm_panel(const float* const* q, std::size_t nq, const float* panels, std::size_t nc, std::size_t d,
+                       float* out, std::size_t ld) {
+  CE_GEMM_BODY(float, VF, WF, loadf, fmaf_, zerof, splatf, CE_MR)
 }
-#undef CE_TILE_DOT_BODY
+static void gemm_panel(const double* const* q, std::size_t nq, const double* panels, std::size_t nc, std::size_t d,
+                       double* out, std::size_t ld) {
+  CE_GEMM_BODY(double, VD, WD, loadd, fmad_, zerod, splatd, CE_MR)
+}
+#undef CE_PACK_BODY
+#undef CE_GEMM_BODY
 
 // ----------------------------------------------------------------- vector math
 // exp(x) for x <= 88 (inputs below -87 return exp(-87) ~ 1.6e-38, never 0 or a
