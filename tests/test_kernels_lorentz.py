@@ -128,14 +128,11 @@ def test_lorentz_origin_and_d1(rng):
 
 @pytest.mark.parametrize("dtype,scale", [(np.float32, 1e6), (np.float32, 1e15), (np.float32, 1e-20),
                                          (np.float64, 1e100), (np.float64, 1e-160)])
-def test_lorentz_extreme_magnitudes_are_right_or_refused(rng, dtype, scale):
+def test_lorentz_extreme_magnitudes(rng, dtype, scale):
+    """All below the documented refusal limits (1e17 float32, 1e150 float64): computed, to the derived bound."""
     X = (rng.standard_normal((10, 16)) * scale).astype(dtype)
     Y = (rng.standard_normal((12, 16)) * scale).astype(dtype)
-    try:
-        got = ce.lorentz_pairwise(X, Y)
-    except ValueError as exc:
-        assert "X" in str(exc) or "Y" in str(exc)
-        return
+    got = ce.lorentz_pairwise(X, Y)
     assert np.isfinite(got).all()
     expect, rel = lorentz_tolerance(X, Y, 1.0, dtype)
     assert_distances_close(got, expect, rel)

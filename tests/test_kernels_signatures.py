@@ -102,16 +102,12 @@ def test_signatures_duplicates_are_identical(rng):
     np.testing.assert_allclose(got[:, [9, 17, 33]], np.repeat(got[:, :1], 3, axis=1), rtol=signature_tolerance(33, 40, 0.3))
 
 
-@pytest.mark.parametrize("scale", [1e-20, 1e-10, 1e6, 1e15, 1e25])
+@pytest.mark.parametrize("scale", [1e-20, 1e-10, 1e6, 1e15, 1e25, 1e35])
 def test_signatures_are_scale_free_at_extreme_magnitudes(rng, scale):
-    """Cosine ignores scale: huge or tiny rows give the unit-scale signature (or a ValueError naming X), never garbage."""
+    """Cosine ignores scale: any finite float32 rows, huge or tiny, give their unit-scale signature."""
     X, anchors = points(rng, 60, 33), points(rng, 12, 33)
     big = (X.astype(np.float64) * scale).astype(np.float32)
-    try:
-        got = ce.anchor_signatures(big, anchors, sigma=0.5)
-    except ValueError as exc:
-        assert "X" in str(exc)
-        return
+    got = ce.anchor_signatures(big, anchors, sigma=0.5)
     assert np.isfinite(got).all()
     assert_signatures_close(got, big, anchors, 0.5)
 
