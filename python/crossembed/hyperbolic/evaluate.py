@@ -25,28 +25,28 @@ from crossembed.hyperbolic import lorentz as L
 from crossembed.hyperbolic.data import CLASS_NAMES, SceneSet, Vocabulary, load_fashion_mnist, make_scenes, part_caption
 from crossembed.hyperbolic.model import CompositionalModel
 
-__all__ = ["TestSet", "make_test_set", "embed_images", "embed_texts", "top_k", "evaluate", "benchmark_topk",
+__all__ = ["HeldOutSet", "make_test_set", "embed_images", "embed_texts", "top_k", "evaluate", "benchmark_topk",
            "radii", "plot_radii"]
 
 TEST_SEED = 2026  # one fixed test set for every model and training seed
 
 
 @dataclass
-class TestSet:
+class HeldOutSet:
     scenes: SceneSet
     items: np.ndarray  # (n, 28, 28) uint8, Fashion-MNIST test images
     item_labels: np.ndarray
 
 
 def make_test_set(*, n_scenes: int = 1000, n_items: int = 2000, canvas: int = 48, part_size: int = 24,
-                  max_items: int = 4, random_state=TEST_SEED) -> TestSet:
+                  max_items: int = 4, random_state=TEST_SEED) -> HeldOutSet:
     """Test scenes and zero-shot items, all from the Fashion-MNIST *test* file."""
     images, labels = load_fashion_mnist("test")
     scenes = make_scenes(n_scenes, split="test", canvas=canvas, part_size=part_size, max_items=max_items,
                          random_state=random_state, source=(images, labels))
     rng = np.random.default_rng(random_state)
     pick = np.sort(rng.choice(len(labels), size=min(n_items, len(labels)), replace=False))
-    return TestSet(scenes, images[pick], labels[pick])
+    return HeldOutSet(scenes, images[pick], labels[pick])
 
 
 @torch.no_grad()
@@ -117,7 +117,7 @@ def radii(model: CompositionalModel, emb: torch.Tensor) -> np.ndarray:
 
 
 @torch.no_grad()
-def evaluate(model: CompositionalModel, test: TestSet, *, return_embeddings: bool = False) -> Dict:
+def evaluate(model: CompositionalModel, test: HeldOutSet, *, return_embeddings: bool = False) -> Dict:
     """All metrics of the module docstring as a flat dict (fractions in [0, 1])."""
     from scipy.stats import spearmanr
 

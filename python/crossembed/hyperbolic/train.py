@@ -188,7 +188,7 @@ def load_checkpoint(path: Union[str, Path], *, optimizer: bool = False):
 
 
 def train(config: TrainConfig, *, out: Optional[Union[str, Path]] = None, resume: bool = False,
-          data: Optional[SceneSet] = None, progress: bool = True) -> TrainResult:
+          data: Optional[SceneSet] = None, progress: bool = True, max_steps: Optional[int] = None) -> TrainResult:
     """Train one model.
 
     Parameters
@@ -204,6 +204,9 @@ def train(config: TrainConfig, *, out: Optional[Union[str, Path]] = None, resume
         them lets several models share one generated set).
     progress : bool
         Show a tqdm bar.
+    max_steps : int, optional
+        Stop (with a checkpoint) after this many steps in this call; a later
+        call with ``resume=True`` continues. For time-sliced training.
     """
     out = Path(out) if out is not None else None
     if out is not None:
@@ -227,7 +230,8 @@ def train(config: TrainConfig, *, out: Optional[Union[str, Path]] = None, resume
     model.train()
     n_scenes = n_images = 0
     t0 = time.perf_counter()
-    bar = tqdm(range(start, config.steps), desc=f"train {config.model}", disable=not progress, leave=False)
+    stop = config.steps if max_steps is None else min(config.steps, start + max_steps)
+    bar = tqdm(range(start, stop), desc=f"train {config.model}", disable=not progress, leave=False)
     for step in bar:
         rng = np.random.default_rng([config.seed, step])  # batches depend on (seed, step) only: exact resume
         idx = np.sort(rng.choice(len(data), config.batch_size, replace=False))
@@ -245,7 +249,7 @@ def train(config: TrainConfig, *, out: Optional[Union[str, Path]] = None, resume
         n_images += len(idx) + (0 if batch.image_part is None else batch.image_part.shape[0])
         if progress and step % 10 == 0:
             bar.set_postfix(loss=f"{history['loss'][step]:.3f}", c=f"{float(model.curvature().detach()):.2f}")
-        if ckpt is not None and ((step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps):
+        if ckpt is not None and ((step + 1) % config.checkpoint_every == 0 or step + 1 == stop):
             save_checkpoint(ckpt, model, config, step + 1, history, opt)
     seconds = time.perf_counter() - t0
     model.eval()
