@@ -256,7 +256,8 @@ class LaplaceEmbedder:
             from crossembed.encoders import load_encoder
 
             # objects with encode() are used as they are; names, paths and callables go through load_encoder
-            self._encoder_obj = self.encoder if hasattr(self.encoder, "encode") else load_encoder(self.encoder)
+            enc = self.encoder
+            self._encoder_obj = enc if hasattr(enc, "encode") and not isinstance(enc, (str, bytes)) else load_encoder(enc)
         return self._encoder_obj
 
     def _embed(self, texts, role: str, show_progress_bar: bool, batch_size: int) -> np.ndarray:

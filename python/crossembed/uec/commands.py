@@ -1,0 +1,245 @@
+"""CLI: ``encode``, ``index build|search``, ``uec-eval`` and ``uec-perf``."""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import List
+
+import numpy as np
+
+__all__ = ["register"]
+
+
+def _read_lines(path: str, name: str) -> List[str]:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{name} file {path!r} does not exist")
+    lines = [l.strip() for l in p.read_text(encoding="utf-8").splitlines()]
+    lines = [l for l in lines if l]
+    if not lines:
+        raise ValueError(f"{name} file {path!r} has no non-empty lines")
+    return lines
+
+
+def _models(text: str) -> List[str]:
+    models = [m.strip() for m in text.split(",") if m.strip()]
+    if not models:
+        raise ValueError("--models must name at least one model")
+    return models
+
+
+def _prior(text: str):
+    if text in ("marglik", "nll"):
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"--prior-precision must be 'marglik', 'nll' or a number, got {text!r}") from None
+
+
+def _command_line() -> str:
+    return "crossembed " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+# --------------------------------------------------------------------------- encode
+def _encode(args) -> int:
+    from crossembed._io import atomic_write
+    from crossembed.encoders import load_encoder
+
+    texts = _read_lines(args.texts, "texts")
+    enc = load_encoder(args.model, **({"num_threads": args.num_threads} if args.num_threads else {}))
+    emb = enc.encode(texts, batch_size=args.batch_size, show_progress_bar=not args.quiet, role=args.role)
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(emb, dtype=np.float32))
+    atomic_write(args.output, buf.getvalue())
+    info = {"output": str(args.output), "n": len(texts), "dim": int(emb.shape[1]), "model": args.model}
+    print(json.dumps(info) if args.json else f"wrote {len(texts)} x {emb.shape[1]} embeddings to {args.output}")
+    return 0
+
+
+# --------------------------------------------------------------------------- index
+def _fit_pairs(args) -> list:
+    if args.fit_pairs:
+        pairs = []
+        for i, line in enumerate(_read_lines(args.fit_pairs, "fit-pairs"), 1):
+            parts = line.split("\t")
+            if len(parts) != 2:
+                raise ValueError(f"{args.fit_pairs}:{i}: expected 'anchor<TAB>positive'")
+            pairs.append((parts[0], parts[1]))
+        return pairs
+    from crossembed.uec.tasks import wordnet_task
+
+    return wordnet_task(seed=args.seed).fit_pairs  # WordNet example/gloss pairs of the fit split
+
+
+def _index_build(args) -> int:
+    from crossembed.encoders import encode_cached, load_encoder
+    from crossembed.uec import LaplaceEmbedder, UECEnsemble
+
+    docs = _read_lines(args.docs, "docs")
+    pairs = _fit_pairs(args)
+    embedders = []
+    for name in _models(args.models):
+        enc = load_encoder(name, **({"num_threads": args.num_threads} if args.num_threads else {}))
+        A = encode_cached(enc, [a for a, _ in pairs], role="query", show_progress_bar=not args.quiet)
+        P = encode_cached(enc, [p for _, p in pairs], role="passage", show_progress_bar=not args.quiet)
+        lap = LaplaceEmbedder(name, hessian=args.hessian, prior_precision=_prior(args.prior_precision),
+                              random_state=args.seed).fit_embeddings(A, P)
+        lap._encoder_obj = enc  # reuse the loaded model for the documents
+        embedders.append(lap)
+    ens = UECEnsemble(embedders, temperature=args.temperature, mixing=args.mixing)
+    index = ens.index(docs, M=args.M, ef_construction=args.ef_construction, rerank=args.rerank,
+                      random_state=args.seed, show_progress_bar=not args.quiet)
+    index.save(args.output)
+    info = {"output": str(args.output), "n_docs": len(docs), "dim": index.dim, "models": _models(args.models),
+            "fit_pairs": len(pairs), "prior_precision": [e.prior_precision_ for e in embedders]}
+    print(json.dumps(info) if args.json else f"wrote a {len(docs)}-document UEC index ({index.dim}-d) to {args.output}")
+    return 0
+
+
+def _index_search(args) -> int:
+    from crossembed.uec import UECIndex
+
+    if bool(args.query) == bool(args.queries):
+        raise ValueError("give either --query TEXT (repeatable) or --queries FILE")
+    queries = list(args.query) if args.query else _read_lines(args.queries, "queries")
+    index = UECIndex.load(args.index)
+    k = min(args.k, len(index))
+    scores, idx = index.search(queries, k, exact=args.exact, rerank=args.rerank)
+    out = []
+    for q, s_row, i_row in zip(queries, scores, idx):
+        hits = [{"rank": r + 1, "doc": int(i), "score": float(s), **({"text": index.texts[int(i)]} if index.texts else {})}
+                for r, (s, i) in enumerate(zip(s_row, i_row)) if i >= 0]
+        out.append({"query": q, "hits": hits})
+    if args.json:
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        for item in out:
+            print(f"query: {item['query']}")
+            for h in item["hits"]:
+                print(f"  {h['rank']:>3}  {h['score']:.4f}  [{h['doc']}] {h.get('text', '')}")
+    return 0
+
+
+# --------------------------------------------------------------------------- evaluation
+def _uec_eval(args) -> int:
+    from crossembed._io import atomic_write
+    from crossembed.uec.evaluate import embed_task, evaluate_task, plot_coefficients, render_markdown
+    from crossembed.uec.tasks import freedict_task, wordnet_task
+
+    models = _models(args.models)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    for t in tasks:
+        if t not in ("wordnet", "freedict"):
+            raise ValueError(f"--tasks takes 'wordnet' and/or 'freedict', got {t!r}")
+    results = []
+    for name in tasks:
+        task = wordnet_task(seed=args.seed) if name == "wordnet" else freedict_task(
+            seed=args.seed, n_per_language=args.n_per_language)
+        emb = embed_task(task, models, cache_dir=args.cache_dir, num_threads=args.num_threads, show_progress_bar=not args.quiet)
+        results.append(evaluate_task(task, emb, models=models, n_draws=args.draws, seed=args.seed,
+                                     prior_precision=_prior(args.prior_precision), show_progress_bar=not args.quiet))
+    if args.out:
+        note = "Search throughput (exact vs hnswlib + rerank) is in [uec_perf.md](uec_perf.md) (`crossembed uec-perf`)."
+        atomic_write(args.out, render_markdown(results, command=_command_line(), perf_note=note).encode())
+        atomic_write(Path(args.out).with_suffix(".json"), json.dumps(results, indent=1, default=float).encode())
+    if args.plot:
+        plot_coefficients(results, args.plot)
+    if args.json:
+        print(json.dumps(results, default=float))
+    elif not args.out:
+        print(render_markdown(results))
+    return 0
+
+
+def _uec_perf(args) -> int:
+    from crossembed._io import atomic_write
+    from crossembed.uec.evaluate import benchmark_encode, benchmark_search, render_perf_markdown
+
+    runs = []
+    for spec in args.sizes.split(","):
+        n, _, d = spec.partition("x")
+        runs.append(benchmark_search(int(float(n)), int(d or 384), n_queries=args.queries, seed=args.seed,
+                                     num_threads=args.num_threads, show_progress_bar=not args.quiet))
+        print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+    enc = benchmark_encode(_models(args.encode_models), num_threads=args.num_threads) if args.encode_models else None
+    md = render_perf_markdown(runs, enc, command=_command_line())
+    if args.out:
+        atomic_write(args.out, md.encode())
+    print(json.dumps({"search": runs, "encode": enc}) if args.json else md)
+    return 0
+
+
+# --------------------------------------------------------------------------- registration
+def register(subparsers) -> None:
+    """Add the UEC sub-commands to the ``crossembed`` CLI."""
+    p = subparsers.add_parser("encode", help="encode a text file (one text per line) to a .npy matrix")
+    p.add_argument("texts", help="UTF-8 text file, one text per line (empty lines skipped)")
+    p.add_argument("-o", "--output", required=True, help="output .npy path (written atomically)")
+    p.add_argument("--model", default="minilm", help="encoder name or local model path (default: minilm)")
+    p.add_argument("--role", choices=("query", "passage"), default="query")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--num-threads", type=int, default=None)
+    p.add_argument("--json", action="store_true", help="print a JSON summary")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_encode)
+
+    idx = subparsers.add_parser("index", help="build or search a UEC index (hnswlib + exact probit rerank)")
+    isub = idx.add_subparsers(dest="index_command", metavar="{build,search}", parser_class=type(idx))
+    b = isub.add_parser("build", help="fit Laplace posteriors and index a text file")
+    b.add_argument("docs", help="UTF-8 text file, one document per line")
+    b.add_argument("-o", "--output", required=True, help="index file (written atomically, checksummed)")
+    b.add_argument("--models", default="minilm,minilm-l3,e5", help="comma-separated encoder names")
+    b.add_argument("--fit-pairs", default=None, help="TSV 'anchor<TAB>positive' (default: WordNet example/gloss fit split)")
+    b.add_argument("--hessian", choices=("kron", "diag"), default="kron")
+    b.add_argument("--mixing", choices=("score", "embedding"), default="score")
+    b.add_argument("--temperature", type=float, default=1.0)
+    b.add_argument("--prior-precision", default="marglik", help="'marglik', 'nll' or a number")
+    b.add_argument("--M", type=int, default=32)
+    b.add_argument("--ef-construction", type=int, default=200)
+    b.add_argument("--rerank", type=int, default=100)
+    b.add_argument("--num-threads", type=int, default=None)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--quiet", action="store_true")
+    b.set_defaults(func=_index_build)
+    s = isub.add_parser("search", help="search an index with text queries")
+    s.add_argument("index", help="index file from `crossembed index build`")
+    s.add_argument("--query", action="append", default=[], help="a query text (repeatable)")
+    s.add_argument("--queries", default=None, help="file with one query per line")
+    s.add_argument("-k", type=int, default=10)
+    s.add_argument("--exact", action="store_true", help="brute-force probit search instead of hnswlib + rerank")
+    s.add_argument("--rerank", type=int, default=None, help="ANN candidates reranked per query")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=_index_search)
+    idx.set_defaults(func=lambda a: (idx.print_help(), 2)[1])
+
+    e = subparsers.add_parser("uec-eval", help="reproduce the UEC retrieval tables (docs/uec.md)")
+    e.add_argument("--tasks", default="wordnet,freedict", help="comma-separated: wordnet, freedict")
+    e.add_argument("--models", default="minilm,minilm-l3,e5")
+    e.add_argument("--draws", type=int, default=3, help="random dev/test halves")
+    e.add_argument("--n-per-language", type=int, default=400, help="FreeDict queries per language")
+    e.add_argument("--prior-precision", default="marglik", help="'marglik', 'nll' or a number")
+    e.add_argument("--cache-dir", default=None, help="embedding cache (default ~/.cache/crossembed)")
+    e.add_argument("--num-threads", type=int, default=None)
+    e.add_argument("--out", default=None, help="markdown report (a .json with the raw numbers goes next to it)")
+    e.add_argument("--plot", default=None, help="PNG heat map of the per-language coefficients")
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--json", action="store_true")
+    e.add_argument("--quiet", action="store_true")
+    e.set_defaults(func=_uec_eval)
+
+    f = subparsers.add_parser("uec-perf", help="UEC search throughput: exact vs hnswlib + rerank")
+    f.add_argument("--sizes", default="100000x1152,1000000x384", help="comma-separated NxD of synthetic documents")
+    f.add_argument("--queries", type=int, default=500)
+    f.add_argument("--encode-models", default="", help="also time ensemble encoding with these models")
+    f.add_argument("--num-threads", type=int, default=None)
+    f.add_argument("--out", default=None, help="markdown table")
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--json", action="store_true")
+    f.add_argument("--quiet", action="store_true")
+    f.set_defaults(func=_uec_perf)

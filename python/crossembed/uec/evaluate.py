@@ -1,0 +1,592 @@
+"""Retrieval evaluation of single models, baseline ensembles and UEC variants.
+
+Everything the tables in ``docs/uec.md`` show is computed here:
+
+* metrics per query: nDCG@10, Recall@10, Recall@100, MRR (within the top 100);
+* AUC@10: ROC AUC of ``-sig2_s`` (the similarity variance of the top-1
+  result) as a predictor of a hit in the top 10 - does low variance mean a
+  hit? Every row has Laplace variances (rows that rank by cosine still carry
+  them), so every row gets an AUC;
+* ECE (15 equal-width bins) of the top-1 confidence
+  ``softmax(top-100 scores / tau)[0]`` against "top-1 is relevant", with one
+  ``tau`` per row fitted on the dev half by binary NLL;
+* random dev/test halves (:func:`crossembed.uec.tasks.dev_test_draws`): the
+  temperature ``T`` and the weighted ensemble's weights are chosen on dev,
+  metrics are reported on test as mean +- std over the draws.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from crossembed import kernels
+from crossembed.uec.ensemble import UECEnsemble
+from crossembed.uec.gaussian import GaussianEmbedding
+from crossembed.uec.laplace import LaplaceEmbedder
+from crossembed.uec.tasks import UECTask, dev_test_draws
+
+__all__ = [
+    "DEFAULT_MODELS",
+    "TEMPERATURES",
+    "TaskEmbeddings",
+    "embed_task",
+    "ranking_metrics",
+    "roc_auc",
+    "expected_calibration_error",
+    "top1_confidence",
+    "fit_confidence_temperature",
+    "evaluate_task",
+]
+
+DEFAULT_MODELS = ("minilm", "minilm-l3", "e5")
+#: temperatures searched on dev (in units of the standardised trace; raw traces scale it by their std)
+TEMPERATURES = (0.1, 0.3, 1.0, 3.0, 10.0)
+TOP = 100
+
+
+# --------------------------------------------------------------------------- metrics
+def ranking_metrics(top_idx: np.ndarray, relevant: Sequence[Sequence[int]]) -> Dict[str, np.ndarray]:
+    """Per-query nDCG@10, Recall@10, Recall@100, MRR, hit@1 and hit@10 (binary relevance).
+
+    ``top_idx`` is (Q, >= 10) ranked document indices, ``relevant[q]`` the
+    relevant documents of query ``q``. MRR counts the first relevant document
+    within the given ranking (0 when none).
+    """
+    top_idx = np.asarray(top_idx)
+    if top_idx.ndim != 2 or top_idx.shape[0] != len(relevant):
+        raise ValueError(f"top_idx must be (Q, k) with Q = len(relevant) = {len(relevant)}, got {top_idx.shape}")
+    Q, depth = top_idx.shape
+    discounts = 1.0 / np.log2(np.arange(2, 12))
+    out = {name: np.zeros(Q) for name in ("ndcg@10", "recall@10", "recall@100", "mrr", "hit@1", "hit@10")}
+    for q in range(Q):
+        rel = set(int(j) for j in relevant[q])
+        if not rel:
+            raise ValueError(f"query {q} has no relevant document")
+        hits = np.fromiter((int(j) in rel for j in top_idx[q]), dtype=bool, count=depth)
+        h10 = hits[:10]
+        out["ndcg@10"][q] = (discounts[: h10.size][h10]).sum() / discounts[: min(len(rel), 10)].sum()
+        out["recall@10"][q] = h10.sum() / len(rel)
+        out["recall@100"][q] = hits[:100].sum() / len(rel)
+        first = np.flatnonzero(hits)
+        out["mrr"][q] = 1.0 / (first[0] + 1) if first.size else 0.0
+        out["hit@1"][q] = float(hits[0])
+        out["hit@10"][q] = float(h10.any())
+    return out
+
+
+def roc_auc(scores, labels) -> float:
+    """ROC AUC of ``scores`` for binary ``labels`` (Mann-Whitney, ties averaged); NaN with one class."""
+    from scipy.stats import rankdata
+
+    s = np.asarray(scores, dtype=np.float64).ravel()
+    y = np.asarray(labels).astype(bool).ravel()
+    if s.shape != y.shape:
+        raise ValueError(f"scores has {s.size} entries but labels has {y.size}")
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    r = rankdata(s)
+    return float((r[y].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def expected_calibration_error(confidence, correct, *, bins: int = 15) -> float:
+    """``sum_b |B_b|/n * |acc(B_b) - conf(B_b)|`` over equal-width confidence bins on [0, 1]."""
+    c = np.asarray(confidence, dtype=np.float64).ravel()
+    y = np.asarray(correct, dtype=np.float64).ravel()
+    if c.shape != y.shape or c.size == 0:
+        raise ValueError("confidence and correct must be non-empty and of equal length")
+    if ((c < 0) | (c > 1)).any():
+        raise ValueError("confidence must lie in [0, 1]")
+    which = np.minimum((c * bins).astype(int), bins - 1)
+    ece = 0.0
+    for b in range(bins):
+        m = which == b
+        if m.any():
+            ece += m.mean() * abs(y[m].mean() - c[m].mean())
+    return float(ece)
+
+
+def top1_confidence(top_scores: np.ndarray, tau: float) -> np.ndarray:
+    """``softmax(top_scores / tau)[:, 0]`` (scores sorted best first)."""
+    z = np.asarray(top_scores, dtype=np.float64) / tau
+    z = z - z[:, :1]
+    return 1.0 / np.exp(z).sum(axis=1)
+
+
+def fit_confidence_temperature(top_scores: np.ndarray, correct) -> float:
+    """The ``tau`` (log grid) minimising the binary NLL of :func:`top1_confidence`."""
+    y = np.asarray(correct, dtype=np.float64)
+    best, best_tau = np.inf, 1.0
+    for tau in np.logspace(-3.5, 0.5, 81):
+        p = np.clip(top1_confidence(top_scores, tau), 1e-12, 1 - 1e-12)
+        nll = -(y * np.log(p) + (1 - y) * np.log1p(-p)).mean()
+        if nll < best:
+            best, best_tau = nll, float(tau)
+    return best_tau
+
+
+# --------------------------------------------------------------------------- embeddings
+@dataclass
+class TaskEmbeddings:
+    """Raw (encoder-output) embeddings of one task, per model name."""
+
+    queries: Dict[str, np.ndarray] = field(default_factory=dict)
+    docs: Dict[str, np.ndarray] = field(default_factory=dict)
+    fit_anchors: Dict[str, np.ndarray] = field(default_factory=dict)
+    fit_positives: Dict[str, np.ndarray] = field(default_factory=dict)
+    seconds: Dict[str, float] = field(default_factory=dict)
+
+
+def _lookup_or_encode(encode: Callable, texts: List[str], known: List[str], known_emb: np.ndarray) -> np.ndarray:
+    """Rows of ``known_emb`` for texts already encoded, the encoder for the rest."""
+    pos = {t: i for i, t in enumerate(known)}
+    missing = list(dict.fromkeys(t for t in texts if t not in pos))
+    extra = encode(missing) if missing else np.zeros((0, known_emb.shape[1]), np.float32)
+    extra_pos = {t: i for i, t in enumerate(missing)}
+    return np.stack([known_emb[pos[t]] if t in pos else extra[extra_pos[t]] for t in texts])
+
+
+def embed_task(uec_task: UECTask, models: Sequence[str] = DEFAULT_MODELS, *, cache_dir=None,
+               num_threads: Optional[int] = None, show_progress_bar: bool = True) -> TaskEmbeddings:
+    """Encode queries, documents and fit pairs with every model (disk-cached by text hash)."""
+    from crossembed.encoders import encode_cached, load_encoder
+
+    out = TaskEmbeddings()
+    t = uec_task.task
+    for name in tqdm(list(models), desc=f"encode {uec_task.name}", disable=not show_progress_bar, unit="model"):
+        t0 = time.perf_counter()
+        enc = load_encoder(name, **({"num_threads": num_threads} if num_threads else {}))
+
+        def run(texts, role, enc=enc):
+            return encode_cached(enc, texts, role=role, cache_dir=cache_dir, batch_size=64, show_progress_bar=False)
+
+        out.queries[name] = run(t.queries, "query")
+        out.docs[name] = run(t.documents, "passage")
+        anchors = [a for a, _ in uec_task.fit_pairs]
+        positives = [p for _, p in uec_task.fit_pairs]
+        out.fit_anchors[name] = _lookup_or_encode(lambda x: run(x, "query"), anchors, t.queries, out.queries[name])
+        out.fit_positives[name] = _lookup_or_encode(lambda x: run(x, "passage"), positives, t.documents, out.docs[name])
+        out.seconds[name] = time.perf_counter() - t0
+    return out
+
+
+# --------------------------------------------------------------------------- one configuration
+@dataclass
+class Ranking:
+    """Top-100 of one configuration over the evaluated queries."""
+
+    scores: np.ndarray  # (Q, TOP) float32
+    indices: np.ndarray  # (Q, TOP) int64
+    sig2_top1: np.ndarray  # (Q,) similarity variance of the top-1 pair
+    weights: np.ndarray  # (Q, K) coefficients
+    metrics: Dict[str, np.ndarray]
+
+
+def rank(ens: UECEnsemble, q_comps: List[GaussianEmbedding], d_comps: List[GaussianEmbedding],
+         relevant: Sequence[Sequence[int]]) -> Ranking:
+    """Score every query against every document (fused probit top-k kernel)."""
+    q = ens.combine(q_comps, role="query")
+    d = ens.combine(d_comps, role="passage")
+    vq = q.var if ens.use_variance else np.zeros_like(q.var)
+    vd = d.var if ens.use_variance else np.zeros_like(d.var)
+    top = min(TOP, len(d))
+    scores, idx = kernels.probit_topk(q.mean, vq, d.mean, vd, top)
+    m1, v1 = d.mean[idx[:, 0]].astype(np.float64), d.var[idx[:, 0]].astype(np.float64)
+    qm, qv = q.mean.astype(np.float64), q.var.astype(np.float64)
+    sig2 = (qm**2 * v1).sum(1) + (m1**2 * qv).sum(1) + (qv * v1).sum(1)
+    return Ranking(scores, idx, sig2, q.weights, ranking_metrics(idx, relevant))
+
+
+# --------------------------------------------------------------------------- the whole table
+@dataclass
+class RowSpec:
+    name: str
+    hessian: str
+    kwargs: Dict[str, Any]
+    tune: bool = False  # choose T on dev
+    raw_traces: bool = False  # T grid in units of the raw trace std
+    models: Optional[List[str]] = None  # single-model rows
+    dev_weights: bool = False  # weighted ensemble: weights = dev nDCG@10 of the single models
+
+
+def row_specs(models: Sequence[str], default_hessian: str = "kron", default_mixing: str = "score") -> List[RowSpec]:
+    """The rows of the UEC table (single models, baselines, UEC variants, ablations)."""
+    rows = [RowSpec(m, default_hessian, {"use_variance": False}, models=[m]) for m in models]
+    rows += [
+        RowSpec("uniform ensemble (mean of vectors)", default_hessian, {"weights": "uniform", "mixing": "embedding", "use_variance": False}),
+        RowSpec("uniform ensemble (mean of scores)", default_hessian, {"weights": "uniform", "mixing": "score", "use_variance": False}),
+        RowSpec("weighted ensemble (dev nDCG weights)", default_hessian, {"mixing": "score", "use_variance": False}, dev_weights=True),
+        RowSpec("UEC paper rules (diag, embedding mixing, raw traces)", "diag", {"mixing": "embedding", "standardize": False}, tune=True, raw_traces=True),
+        RowSpec("UEC diag (score mixing, standardised traces)", "diag", {"mixing": "score"}, tune=True),
+        RowSpec("UEC kron (embedding mixing)", "kron", {"mixing": "embedding"}, tune=True),
+        RowSpec("UEC kron (score mixing)", "kron", {"mixing": "score"}, tune=True),
+    ]
+    d = {"mixing": default_mixing}
+    rows += [
+        RowSpec("UEC default - Unc Sim", default_hessian, {**d, "use_variance": False}, tune=True),
+        RowSpec("UEC default - Unc Conv", default_hessian, {**d, "weights": "uniform"}),
+        RowSpec("UEC default - both", default_hessian, {**d, "weights": "uniform", "use_variance": False}),
+    ]
+    return rows
+
+
+def _summary(values: List[float]) -> Tuple[float, float]:
+    a = np.asarray(values, dtype=np.float64)
+    a = a[~np.isnan(a)]
+    return (float(a.mean()), float(a.std())) if a.size else (float("nan"), float("nan"))
+
+
+def evaluate_task(
+    uec_task: UECTask,
+    emb: TaskEmbeddings,
+    *,
+    models: Sequence[str] = DEFAULT_MODELS,
+    n_draws: int = 3,
+    seed: int = 0,
+    prior_precision="marglik",
+    curvature: str = "ggn",
+    default_hessian: str = "kron",
+    default_mixing: str = "score",
+    show_progress_bar: bool = True,
+) -> Dict[str, Any]:
+    """Every row of the table on one task; returns a JSON-ready dict.
+
+    Keys: ``rows`` (name -> metric -> [mean, std] and per-language nDCG),
+    ``temperatures`` (chosen T per tuned row and draw), ``coefficients``
+    (mean UEC weights per language and model for the kron and diag rows),
+    ``posteriors`` (prior precision, fit seconds per model and form), sizes.
+    """
+    models = list(models)
+    t = uec_task.task
+    ev = uec_task.eval_queries
+    relevant = [t.relevant[i] for i in ev]
+    langs = np.array(t.languages)[ev]
+    pos_in_eval = {int(r): i for i, r in enumerate(ev)}
+    draws = [(np.array([pos_in_eval[int(r)] for r in dv]), np.array([pos_in_eval[int(r)] for r in ts]))
+             for dv, ts in dev_test_draws(uec_task, n_draws, seed=seed)]
+
+    embedders: Dict[str, List[LaplaceEmbedder]] = {}
+    posteriors: Dict[str, Any] = {}
+    comps: Dict[str, Tuple[List[GaussianEmbedding], List[GaussianEmbedding]]] = {}
+    for hessian in ("kron", "diag"):
+        lst = []
+        for m in models:
+            e = LaplaceEmbedder(m, hessian=hessian, curvature=curvature, prior_precision=prior_precision,
+                                random_state=seed).fit_embeddings(emb.fit_anchors[m], emb.fit_positives[m])
+            lst.append(e)
+            posteriors[f"{m}/{hessian}"] = {"prior_precision": e.prior_precision_, "fit_seconds": e.fit_seconds_,
+                                            "n_pairs": e.n_pairs_, "trace_mean": e.trace_mean_, "trace_std": e.trace_std_}
+        embedders[hessian] = lst
+        comps[hessian] = ([e.transform(emb.queries[m][ev]) for e, m in zip(lst, models)],
+                          [e.transform(emb.docs[m]) for e, m in zip(lst, models)])
+
+    def run(spec: RowSpec, T: float = 1.0, weights=None) -> Ranking:
+        lst = embedders[spec.hessian]
+        qc, dc = comps[spec.hessian]
+        if spec.models:
+            k = models.index(spec.models[0])
+            lst, qc, dc = [lst[k]], [qc[k]], [dc[k]]
+        kw = dict(spec.kwargs)
+        if weights is not None:
+            kw["weights"] = weights
+        return rank(UECEnsemble(lst, temperature=T, **kw), qc, dc, relevant)
+
+    specs = row_specs(models, default_hessian, default_mixing)
+    results: Dict[str, Any] = {}
+    chosen_T: Dict[str, List[float]] = {}
+    rankings: Dict[str, List[Ranking]] = {}  # per draw
+    single_ndcg: Dict[str, np.ndarray] = {}
+    bar = tqdm(specs, desc=f"rows {uec_task.name}", disable=not show_progress_bar, unit="row")
+    for spec in bar:
+        if spec.tune:
+            scale = float(np.mean([e.trace_std_ for e in embedders[spec.hessian]])) if spec.raw_traces else 1.0
+            grid = {T * scale: run(spec, T * scale) for T in TEMPERATURES}
+            per_draw = []
+            for dv, _ in draws:
+                best = max(grid, key=lambda T: grid[T].metrics["ndcg@10"][dv].mean())
+                per_draw.append(best)
+            chosen_T[spec.name] = per_draw
+            rankings[spec.name] = [grid[T] for T in per_draw]
+        elif spec.dev_weights:
+            rs = []
+            for dv, _ in draws:
+                w = np.array([single_ndcg[m][dv].mean() for m in models])
+                rs.append(run(spec, weights=w))
+            rankings[spec.name] = rs
+        else:
+            r = run(spec)
+            rankings[spec.name] = [r] * len(draws)
+            if spec.models:
+                single_ndcg[spec.models[0]] = r.metrics["ndcg@10"]
+    for name, rs in rankings.items():
+        row: Dict[str, Any] = {}
+        per_metric: Dict[str, List[float]] = {}
+        for r, (dv, ts) in zip(rs, draws):
+            for key, vals in r.metrics.items():
+                per_metric.setdefault(key, []).append(100.0 * vals[ts].mean())
+            per_metric.setdefault("auc@10", []).append(100.0 * roc_auc(-r.sig2_top1[ts], r.metrics["hit@10"][ts]))
+            tau = fit_confidence_temperature(r.scores[dv], r.metrics["hit@1"][dv])
+            per_metric.setdefault("ece", []).append(
+                expected_calibration_error(top1_confidence(r.scores[ts], tau), r.metrics["hit@1"][ts]))
+            for lang in dict.fromkeys(langs):
+                sel = ts[langs[ts] == lang]
+                per_metric.setdefault(f"ndcg@10[{lang}]", []).append(100.0 * r.metrics["ndcg@10"][sel].mean())
+        row = {k: _summary(v) for k, v in per_metric.items()}
+        if name in chosen_T:
+            row["T"] = chosen_T[name]
+        results[name] = row
+
+    coefficients = {}
+    for name in ("UEC kron (score mixing)", "UEC paper rules (diag, embedding mixing, raw traces)",
+                 "UEC diag (score mixing, standardised traces)"):
+        r = rankings[name][0]
+        coefficients[name] = {lang: r.weights[langs == lang].mean(axis=0).tolist() for lang in dict.fromkeys(langs)}
+    return {
+        "task": uec_task.name,
+        "models": models,
+        "n_queries_eval": int(len(ev)),
+        "n_documents": len(t.documents),
+        "n_fit_pairs": len(uec_task.fit_pairs),
+        "n_draws": n_draws,
+        "languages": list(dict.fromkeys(langs)),
+        "rows": results,
+        "coefficients": coefficients,
+        "posteriors": posteriors,
+        "encode_seconds": emb.seconds,
+    }
+
+
+# --------------------------------------------------------------------------- reporting
+_MAIN_METRICS = (("ndcg@10", "nDCG@10"), ("recall@10", "R@10"), ("recall@100", "R@100"), ("mrr", "MRR"),
+                 ("auc@10", "AUC@10"), ("ece", "ECE"))
+
+
+def _fmt(pair, digits=2) -> str:
+    mean, std = pair
+    if isinstance(mean, float) and math.isnan(mean):
+        return "n/a"
+    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+_INTRO = """# UEC: uncertainty-driven embedding convolution - retrieval results
+
+Generated by `crossembed uec-eval` (the command line is at the end); every
+number below is measured by `crossembed.uec.evaluate`. Models: K off-the-shelf
+encoders, each given a post-hoc last-layer Laplace posterior
+(`LaplaceEmbedder`, identity head on the normalised embedding, GGN of an
+in-batch InfoNCE loss with tau = 0.05 on the task's fit pairs, prior
+precision by marginal likelihood).
+
+Rows:
+
+* single models and the baselines rank by the cosine of the means (variances
+  are still used for AUC@10);
+* *uniform ensemble (mean of vectors)*: average of the K unit vectors;
+  *(mean of scores)*: average of the K cosines; *weighted ensemble*: fixed
+  weights proportional to each model's dev nDCG@10, score space;
+* *UEC paper rules*: diagonal posterior, coefficients softmax(-tr / T) of the
+  raw traces, Gaussian convolution of the embeddings, probit similarity;
+* *UEC diag / kron*: traces standardised per model (fit-set mean and std);
+  *embedding mixing* convolves the vectors, *score mixing* keeps the K spaces
+  side by side so the coefficients mix per-model scores (see
+  `crossembed/uec/ensemble.py`);
+* ablations of the default (kron, score mixing): *- Unc Sim* ranks by the
+  mean score without the variance, *- Unc Conv* uses uniform coefficients,
+  *- both* is then identical to the uniform mean of scores by construction.
+
+T is chosen per draw on the dev half from {T_GRID} (times the mean raw trace
+std for the paper row). AUC@10 = ROC AUC of -sig2_s of the top-1 pair for
+"a relevant document is in the top 10" (50 = uninformative, < 50 = high
+variance goes with hits). ECE: 15 bins, top-1 confidence = softmax of the
+top-100 scores / tau with tau fitted on dev, label = top-1 relevant.
+"""
+
+
+def _verdicts(res: Dict[str, Any]) -> List[str]:
+    rows = res["rows"]
+    nd = {name: row["ndcg@10"][0] for name, row in rows.items()}
+    singles = {m: nd[m] for m in res["models"] if m in nd}
+    best_single = max(singles, key=singles.get)
+    uec = "UEC kron (score mixing)"
+    out = ["Findings (computed from the table above):", ""]
+    for base in ("uniform ensemble (mean of vectors)", "uniform ensemble (mean of scores)",
+                 "weighted ensemble (dev nDCG weights)", best_single):
+        d = nd[uec] - nd[base]
+        out.append(f"* {uec} vs {base}: {d:+.2f} nDCG@10 ({'better' if d > 0 else 'not better'}).")
+    d = nd["UEC kron (score mixing)"] - nd["UEC kron (embedding mixing)"]
+    out.append(f"* score vs embedding mixing (kron): {d:+.2f} nDCG@10.")
+    d = nd["UEC kron (score mixing)"] - nd["UEC diag (score mixing, standardised traces)"]
+    out.append(f"* kron vs diag posterior (score mixing): {d:+.2f} nDCG@10; "
+               f"kron vs paper rules: {nd[uec] - nd['UEC paper rules (diag, embedding mixing, raw traces)']:+.2f}.")
+    e1, e0 = rows[uec]["ece"][0], rows["UEC default - Unc Sim"]["ece"][0]
+    out.append(f"* ECE of the probit score {e1:.3f} vs the same ranking's cosine {e0:.3f} "
+               f"({'better' if e1 < e0 else 'not better'} calibrated).")
+    out.append("")
+    return out
+
+
+def render_markdown(results: Sequence[Dict[str, Any]], *, command: str = "", perf_note: str = "") -> str:
+    """``docs/uec.md`` from :func:`evaluate_task` outputs."""
+    lines: List[str] = [_INTRO.replace("{T_GRID}", ", ".join(f"{t:g}" for t in TEMPERATURES))]
+    for res in results:
+        lines += [
+            f"### {res['task']}",
+            "",
+            f"{res['n_queries_eval']} evaluated queries ({', '.join(res['languages'])}), {res['n_documents']} documents, "
+            f"{res['n_fit_pairs']} Laplace fit pairs (disjoint from the evaluated queries), {res['n_draws']} random "
+            "dev/test halves; test mean ± std over the draws. Metrics ×100 except ECE.",
+            "",
+            "| row | " + " | ".join(label for _, label in _MAIN_METRICS) + " | T (per draw) |",
+            "|---|" + "---|" * (len(_MAIN_METRICS) + 1),
+        ]
+        for name, row in res["rows"].items():
+            cells = [_fmt(row[key], 3 if key == "ece" else 2) for key, _ in _MAIN_METRICS]
+            T = ", ".join(f"{x:.3g}" for x in row["T"]) if "T" in row else ""
+            lines.append(f"| {name} | " + " | ".join(cells) + f" | {T} |")
+        lines.append("")
+        lines += _verdicts(res)
+        if len(res["languages"]) > 1:
+            lines += ["nDCG@10 per query language (test, mean ± std):", "",
+                      "| row | " + " | ".join(res["languages"]) + " |", "|---|" + "---|" * len(res["languages"])]
+            for name, row in res["rows"].items():
+                lines.append(f"| {name} | " + " | ".join(_fmt(row[f"ndcg@10[{l}]"]) for l in res["languages"]) + " |")
+            lines.append("")
+        lines += ["Mean coefficients per query language (draw 0, chosen T):", "",
+                  "| row | language | " + " | ".join(res["models"]) + " |", "|---|---|" + "---|" * len(res["models"])]
+        for name, per_lang in res["coefficients"].items():
+            for lang, w in per_lang.items():
+                lines.append(f"| {name} | {lang} | " + " | ".join(f"{x:.3f}" for x in w) + " |")
+        lines += ["", "Posteriors (prior precision by marginal likelihood; fit time on this machine):", "",
+                  "| model/form | prior precision | fit s | pairs | trace mean | trace std |", "|---|---|---|---|---|---|"]
+        for key, p in res["posteriors"].items():
+            lines.append(f"| {key} | {p['prior_precision']:.3g} | {p['fit_seconds']:.1f} | {p['n_pairs']} | "
+                         f"{p['trace_mean']:.4g} | {p['trace_std']:.3g} |")
+        lines.append("")
+    if perf_note:
+        lines += [perf_note, ""]
+    if command:
+        lines += [f"Produced by `{command}`.", ""]
+    return "\n".join(lines)
+
+
+def plot_coefficients(results: Sequence[Dict[str, Any]], path, *, rows: Sequence[str] = (
+        "UEC kron (score mixing)", "UEC paper rules (diag, embedding mixing, raw traces)")) -> None:
+    """Heat maps of the mean coefficient per query language (rows) and model (columns)."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from crossembed._io import atomic_write
+
+    panels = [(res, name) for res in results for name in rows if name in res["coefficients"]]
+    if not panels:
+        raise ValueError("no coefficient tables to plot")
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 0.6 * max(len(r["languages"]) for r, _ in panels) + 2.0),
+                             squeeze=False)
+    for ax, (res, name) in zip(axes[0], panels):
+        langs = list(res["coefficients"][name])
+        mat = np.array([res["coefficients"][name][l] for l in langs])
+        im = ax.imshow(mat, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(res["models"])), res["models"])
+        ax.set_yticks(range(len(langs)), langs)
+        for i in range(mat.shape[0]):
+            for j in range(mat.shape[1]):
+                ax.text(j, i, f"{mat[i, j]:.2f}", ha="center", va="center", color="w" if mat[i, j] < 0.6 else "k")
+        ax.set_title(f"{res['task']}\n{name}", fontsize=8)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="mean coefficient pi_k")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    atomic_write(path, buf.getvalue())
+
+
+# --------------------------------------------------------------------------- throughput
+def synthetic_gaussians(n: int, dim: int, *, n_clusters: int = 1000, intrinsic: int = 48,
+                        var_scale: float = 0.016, seed: int = 0, chunk: int = 100_000) -> GaussianEmbedding:
+    """Clustered unit-norm means (a low-dimensional spread around random centres) with
+    per-dimension variances ``var_scale * U(0.5, 1.5)`` - the size of real kron variances."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(n_clusters, dim))
+    basis = np.linalg.qr(rng.normal(size=(dim, intrinsic)))[0].T  # (intrinsic, dim)
+    means = np.empty((n, dim), dtype=np.float32)
+    for s in range(0, n, chunk):
+        m = min(chunk, n - s)
+        x = centers[rng.integers(0, n_clusters, m)] / math.sqrt(dim) * 2.0
+        x += rng.normal(size=(m, intrinsic)) @ basis * 0.25 + rng.normal(size=(m, dim)) * (0.02 / math.sqrt(dim))
+        means[s : s + m] = x / np.linalg.norm(x, axis=1, keepdims=True)
+    var = (var_scale * rng.uniform(0.5, 1.5, size=(n, dim))).astype(np.float32)
+    return GaussianEmbedding(means, var)
+
+
+def benchmark_search(n_docs: int, dim: int, *, n_queries: int = 500, k: int = 10, reranks: Sequence[int] = (50, 100, 200),
+                     M: int = 16, ef_construction: int = 100, seed: int = 0, num_threads: Optional[int] = None,
+                     show_progress_bar: bool = True) -> Dict[str, Any]:
+    """Exact vs hnswlib+rerank probit search on synthetic Gaussians: QPS and recall@k of the ANN path."""
+    from crossembed.uec.index import UECIndex
+
+    allg = synthetic_gaussians(n_docs + n_queries, dim, seed=seed)  # queries share the clusters
+    docs, queries = allg[:n_docs], allg[n_docs:]
+    del allg
+    t0 = time.perf_counter()
+    index = UECIndex(docs, M=M, ef_construction=ef_construction, rerank=max(reranks), num_threads=num_threads)
+    build_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    _, exact = index.search(queries, k, exact=True, num_threads=num_threads)
+    exact_s = time.perf_counter() - t0
+    out: Dict[str, Any] = {"n_docs": n_docs, "dim": dim, "n_queries": n_queries, "k": k, "M": M,
+                           "ef_construction": ef_construction, "build_seconds": build_s,
+                           "exact_qps": n_queries / exact_s, "ann": []}
+    for m in tqdm(list(reranks), desc=f"ANN N={n_docs}", disable=not show_progress_bar):
+        t0 = time.perf_counter()
+        _, ann = index.search(queries, k, rerank=m, num_threads=num_threads)
+        s = time.perf_counter() - t0
+        recall = float(np.mean([len(set(a) & set(e)) / k for a, e in zip(ann, exact)]))
+        out["ann"].append({"rerank": m, "ef": 2 * m, "qps": n_queries / s, "recall@10_vs_exact": recall,
+                           "speedup": (n_queries / s) / out["exact_qps"]})
+    return out
+
+
+def benchmark_encode(models: Sequence[str] = DEFAULT_MODELS, *, n_texts: int = 256, num_threads: Optional[int] = None,
+                     seed: int = 0) -> Dict[str, Any]:
+    """Texts/s of :meth:`UECEnsemble.encode` (K real models + Laplace heads), uncached WordNet glosses."""
+    from crossembed.data.wordnet import synsets_with_examples
+    from crossembed.encoders import load_encoder
+
+    syn = synsets_with_examples("noun")
+    rng = np.random.default_rng(seed)
+    texts = [syn[i].gloss for i in rng.permutation(len(syn))[: 2 * n_texts]]
+    fit, timed = texts[:n_texts], texts[n_texts:]
+    embedders = []
+    for m in models:
+        enc = load_encoder(m, **({"num_threads": num_threads} if num_threads else {}))
+        x = enc.encode(fit, role="passage")
+        embedders.append(LaplaceEmbedder(enc).fit_embeddings(x[::2], x[1::2]))  # posterior only needs to exist
+    ens = UECEnsemble(embedders)
+    t0 = time.perf_counter()
+    ens.encode(timed, role="query", show_progress_bar=False)
+    s = time.perf_counter() - t0
+    return {"models": list(models), "n_texts": n_texts, "seconds": s, "texts_per_s": n_texts / s}
+
+
+def render_perf_markdown(runs: Sequence[Dict[str, Any]], encode: Optional[Dict[str, Any]] = None, *, command: str = "") -> str:
+    lines = ["| N docs | D | build s | exact q/s | rerank M (ef=2M) | ANN q/s | speed-up | ANN recall@10 vs exact |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        for a in r["ann"]:
+            lines.append(f"| {r['n_docs']:,} | {r['dim']} | {r['build_seconds']:.0f} | {r['exact_qps']:.1f} | {a['rerank']} | "
+                         f"{a['qps']:.0f} | {a['speedup']:.0f}x | {a['recall@10_vs_exact']:.4f} |")
+    lines.append("")
+    if encode:
+        lines += [f"Ensemble encode ({', '.join(encode['models'])}, Laplace heads, uncached): "
+                  f"{encode['texts_per_s']:.1f} texts/s ({encode['n_texts']} WordNet glosses in {encode['seconds']:.1f} s).", ""]
+    if command:
+        lines += [f"Produced by `{command}`.", ""]
+    return "\n".join(lines)

@@ -1,0 +1,141 @@
+"""The two real retrieval tasks of the UEC evaluation, with disjoint fit pairs.
+
+* :func:`wordnet_task` - a WordNet noun example sentence -> its synset's
+  gloss, among the glosses of all noun synsets with examples. A fixed
+  ``fit_fraction`` of the synsets (by :func:`crossembed.data.wordnet.split_synsets`)
+  gives the Laplace fit pairs (example, gloss); only the other synsets'
+  examples are ever evaluated.
+* :func:`freedict_task` - the multilingual "language expert" task of
+  :func:`crossembed.data.freedict.translation_task`: an English, German,
+  French or Spanish word -> the English WordNet glosses of its senses. Fit
+  pairs come from the same sources but share no query word and no relevant
+  gloss with the task: (foreign headword, gloss of its English translation)
+  per language and (English lemma, gloss).
+
+:func:`dev_test_draws` makes the random dev/test halves (stratified by query
+language) used to tune the temperature and report mean +- std.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from crossembed._validation import check_random_state
+from crossembed.data.tasks import RetrievalTask
+
+__all__ = ["UECTask", "wordnet_task", "freedict_task", "dev_test_draws"]
+
+
+@dataclass
+class UECTask:
+    """A retrieval task plus the positive pairs the Laplace posteriors are fitted on.
+
+    Attributes
+    ----------
+    name : str
+    task : RetrievalTask
+    eval_queries : ndarray of int
+        Query rows that may be evaluated (disjoint from the fit pairs).
+    fit_pairs : list of (anchor, positive)
+    fit_languages : list of str
+        Language of each fit anchor.
+    """
+
+    name: str
+    task: RetrievalTask
+    eval_queries: np.ndarray
+    fit_pairs: List[Tuple[str, str]]
+    fit_languages: List[str] = field(default_factory=list)
+
+    @property
+    def languages(self) -> List[str]:
+        """Query languages in first-seen order."""
+        return list(dict.fromkeys(self.task.languages))
+
+
+def wordnet_task(*, fit_fraction: float = 0.4, seed: int = 0, wordnet_dir=None) -> UECTask:
+    """WordNet noun example -> gloss (8.7k glosses); ``fit_fraction`` of synsets fit the posteriors."""
+    from crossembed.data.wordnet import example_gloss_task, split_synsets, synsets_with_examples
+
+    synsets = [s for s in synsets_with_examples("noun", wordnet_dir=wordnet_dir) if s.examples and s.gloss]
+    task = example_gloss_task(synsets)
+    split = split_synsets(synsets, fit_fraction=fit_fraction, dev_fraction=0.0, seed=seed)
+    row = {(s.pos, s.offset): i for i, s in enumerate(synsets)}
+    fit_rows = sorted(row[(s.pos, s.offset)] for s in split.fit)
+    fit = set(fit_rows)
+    eval_rows = np.array([i for i in range(len(synsets)) if i not in fit], dtype=np.int64)
+    pairs = [(task.queries[i], task.documents[i]) for i in fit_rows]
+    return UECTask("wordnet-example-gloss", task, eval_rows, pairs, ["en"] * len(pairs))
+
+
+def freedict_task(
+    *,
+    languages: Sequence[str] = ("en", "de", "fr", "es"),
+    n_per_language: int = 400,
+    n_distractors: int = 3000,
+    fit_per_language: int = 800,
+    seed: int = 0,
+    dictd_dir=None,
+    wordnet_dir=None,
+) -> UECTask:
+    """Multilingual word -> English gloss, with ``fit_per_language`` disjoint fit pairs per language."""
+    from crossembed.data.freedict import _english_noun_senses, _single_word, read_freedict, translation_task
+
+    task = translation_task(languages, n_per_language=n_per_language, n_distractors=n_distractors,
+                            seed=seed, dictd_dir=dictd_dir, wordnet_dir=wordnet_dir)
+    senses = _english_noun_senses(wordnet_dir)
+    used_words = {q.lower() for q in task.queries}
+    used_glosses = set(task.documents[j] for r in task.relevant for j in r)
+    rng = check_random_state(seed + 1)
+    pairs: List[Tuple[str, str]] = []
+    langs: List[str] = []
+
+    def gloss_of(english: str):
+        s = senses.get(english.lower(), [])
+        # one-sense words only, whose gloss is not a relevant document of the task
+        if len(s) == 1 and s[0][1] not in used_glosses:
+            return s[0][1]
+        return None
+
+    for lang in dict.fromkeys(task.languages):
+        cands: Dict[str, str] = {}
+        if lang == "en":
+            for w in sorted(senses):
+                g = gloss_of(w)
+                if g and _single_word(w) and w not in used_words:
+                    cands[w] = g
+        else:
+            for e in read_freedict(lang, dictd_dir=dictd_dir):
+                if not _single_word(e.headword) or e.headword.lower() in used_words or e.headword in cands:
+                    continue
+                for t in e.translations:
+                    g = gloss_of(t) if t.lower() != e.headword.lower() else None
+                    if g:
+                        cands[e.headword] = g
+                        break
+        items = sorted(cands.items())
+        for i in sorted(rng.permutation(len(items))[:fit_per_language]):
+            pairs.append(items[i])
+            langs.append(lang)
+    return UECTask("freedict-multilingual", task, np.arange(len(task.queries), dtype=np.int64), pairs, langs)
+
+
+def dev_test_draws(uec_task: UECTask, n_draws: int = 3, *, seed: int = 0) -> List[Tuple[np.ndarray, np.ndarray]]:
+    """``n_draws`` random (dev, test) halves of the evaluable queries, stratified by language."""
+    if isinstance(n_draws, bool) or not isinstance(n_draws, (int, np.integer)) or n_draws < 1:
+        raise ValueError(f"n_draws must be a positive integer, got {n_draws!r}")
+    rng = check_random_state(seed)
+    langs = np.array(uec_task.task.languages)[uec_task.eval_queries]
+    out = []
+    for _ in range(n_draws):
+        dev, test = [], []
+        for lang in dict.fromkeys(langs):
+            rows = uec_task.eval_queries[langs == lang]
+            perm = rng.permutation(len(rows))
+            half = len(rows) // 2
+            dev.append(rows[perm[:half]])
+            test.append(rows[perm[half:]])
+        out.append((np.sort(np.concatenate(dev)), np.sort(np.concatenate(test))))
+    return out

@@ -1,0 +1,111 @@
+"""Retrieval metrics against hand computations, and the evaluation harness on tiny synthetic data."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from crossembed.data.tasks import RetrievalTask
+from crossembed.uec.evaluate import (
+    TaskEmbeddings,
+    evaluate_task,
+    expected_calibration_error,
+    fit_confidence_temperature,
+    ranking_metrics,
+    render_markdown,
+    roc_auc,
+    top1_confidence,
+)
+from crossembed.uec.tasks import UECTask, dev_test_draws
+
+
+def test_ranking_metrics_by_hand():
+    top = np.array([[5, 1, 2, 3, 4, 0, 6, 7, 8, 9, 10, 11], [9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 11, 10]])
+    m = ranking_metrics(top, [(1,), (10, 3)])
+    assert m["ndcg@10"][0] == pytest.approx(1 / math.log2(3))
+    idcg = 1 + 1 / math.log2(3)
+    assert m["ndcg@10"][1] == pytest.approx((1 / math.log2(8)) / idcg)
+    assert m["recall@10"].tolist() == [1.0, 0.5]
+    assert m["recall@100"].tolist() == [1.0, 1.0]
+    assert m["mrr"].tolist() == pytest.approx([0.5, 1 / 7])
+    assert m["hit@1"].tolist() == [0.0, 0.0] and m["hit@10"].tolist() == [1.0, 1.0]
+    with pytest.raises(ValueError, match="relevant"):
+        ranking_metrics(top, [(1,)])
+
+
+def test_roc_auc_and_ece_by_hand():
+    assert roc_auc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == pytest.approx(0.75)
+    assert roc_auc([1, 1, 1], [0, 1, 1]) == pytest.approx(0.5)  # ties count half
+    assert math.isnan(roc_auc([1, 2], [1, 1]))
+    conf = np.array([0.05, 0.15, 0.95, 0.95])
+    corr = np.array([0, 1, 1, 0])
+    # bins: [0.0,0.067): 0.05 vs 0; [0.133,0.2): 0.15 vs 1; last bin: 0.95 vs 0.5
+    expected = 0.25 * 0.05 + 0.25 * 0.85 + 0.5 * 0.45
+    assert expected_calibration_error(conf, corr) == pytest.approx(expected)
+    with pytest.raises(ValueError):
+        expected_calibration_error([1.5], [1])
+
+
+def test_confidence_temperature_recovers_a_calibrated_tau():
+    rng = np.random.default_rng(0)
+    scores = np.sort(rng.normal(size=(4000, 20)), axis=1)[:, ::-1] * 0.1
+    p = top1_confidence(scores, 0.05)
+    correct = rng.random(4000) < p
+    tau = fit_confidence_temperature(scores, correct)
+    assert 0.035 < tau < 0.07
+    assert expected_calibration_error(top1_confidence(scores, tau), correct) < 0.03
+
+
+def _tiny_task(seed=0):
+    """Two 'models' of a 12-d world: model a is good for 'en', model b for 'de'."""
+    rng = np.random.default_rng(seed)
+    n_docs, D = 60, 12
+    truth = rng.normal(size=(n_docs, D))
+    docs_txt = [f"doc{i}" for i in range(n_docs)]
+    q_lang = ["en"] * 40 + ["de"] * 40
+    target = rng.integers(0, n_docs, 80)
+    task = RetrievalTask("tiny", [f"q{i}" for i in range(80)], docs_txt, [(int(t),) for t in target], q_lang)
+    fit = [(f"f{i}", docs_txt[i % n_docs]) for i in range(64)]
+    uec = UECTask("tiny", task, np.arange(80), fit, ["en"] * 32 + ["de"] * 32)
+    emb = TaskEmbeddings()
+    for name, good in (("a", "en"), ("b", "de")):
+        noise = np.array([0.3 if l == good else 2.0 for l in q_lang])[:, None]
+        emb.queries[name] = (truth[target] + noise * rng.normal(size=(80, D))).astype(np.float32)
+        emb.docs[name] = truth.astype(np.float32)
+        emb.fit_anchors[name] = (truth[np.arange(64) % n_docs] + 0.5 * rng.normal(size=(64, D))).astype(np.float32)
+        emb.fit_positives[name] = truth[np.arange(64) % n_docs].astype(np.float32)
+    return uec, emb
+
+
+def test_dev_test_draws_are_disjoint_and_stratified():
+    uec, _ = _tiny_task()
+    draws = dev_test_draws(uec, 3, seed=1)
+    assert len(draws) == 3
+    for dev, test in draws:
+        assert not set(dev) & set(test) and len(dev) + len(test) == 80
+        assert (np.array(uec.task.languages)[dev] == "en").sum() == 20
+    assert not np.array_equal(draws[0][0], draws[1][0])
+    with pytest.raises(ValueError):
+        dev_test_draws(uec, 0)
+
+
+def test_evaluate_task_end_to_end():
+    uec, emb = _tiny_task()
+    res = evaluate_task(uec, emb, models=["a", "b"], n_draws=2, show_progress_bar=False)
+    rows = res["rows"]
+    assert set(rows) >= {"a", "b", "UEC kron (score mixing)", "UEC default - both"}
+    for row in rows.values():
+        for key in ("ndcg@10", "recall@10", "recall@100", "mrr", "auc@10", "ece", "ndcg@10[en]", "ndcg@10[de]"):
+            mean, std = row[key]
+            assert (math.isnan(mean) and key == "auc@10") or (mean >= 0 and std >= 0)
+    # the per-language experts: a wins on en, b on de
+    assert rows["a"]["ndcg@10[en]"][0] > rows["b"]["ndcg@10[en]"][0]
+    assert rows["b"]["ndcg@10[de]"][0] > rows["a"]["ndcg@10[de]"][0]
+    # "- both" is the uniform mean of scores by construction
+    assert rows["UEC default - both"]["ndcg@10"] == rows["uniform ensemble (mean of scores)"]["ndcg@10"]
+    for per_lang in res["coefficients"].values():
+        for w in per_lang.values():
+            assert sum(w) == pytest.approx(1.0, abs=1e-5)
+    md = render_markdown([res], command="crossembed uec-eval --test")
+    assert "| UEC kron (score mixing) |" in md and "Findings" in md and "uec-eval --test" in md
+    json.dumps(res, default=float)
