@@ -78,23 +78,26 @@ void lorentz_row(const LorentzSide<T>& X, const LorentzSide<T>& Y, std::size_t i
   }
 }
 
-// Calls on_row(i, c0, c1, distances) for every row block x column tile.
-template <class T, class OnRow>
+// For every row block x column tile: distances of row i against columns
+// [c0, c1) are written to dest(i, c0, scratch) (the output itself for the
+// dense kernel, a scratch row for top-k), then on_row(i, c0, c1, that pointer).
+template <class T, class Dest, class OnRow>
 void lorentz_sweep(const T* x, std::size_t nx, const T* y, std::size_t ny, std::size_t d, double c,
-                   int num_threads, OnRow&& on_row) {
+                   int num_threads, Dest&& dest, OnRow&& on_row) {
   const LorentzSide<T> X(x, nx, d, c), Y(y, ny, d, c);
   const simd::Panels<T> py(Y.rows.data(), ny, d);
   constexpr std::size_t kRows = 32, kCols = 512;  // kCols: a multiple of every panel width
   const std::size_t nblocks = (nx + kRows - 1) / kRows;
   parallel_for(std::int64_t(nblocks), num_threads, [&](std::int64_t b, int) {
     const std::size_t r0 = std::size_t(b) * kRows, r1 = std::min(nx, r0 + kRows);
-    std::vector<T> tile((r1 - r0) * kCols), dist(kCols);
+    std::vector<T> tile((r1 - r0) * kCols), scratch(kCols);
     for (std::size_t c0 = 0; c0 < ny; c0 += kCols) {
       const std::size_t c1 = std::min(ny, c0 + kCols);
       simd::gemm(X.rows.data() + r0, r1 - r0, py, c0, c1 - c0, tile.data(), kCols);
       for (std::size_t i = r0; i < r1; ++i) {
-        lorentz_row(X, Y, i, c0, c1, tile.data() + (i - r0) * kCols, d, c, dist.data());
-        on_row(i, c0, c1, dist.data());
+        T* out = dest(i, c0, scratch.data());
+        lorentz_row(X, Y, i, c0, c1, tile.data() + (i - r0) * kCols, d, c, out);
+        on_row(i, c0, c1, out);
       }
     }
   });
@@ -105,10 +108,9 @@ void lorentz_sweep(const T* x, std::size_t nx, const T* y, std::size_t ny, std::
 template <class T>
 void lorentz_pairwise(const T* x, std::size_t nx, const T* y, std::size_t ny, std::size_t d, double c, T* out,
                       int num_threads) {
-  detail::lorentz_sweep(x, nx, y, ny, d, c, num_threads,
-                        [&](std::size_t i, std::size_t c0, std::size_t c1, const T* dist) {
-                          std::copy(dist, dist + (c1 - c0), out + i * ny + c0);
-                        });
+  detail::lorentz_sweep(
+      x, nx, y, ny, d, c, num_threads, [&](std::size_t i, std::size_t c0, T*) { return out + i * ny + c0; },
+      [](std::size_t, std::size_t, std::size_t, const T*) {});
 }
 
 // Smallest-distance-first; ties to the lower index.
@@ -117,7 +119,7 @@ void lorentz_topk(const T* x, std::size_t nx, const T* y, std::size_t ny, std::s
                   T* out_dist, std::int64_t* out_idx, int num_threads) {
   // Heaps rank by -distance, kept in double so float64 distances lose nothing.
   std::vector<BasicTopK<double>> heaps(nx, BasicTopK<double>(k));
-  detail::lorentz_sweep(x, nx, y, ny, d, c, num_threads,
+  detail::lorentz_sweep(x, nx, y, ny, d, c, num_threads, [](std::size_t, std::size_t, T* scratch) { return scratch; },
                         [&](std::size_t i, std::size_t c0, std::size_t c1, const T* dist) {
                           for (std::size_t j = c0; j < c1; ++j) heaps[i].push(-double(dist[j - c0]), std::int64_t(j));
                         });
