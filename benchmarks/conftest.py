@@ -16,7 +16,8 @@ import pytest
 
 def pytest_collect_file(file_path, parent):
     """Collect the ``bench_*.py`` modules (pyproject's python_files only names test files)."""
-    if file_path.suffix == ".py" and file_path.name.startswith("bench_"):
+    # a file named on the command line is collected by pytest itself: do not collect it twice
+    if file_path.suffix == ".py" and file_path.name.startswith("bench_") and not parent.session.isinitpath(file_path):
         return pytest.Module.from_parent(parent, path=file_path)
     return None
 
