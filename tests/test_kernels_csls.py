@@ -106,6 +106,24 @@ def test_csls_exact_integer_inputs(data, NA, NB, D, k, csls_k):
     np.testing.assert_array_equal(got[1], two[1])
 
 
+def test_csls_exact_across_tiles_with_duplicates():
+    """Exact regime at a size that crosses the kernel's row blocks and column tiles, with tied duplicates on the seams."""
+    rng = np.random.default_rng(11)
+    SA = rng.integers(-2, 3, (300, 6)).astype(np.float32)
+    SB = rng.integers(-2, 3, (600, 6)).astype(np.float32)
+    SB[[255, 256, 511, 512, 599]] = SB[3]  # B duplicates straddling column tiles
+    SA[[63, 64, 127, 128, 299]] = SA[5]  # A duplicates straddling row blocks
+    ex_a, ex_b = [0, 64, 200], [256, 300, 301]
+    for kwargs in (dict(k=3, csls_k=4), dict(k=1, csls_k=8, exclude_a=ex_a, exclude_b=ex_b), dict(k=6, csls_k=2)):
+        expect = ref.csls_mutual_topk(SA, SB, **kwargs)
+        assert len(expect[0]) > 50  # plenty of pairs, many of them decided by ties
+        one = ce.csls_mutual_topk(SA, SB, num_threads=1, **kwargs)
+        assert_same_result(one, expect, exact=True)
+        two = ce.csls_mutual_topk(SA, SB, num_threads=2, **kwargs)
+        np.testing.assert_array_equal(one[0], two[0])
+        np.testing.assert_array_equal(one[1], two[1])
+
+
 def test_csls_exclusion_equals_removal():
     """Excluded rows take no part at all: the result is that of the smaller problem, re-indexed."""
     rng = np.random.default_rng(7)
