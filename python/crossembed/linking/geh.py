@@ -111,6 +111,8 @@ class GEHLinker:
         ``"validated"`` (always).
     min_views : int
         Views per round at least, for ``"capped"`` (small pools) and ``"validated"``.
+    max_view_anchors : int
+        ``"validated"`` only: anchors per view at most (FPS thins larger views).
     patience, tol : int, float
         Stop when the link count changed by less than ``tol`` (relative) for
         ``patience`` rounds in a row.
@@ -161,6 +163,7 @@ class GEHLinker:
         small_pool: int = 50,
         subsample: float = 0.7,
         min_views: int = 20,
+        max_view_anchors: int = 256,
         patience: int = 10,
         tol: float = 0.01,
         kernel: bool = True,
@@ -188,6 +191,7 @@ class GEHLinker:
         self.small_pool = _int(small_pool, "small_pool", 1)
         self.subsample = _fraction(subsample, "subsample")
         self.min_views = _int(min_views, "min_views", 1)
+        self.max_view_anchors = _int(max_view_anchors, "max_view_anchors", 2)
         self.patience = _int(patience, "patience", 1)
         self.tol = check_positive(tol, "tol", allow_zero=True)
         self.kernel = bool(kernel)
@@ -368,8 +372,10 @@ class GEHLinker:
         P, S = len(pool), len(state.seeds)
         m, size = self._schedule(P, S)
         m = max(m, self.min_views)
+        # views keep a fixed fraction of the pool: shrinking them (the paper's s_t) starves weak
+        # encoder pairs of anchors; beyond max_view_anchors FPS thins the view for speed
         sub_size = max(2, math.ceil(self.subsample * P))
-        size = sub_size if P < self.small_pool else min(max(size, S), sub_size)
+        size = min(sub_size, max(self.max_view_anchors, S))
         pool_a_unit = An[pool[:, 0]]
         in_view = np.zeros((m, P), bool)
         kept_pairs, kept_scores = [], []
@@ -419,9 +425,11 @@ class GEHLinker:
         else:
             thr = self.vote_fraction
             keep = votes >= self.vote_fraction * np.maximum(n_elig, 1)
-        # growth follows the measured precision: up to doubling the pool, a quarter when proposals are unreliable
-        growth = min(1.0, max(0.25, est_precision))
-        limit = len(state.links) + max(S, math.ceil(growth * P))
+        # growth follows the measured precision: grow by (precision x pool) while the held-out
+        # precision does not fall; when it falls, keep the size and only re-rank (swap links)
+        improving = est_precision >= state.best_precision
+        state.best_precision = max(state.best_precision, est_precision)
+        limit = len(state.links) + (max(S, math.ceil(est_precision * P)) if improving else 0)
         rank = _rank_scores(post[keep], mean_csls[keep])
         new = kernels.VoteTable().promote(
             uniq[keep], rank, threshold=-np.inf, exclude_a=state.seeds[:, 0], exclude_b=state.seeds[:, 1], limit=limit
@@ -494,6 +502,7 @@ class _State:
         self.link_post = np.zeros(0)
         self.link_votes = np.zeros(0, np.int64)
         self.table = kernels.VoteTable()
+        self.best_precision = 0.0
 
     def pool(self) -> np.ndarray:
         return np.concatenate([self.seeds, self.links]) if len(self.links) else self.seeds
