@@ -60,22 +60,25 @@ class ProbitDocs {
  public:
   ProbitDocs(const float* mu_c, const float* v_c, std::size_t n, std::size_t d)
       : n_(n), d_(d), means_(mu_c, n, d), stacked_(n * 2 * d), mass_(n), vmin_(n), vmax_(n) {
-    for (std::size_t i = 0; i < n; ++i) {
-      const float* m = mu_c + i * d;
-      const float* v = v_c + i * d;
-      float* s = stacked_.data() + i * 2 * d;
-      double mass = 0, lo = INFINITY, hi = 0;
-      for (std::size_t j = 0; j < d; ++j) {
-        s[j] = v[j];
-        s[d + j] = m[j] * m[j] + v[j];
-        mass += double(m[j]) * m[j] + v[j];
-        lo = std::min<double>(lo, v[j]);
-        hi = std::max<double>(hi, v[j]);
+    constexpr std::size_t kBlock = 1024;
+    parallel_for(std::int64_t((n + kBlock - 1) / kBlock), 0, [&](std::int64_t b, int) {
+      for (std::size_t i = std::size_t(b) * kBlock; i < std::min(n, std::size_t(b + 1) * kBlock); ++i) {
+        const float* m = mu_c + i * d;
+        const float* v = v_c + i * d;
+        float* s = stacked_.data() + i * 2 * d;
+        double mass = 0, lo = INFINITY, hi = 0;
+        for (std::size_t j = 0; j < d; ++j) {
+          s[j] = v[j];
+          s[d + j] = m[j] * m[j] + v[j];
+          mass += double(m[j]) * m[j] + v[j];
+          lo = std::min<double>(lo, v[j]);
+          hi = std::max<double>(hi, v[j]);
+        }
+        mass_[i] = mass;
+        vmin_[i] = lo;
+        vmax_[i] = hi;
       }
-      mass_[i] = mass;
-      vmin_[i] = lo;
-      vmax_[i] = hi;
-    }
+    });
   }
 
   std::size_t size() const { return n_; }

@@ -73,22 +73,7 @@ inline void anchor_signatures(const float* x, std::size_t n, const float* anchor
     }
     float* tile = out + r0 * a;  // the output rows double as the tile
     simd::gemm(xrows.data(), r1 - r0, panels, 0, a, tile, a);
-    for (std::size_t i = r0; i < r1; ++i) {
-      float* row = out + i * a;
-      const float s = inv_norm[i - r0];
-      float cmax = -INFINITY;
-      for (std::size_t j = 0; j < a; ++j) {
-        row[j] *= s;  // cosine
-        cmax = std::max(cmax, row[j]);
-      }
-      // exp(-(d - dmin)/sigma) = exp((cos - cos_max)/sigma)
-      for (std::size_t j = 0; j < a; ++j) row[j] = (row[j] - cmax) * inv_sigma;
-      I.exp_inplace(row, a);
-      double ss = 0;
-      for (std::size_t j = 0; j < a; ++j) ss += double(row[j]) * row[j];
-      const float inv = float(1.0 / std::sqrt(ss));  // ss >= 1: the max entry is exp(0)
-      for (std::size_t j = 0; j < a; ++j) row[j] *= inv;
-    }
+    I.signature_rows(tile, r1 - r0, a, inv_norm.data(), inv_sigma);
   });
 }
 

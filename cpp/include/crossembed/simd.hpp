@@ -109,7 +109,7 @@ struct Isa {
   void (*pack_f64)(const double* const*, std::size_t, std::size_t, double*);
   void (*gemm_f32)(const float* const*, std::size_t, const float*, std::size_t, std::size_t, float*, std::size_t);
   void (*gemm_f64)(const double* const*, std::size_t, const double*, std::size_t, std::size_t, double*, std::size_t);
-  void (*exp_inplace)(float*, std::size_t);
+  void (*signature_rows)(float*, std::size_t, std::size_t, const float*, float);
   void (*lorentz_row_from_dots)(const float*, std::size_t, float, float, const float*, const float*, float, float*);
 };
 
@@ -124,7 +124,7 @@ struct Isa {
                              float*, std::size_t)>(&ns::gemm_panel),                              \
         static_cast<void (*)(const double* const*, std::size_t, const double*, std::size_t, std::size_t, \
                              double*, std::size_t)>(&ns::gemm_panel),                             \
-        &ns::exp_inplace, &ns::lorentz_row_from_dots                                              \
+        &ns::signature_rows, &ns::lorentz_row_from_dots                                              \
   }
 
 inline const Isa& select_isa() {

@@ -179,14 +179,40 @@ static inline VF vasinh_pos(VF z) {
   return wm1 == zerof() ? u : lg * (u / safe);
 }
 
-// x[i] = exp(x[i]) in place.
-static void exp_inplace(float* x, std::size_t n) {
-  const std::size_t nv = n - n % WF;
-  for (std::size_t i = 0; i < nv; i += WF) {
-    VF v = vexp(loadf(x + i));
-    __builtin_memcpy(x + i, &v, sizeof(VF));
+// Anchor-signature rows in place: row i holds dot products with unit anchors;
+// cos = row * row_scale[i], k = exp((cos - max cos) * inv_sigma), then the
+// row is divided by its L2 norm (>= 1: the max entry is exp(0)).
+static void signature_rows(float* rows, std::size_t n, std::size_t a, const float* row_scale, float inv_sigma) {
+  const std::size_t av = a - a % WF;
+  for (std::size_t i = 0; i < n; ++i) {
+    float* r = rows + i * a;
+    const float sc = row_scale[i];
+    VF vmax = splatf(-INFINITY);
+    for (std::size_t j = 0; j < av; j += WF) {
+      const VF v = loadf(r + j) * sc;
+      vmax = v > vmax ? v : vmax;
+    }
+    float cmax = -INFINITY;
+    for (std::size_t l = 0; l < WF; ++l) cmax = vmax[l] > cmax ? vmax[l] : cmax;
+    for (std::size_t j = av; j < a; ++j) cmax = std::max(cmax, r[j] * sc);
+    VF ss = zerof();
+    for (std::size_t j = 0; j < av; j += WF) {
+      const VF e = vexp((loadf(r + j) * sc - cmax) * inv_sigma);
+      __builtin_memcpy(r + j, &e, sizeof(VF));
+      ss = fmaf_(e, e, ss);
+    }
+    float tail = 0.0f;
+    for (std::size_t j = av; j < a; ++j) {
+      r[j] = std::exp(std::max(-87.0f, (r[j] * sc - cmax) * inv_sigma));
+      tail += r[j] * r[j];
+    }
+    const float inv = 1.0f / std::sqrt(hsum<VF, float>(ss) + tail);
+    for (std::size_t j = 0; j < av; j += WF) {
+      const VF v = loadf(r + j) * inv;
+      __builtin_memcpy(r + j, &v, sizeof(VF));
+    }
+    for (std::size_t j = av; j < a; ++j) r[j] *= inv;
   }
-  for (std::size_t i = nv; i < n; ++i) x[i] = std::exp(x[i] < -87.0f ? -87.0f : x[i]);
 }
 
 // Lorentz distances of one row x against many y from their dot products.
