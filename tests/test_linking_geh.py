@@ -11,7 +11,13 @@ from _linking_data import linking_problem
 
 @pytest.fixture(scope="module")
 def problem():
-    return linking_problem(600, noise=0.05, seed=0)
+    return linking_problem(500, noise=0.05, seed=0)
+
+
+@pytest.fixture(scope="module")
+def validated(problem):
+    A, B, split = problem
+    return GEHLinker(random_state=0, max_iter=10, progress=False).fit(A, B, split.seeds)
 
 
 def _fit(problem, **kw):
@@ -21,8 +27,8 @@ def _fit(problem, **kw):
     return GEHLinker(progress=False, **kw).fit(A, B, split.seeds)
 
 
-def test_validated_recovers_most_links(problem):
-    res = _fit(problem)
+def test_validated_recovers_most_links(problem, validated):
+    res = validated
     m = evaluate_links(res.links, problem[2].truth)
     assert m["recall"] > 0.85, m
     assert m["precision"] > 0.85, m
@@ -34,14 +40,14 @@ def test_validated_recovers_most_links(problem):
 
 @pytest.mark.parametrize("promotion", ["paper", "capped"])
 def test_paper_and_capped_rules_find_the_overlap(problem, promotion):
-    res = _fit(problem, promotion=promotion)
+    res = _fit(problem, promotion=promotion, max_iter=8)
     m = evaluate_links(res.links, problem[2].truth)
     # without a score filter rows missing on the other side still get partners, so only recall is high
     assert m["recall"] > 0.8, m
 
 
-def test_links_are_one_to_one_and_exclude_seeds(problem):
-    res = _fit(problem, max_iter=3)
+def test_links_are_one_to_one_and_exclude_seeds(problem, validated):
+    res = validated
     seeds = problem[2].seeds
     assert len(np.unique(res.links[:, 0])) == len(res.links)
     assert len(np.unique(res.links[:, 1])) == len(res.links)
@@ -61,24 +67,41 @@ def test_paper_rule_promotes_every_proposal_in_round_zero(problem):
 
 
 def test_capped_rule_limits_growth(problem):
-    res = _fit(problem, promotion="capped", max_iter=3)
+    res = _fit(problem, promotion="capped", max_iter=2)
     for before, h in zip([0] + [r["links"] for r in res.history], res.history):
         assert h["links"] <= before + h["pool"]
 
 
 def test_deterministic_across_thread_counts(problem):
-    a = _fit(problem, max_iter=4, num_threads=1)
-    b = _fit(problem, max_iter=4, num_threads=2)
+    a = _fit(problem, max_iter=3, min_views=6, num_threads=1)
+    b = _fit(problem, max_iter=3, min_views=6, num_threads=2)
     np.testing.assert_array_equal(a.links, b.links)
     np.testing.assert_array_equal(a.votes, b.votes)
-    c = _fit(problem, max_iter=4, random_state=1)
+    c = _fit(problem, max_iter=3, min_views=6, random_state=1)
     assert not np.array_equal(a.links, c.links) or len(a.links) == 0
 
 
 @pytest.mark.parametrize("kw", [dict(kernel=False), dict(sampling="random"), dict(posterior=False)])
 def test_ablations_run(problem, kw):
-    res = _fit(problem, max_iter=3, **kw)
+    res = _fit(problem, max_iter=3, min_views=6, **kw)
     assert evaluate_links(res.links, problem[2].truth)["recall"] > 0.3
+
+
+def test_ann_candidates_match_the_exact_kernel(problem):
+    from crossembed import kernels
+    from crossembed.linking.candidates import AnnProposer
+
+    A, B, split = problem
+    anchors = split.seeds
+    SA = kernels.anchor_signatures(A, A[anchors[:, 0]])
+    SB = kernels.anchor_signatures(B, B[anchors[:, 1]])
+    exact, _ = kernels.csls_mutual_topk(SA, SB, k=5, csls_k=20, exclude_a=anchors[:, 0], exclude_b=anchors[:, 1])
+    # with every row a candidate the ANN path is exact
+    ann, _ = AnnProposer(ann_k=400, num_threads=1)(SA, SB, k=5, csls_k=20, exclude_a=anchors[:, 0], exclude_b=anchors[:, 1])
+    same = len(set(map(tuple, exact.tolist())) & set(map(tuple, ann.tolist())))
+    assert same >= 0.98 * len(exact)
+    res = _fit(problem, max_iter=2, min_views=4, candidates="ann", num_threads=1)
+    assert len(res.links) > 0
 
 
 def test_farthest_point_sampling_spreads_out():

@@ -69,6 +69,7 @@ def read_seeds(path: str) -> np.ndarray:
     if not p.is_file():
         raise FileNotFoundError(f"seeds file {path!r} does not exist")
     rows = []
+    header_allowed = True
     for n, line in enumerate(p.read_text().splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
@@ -79,8 +80,9 @@ def read_seeds(path: str) -> np.ndarray:
         try:
             rows.append((int(parts[0]), int(parts[1])))
         except ValueError:
-            if rows or n > 1:
+            if not header_allowed:
                 raise ValueError(f"seeds file {path!r} line {n}: {line!r} is not two integers") from None
+        header_allowed = False
     if not rows:
         raise ValueError(f"seeds file {path!r} holds no pairs")
     return np.asarray(rows, dtype=np.int64)

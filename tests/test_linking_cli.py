@@ -1,0 +1,79 @@
+"""``crossembed link`` / ``link-table``: files in, links out, one-line errors."""
+import json
+
+import numpy as np
+import pytest
+
+from crossembed.cli import main
+from crossembed.linking.commands import read_seeds, write_table
+from crossembed.linking.experiments import render_markdown
+
+from _linking_data import linking_problem
+
+
+@pytest.fixture
+def saved(tmp_path):
+    A, B, split = linking_problem(300, noise=0.0, n_seeds=30)
+    np.save(tmp_path / "A.npy", A)
+    np.save(tmp_path / "B.npy", B)
+    (tmp_path / "seeds.csv").write_text("a,b\n" + "\n".join(f"{i},{j}" for i, j in split.seeds) + "\n")
+    return tmp_path, split
+
+
+def test_link_writes_csv_and_json(saved, capsys):
+    d, split = saved
+    rc = main(["link", str(d / "A.npy"), str(d / "B.npy"), "--seeds", str(d / "seeds.csv"),
+               "--method", "procrustes", "--out", str(d / "links.csv"), "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    lines = (d / "links.csv").read_text().splitlines()
+    assert lines[0] == "a,b,posterior,votes" and len(lines) == out["n_links"] + 1
+    links = {tuple(map(int, l.split(",")[:2])) for l in lines[1:]}
+    assert set(map(tuple, split.truth.tolist())) <= links  # noise-free rotation: every true pair
+
+
+def test_link_geh_runs(saved, capsys):
+    d, _ = saved
+    rc = main(["link", str(d / "A.npy"), str(d / "B.npy"), "--seeds", str(d / "seeds.csv"),
+               "--max-iter", "2", "--no-progress"])
+    assert rc == 0
+    assert "links from 30 seeds" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        (lambda d: (d / "A.npy").write_bytes(b"not numpy"), "not a readable .npy"),
+        (lambda d: np.save(d / "A.npy", np.zeros(5)), "2-D array"),
+        (lambda d: (d / "seeds.csv").write_text("1,2\nx,y\n"), "not two integers"),
+        (lambda d: (d / "seeds.csv").write_text("1,2,3\n"), "2 comma-separated"),
+        (lambda d: (d / "seeds.csv").write_text("0,0\n0,1\n"), "one-to-one"),
+        (lambda d: (d / "seeds.csv").unlink(), "does not exist"),
+    ],
+)
+def test_link_bad_files_give_one_line_errors(saved, capsys, setup, message):
+    d, _ = saved
+    setup(d)
+    rc = main(["link", str(d / "A.npy"), str(d / "B.npy"), "--seeds", str(d / "seeds.csv"), "--method", "relative"])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_read_seeds_header_and_comments(tmp_path):
+    p = tmp_path / "s.csv"
+    p.write_text("# known pairs\nrow_a,row_b\n3, 4\n5,6\n")
+    np.testing.assert_array_equal(read_seeds(str(p)), [[3, 4], [5, 6]])
+
+
+def test_table_rendering_and_markers(tmp_path):
+    recs = [dict(a="x", b="y", corpus=10, n_objects=10, alpha=0.3, n_seeds=15, method=m, draw=d,
+                 precision=p, recall=p, f1=p, seconds=1.0)
+            for m, p in (("procrustes", 0.1), ("geh-validated", 0.5)) for d in range(2)]
+    md = render_markdown(recs)
+    assert "| geh-validated | 50.0 ± 0.0 |" in md and "5.0x" in md
+    doc = tmp_path / "linking.md"
+    doc.write_text("# Title\n\ntext\n")
+    write_table(md, str(doc))
+    write_table("NEW", str(doc))
+    text = doc.read_text()
+    assert text.startswith("# Title") and "NEW" in text and "geh-validated" not in text
