@@ -49,6 +49,16 @@ def register(subparsers) -> None:
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=_link_table)
 
+    c = subparsers.add_parser("link-scale", help="time GEH fits and single views on synthetic data of growing N")
+    c.add_argument("--sizes", default="1000,3000,10000", help="rows per side for full fits (comma list)")
+    c.add_argument("--view-sizes", default="3000,10000", help="rows per side for single-view timings")
+    c.add_argument("--max-iter", type=int, default=10)
+    c.add_argument("--candidates", default="exact", choices=["exact", "ann"])
+    c.add_argument("--results", default="docs/linking_scale.json")
+    c.add_argument("--plot", default="docs/linking_scale.png", help="log-log growth curve PNG")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=_link_scale)
+
 
 def _load_matrix(path: str, name: str) -> np.ndarray:
     p = Path(path)
@@ -157,4 +167,23 @@ def _link_table(args) -> int:
     md = render_markdown(records)
     write_table(md, args.out)
     print(json.dumps(records) if args.json else md)
+    return 0
+
+
+def _ints(text: str, name: str):
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--{name} must be a comma list of integers, got {text!r}") from None
+
+
+def _link_scale(args) -> int:
+    from crossembed.linking.experiments import plot_scaling, time_scaling
+
+    records = time_scaling(_ints(args.sizes, "sizes"), max_iter=args.max_iter, view_sizes=_ints(args.view_sizes, "view-sizes"),
+                           results_path=args.results, candidates=args.candidates,
+                           log=lambda s: print(s, file=sys.stderr, flush=True))
+    if args.plot:
+        plot_scaling(records, args.plot)
+    print(json.dumps(records) if args.json else "\n".join(map(str, records)))
     return 0
