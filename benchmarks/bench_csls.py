@@ -9,41 +9,10 @@ import numpy as np
 import pytest
 
 import crossembed as ce
+from crossembed.baselines import numpy_csls_mutual_topk
 from _bench import run, size
 
 N, A, K, CSLS_K = size("csls_n", 20_000, 2000), size("csls_a", 256, 256), 5, 50
-BLOCK = 2048
-
-
-def _top_mean(rows_of, n_rows, m):
-    return np.concatenate([-np.partition(-rows_of(s, s + BLOCK), m - 1, axis=1)[:, :m].mean(axis=1)
-                           for s in range(0, n_rows, BLOCK)])
-
-
-def _top_k(rows_of, n_rows, k):
-    return np.vstack([np.argpartition(-rows_of(s, s + BLOCK), k - 1, axis=1)[:, :k] for s in range(0, n_rows, BLOCK)])
-
-
-def numpy_csls_mutual_topk(SA, SB, k, csls_k):
-    sim = SA @ SB.T
-    na, nb = sim.shape
-    r_a = _top_mean(lambda s, e: sim[s:e], na, min(csls_k, nb))
-    r_b = _top_mean(lambda s, e: sim[:, s:e].T, nb, min(csls_k, na))
-    csls_rows = lambda s, e: 2 * sim[s:e] - r_a[s:e, None] - r_b[None, :]  # noqa: E731
-    csls_cols = lambda s, e: (2 * sim[:, s:e] - r_a[:, None] - r_b[None, s:e]).T  # noqa: E731
-    row_top, col_top = _top_k(csls_rows, na, min(k, nb)), _top_k(csls_cols, nb, min(k, na))
-    i = np.repeat(np.arange(na), row_top.shape[1])
-    j = row_top.ravel()
-    mutual = (col_top[j] == i[:, None]).any(axis=1)
-    i, j = i[mutual], j[mutual]
-    score = 2 * sim[i, j] - r_a[i] - r_b[j]
-    order = np.lexsort((j, i, -score))
-    used_a, used_b, keep = np.zeros(na, bool), np.zeros(nb, bool), []
-    for p in order:
-        if not (used_a[i[p]] or used_b[j[p]]):
-            used_a[i[p]] = used_b[j[p]] = True
-            keep.append(p)
-    return np.stack([i[keep], j[keep]], axis=1), score[keep]
 
 
 @pytest.fixture(scope="module")

@@ -9,36 +9,11 @@ import numpy as np
 import pytest
 
 import crossembed as ce
+from crossembed.baselines import numpy_lorentz, numpy_lorentz_topk, torch_lorentz, torch_lorentz_topk
 from _bench import run, size
 
 NX, NY, D, K = size("lorentz_nx", 4096, 512), size("lorentz_ny", 4096, 512), size("lorentz_d", 128, 128), 10
 FLOPS = 2.0 * NX * NY * D
-CURVATURE = 1.0
-
-
-def numpy_lorentz(X, Y, c=CURVATURE):
-    dtype = X.dtype.type
-    xt = np.sqrt(dtype(1 / c) + (X * X).sum(1))
-    yt = np.sqrt(dtype(1 / c) + (Y * Y).sum(1))
-    z = dtype(-c) * (X @ Y.T - np.outer(xt, yt))
-    return np.arccosh(np.maximum(z, dtype(1))) / dtype(np.sqrt(c))
-
-
-def numpy_lorentz_topk(X, Y, k):
-    dist = numpy_lorentz(X, Y)
-    part = np.argpartition(dist, k - 1, axis=1)[:, :k]
-    top = np.take_along_axis(dist, part, axis=1)
-    order = np.argsort(top, axis=1, kind="stable")
-    return np.take_along_axis(top, order, axis=1), np.take_along_axis(part, order, axis=1)
-
-
-def torch_lorentz(X, Y, c=CURVATURE):
-    import torch
-
-    xt = torch.sqrt(1 / c + (X * X).sum(1))
-    yt = torch.sqrt(1 / c + (Y * Y).sum(1))
-    z = -c * (X @ Y.T - torch.outer(xt, yt))
-    return torch.acosh(torch.clamp_min(z, 1.0)) / c**0.5
 
 
 @pytest.fixture(scope="module")
@@ -99,9 +74,4 @@ def test_lorentz_topk_numpy(benchmark, points):
 def test_lorentz_topk_torch(benchmark, points):
     torch = pytest.importorskip("torch")
     X, Y = (torch.from_numpy(p) for p in points)
-
-    def torch_topk():
-        with torch.no_grad():
-            return torch.topk(torch_lorentz(X, Y), K, dim=1, largest=False, sorted=True)
-
-    run(benchmark, torch_topk, role="torch float32", flops=FLOPS)
+    run(benchmark, torch_lorentz_topk, X, Y, K, role="torch float32", flops=FLOPS)

@@ -7,17 +7,15 @@ FLOPs per call: 2 * Q * N * 3D for both. The ``sgemm`` group times numpy's
 np.dot on a (Q, 3D) x (3D, N) float32 product: the same FLOPs with no
 probit, no top-k, so the GFLOP/s columns are directly comparable.
 """
-import math
-
 import numpy as np
 import pytest
 
 import crossembed as ce
+from crossembed.baselines import numpy_probit_docs, numpy_probit_topk
 from _bench import run, size, unit_rows
 
 Q, N, D, K = size("probit_q", 1000, 64), size("probit_n", 100_000, 5000), size("probit_d", 384, 384), 10
 FLOPS = 2.0 * Q * N * 3 * D
-BLOCK = 128  # query rows per baseline block: keeps the (block, N) score matrices at ~50 MB each
 
 
 @pytest.fixture(scope="module")
@@ -33,24 +31,7 @@ def data():
 def numpy_docs(data):
     """The baseline's doc-side precomputation (index time, like ProbitDocs)."""
     _, _, mu_c, v_c = data
-    return np.ascontiguousarray(mu_c.T), np.ascontiguousarray(np.hstack([v_c, mu_c**2 + v_c]).T)
-
-
-def numpy_probit_topk(mu_q, v_q, docs, k):
-    mean_t, var_t = docs
-    scores = np.empty((mu_q.shape[0], k), np.float32)
-    index = np.empty((mu_q.shape[0], k), np.int64)
-    for s in range(0, mu_q.shape[0], BLOCK):
-        q, vq = mu_q[s:s + BLOCK], v_q[s:s + BLOCK]
-        mu_s = q @ mean_t
-        sig2 = np.hstack([q**2, vq]) @ var_t
-        score = mu_s / np.sqrt(np.float32(1) + np.float32(math.pi / 8) * sig2)
-        part = np.argpartition(-score, k - 1, axis=1)[:, :k]
-        top = np.take_along_axis(score, part, axis=1)
-        order = np.argsort(-top, axis=1, kind="stable")
-        index[s:s + BLOCK] = np.take_along_axis(part, order, axis=1)
-        scores[s:s + BLOCK] = np.take_along_axis(top, order, axis=1)
-    return scores, index
+    return numpy_probit_docs(mu_c, v_c)
 
 
 @pytest.mark.benchmark(group="probit_topk")

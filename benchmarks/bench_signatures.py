@@ -7,20 +7,12 @@ import numpy as np
 import pytest
 
 import crossembed as ce
-from _bench import run, size, unit_rows
+from crossembed.baselines import numpy_signatures
+from _bench import run, size
 
 N, D = size("signatures_n", 100_000, 5000), size("signatures_d", 384, 384)
 ANCHORS = [64, 256, 512]
 SIGMA = 0.5
-
-
-def numpy_signatures(X, anchors, sigma):
-    xn = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), np.float32(1e-30))
-    an = anchors / np.maximum(np.linalg.norm(anchors, axis=1, keepdims=True), np.float32(1e-30))
-    dist = np.float32(1) - xn @ an.T
-    kern = np.exp(-(dist - dist.min(axis=1, keepdims=True)) / np.float32(sigma))
-    kern /= np.linalg.norm(kern, axis=1, keepdims=True)
-    return kern
 
 
 @pytest.fixture(scope="module")

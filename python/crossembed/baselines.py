@@ -1,0 +1,202 @@
+"""The plain numpy/torch ways to compute what :mod:`crossembed.kernels` computes, for speed comparisons.
+
+These are the fast float32 formulations a user would write without
+crossembed (BLAS GEMMs, ``argpartition``, ``torch.topk``), not the exact
+float64 references of :mod:`crossembed.reference`: ``crossembed bench`` and
+``benchmarks/`` time the C++ kernels against them and check that both agree.
+
+- :func:`numpy_probit_docs`, :func:`numpy_probit_topk`: probit top-k (UEC).
+- :func:`numpy_signatures`: anchor signatures (GEH).
+- :func:`numpy_csls_mutual_topk`: one-to-one CSLS mutual top-k (GEH).
+- :func:`numpy_lorentz`, :func:`numpy_lorentz_topk`, :func:`torch_lorentz`,
+  :func:`torch_lorentz_topk`: Lorentz distances (UNCHA); torch is imported
+  only when a torch function is called.
+
+No input validation: these take what the kernels' own tests already
+validated (C-contiguous float32 arrays, ``1 <= k <= N``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Tuple
+
+import numpy as np
+
+__all__ = [
+    "numpy_csls_mutual_topk",
+    "numpy_lorentz",
+    "numpy_lorentz_topk",
+    "numpy_probit_docs",
+    "numpy_probit_topk",
+    "numpy_signatures",
+    "torch_lorentz",
+    "torch_lorentz_topk",
+]
+
+
+# --------------------------------------------------------------------------- probit top-k
+def numpy_probit_docs(mu_c: np.ndarray, v_c: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The doc-side precomputation of :func:`numpy_probit_topk` (index time, like ``ProbitDocs``).
+
+    Returns ``(mu_c^T, [v_c | mu_c^2 + v_c]^T)``, both C-contiguous, so that
+    ``sig2_s = [mu_q^2 | v_q] @ [v_c | mu_c^2 + v_c]^T`` is one GEMM
+    (3D multiply-adds per pair with the mean GEMM).
+    """
+    return np.ascontiguousarray(mu_c.T), np.ascontiguousarray(np.hstack([v_c, mu_c**2 + v_c]).T)
+
+
+def numpy_probit_topk(mu_q: np.ndarray, v_q: np.ndarray, docs: Tuple[np.ndarray, np.ndarray], k: int,
+                      *, block: int = 128) -> Tuple[np.ndarray, np.ndarray]:
+    """Probit top-``k`` as two float32 GEMMs per query block, then argpartition + sort.
+
+    Parameters
+    ----------
+    mu_q, v_q : ndarray, shape (Q, D), float32
+        Query means and diagonal variances.
+    docs : tuple of ndarray
+        :func:`numpy_probit_docs` of the candidates.
+    k : int
+        Results per query.
+    block : int
+        Query rows per block; bounds the (block, N) score matrices
+        (~50 MB each at N = 100k with the default).
+
+    Returns
+    -------
+    scores : ndarray, shape (Q, k), float32, best first
+    indices : ndarray, shape (Q, k), int64
+    """
+    mean_t, var_t = docs
+    scores = np.empty((mu_q.shape[0], k), np.float32)
+    index = np.empty((mu_q.shape[0], k), np.int64)
+    for s in range(0, mu_q.shape[0], block):
+        q, vq = mu_q[s:s + block], v_q[s:s + block]
+        mu_s = q @ mean_t
+        sig2 = np.hstack([q**2, vq]) @ var_t
+        score = mu_s / np.sqrt(np.float32(1) + np.float32(math.pi / 8) * sig2)
+        part = np.argpartition(-score, k - 1, axis=1)[:, :k]
+        top = np.take_along_axis(score, part, axis=1)
+        order = np.argsort(-top, axis=1, kind="stable")
+        index[s:s + block] = np.take_along_axis(part, order, axis=1)
+        scores[s:s + block] = np.take_along_axis(top, order, axis=1)
+    return scores, index
+
+
+# --------------------------------------------------------------------------- anchor signatures
+def numpy_signatures(X: np.ndarray, anchors: np.ndarray, sigma: float) -> np.ndarray:
+    """Anchor signatures: cosine GEMM, ``exp(-(d - min d) / sigma)``, rows L2-normalised.
+
+    Returns
+    -------
+    ndarray, shape (N, A), float32
+    """
+    xn = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), np.float32(1e-30))
+    an = anchors / np.maximum(np.linalg.norm(anchors, axis=1, keepdims=True), np.float32(1e-30))
+    dist = np.float32(1) - xn @ an.T
+    kern = np.exp(-(dist - dist.min(axis=1, keepdims=True)) / np.float32(sigma))
+    kern /= np.linalg.norm(kern, axis=1, keepdims=True)
+    return kern
+
+
+# --------------------------------------------------------------------------- CSLS mutual top-k
+def _top_mean(rows_of: Callable[[int, int], np.ndarray], n_rows: int, m: int, block: int) -> np.ndarray:
+    return np.concatenate([-np.partition(-rows_of(s, s + block), m - 1, axis=1)[:, :m].mean(axis=1)
+                           for s in range(0, n_rows, block)])
+
+
+def _top_k(rows_of: Callable[[int, int], np.ndarray], n_rows: int, k: int, block: int) -> np.ndarray:
+    return np.vstack([np.argpartition(-rows_of(s, s + block), k - 1, axis=1)[:, :k] for s in range(0, n_rows, block)])
+
+
+def numpy_csls_mutual_topk(SA: np.ndarray, SB: np.ndarray, k: int, csls_k: int,
+                           *, block: int = 2048) -> Tuple[np.ndarray, np.ndarray]:
+    """One-to-one CSLS mutual top-``k`` pairs from the full similarity matrix.
+
+    ``S = SA @ SB^T`` once (N_A x N_B float32: 1.6 GB at 20k per side), then,
+    in row blocks of ``block`` to bound the index arrays, the ``csls_k``-mean
+    hubness terms, row and column CSLS top-``k`` by argpartition, the mutual
+    test and the greedy one-to-one pass by descending CSLS (ties: lower i,
+    then lower j).
+
+    Returns
+    -------
+    pairs : ndarray, shape (P, 2), int64, by descending score
+    scores : ndarray, shape (P,), float32 (CSLS)
+    """
+    sim = SA @ SB.T
+    na, nb = sim.shape
+    r_a = _top_mean(lambda s, e: sim[s:e], na, min(csls_k, nb), block)
+    r_b = _top_mean(lambda s, e: sim[:, s:e].T, nb, min(csls_k, na), block)
+    csls_rows = lambda s, e: 2 * sim[s:e] - r_a[s:e, None] - r_b[None, :]  # noqa: E731
+    csls_cols = lambda s, e: (2 * sim[:, s:e] - r_a[:, None] - r_b[None, s:e]).T  # noqa: E731
+    row_top, col_top = _top_k(csls_rows, na, min(k, nb), block), _top_k(csls_cols, nb, min(k, na), block)
+    i = np.repeat(np.arange(na), row_top.shape[1])
+    j = row_top.ravel()
+    mutual = (col_top[j] == i[:, None]).any(axis=1)
+    i, j = i[mutual], j[mutual]
+    score = 2 * sim[i, j] - r_a[i] - r_b[j]
+    order = np.lexsort((j, i, -score))
+    used_a, used_b, keep = np.zeros(na, bool), np.zeros(nb, bool), []
+    for p in order:
+        if not (used_a[i[p]] or used_b[j[p]]):
+            used_a[i[p]] = used_b[j[p]] = True
+            keep.append(p)
+    return np.stack([i[keep], j[keep]], axis=1), score[keep]
+
+
+# --------------------------------------------------------------------------- Lorentz distances
+def numpy_lorentz(X: np.ndarray, Y: np.ndarray, c: float = 1.0) -> np.ndarray:
+    """Lorentz distances by the textbook acosh form, one GEMM.
+
+    ``d = acosh(-c <x, y>_L) / sqrt(c)`` with ``<x, y>_L = X Y^T - x_t y_t^T``
+    and ``x_t = sqrt(1/c + |x|^2)``. Loses all precision for nearby points
+    (the kernel's asinh form keeps it); computes in the dtype of ``X``.
+
+    Returns
+    -------
+    ndarray, shape (NX, NY)
+    """
+    dtype = X.dtype.type
+    xt = np.sqrt(dtype(1 / c) + (X * X).sum(1))
+    yt = np.sqrt(dtype(1 / c) + (Y * Y).sum(1))
+    z = dtype(-c) * (X @ Y.T - np.outer(xt, yt))
+    return np.arccosh(np.maximum(z, dtype(1))) / dtype(np.sqrt(c))
+
+
+def numpy_lorentz_topk(X: np.ndarray, Y: np.ndarray, k: int, c: float = 1.0) -> Tuple[np.ndarray, np.ndarray]:
+    """The ``k`` nearest rows of ``Y`` per row of ``X``: :func:`numpy_lorentz`, argpartition, sort.
+
+    Returns
+    -------
+    distances : ndarray, shape (NX, k), smallest first
+    indices : ndarray, shape (NX, k), int64
+    """
+    dist = numpy_lorentz(X, Y, c)
+    part = np.argpartition(dist, k - 1, axis=1)[:, :k]
+    top = np.take_along_axis(dist, part, axis=1)
+    order = np.argsort(top, axis=1, kind="stable")
+    return np.take_along_axis(top, order, axis=1), np.take_along_axis(part, order, axis=1)
+
+
+def torch_lorentz(X, Y, c: float = 1.0):
+    """:func:`numpy_lorentz` in torch (``X``, ``Y`` are tensors; call under ``torch.no_grad()`` to time it)."""
+    import torch
+
+    xt = torch.sqrt(1 / c + (X * X).sum(1))
+    yt = torch.sqrt(1 / c + (Y * Y).sum(1))
+    z = -c * (X @ Y.T - torch.outer(xt, yt))
+    return torch.acosh(torch.clamp_min(z, 1.0)) / c**0.5
+
+
+def torch_lorentz_topk(X, Y, k: int, c: float = 1.0):
+    """:func:`torch_lorentz` then ``torch.topk`` of the smallest (no autograd).
+
+    Returns
+    -------
+    torch.return_types.topk
+        ``(values, indices)`` tensors of shape (NX, k), smallest first.
+    """
+    import torch
+
+    with torch.no_grad():
+        return torch.topk(torch_lorentz(X, Y, c), k, dim=1, largest=False, sorted=True)
