@@ -22,7 +22,7 @@ def _threads(n: int) -> None:
 def _train_config(args):
     from crossembed.hyperbolic.train import TrainConfig
 
-    return TrainConfig(model=args.model if hasattr(args, "model") else "uncha", steps=args.steps,
+    return TrainConfig(model=args.model, steps=args.steps,
                        batch_size=args.batch_size, n_train=args.n_train, dim=args.dim,
                        seed=getattr(args, "seed", 0), lr=args.lr)
 
@@ -164,8 +164,8 @@ def register(subparsers) -> None:
     p.add_argument("--dim", type=int, default=10)
     p.add_argument("--epochs", type=int, default=300)
     p.add_argument("--negatives", type=int, default=50)
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--entailment-weight", type=float, default=0.1)
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--entailment-weight", type=float, default=0.0, help="weight of the entailment-cone term (default 0: it lowered reconstruction on mammals, see docs/uncha.md)")
     p.add_argument("--max-nodes", type=int, default=None, help="cap on nodes (largest first by BFS from the root)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot", help="save radius-by-depth plot to this PNG")

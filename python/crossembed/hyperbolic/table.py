@@ -25,7 +25,8 @@ from crossembed._io import atomic_write
 from crossembed.hyperbolic import lorentz as L
 from crossembed.hyperbolic.evaluate import benchmark_topk, evaluate, make_test_set, plot_radii
 from crossembed.hyperbolic.losses import MODEL_NAMES
-from crossembed.hyperbolic.train import CHECKPOINT_NAME, TrainConfig, load_checkpoint, plot_history, train, train_scenes
+from crossembed.hyperbolic.train import (CHECKPOINT_NAME, TrainConfig, load_checkpoint, plot_history, save_checkpoint,
+                                         train, train_scenes)
 
 __all__ = ["run_comparison", "write_report", "METRICS"]
 
@@ -80,8 +81,6 @@ def run_comparison(*, seeds: Sequence[int] = (0, 1, 2), models: Sequence[str] = 
                 extra = {"scenes_per_second": res.scenes_per_second, "images_per_second": res.images_per_second,
                          "train_seconds": res.seconds}
                 if run_dir is not None:  # record throughput with the finished checkpoint
-                    from crossembed.hyperbolic.train import save_checkpoint
-
                     save_checkpoint(run_dir / CHECKPOINT_NAME, model, cfg, cfg.steps, history, extra=extra)
             metrics = evaluate(model, test, return_embeddings=(seed == seeds[0]))
             emb = metrics.pop("embeddings", None)

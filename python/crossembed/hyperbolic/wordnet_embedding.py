@@ -182,7 +182,7 @@ def reconstruction(emb: np.ndarray, hierarchy: Hierarchy, *, curvature: float = 
 
 
 def embed_hierarchy(hierarchy: Hierarchy, *, dim: int = 10, epochs: int = 300, batch_size: int = 512,
-                    negatives: int = 50, lr: float = 0.05, entailment_weight: float = 0.1, curvature: float = 1.0,
+                    negatives: int = 50, lr: float = 0.1, entailment_weight: float = 0.0, curvature: float = 1.0,
                     burn_in: int = 20, seed: int = 0, progress: bool = True) -> Tuple[np.ndarray, List[float]]:
     """Train the embedding; returns ``(space components (N, dim), loss per epoch)``.
 
@@ -228,8 +228,8 @@ def embed_hierarchy(hierarchy: Hierarchy, *, dim: int = 10, epochs: int = 300, b
     return emb.detach().numpy().astype(np.float32), losses
 
 
-def run(*, root: str = "mammal.n.01", dim: int = 10, epochs: int = 300, negatives: int = 50, lr: float = 0.05,
-        entailment_weight: float = 0.1, seed: int = 0, max_nodes: Optional[int] = None, progress: bool = True) -> Dict:
+def run(*, root: str = "mammal.n.01", dim: int = 10, epochs: int = 300, negatives: int = 50, lr: float = 0.1,
+        entailment_weight: float = 0.0, seed: int = 0, max_nodes: Optional[int] = None, progress: bool = True) -> Dict:
     """Load, embed and score one hierarchy; returns metrics, sizes and timings."""
     t0 = time.perf_counter()
     h = load_hierarchy(root, max_nodes=max_nodes)
