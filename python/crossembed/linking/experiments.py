@@ -127,12 +127,25 @@ def _fmt(values) -> str:
     return f"{v.mean():.1f} ± {v.std():.1f}"
 
 
+_SUMMARY = ("procrustes", "relative", "bootstrap-procrustes", "geh-paper", "geh-capped", "geh-validated")
+
+
 def render_markdown(records: List[dict]) -> str:
-    """One table per (pair, alpha, seeds): P / R / F1 mean ± std over draws, seconds, draws."""
-    out = []
+    """A summary of F1 per cell, then one table per (pair, alpha, seeds): P / R / F1 mean ± std over draws."""
     cells: Dict[tuple, Dict[str, List[dict]]] = {}
     for r in records:
         cells.setdefault((r["a"], r["b"], r["corpus"], r["n_objects"], r["alpha"], r["n_seeds"]), {}).setdefault(r["method"], []).append(r)
+    out = ["\n#### F1 % (mean ± std over draws)\n",
+           "| pair | alpha | seeds | " + " | ".join(_SUMMARY) + " | GEH-validated / Procrustes |",
+           "|---" * (len(_SUMMARY) + 4) + "|"]
+    for (a, b, corpus, n_obj, alpha, s), by_method in cells.items():
+        vals = [_fmt([r["f1"] for r in by_method[m]]) if m in by_method else "–" for m in _SUMMARY]
+        ratio = "–"
+        if "procrustes" in by_method and "geh-validated" in by_method:
+            f_p = np.mean([r["f1"] for r in by_method["procrustes"]])
+            f_g = np.mean([r["f1"] for r in by_method["geh-validated"]])
+            ratio = f"{f_g / f_p:.1f}x" if f_p > 0 else "inf"
+        out.append(f"| {a} ↔ {b} | {alpha} | {s} | " + " | ".join(vals) + f" | {ratio} |")
     for (a, b, corpus, n_obj, alpha, s), by_method in cells.items():
         out.append(f"\n#### {a} ↔ {b} — alpha {alpha}, {s} seeds ({n_obj} of {corpus} glosses per draw)\n")
         out.append("| method | precision % | recall % | F1 % | seconds | draws |")
