@@ -1,11 +1,9 @@
 """CLI: ``crossembed train-uncha``, ``eval-uncha``, ``uncha-table``, ``embed-wordnet``."""
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 __all__ = ["register"]

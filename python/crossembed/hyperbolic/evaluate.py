@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from crossembed.hyperbolic import lorentz as L
-from crossembed.hyperbolic.data import CLASS_NAMES, SceneSet, Vocabulary, load_fashion_mnist, make_scenes, part_caption
+from crossembed.hyperbolic.data import (CLASS_NAMES, SceneSet, Vocabulary, _resize, load_fashion_mnist, make_scenes,
+                                        part_caption)
 from crossembed.hyperbolic.model import CompositionalModel
 
 __all__ = ["HeldOutSet", "make_test_set", "embed_images", "embed_texts", "top_k", "evaluate", "benchmark_topk",
@@ -99,12 +100,6 @@ def _centre(items: np.ndarray, canvas: int) -> np.ndarray:
     o = (canvas - h) // 2
     out[:, o : o + h, o : o + h] = items
     return out
-
-
-def _resize(items: np.ndarray, size: int) -> np.ndarray:
-    from crossembed.hyperbolic.data import _resize as resize
-
-    return resize(items, size)
 
 
 def radii(model: CompositionalModel, emb: torch.Tensor) -> np.ndarray:

@@ -23,8 +23,7 @@ from __future__ import annotations
 import io
 import time
 from collections import deque
-from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
