@@ -137,6 +137,13 @@ def _uec_eval(args) -> int:
         if t not in ("wordnet", "freedict"):
             raise ValueError(f"--tasks takes 'wordnet' and/or 'freedict', got {t!r}")
     results = []
+    for path in args.from_json:  # results of earlier runs (e.g. one task per process), rendered together
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"--from-json file {path!r} does not exist")
+        loaded = json.loads(Path(path).read_text())
+        results.extend(loaded if isinstance(loaded, list) else [loaded])
+    if args.from_json:
+        tasks = []
     for name in tasks:
         task = wordnet_task(seed=args.seed) if name == "wordnet" else freedict_task(
             seed=args.seed, n_per_language=args.n_per_language)
@@ -229,6 +236,8 @@ def register(subparsers) -> None:
     e.add_argument("--num-threads", type=int, default=None)
     e.add_argument("--out", default=None, help="markdown report (a .json with the raw numbers goes next to it)")
     e.add_argument("--plot", default=None, help="PNG heat map of the per-language coefficients")
+    e.add_argument("--from-json", action="append", default=[],
+                   help="render these saved results (the .json next to an earlier --out) instead of evaluating; repeatable")
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--json", action="store_true")
     e.add_argument("--quiet", action="store_true")
