@@ -409,7 +409,7 @@ class GEHLinker:
         est_precision = correct / (correct + wrong) if correct + wrong else 0.0
         info: Dict[str, Any] = {
             "pool": P, "views": m, "anchors": int(np.median(sizes)), "proposals": len(uniq),
-            "holdout_precision": round(est_precision, 4), "holdout_recall": round(correct / max(1, (~in_view[:, :S]).sum()), 4),
+            "holdout_precision": round(est_precision, 4), "holdout_recall": round(float(correct / max(1, (~in_view[:, :S]).sum())), 4),
         }
         if len(uniq) == 0:
             info.update(promoted=0, threshold=None)
