@@ -24,6 +24,7 @@ import torch
 from crossembed.hyperbolic import lorentz as L
 from crossembed.hyperbolic.data import (CLASS_NAMES, SceneSet, Vocabulary, _resize, load_fashion_mnist, make_scenes,
                                         part_caption)
+from crossembed.hyperbolic.losses import entailment_loss
 from crossembed.hyperbolic.model import CompositionalModel
 
 __all__ = ["HeldOutSet", "make_test_set", "embed_images", "embed_texts", "top_k", "evaluate", "benchmark_topk",
@@ -142,8 +143,14 @@ def evaluate(model: CompositionalModel, test: HeldOutSet, *, return_embeddings: 
     if model.hyperbolic and np.ptp(u) > 0:
         res["spearman_u_rep"] = float(spearmanr(u[multi], rep[multi]).statistic)
         res["spearman_u_1mrep"] = float(spearmanr(u[multi], 1 - rep[multi]).statistic)
+        # diagnostic: calibration drives u towards log r(I_p, I); u can only rank parts
+        # by representativeness if the entailment violation r itself does
+        cfg = model.config
+        r = entailment_loss(parts, img[torch.from_numpy(sc.part_scene)], float(model.curvature().detach()),
+                            eta=cfg.eta_intra, alpha=cfg.alpha).numpy()
+        res["spearman_r_1mrep"] = float(spearmanr(r[multi], 1 - rep[multi]).statistic)
     else:  # CLIP's normalised embeddings carry no radius: u is constant
-        res["spearman_u_rep"] = res["spearman_u_1mrep"] = float("nan")
+        res["spearman_u_rep"] = res["spearman_u_1mrep"] = res["spearman_r_1mrep"] = float("nan")
     res["radius_scene"] = float(np.mean(radii(model, img)))
     res["radius_part"] = float(np.mean(radii(model, parts)))
     res["curvature"] = float(model.curvature().detach()) if model.hyperbolic else float("nan")
