@@ -86,6 +86,12 @@ def test_config_validation():
         TrainConfig(steps=0)
     with pytest.raises(ValueError, match="batch_size"):
         TrainConfig(batch_size=100, n_train=50)
+    with pytest.raises(ValueError, match="lam"):
+        TrainConfig(lam=-1.0)
+    from crossembed.hyperbolic.train import build_model
+
+    assert build_model(_cfg()).config.lam == 0.2
+    assert build_model(_cfg(lam=1.5)).config.lam == 1.5
 
 
 def test_weight_decay_skips_temperatures_curvature_and_scalers():

@@ -22,7 +22,7 @@ def _train_config(args):
 
     return TrainConfig(model=args.model, steps=args.steps,
                        batch_size=args.batch_size, n_train=args.n_train, dim=args.dim,
-                       seed=getattr(args, "seed", 0), lr=args.lr)
+                       seed=getattr(args, "seed", 0), lr=args.lr, lam=args.lam)
 
 
 def _add_train_options(p) -> None:
@@ -130,6 +130,7 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="output directory (checkpoint, loss plot)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.cemb")
+    p.add_argument("--lam", type=float, default=None, help="entailment weight lambda (default: the model's, 0.2)")
     p.add_argument("--plot", help="also save the loss curve to this PNG")
     _add_train_options(p)
     p.set_defaults(func=_cmd_train)

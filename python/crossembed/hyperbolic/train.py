@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Dict, Optional, Union
 
@@ -53,6 +53,7 @@ class TrainConfig:
     max_items: int = 4
     seed: int = 0
     checkpoint_every: int = 250
+    lam: Optional[float] = None  # override the preset's entailment weight (SPEC: 0.2)
 
     def __post_init__(self):
         preset(self.model)  # validates the name
@@ -62,6 +63,8 @@ class TrainConfig:
                 raise ValueError(f"{f} must be a positive integer, got {v!r}")
         if self.batch_size > self.n_train:
             raise ValueError(f"batch_size={self.batch_size} exceeds n_train={self.n_train}")
+        if self.lam is not None and not (isinstance(self.lam, (int, float)) and self.lam >= 0):
+            raise ValueError(f"lam must be a non-negative number, got {self.lam!r}")
         for f in ("lr", "weight_decay"):
             if not (isinstance(getattr(self, f), (int, float)) and getattr(self, f) >= 0):
                 raise ValueError(f"{f} must be a non-negative number")
@@ -85,7 +88,10 @@ class TrainResult:
 
 def build_model(config: TrainConfig) -> CompositionalModel:
     torch.manual_seed(config.seed)
-    return CompositionalModel(preset(config.model), len(Vocabulary()), dim=config.dim, width=config.width)
+    loss_config = preset(config.model)
+    if config.lam is not None:
+        loss_config = replace(loss_config, lam=float(config.lam))
+    return CompositionalModel(loss_config, len(Vocabulary()), dim=config.dim, width=config.width)
 
 
 def train_scenes(config: TrainConfig) -> SceneSet:
