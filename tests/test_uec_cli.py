@@ -1,5 +1,6 @@
 """CLI: encode / index build / index search with a callable encoder, and user errors."""
 import json
+import zlib
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ def _toy(texts):
     out = np.zeros((len(texts), 16), dtype=np.float32)
     for i, t in enumerate(texts):
         for w in t.lower().split():
-            out[i, hash(w) % 16] += 1.0
+            out[i, zlib.crc32(w.encode()) % 16] += 1.0  # deterministic across processes
         out[i, len(t) % 16] += 0.1
     return out
 
@@ -25,7 +26,8 @@ def toy_encoders():
         register_encoder(name, lambda name=name, **kw: load_encoder(_toy, name=name, dim=16), overwrite=True)
 
 
-def test_encode_build_search(tmp_path, capsys):
+def test_encode_build_search(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CROSSEMBED_CACHE", str(tmp_path / "cache"))  # keep the toy embeddings out of the user cache
     docs = [f"the {w} sat on the mat number {i}" for i, w in enumerate(["cat", "dog", "bird", "fish", "cow"] * 8)]
     (tmp_path / "docs.txt").write_text("\n".join(docs) + "\n\n")
     pairs = "\n".join(f"{d}\t{d.replace('the', 'a')}" for d in docs)

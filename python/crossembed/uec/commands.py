@@ -150,6 +150,7 @@ def _uec_eval(args) -> int:
         emb = embed_task(task, models, cache_dir=args.cache_dir, num_threads=args.num_threads, show_progress_bar=not args.quiet)
         results.append(evaluate_task(task, emb, models=models, n_draws=args.draws, seed=args.seed,
                                      prior_precision=_prior(args.prior_precision), show_progress_bar=not args.quiet))
+        results[-1]["command"] = _command_line()
     if args.out:
         note = "Search throughput (exact vs hnswlib + rerank) is in [uec_perf.md](uec_perf.md) (`crossembed uec-perf`)."
         atomic_write(args.out, render_markdown(results, command=_command_line(), perf_note=note).encode())
@@ -205,7 +206,7 @@ def register(subparsers) -> None:
     b.add_argument("--fit-pairs", default=None, help="TSV 'anchor<TAB>positive' (default: WordNet example/gloss fit split)")
     b.add_argument("--hessian", choices=("kron", "diag"), default="kron")
     b.add_argument("--mixing", choices=("score", "embedding"), default="score")
-    b.add_argument("--temperature", type=float, default=1.0)
+    b.add_argument("--temperature", type=float, default=10.0, help="T of the coefficients (default: chosen on dev, docs/uec.md)")
     b.add_argument("--prior-precision", default="marglik", help="'marglik', 'nll' or a number")
     b.add_argument("--M", type=int, default=32)
     b.add_argument("--ef-construction", type=int, default=200)

@@ -477,6 +477,9 @@ def render_markdown(results: Sequence[Dict[str, Any]], *, command: str = "", per
         lines.append("")
     if perf_note:
         lines += [perf_note, ""]
+    runs = [res["command"] for res in results if res.get("command")]
+    if runs:
+        lines += ["Evaluated by:", ""] + [f"* `{c}`" for c in runs] + [""]
     if command:
         lines += [f"Produced by `{command}`.", ""]
     return "\n".join(lines)
