@@ -41,7 +41,7 @@ def register(subparsers) -> None:
     t.add_argument("--methods", default=None, help="comma list (default: all)")
     t.add_argument("--draws", type=int, default=5)
     t.add_argument("--n-objects", type=int, default=1000, help="glosses sampled per draw")
-    t.add_argument("--max-iter", type=int, default=10)
+    t.add_argument("--max-iter", type=int, default=15)
     t.add_argument("--results", default="docs/linking_results.json", help="resumable JSON of every run")
     t.add_argument("--out", default="docs/linking.md", help="markdown file with the link-table markers")
     t.add_argument("--seed", type=int, default=0)

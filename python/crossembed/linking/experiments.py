@@ -65,7 +65,7 @@ def run_table(
     methods: Sequence[str] = tuple(METHODS),
     n_draws: int = 5,
     n_objects: int = 1000,
-    max_iter: int = 10,
+    max_iter: int = 15,
     results_path="docs/linking_results.json",
     seed: int = 0,
     embed: Optional[Callable[[str, int], np.ndarray]] = None,
