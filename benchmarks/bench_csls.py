@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 import crossembed as ce
-from crossembed.baselines import numpy_csls_mutual_topk
+from crossembed.baselines import numpy_csls_mutual_topk, numpy_csls_mutual_topk_candidates
 from _bench import run, size
 
 N, A, K, CSLS_K = size("csls_n", 20_000, 2000), size("csls_a", 256, 256), 5, 50
+M = size("csls_m", 64, 64)  # candidates per row for the candidate-restricted kernel
 
 
 @pytest.fixture(scope="module")
@@ -36,5 +37,30 @@ def test_csls_numpy_baseline(benchmark, signatures):
     SA, SB = signatures
     got = run(benchmark, numpy_csls_mutual_topk, SA, SB, K, CSLS_K, role="numpy float32", flops=2.0 * N * N * A)
     kernel = ce.csls_mutual_topk(SA, SB, k=K, csls_k=CSLS_K)
+    same = len(set(map(tuple, got[0].tolist())) & set(map(tuple, kernel[0].tolist())))
+    assert same >= 0.99 * len(kernel[0]), f"the baseline computes something else ({same} of {len(kernel[0])} pairs)"
+
+
+@pytest.fixture(scope="module")
+def candidates(signatures):
+    """Each side's M nearest rows of the other side (the fused probit top-k with zero variances is a dot-product top-k)."""
+    SA, SB = signatures
+    near = lambda X, Y: ce.ProbitDocs(Y, np.zeros_like(Y)).top_k(X, np.zeros_like(X), M)[1]  # noqa: E731
+    return near(SA, SB), near(SB, SA)
+
+
+@pytest.mark.benchmark(group="csls_mutual_topk_candidates")
+def test_csls_candidates_kernel(benchmark, signatures, candidates):
+    SA, SB = signatures
+    run(benchmark, ce.csls_mutual_topk_candidates, SA, SB, *candidates, k=K, csls_k=CSLS_K,
+        role="kernel", flops=2.0 * 2 * N * M * A, primary=True)
+
+
+@pytest.mark.benchmark(group="csls_mutual_topk_candidates")
+def test_csls_candidates_numpy_baseline(benchmark, signatures, candidates):
+    SA, SB = signatures
+    got = run(benchmark, numpy_csls_mutual_topk_candidates, SA, SB, *candidates, K, CSLS_K,
+              role="numpy float32", flops=2.0 * 2 * N * M * A)
+    kernel = ce.csls_mutual_topk_candidates(SA, SB, *candidates, k=K, csls_k=CSLS_K)
     same = len(set(map(tuple, got[0].tolist())) & set(map(tuple, kernel[0].tolist())))
     assert same >= 0.99 * len(kernel[0]), f"the baseline computes something else ({same} of {len(kernel[0])} pairs)"

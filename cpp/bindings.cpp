@@ -101,6 +101,15 @@ struct PyProbitDocs {
   }
 };
 
+py::tuple csls_result_to_python(const CslsResult& r) {
+  const py::ssize_t p = py::ssize_t(r.scores.size());
+  py::array_t<std::int64_t> pairs({p, py::ssize_t(2)});
+  std::copy(r.pairs.begin(), r.pairs.end(), pairs.mutable_data());
+  py::array_t<float> scores(p);
+  std::copy(r.scores.begin(), r.scores.end(), scores.mutable_data());
+  return py::make_tuple(pairs, scores);
+}
+
 template <class T>
 py::array_t<T> lorentz_pairwise_py(const CArray<T>& x, const CArray<T>& y, double c, int nt) {
   require_2d(x, "X");
@@ -180,13 +189,35 @@ PYBIND11_MODULE(_core, m) {
       r = csls_mutual_topk(sa.data(), std::size_t(sa.shape(0)), sb.data(), std::size_t(sb.shape(0)),
                            std::size_t(sa.shape(1)), k, csls_k, ma.data(), mb.data(), nt);
     }
-    const py::ssize_t p = py::ssize_t(r.scores.size());
-    py::array_t<std::int64_t> pairs({p, py::ssize_t(2)});
-    std::copy(r.pairs.begin(), r.pairs.end(), pairs.mutable_data());
-    py::array_t<float> scores(p);
-    std::copy(r.scores.begin(), r.scores.end(), scores.mutable_data());
-    return py::make_tuple(pairs, scores);
+    return csls_result_to_python(r);
   });
+
+  m.def("csls_mutual_topk_candidates",
+        [](const CArray<float>& sa, const CArray<float>& sb, const CArray<std::int64_t>& ca,
+           const CArray<std::int64_t>& cb, std::size_t k, std::size_t csls_k, const CArray<std::uint8_t>& ma,
+           const CArray<std::uint8_t>& mb, int nt) {
+          require_2d(sa, "SA");
+          require_2d(sb, "SB");
+          require_same_dim(sa, sb, "SA", "SB");
+          require_2d(ca, "cand_a");
+          require_2d(cb, "cand_b");
+          if (ca.shape(0) != sa.shape(0) || cb.shape(0) != sb.shape(0))
+            throw py::value_error("cand_a / cand_b must have one row per row of SA / SB");
+          if (ma.size() != sa.shape(0) || mb.size() != sb.shape(0)) throw py::value_error("exclusion masks have the wrong length");
+          for (py::ssize_t t = 0; t < ca.size(); ++t)
+            if (ca.data()[t] < -1 || ca.data()[t] >= sb.shape(0)) throw py::value_error("cand_a out of range");
+          for (py::ssize_t t = 0; t < cb.size(); ++t)
+            if (cb.data()[t] < -1 || cb.data()[t] >= sa.shape(0)) throw py::value_error("cand_b out of range");
+          if (k < 1 || csls_k < 1) throw py::value_error("k and csls_k must be >= 1");
+          CslsResult r;
+          {
+            py::gil_scoped_release release;
+            r = csls_mutual_topk_candidates(sa.data(), std::size_t(sa.shape(0)), sb.data(), std::size_t(sb.shape(0)),
+                                            std::size_t(sa.shape(1)), ca.data(), std::size_t(ca.shape(1)), cb.data(),
+                                            std::size_t(cb.shape(1)), k, csls_k, ma.data(), mb.data(), nt);
+          }
+          return csls_result_to_python(r);
+        });
 
   m.def("otsu_threshold", [](const CArray<double>& v, int bins) {
     if (bins < 2) throw py::value_error("bins must be >= 2");

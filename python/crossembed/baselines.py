@@ -144,6 +144,43 @@ def numpy_csls_mutual_topk(SA: np.ndarray, SB: np.ndarray, k: int, csls_k: int,
     return np.stack([i[keep], j[keep]], axis=1), score[keep]
 
 
+def numpy_csls_mutual_topk_candidates(SA: np.ndarray, SB: np.ndarray, cand_a: np.ndarray, cand_b: np.ndarray,
+                                      k: int, csls_k: int, *, block: int = 4096) -> Tuple[np.ndarray, np.ndarray]:
+    """Candidate-restricted CSLS mutual top-``k`` (all candidates valid, no padding).
+
+    Gathered similarities ``einsum('ia,ima->im')`` in row blocks, hubness
+    terms by partition, per-side top-``k`` by argpartition, the mutual test
+    through pair codes, then the same greedy one-to-one pass.
+    """
+    def gathered(X, Y, cand):
+        out = np.empty(cand.shape, np.float32)
+        for s in range(0, X.shape[0], block):
+            out[s:s + block] = np.einsum("ia,ima->im", X[s:s + block], Y[cand[s:s + block]])
+        return out
+
+    na, nb = SA.shape[0], SB.shape[0]
+    sa, sb = gathered(SA, SB, cand_a), gathered(SB, SA, cand_b)
+    r_a = -np.partition(-sa, min(csls_k, sa.shape[1]) - 1, axis=1)[:, :csls_k].mean(axis=1)
+    r_b = -np.partition(-sb, min(csls_k, sb.shape[1]) - 1, axis=1)[:, :csls_k].mean(axis=1)
+    ca = 2 * sa - r_a[:, None] - r_b[cand_a]
+    cb = 2 * sb - r_b[:, None] - r_a[cand_b]
+    ta = np.take_along_axis(cand_a, np.argpartition(-ca, k - 1, axis=1)[:, :k], axis=1)
+    tb = np.take_along_axis(cand_b, np.argpartition(-cb, k - 1, axis=1)[:, :k], axis=1)
+    i = np.repeat(np.arange(na), k)
+    j = ta.ravel()
+    back = np.repeat(np.arange(nb), k) + nb * tb.ravel()  # codes j + nb * i proposed by the B side
+    mutual = np.isin(j + nb * i, back)
+    i, j = i[mutual], j[mutual]
+    score = 2 * np.einsum("ia,ia->i", SA[i], SB[j]) - r_a[i] - r_b[j]
+    order = np.lexsort((j, i, -score))
+    used_a, used_b, keep = np.zeros(na, bool), np.zeros(nb, bool), []
+    for p in order:
+        if not (used_a[i[p]] or used_b[j[p]]):
+            used_a[i[p]] = used_b[j[p]] = True
+            keep.append(p)
+    return np.stack([i[keep], j[keep]], axis=1), score[keep]
+
+
 # --------------------------------------------------------------------------- Lorentz distances
 def numpy_lorentz(X: np.ndarray, Y: np.ndarray, c: float = 1.0) -> np.ndarray:
     """Lorentz distances by the textbook acosh form, one GEMM.

@@ -203,6 +203,52 @@ def csls_mutual_topk(SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, ex
     return np.array(pairs, dtype=np.int64).reshape(-1, 2), np.array(scores, dtype=np.float64)
 
 
+def csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, *, k: int = 5, csls_k: int = 50, exclude_a=None,
+                                exclude_b=None, num_threads: Optional[int] = None):
+    """:func:`csls_mutual_topk` restricted to listed candidate pairs.
+
+    * ``s_ij`` only for ``j`` in ``cand_a[i]`` (A side) / ``i`` in ``cand_b[j]``
+      (B side); ``-1`` entries and excluded rows are ignored;
+    * ``r_A(i)`` = mean of the ``min(csls_k, #candidates)`` largest ``s_ij``
+      over row ``i``'s candidates, 0 when it has none; ``r_B(j)`` likewise;
+    * row ``i``'s CSLS top-``k`` among its candidates, column ``j``'s among its
+      own, ties to the lower index; mutual pairs; greedy one-to-one as above.
+    """
+    SA, SB = _f64(SA), _f64(SB)
+    act_a, act_b = _active(exclude_a, SA.shape[0]), _active(exclude_b, SB.shape[0])
+    cand_a, cand_b = np.asarray(cand_a, dtype=np.int64), np.asarray(cand_b, dtype=np.int64)
+
+    def lists(X, Y, cand, act_x, act_y):
+        out = []
+        for i in range(X.shape[0]):
+            js = [int(j) for j in cand[i] if act_x[i] and j >= 0 and act_y[j]]
+            out.append({j: float(X[i] @ Y[j]) for j in js})
+        return out
+
+    la, lb = lists(SA, SB, cand_a, act_a, act_b), lists(SB, SA, cand_b, act_b, act_a)
+
+    def hub(lst):
+        return np.array([np.mean(sorted(d.values(), reverse=True)[:csls_k]) if d else 0.0 for d in lst])
+
+    r_a, r_b = hub(la), hub(lb)
+
+    def top(lst, value):
+        return [set(sorted(d, key=lambda j: (-value(i, j, d[j]), j))[:k]) for i, d in enumerate(lst)]
+
+    top_a = top(la, lambda i, j, s: 2.0 * s - r_a[i] - r_b[j])
+    top_b = top(lb, lambda j, i, s: 2.0 * s - r_a[i] - r_b[j])
+    proposals = sorted((-(2.0 * la[i][j] - r_a[i] - r_b[j]), i, j) for i in range(len(la)) for j in top_a[i] if i in top_b[j])
+    used_a, used_b, pairs, scores = set(), set(), [], []
+    for neg_score, i, j in proposals:
+        if i in used_a or j in used_b:
+            continue
+        used_a.add(i)
+        used_b.add(j)
+        pairs.append((i, j))
+        scores.append(-neg_score)
+    return np.array(pairs, dtype=np.int64).reshape(-1, 2), np.array(scores, dtype=np.float64)
+
+
 def otsu_threshold(values, *, bins: int = 100) -> float:
     """Otsu's threshold on ``bins`` equal-width bins over ``[min, max]``.
 

@@ -110,6 +110,32 @@ inline double mean_best(TopK& heap, std::size_t kc) {
   return s / double(kc);
 }
 
+struct MutualPair {
+  float score;
+  std::int64_t i, j;
+};
+
+// Greedy one-to-one by score (ties: lower i, then lower j). Row ids are
+// mapped through id_a / id_b when given (compacted active rows).
+inline CslsResult greedy_mutual(std::vector<MutualPair>& mutual, std::size_t na, std::size_t nb,
+                                const std::int64_t* id_a, const std::int64_t* id_b) {
+  std::sort(mutual.begin(), mutual.end(), [](const MutualPair& a, const MutualPair& b) {
+    if (a.score != b.score) return a.score > b.score;
+    if (a.i != b.i) return a.i < b.i;
+    return a.j < b.j;
+  });
+  CslsResult res;
+  std::vector<char> used_a(na, 0), used_b(nb, 0);
+  for (const MutualPair& c : mutual) {
+    if (used_a[std::size_t(c.i)] || used_b[std::size_t(c.j)]) continue;
+    used_a[std::size_t(c.i)] = used_b[std::size_t(c.j)] = 1;
+    res.pairs.push_back(id_a ? id_a[c.i] : c.i);
+    res.pairs.push_back(id_b ? id_b[c.j] : c.j);
+    res.scores.push_back(c.score);
+  }
+  return res;
+}
+
 }  // namespace detail
 
 // SA (na, d), SB (nb, d); masks: 1 = excluded. Two sweeps: the first finds
@@ -117,14 +143,13 @@ inline double mean_best(TopK& heap, std::size_t kc) {
 inline CslsResult csls_mutual_topk(const float* SA, std::size_t na_all, const float* SB, std::size_t nb_all,
                                    std::size_t d, std::size_t k, std::size_t csls_k, const std::uint8_t* mask_a,
                                    const std::uint8_t* mask_b, int num_threads) {
-  CslsResult res;
   std::vector<std::int64_t> ia, ib;
   for (std::size_t i = 0; i < na_all; ++i)
     if (!mask_a[i]) ia.push_back(std::int64_t(i));
   for (std::size_t j = 0; j < nb_all; ++j)
     if (!mask_b[j]) ib.push_back(std::int64_t(j));
   const std::size_t na = ia.size(), nb = ib.size();
-  if (na == 0 || nb == 0) return res;
+  if (na == 0 || nb == 0) return {};
   std::vector<const float*> xa(na), xb(nb);
   for (std::size_t i = 0; i < na; ++i) xa[i] = SA + std::size_t(ia[i]) * d;
   for (std::size_t j = 0; j < nb; ++j) xb[j] = SB + std::size_t(ib[j]) * d;
@@ -144,32 +169,75 @@ inline CslsResult csls_mutual_topk(const float* SA, std::size_t na_all, const fl
       xa, pb, kka, kkb, num_threads,
       [&](float s, std::size_t i, std::size_t j) { return detail::csls_value(s, ra[i], rb[j]); }, rows, cols);
 
-  // Mutual pairs, then greedy one-to-one by CSLS (ties: lower i, then lower j).
-  struct Cand {
-    float score;
-    std::int64_t i, j;
-  };
-  std::vector<Cand> mutual;
+  // Mutual pairs, then greedy one-to-one by CSLS.
+  std::vector<detail::MutualPair> mutual;
   for (std::size_t i = 0; i < na; ++i)
     for (const Scored& sj : rows[i].items()) {
       const auto& back = cols[std::size_t(sj.index)].items();
       if (std::any_of(back.begin(), back.end(), [&](const Scored& si) { return si.index == std::int64_t(i); }))
         mutual.push_back({sj.score, std::int64_t(i), sj.index});
     }
-  std::sort(mutual.begin(), mutual.end(), [](const Cand& a, const Cand& b) {
-    if (a.score != b.score) return a.score > b.score;
-    if (a.i != b.i) return a.i < b.i;
-    return a.j < b.j;
-  });
-  std::vector<char> used_a(na, 0), used_b(nb, 0);
-  for (const Cand& c : mutual) {
-    if (used_a[std::size_t(c.i)] || used_b[std::size_t(c.j)]) continue;
-    used_a[std::size_t(c.i)] = used_b[std::size_t(c.j)] = 1;
-    res.pairs.push_back(ia[std::size_t(c.i)]);
-    res.pairs.push_back(ib[std::size_t(c.j)]);
-    res.scores.push_back(c.score);
-  }
-  return res;
+  return detail::greedy_mutual(mutual, na, nb, ia.data(), ib.data());
+}
+
+// Candidate-restricted variant: s_ij only for the listed pairs (cand_a: for
+// each A row, M_A B rows; cand_b: for each B row, M_B A rows; -1 = padding).
+// r_A(i) averages the csls_k best similarities among row i's candidates
+// (0 when it has none), r_B likewise; each side's CSLS top-k is taken among
+// its own candidates; mutual pairs are made one-to-one as above. Costs
+// O((N_A M_A + N_B M_B) d) instead of O(N_A N_B d).
+inline CslsResult csls_mutual_topk_candidates(const float* SA, std::size_t na, const float* SB, std::size_t nb,
+                                              std::size_t d, const std::int64_t* cand_a, std::size_t ma,
+                                              const std::int64_t* cand_b, std::size_t mb, std::size_t k,
+                                              std::size_t csls_k, const std::uint8_t* mask_a,
+                                              const std::uint8_t* mask_b, int num_threads) {
+  const auto& I = simd::isa();
+  // Similarities of each row with its valid candidates, best first.
+  auto side = [&](const float* X, std::size_t nx, const float* Y, const std::int64_t* cand, std::size_t m,
+                  const std::uint8_t* mask_x, const std::uint8_t* mask_y, std::vector<TopK>& lists,
+                  std::vector<double>& r) {
+    lists.assign(nx, TopK(m));
+    r.assign(nx, 0.0);
+    parallel_for(std::int64_t(nx), num_threads, [&](std::int64_t ii, int) {
+      const std::size_t i = std::size_t(ii);
+      if (mask_x[i]) return;
+      for (std::size_t t = 0; t < m; ++t) {
+        const std::int64_t j = cand[i * m + t];
+        if (j < 0 || mask_y[std::size_t(j)]) continue;
+        lists[i].push(I.dot_f32(X + i * d, Y + std::size_t(j) * d, d), j);
+      }
+      const std::size_t kc = std::min(csls_k, lists[i].size());
+      if (kc) r[i] = detail::mean_best(lists[i], kc);
+    });
+  };
+  std::vector<TopK> la, lb;
+  std::vector<double> ra, rb;
+  side(SA, na, SB, cand_a, ma, mask_a, mask_b, la, ra);
+  side(SB, nb, SA, cand_b, mb, mask_b, mask_a, lb, rb);
+  // CSLS top-k per row among its candidates (lists are sorted best-first now).
+  auto top = [&](std::vector<TopK>& lists, const std::vector<double>& r_self, const std::vector<double>& r_other,
+                 bool a_side) {
+    std::vector<TopK> out(lists.size(), TopK(k));
+    parallel_for(std::int64_t(lists.size()), num_threads, [&](std::int64_t ii, int) {
+      const std::size_t i = std::size_t(ii);
+      for (const Scored& s : lists[i].items()) {
+        const double ra_ = a_side ? r_self[i] : r_other[std::size_t(s.index)];
+        const double rb_ = a_side ? r_other[std::size_t(s.index)] : r_self[i];
+        out[i].push(detail::csls_value(s.score, ra_, rb_), s.index);
+      }
+      out[i].sorted();
+    });
+    return out;
+  };
+  std::vector<TopK> ta = top(la, ra, rb, true), tb = top(lb, rb, ra, false);
+  std::vector<detail::MutualPair> mutual;
+  for (std::size_t i = 0; i < na; ++i)
+    for (const Scored& sj : ta[i].items()) {
+      const auto& back = tb[std::size_t(sj.index)].items();
+      if (std::any_of(back.begin(), back.end(), [&](const Scored& si) { return si.index == std::int64_t(i); }))
+        mutual.push_back({sj.score, std::int64_t(i), sj.index});
+    }
+  return detail::greedy_mutual(mutual, na, nb, nullptr, nullptr);
 }
 
 }  // namespace crossembed
