@@ -9,6 +9,62 @@ from crossembed.linking.result import LinkResult
 from _linking_data import linking_problem
 
 
+def candidate_reference(SA, SB, cand_a, cand_b, *, k=5, csls_k=50, exclude_a=None, exclude_b=None, num_threads=None):
+    """float64 numpy reference of kernels.csls_mutual_topk_candidates (same arguments and results)."""
+    SA, SB = np.asarray(SA, np.float64), np.asarray(SB, np.float64)
+    ex_a, ex_b = np.zeros(len(SA), bool), np.zeros(len(SB), bool)
+    if exclude_a is not None:
+        ex_a[np.asarray(exclude_a, np.int64)] = True
+    if exclude_b is not None:
+        ex_b[np.asarray(exclude_b, np.int64)] = True
+
+    def side(S_own, S_other, cand, ex_own, ex_other):
+        cand = np.asarray(cand, np.int64)
+        c = np.maximum(cand, 0)
+        valid = (cand >= 0) & ~ex_other[c] & ~ex_own[:, None]
+        s = np.einsum("id,imd->im", S_own, S_other[c])
+        top = -np.sort(-np.where(valid, s, -np.inf), axis=1)[:, :csls_k]
+        n = np.minimum(valid.sum(axis=1), csls_k)
+        r = np.where(np.arange(top.shape[1]) < n[:, None], top, 0.0).sum(axis=1) / np.maximum(n, 1)
+        return c, s, valid, r
+
+    ca, sa, va, ra = side(SA, SB, cand_a, ex_a, ex_b)
+    cb, sb, vb, rb = side(SB, SA, cand_b, ex_b, ex_a)
+
+    def topk_keys(cols, s, valid, r_row, r_col, a_side):
+        csls = np.where(valid, 2 * s - r_row[:, None] - r_col[cols], -np.inf)
+        keys, score = [], {}
+        for i in range(len(cols)):
+            idx = [m for m in np.lexsort((cols[i], -csls[i])) if valid[i, m]][:k]
+            for m in idx:
+                a, b = (i, cols[i, m]) if a_side else (cols[i, m], i)
+                keys.append((a, b))
+                score[(a, b)] = csls[i, m]
+        return set(keys), score
+
+    top_a, score = topk_keys(ca, sa, va, ra, rb, True)
+    top_b, _ = topk_keys(cb, sb, vb, rb, ra, False)
+    mutual = sorted(top_a & top_b, key=lambda p: (-score[p], p[0], p[1]))
+    used_a, used_b, pairs = set(), set(), []
+    for a, b in mutual:
+        if a not in used_a and b not in used_b:
+            used_a.add(a), used_b.add(b), pairs.append((a, b))
+    return np.array(pairs, np.int64).reshape(-1, 2), np.array([score[p] for p in pairs], np.float32)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def candidate_kernel():
+    """Until the C++ candidate kernel is built, the pool path runs on the numpy reference."""
+    from crossembed import kernels
+
+    if hasattr(kernels._core_module(), "csls_mutual_topk_candidates"):
+        yield True
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kernels, "csls_mutual_topk_candidates", candidate_reference)
+        yield False
+
+
 @pytest.fixture(scope="module")
 def problem():
     return linking_problem(500, noise=0.05, seed=0)
@@ -104,6 +160,40 @@ def test_ann_candidates_match_the_exact_kernel(problem):
     assert len(res.links) > 0
 
 
+def test_candidate_kernel_matches_the_reference(problem, candidate_kernel):
+    from crossembed import kernels
+    from crossembed.linking.candidates import pool_candidate_lists
+
+    A, B, split = problem
+    anchors = split.seeds
+    SA = kernels.anchor_signatures(A, A[anchors[:, 0]])
+    SB = kernels.anchor_signatures(B, B[anchors[:, 1]])
+    cand_a, cand_b = pool_candidate_lists(SA, SB, 30)
+    np.testing.assert_allclose(np.take_along_axis(SA @ SB.T, cand_a, axis=1).min(axis=1),
+                               np.sort(SA @ SB.T, axis=1)[:, -30], rtol=1e-5, atol=1e-6)
+    cand_a[::7, -3:] = -1  # padding
+    kw = dict(k=5, csls_k=20, exclude_a=anchors[:, 0], exclude_b=anchors[:, 1])
+    got, got_s = kernels.csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, **kw)
+    ref, ref_s = candidate_reference(SA, SB, cand_a, cand_b, **kw)
+    assert len(ref) > 50
+    np.testing.assert_array_equal(got, ref)
+    np.testing.assert_allclose(got_s, ref_s, rtol=1e-4, atol=1e-5)
+    # with every row listed on both sides the candidate path is the exact kernel
+    full_a = np.tile(np.arange(len(B)), (len(A), 1))
+    full_b = np.tile(np.arange(len(A)), (len(B), 1))
+    exact, _ = kernels.csls_mutual_topk(SA, SB, **kw)
+    every, _ = kernels.csls_mutual_topk_candidates(SA, SB, full_a, full_b, **kw)
+    same = len(set(map(tuple, exact.tolist())) & set(map(tuple, every.tolist())))
+    assert same >= 0.99 * len(exact)
+
+
+def test_pool_candidates_keep_the_exact_f1(problem, validated):
+    res = _fit(problem, max_iter=10, candidates="pool", pool_k=32)
+    exact = evaluate_links(validated.links, problem[2].truth)["f1"]
+    pool = evaluate_links(res.links, problem[2].truth)["f1"]
+    assert pool > 0.85 and pool >= exact - 0.03, (pool, exact)
+
+
 def test_farthest_point_sampling_spreads_out():
     X = np.array([[1, 0], [0.99, 0.141], [0, 1], [-1, 0]], np.float32)
     X /= np.linalg.norm(X, axis=1, keepdims=True)
@@ -119,6 +209,8 @@ def test_farthest_point_sampling_spreads_out():
         (dict(k=2.5), TypeError),
         (dict(rho0=1.5), ValueError),
         (dict(candidates="magic"), ValueError),
+        (dict(pool_k=0), ValueError),
+        (dict(pool_anchors=1), ValueError),
         (dict(proposer=3), TypeError),
     ],
 )

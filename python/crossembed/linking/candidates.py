@@ -1,4 +1,13 @@
-"""Approximate proposals for millions of rows: hnswlib candidates instead of exhaustive top-k.
+"""Proposals for large N: candidate lists instead of the exhaustive top-k.
+
+:class:`PoolProposer` (``GEHLinker(candidates="pool")``, the fast path)
+scores only fixed candidate lists with the C++
+:func:`crossembed.kernels.csls_mutual_topk_candidates`. The lists come from
+:func:`pool_candidate_lists`, once per round: each row's ``M`` nearest rows
+on the other side by the dot product of signatures against the whole pool
+(a superset of every view's anchors, so the lists are what the views would
+mostly pick anyway). A view then costs O((N_A + N_B) M anchors) instead of
+O(N_A N_B anchors).
 
 :class:`AnnProposer` (``GEHLinker(candidates="ann")``) builds one HNSW index
 (inner product) per side over the view's signatures and keeps each row's
@@ -17,7 +26,7 @@ import numpy as np
 
 from crossembed import kernels
 
-__all__ = ["AnnProposer"]
+__all__ = ["AnnProposer", "PoolProposer", "pool_candidate_lists"]
 
 
 def _active(exclude, n: int) -> np.ndarray:
@@ -94,3 +103,51 @@ class AnnProposer:
         chosen = kernels.VoteTable().promote(pairs, scores, threshold=-np.inf)
         lookup = dict(zip(map(tuple, pairs.tolist()), scores.tolist()))
         return chosen, np.array([lookup[tuple(p)] for p in chosen.tolist()], np.float32)
+
+
+def pool_candidate_lists(SA, SB, m: int, *, num_threads: Optional[int] = None):
+    """Each row's ``m`` best rows on the other side by signature dot product.
+
+    Uses the fused C++ top-k of :class:`crossembed.kernels.ProbitDocs`: with
+    zero variances the probit score is exactly the dot product.
+
+    Parameters
+    ----------
+    SA : ndarray, shape (N_A, A)
+    SB : ndarray, shape (N_B, A)
+        Signatures of both sides against the same anchors.
+    m : int
+        Candidates per row (clipped to the other side's size).
+
+    Returns
+    -------
+    cand_a : ndarray, shape (N_A, min(m, N_B)), int64
+    cand_b : ndarray, shape (N_B, min(m, N_A)), int64
+    """
+    SA = np.ascontiguousarray(SA, dtype=np.float32)
+    SB = np.ascontiguousarray(SB, dtype=np.float32)
+    _, cand_a = kernels.ProbitDocs(SB, np.zeros_like(SB)).top_k(SA, np.zeros_like(SA), min(m, len(SB)), num_threads=num_threads)
+    _, cand_b = kernels.ProbitDocs(SA, np.zeros_like(SA)).top_k(SB, np.zeros_like(SB), min(m, len(SA)), num_threads=num_threads)
+    return cand_a, cand_b
+
+
+class PoolProposer:
+    """CSLS mutual top-``k`` restricted to fixed candidate lists (see :func:`pool_candidate_lists`).
+
+    Parameters
+    ----------
+    cand_a : ndarray, shape (N_A, M)
+    cand_b : ndarray, shape (N_B, M)
+        Candidate rows per row of each side; ``-1`` pads.
+    num_threads : int, optional
+    """
+
+    def __init__(self, cand_a: np.ndarray, cand_b: np.ndarray, *, num_threads: Optional[int] = None):
+        self.cand_a, self.cand_b = cand_a, cand_b
+        self.num_threads = num_threads
+
+    def __call__(self, SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None):
+        return kernels.csls_mutual_topk_candidates(
+            SA, SB, self.cand_a, self.cand_b, k=k, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b,
+            num_threads=self.num_threads,
+        )

@@ -46,11 +46,11 @@ __all__ = ["GEHLinker", "PROMOTIONS"]
 
 PROMOTIONS = ("paper", "capped", "validated")
 _SAMPLINGS = ("fps", "random")
-_CANDIDATES = ("exact", "ann")
+_CANDIDATES = ("exact", "pool", "ann")
 
-# A proposer turns two signature matrices into one-to-one proposals; the
-# default is the C++ kernel, ``candidates="ann"`` uses hnswlib and
-# crossembed.distributed provides a Dask-sharded one.
+# A proposer turns two signature matrices into one-to-one proposals: the exact
+# C++ kernel, per-round candidate lists (``candidates="pool"``), hnswlib
+# (``candidates="ann"``) or crossembed.distributed's Dask-sharded one.
 Proposer = Callable[..., Any]
 
 
@@ -132,8 +132,16 @@ class GEHLinker:
         ``"validated"`` only: in the final pass drop links whose CSLS score
         falls in the lower Otsu class (rows whose object is missing on the
         other side still find a mutual neighbour, with lower scores).
-    candidates : {"exact", "ann"}
-        Exact tiled top-k (C++), or hnswlib candidates (for millions of rows).
+    candidates : {"exact", "pool", "ann"}
+        ``"exact"``: every view scores all N_A x N_B pairs (C++ tiled top-k).
+        ``"pool"``: once per round each row gets its ``pool_k`` nearest rows on
+        the other side by signatures against (up to ``pool_anchors`` of) the
+        whole pool, and every view scores only those pairs - O(N pool_k) per
+        view instead of O(N_A N_B). ``"ann"``: hnswlib candidates rebuilt per view.
+    pool_k : int
+        Candidates per row on the ``"pool"`` path.
+    pool_anchors : int
+        Most pool anchors (a random subset) for the ``"pool"`` candidate lists.
     ann_k : int
         Candidates per row on the ANN path.
     proposer : callable, optional
@@ -173,6 +181,8 @@ class GEHLinker:
         final_pass: bool = True,
         score_filter: bool = True,
         candidates: str = "exact",
+        pool_k: int = 64,
+        pool_anchors: int = 512,
         ann_k: int = 64,
         proposer: Optional[Proposer] = None,
         random_state=None,
@@ -205,6 +215,8 @@ class GEHLinker:
         if candidates not in _CANDIDATES:
             raise ValueError(f"candidates must be one of {_CANDIDATES}, got {candidates!r}")
         self.candidates = candidates
+        self.pool_k = _int(pool_k, "pool_k", 1)
+        self.pool_anchors = _int(pool_anchors, "pool_anchors", 2)
         self.ann_k = _int(ann_k, "ann_k", 1)
         if proposer is not None and not callable(proposer):
             raise TypeError("proposer must be callable")
@@ -228,11 +240,26 @@ class GEHLinker:
         return unit_rows(dist)
 
     def _propose(self, SA, SB, exclude_a, exclude_b):
-        if self._proposer is not None:
-            return self._proposer(SA, SB, k=self.k, csls_k=self.csls_k, exclude_a=exclude_a, exclude_b=exclude_b)
+        proposer = self._proposer if self._proposer is not None else self._round_proposer
+        if proposer is not None:
+            return proposer(SA, SB, k=self.k, csls_k=self.csls_k, exclude_a=exclude_a, exclude_b=exclude_b)
         return kernels.csls_mutual_topk(
             SA, SB, k=self.k, csls_k=self.csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=self.num_threads
         )
+
+    def _begin_round(self, An, Bn, anchors: np.ndarray, rng) -> None:
+        """``candidates="pool"``: this round's candidate lists, from (a subset of) all its anchors."""
+        self._round_proposer = None
+        if self.candidates != "pool" or self.proposer is not None:
+            return
+        from crossembed.linking.candidates import PoolProposer, pool_candidate_lists
+
+        if len(anchors) > self.pool_anchors:
+            anchors = anchors[np.sort(rng.choice(len(anchors), size=self.pool_anchors, replace=False))]
+        SA = self._signatures(An, An[anchors[:, 0]])
+        SB = self._signatures(Bn, Bn[anchors[:, 1]])
+        cand_a, cand_b = pool_candidate_lists(SA, SB, self.pool_k, num_threads=self.num_threads)
+        self._round_proposer = PoolProposer(cand_a, cand_b, num_threads=self.num_threads)
 
     def _view_anchors(self, pool_a_unit: np.ndarray, n_seeds: int, size: int, rng, subset: Optional[np.ndarray]):
         """Pool positions of one view's anchors: FPS (or random) from a random seed pair."""
@@ -268,6 +295,7 @@ class GEHLinker:
         rng = check_random_state(self.random_state)
         An, Bn = unit_rows(A), unit_rows(B)
         self._proposer = self._make_proposer()
+        self._round_proposer = None
         state = _State(seeds=seeds, n_a=len(A), n_b=len(B))
         history: List[Dict[str, Any]] = []
         stable = 0
@@ -313,6 +341,7 @@ class GEHLinker:
         pool = state.pool()
         P, S = len(pool), len(state.seeds)
         m, size = self._schedule(P, S)
+        self._begin_round(An, Bn, pool, rng)
         pool_a_unit = An[pool[:, 0]]
         small = P < self.small_pool
         subset_size = None
@@ -372,6 +401,7 @@ class GEHLinker:
         P, S = len(pool), len(state.seeds)
         m, size = self._schedule(P, S)
         m = max(m, self.min_views)
+        self._begin_round(An, Bn, pool, rng)
         # views keep a fixed fraction of the pool: shrinking them (the paper's s_t) starves weak
         # encoder pairs of anchors; beyond max_view_anchors FPS thins the view for speed
         sub_size = max(2, math.ceil(self.subsample * P))
@@ -452,6 +482,7 @@ class GEHLinker:
         S = len(state.seeds)
         links = state.links
         fold = rng.permutation(len(links)) % folds
+        self._begin_round(An, Bn, state.pool(), rng)
         proposals, fold_scores = [], []
         for f in range(folds):
             anchors = np.concatenate([state.seeds, links[fold != f]])
