@@ -148,3 +148,10 @@ def test_config_validation():
         LossConfig(geometry="euclidean")
     with pytest.raises(ValueError, match="model must be"):
         preset("bert")
+
+
+def test_cli_model_names_match_the_presets():
+    from crossembed.hyperbolic import commands
+    from crossembed.hyperbolic.losses import MODEL_NAMES
+
+    assert commands.MODEL_NAMES == MODEL_NAMES

@@ -30,13 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in _COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("crossembed"):
-                continue  # a part of the package that is not built yet
-            raise
-        module.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 
