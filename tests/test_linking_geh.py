@@ -187,11 +187,22 @@ def test_candidate_kernel_matches_the_reference(problem, candidate_kernel):
     assert same >= 0.99 * len(exact)
 
 
-def test_pool_candidates_keep_the_exact_f1(problem, validated):
-    res = _fit(problem, max_iter=10, candidates="pool", pool_k=32)
-    exact = evaluate_links(validated.links, problem[2].truth)["f1"]
-    pool = evaluate_links(res.links, problem[2].truth)["f1"]
+@pytest.mark.parametrize("pool_k", [128, 32])
+def test_pool_candidates_keep_the_exact_f1(problem, pool_k):
+    truth = problem[2].truth
+    exact = evaluate_links(_fit(problem, max_iter=10, candidates="exact").links, truth)["f1"]
+    pool = evaluate_links(_fit(problem, max_iter=10, candidates="pool", pool_k=pool_k).links, truth)["f1"]
     assert pool > 0.85 and pool >= exact - 0.03, (pool, exact)
+
+
+def test_pool_candidate_lists_leave_out_the_own_anchor():
+    from crossembed.linking.geh import _without_own_anchor
+
+    # rows 1 and 2 are anchors 0 and 1: their own column goes, the rest is re-normalised
+    S = np.array([[0.6, 0.8, 0.0], [0.6, 0.0, 0.8], [0.0, 0.6, 0.8]], np.float32)
+    out = _without_own_anchor(S, np.array([1, 2]))
+    np.testing.assert_allclose(out, [[0.6, 0.8, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
+    assert S[1, 0] == np.float32(0.6)  # input untouched
 
 
 def test_farthest_point_sampling_spreads_out():

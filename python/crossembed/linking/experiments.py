@@ -41,6 +41,7 @@ METHODS: Dict[str, Callable[..., LinkResult]] = {
     "geh-paper": _geh(promotion="paper"),
     "geh-capped": _geh(promotion="capped"),
     "geh-validated": _geh(promotion="validated"),
+    "geh-validated-exact": _geh(promotion="validated", candidates="exact"),
     "geh-validated-no-kernel": _geh(promotion="validated", kernel=False),
     "geh-validated-random-anchors": _geh(promotion="validated", sampling="random"),
     "geh-validated-fixed-votes": _geh(promotion="validated", posterior=False),
@@ -200,7 +201,7 @@ def time_scaling(sizes: Sequence[int], *, max_iter: int = 10, view_sizes: Sequen
         res = GEHLinker(max_iter=max_iter, progress=False, random_state=0, **geh_kwargs).fit(A, B, seeds)
         total = time.perf_counter() - tic
         views = sum(h["views"] for h in res.history)
-        rec = dict(kind="fit", n=n, seconds=round(total, 2), rounds=len(res.history), views=views,
+        rec = dict(kind="fit", n=n, candidates=geh_kwargs.get("candidates", GEHLinker().candidates), seconds=round(total, 2), rounds=len(res.history), views=views,
                    seconds_per_round=round(total / max(1, len(res.history)), 2),
                    seconds_per_view=round(total / max(1, views), 3), links=len(res), load=os.getloadavg()[0])
         records.append(rec)
@@ -232,8 +233,10 @@ def plot_scaling(records: List[dict], path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    for kind, label, marker in (("fit", "full GEH fit (validated)", "o"), ("view", "one view (256 anchors)", "s")):
-        rs = sorted((r for r in records if r["kind"] == kind), key=lambda r: r["n"])
+    curves = [(("fit", c), f"full GEH fit (validated, {c})", "o") for c in ("exact", "pool", "ann")]
+    curves.append((("view", "exact"), "one exact view (256 anchors)", "s"))
+    for (kind, cand), label, marker in curves:
+        rs = sorted((r for r in records if r["kind"] == kind and r.get("candidates", "exact") == cand), key=lambda r: r["n"])
         if rs:
             ax.loglog([r["n"] for r in rs], [r["seconds"] for r in rs], marker=marker, label=label)
     ax.set_xlabel("rows per side (N)")

@@ -180,8 +180,8 @@ class GEHLinker:
         vote_fraction: float = 0.5,
         final_pass: bool = True,
         score_filter: bool = True,
-        candidates: str = "exact",
-        pool_k: int = 64,
+        candidates: str = "pool",
+        pool_k: int = 128,
         pool_anchors: int = 512,
         ann_k: int = 64,
         proposer: Optional[Proposer] = None,
@@ -256,8 +256,10 @@ class GEHLinker:
 
         if len(anchors) > self.pool_anchors:
             anchors = anchors[np.sort(rng.choice(len(anchors), size=self.pool_anchors, replace=False))]
-        SA = self._signatures(An, An[anchors[:, 0]])
-        SB = self._signatures(Bn, Bn[anchors[:, 1]])
+        # an anchor's own column spikes in its signature, and in its partner's: drop it, or every
+        # link (right or wrong, seeds included) would be listed as its own partner's candidate
+        SA = _without_own_anchor(self._signatures(An, An[anchors[:, 0]]), anchors[:, 0])
+        SB = _without_own_anchor(self._signatures(Bn, Bn[anchors[:, 1]]), anchors[:, 1])
         cand_a, cand_b = pool_candidate_lists(SA, SB, self.pool_k, num_threads=self.num_threads)
         self._round_proposer = PoolProposer(cand_a, cand_b, num_threads=self.num_threads)
 
@@ -542,6 +544,14 @@ class _State:
         self.links = np.asarray(links, np.int64).reshape(-1, 2)
         self.link_post = np.asarray(post, np.float64)
         self.link_votes = np.asarray(votes, np.int64)
+
+
+def _without_own_anchor(S: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Signatures with each anchor row's own column zeroed, those rows re-normalised."""
+    S = np.array(S, dtype=np.float32)
+    S[rows, np.arange(len(rows))] = 0.0
+    S[rows] = unit_rows(S[rows])
+    return S
 
 
 def _merge_views(pairs_list, scores_list, n_b: int):
