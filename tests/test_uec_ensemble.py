@@ -71,18 +71,23 @@ def test_embedding_mixing_normalises_the_convolution(trio):
     np.testing.assert_allclose(g.weights, pi, rtol=1e-4)
 
 
-def test_score_mixing_is_the_probit_of_the_weighted_score_sum(trio):
-    ens = UECEnsemble(trio, temperature=0.5, mixing="score")
+@pytest.mark.parametrize("calibrate", [True, False])
+def test_score_mixing_is_the_probit_of_the_weighted_score_sum(trio, calibrate):
+    ens = UECEnsemble(trio, temperature=0.5, mixing="score", calibrate_scores=calibrate)
     qc, dc = _components(trio, n=5, seed=3), _components(trio, n=7, seed=4)
     q, d = ens.combine(qc, role="query"), ens.combine(dc, role="passage")
     assert q.dim == 24 and d.dim == 24
     pi = ens.coefficients(qc)
+    # calibration: model k's score is divided by its cosine spread s_k (relative to their geometric mean)
+    s = np.array([e.score_scale_ for e in trio])
+    c = np.exp(np.log(s).mean()) / s if calibrate else np.ones(3)
+    assert np.all(s > 0)
     mu_s = np.zeros((5, 7))
     sig2 = np.zeros((5, 7))
     for k in range(3):
-        _, m, s = reference.probit_scores(qc[k].mean, qc[k].var, dc[k].mean, dc[k].var, return_moments=True)
-        mu_s += pi[:, [k]] * m
-        sig2 += pi[:, [k]] ** 2 * s
+        _, m, v = reference.probit_scores(qc[k].mean, qc[k].var, dc[k].mean, dc[k].var, return_moments=True)
+        mu_s += pi[:, [k]] * c[k] * m
+        sig2 += (pi[:, [k]] * c[k]) ** 2 * v
     expected = mu_s / np.sqrt(1 + math.pi / 8 * sig2)
     np.testing.assert_allclose(ens.similarity(q, d), expected, rtol=2e-4, atol=2e-5)
 

@@ -220,3 +220,15 @@ def test_bad_inputs():
         emb.encode(["x"])
     with pytest.raises(TypeError, match="pairs"):
         LaplaceEmbedder(None).fit([("a", 1), ("b", "c")])
+
+
+def test_score_scale_is_the_spread_of_unrelated_cosines():
+    rng = np.random.default_rng(11)
+    A = rng.standard_normal((40, 8))
+    P = A + 0.3 * rng.standard_normal((40, 8))
+    emb = LaplaceEmbedder(None, prior_precision=1.0).fit_embeddings(A, P)
+    a = A / np.linalg.norm(A, axis=1, keepdims=True)
+    p = P / np.linalg.norm(P, axis=1, keepdims=True)
+    cross = a @ p.T
+    expected = cross[~np.eye(40, dtype=bool)].std()
+    assert emb.score_scale_ == pytest.approx(expected, rel=1e-5)

@@ -118,6 +118,11 @@ class UECEnsemble:
     use_variance : bool
         Score with the probit similarity (True) or the plain dot product of
         the means (False, the "- Unc Sim" ablation).
+    calibrate_scores : bool
+        Score mixing only: divide each model's similarity by its cosine spread
+        between unrelated fit texts (:attr:`LaplaceEmbedder.score_scale_`),
+        so an anisotropic model (e5: unrelated texts at ~0.78) is not drowned
+        out by models with a wider score range. Measured in ``docs/uec.md``.
     projection_seed : int
         Seed of the projections used when ``mixing="embedding"`` and the
         models' dimensions differ.
@@ -132,6 +137,7 @@ class UECEnsemble:
         weights: Union[str, Sequence[float]] = "uncertainty",
         standardize: bool = True,
         use_variance: bool = True,
+        calibrate_scores: bool = True,
         projection_seed: int = 0,
     ):
         embedders = list(embedders) if not isinstance(embedders, LaplaceEmbedder) else [embedders]
@@ -158,6 +164,7 @@ class UECEnsemble:
             self.weights = w / w.sum()
         self.standardize = bool(standardize)
         self.use_variance = bool(use_variance)
+        self.calibrate_scores = bool(calibrate_scores)
         self.projection_seed = int(projection_seed)
         dims = [e.dim for e in embedders]
         self._proj: Dict[int, np.ndarray] = {}
@@ -217,12 +224,24 @@ class UECEnsemble:
         comps = [normalize_gaussian(c) for c in comps]
         pi = self.coefficients(comps)
         if self.mixing == "score":
-            w = pi if role == "query" else np.ones_like(pi)
+            w = pi * self._score_scales()[None, :] if role == "query" else np.ones_like(pi)
             mean = np.concatenate([w[:, k : k + 1] * c.mean for k, c in enumerate(comps)], axis=1)
             var = np.concatenate([(w[:, k : k + 1] ** 2) * c.var for k, c in enumerate(comps)], axis=1)
             return GaussianEmbedding(mean.astype(np.float32), var.astype(np.float32), pi.astype(np.float32))
         comps = [self._project(k, c) for k, c in enumerate(comps)]
         return normalize_gaussian(convolve(comps, pi))
+
+    def _score_scales(self) -> np.ndarray:
+        """Per-model factors putting the K cosine scales on one footing (score mixing).
+
+        ``c_k = g / s_k`` with ``s_k`` the model's cosine spread between
+        unrelated fit texts and ``g`` their geometric mean (so the overall
+        magnitude, and with it the probit's shrinkage, stays as before).
+        """
+        if not self.calibrate_scores:
+            return np.ones(self.n_models)
+        s = np.array([e.score_scale_ for e in self.embedders])
+        return np.exp(np.log(s).mean()) / s
 
     def _project(self, k: int, c: GaussianEmbedding) -> GaussianEmbedding:
         R = self._proj.get(k)
@@ -290,6 +309,7 @@ class UECEnsemble:
             "weights": weights,
             "standardize": self.standardize,
             "use_variance": self.use_variance,
+            "calibrate_scores": self.calibrate_scores,
             "projection_seed": self.projection_seed,
         }
         return arrays, meta
@@ -312,6 +332,7 @@ class UECEnsemble:
             weights=meta["weights"],
             standardize=meta["standardize"],
             use_variance=meta["use_variance"],
+            calibrate_scores=meta.get("calibrate_scores", False),
             projection_seed=meta["projection_seed"],
         )
 

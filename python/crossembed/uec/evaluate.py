@@ -219,11 +219,14 @@ def row_specs(models: Sequence[str], default_hessian: str = "kron", default_mixi
     rows = [RowSpec(m, default_hessian, {"use_variance": False}, models=[m]) for m in models]
     rows += [
         RowSpec("uniform ensemble (mean of vectors)", default_hessian, {"weights": "uniform", "mixing": "embedding", "use_variance": False}),
-        RowSpec("uniform ensemble (mean of scores)", default_hessian, {"weights": "uniform", "mixing": "score", "use_variance": False}),
-        RowSpec("weighted ensemble (dev nDCG weights)", default_hessian, {"mixing": "score", "use_variance": False}, dev_weights=True),
+        RowSpec("uniform ensemble (mean of scores)", default_hessian,
+                {"weights": "uniform", "mixing": "score", "use_variance": False, "calibrate_scores": False}),
+        RowSpec("weighted ensemble (dev nDCG weights)", default_hessian,
+                {"mixing": "score", "use_variance": False, "calibrate_scores": False}, dev_weights=True),
         RowSpec("UEC paper rules (diag, embedding mixing, raw traces)", "diag", {"mixing": "embedding", "standardize": False}, tune=True, raw_traces=True),
         RowSpec("UEC diag (score mixing, standardised traces)", "diag", {"mixing": "score"}, tune=True),
         RowSpec("UEC kron (embedding mixing)", "kron", {"mixing": "embedding"}, tune=True),
+        RowSpec("UEC kron (score mixing, uncalibrated scores)", "kron", {"mixing": "score", "calibrate_scores": False}, tune=True),
         RowSpec("UEC kron (score mixing)", "kron", {"mixing": "score"}, tune=True),
     ]
     d = {"mixing": default_mixing}

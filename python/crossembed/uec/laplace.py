@@ -209,6 +209,9 @@ class LaplaceEmbedder:
     trace_mean_, trace_std_ : float
         Mean and std of ``tr(Sigma(x))`` over the fit inputs (for per-model
         standardisation in :class:`~crossembed.uec.UECEnsemble`).
+    score_scale_ : float
+        Std of the model's cosine between unrelated fit texts; score mixing
+        divides each model's similarity by it (``calibrate_scores``).
     n_pairs_ : int
     fit_seconds_ : float
     """
@@ -342,6 +345,12 @@ class LaplaceEmbedder:
         self._state["n_pairs"] = np.int64(n)
         tr = self._var(np.concatenate([A, P])).sum(axis=1)
         self._state["trace_stats"] = np.array([tr.mean(), max(tr.std(), 1e-12)])
+        # Spread of this model's cosines between unrelated texts (anchors vs the
+        # other pairs' positives): models differ several-fold here (e5 is
+        # anisotropic), so score mixing divides each model's score by it.
+        m = min(n, 1000)
+        cross = A[:m] @ P[:m].T
+        self._state["score_scale"] = np.float64(max(float(cross[~np.eye(m, dtype=bool)].std()), 1e-12))
         self.fit_seconds_ = time.perf_counter() - t0
         return self
 
@@ -475,6 +484,12 @@ class LaplaceEmbedder:
         return float(self._state["trace_stats"][1])
 
     @property
+    def score_scale_(self) -> float:
+        """Std of this model's cosine between unrelated fit texts (score-mixing calibration)."""
+        self._require_fit()
+        return float(self._state.get("score_scale", 1.0))
+
+    @property
     def n_pairs_(self) -> int:
         self._require_fit()
         return int(self._state["n_pairs"])
@@ -511,6 +526,8 @@ class LaplaceEmbedder:
                 if arrays[k].shape not in ((D,), (D, D)):
                     raise ValueError(f"array {k} has shape {arrays[k].shape}")
             state = {k: arrays[k] for k in ("dim", "prior_precision", "n_pairs", "trace_stats") + need}
+            if "score_scale" in arrays:
+                state["score_scale"] = arrays["score_scale"]
         except (KeyError, TypeError) as exc:
             from crossembed._io import CorruptFileError
 
