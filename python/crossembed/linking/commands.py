@@ -53,7 +53,7 @@ def register(subparsers) -> None:
     c.add_argument("--sizes", default="1000,3000,10000", help="rows per side for full fits (comma list)")
     c.add_argument("--view-sizes", default="3000,10000", help="rows per side for single-view timings")
     c.add_argument("--max-iter", type=int, default=10)
-    c.add_argument("--candidates", default="exact", choices=["exact", "pool", "ann"])
+    c.add_argument("--candidates", default="pool", choices=["exact", "pool", "ann"])
     c.add_argument("--results", default="docs/linking_scale.json")
     c.add_argument("--plot", default="docs/linking_scale.png", help="log-log growth curve PNG")
     c.add_argument("--json", action="store_true")
