@@ -397,7 +397,10 @@ Rows:
 * *UEC diag / kron*: traces standardised per model (fit-set mean and std);
   *embedding mixing* convolves the vectors, *score mixing* keeps the K spaces
   side by side so the coefficients mix per-model scores (see
-  `crossembed/uec/ensemble.py`);
+  `crossembed/uec/ensemble.py`); score mixing divides each model's score by
+  its cosine spread between unrelated fit texts (`calibrate_scores`, e5's
+  spread is ~4x smaller than minilm's), except in the row marked
+  *uncalibrated scores* and in the plain uniform/weighted baselines;
 * ablations of the default (kron, score mixing): *- Unc Sim* ranks by the
   mean score without the variance, *- Unc Conv* uses uniform coefficients,
   *- both* is then identical to the uniform mean of scores by construction.
