@@ -108,6 +108,17 @@ def _top_k(rows_of: Callable[[int, int], np.ndarray], n_rows: int, k: int, block
     return np.vstack([np.argpartition(-rows_of(s, s + block), k - 1, axis=1)[:, :k] for s in range(0, n_rows, block)])
 
 
+def _greedy_one_to_one(i: np.ndarray, j: np.ndarray, score: np.ndarray, na: int, nb: int):
+    """Keep pairs by descending score (ties: lower i, then lower j) while both rows are free."""
+    order = np.lexsort((j, i, -score))
+    used_a, used_b, keep = np.zeros(na, bool), np.zeros(nb, bool), []
+    for p in order:
+        if not (used_a[i[p]] or used_b[j[p]]):
+            used_a[i[p]] = used_b[j[p]] = True
+            keep.append(p)
+    return np.stack([i[keep], j[keep]], axis=1), score[keep]
+
+
 def numpy_csls_mutual_topk(SA: np.ndarray, SB: np.ndarray, k: int, csls_k: int,
                            *, block: int = 2048) -> Tuple[np.ndarray, np.ndarray]:
     """One-to-one CSLS mutual top-``k`` pairs from the full similarity matrix.
@@ -135,13 +146,7 @@ def numpy_csls_mutual_topk(SA: np.ndarray, SB: np.ndarray, k: int, csls_k: int,
     mutual = (col_top[j] == i[:, None]).any(axis=1)
     i, j = i[mutual], j[mutual]
     score = 2 * sim[i, j] - r_a[i] - r_b[j]
-    order = np.lexsort((j, i, -score))
-    used_a, used_b, keep = np.zeros(na, bool), np.zeros(nb, bool), []
-    for p in order:
-        if not (used_a[i[p]] or used_b[j[p]]):
-            used_a[i[p]] = used_b[j[p]] = True
-            keep.append(p)
-    return np.stack([i[keep], j[keep]], axis=1), score[keep]
+    return _greedy_one_to_one(i, j, score, na, nb)
 
 
 def numpy_csls_mutual_topk_candidates(SA: np.ndarray, SB: np.ndarray, cand_a: np.ndarray, cand_b: np.ndarray,
@@ -172,13 +177,7 @@ def numpy_csls_mutual_topk_candidates(SA: np.ndarray, SB: np.ndarray, cand_a: np
     mutual = np.isin(j + nb * i, back)
     i, j = i[mutual], j[mutual]
     score = 2 * np.einsum("ia,ia->i", SA[i], SB[j]) - r_a[i] - r_b[j]
-    order = np.lexsort((j, i, -score))
-    used_a, used_b, keep = np.zeros(na, bool), np.zeros(nb, bool), []
-    for p in order:
-        if not (used_a[i[p]] or used_b[j[p]]):
-            used_a[i[p]] = used_b[j[p]] = True
-            keep.append(p)
-    return np.stack([i[keep], j[keep]], axis=1), score[keep]
+    return _greedy_one_to_one(i, j, score, na, nb)
 
 
 # --------------------------------------------------------------------------- Lorentz distances

@@ -273,12 +273,20 @@ def _exclusion_mask(exclude, n: int, name: str) -> np.ndarray:
     return mask
 
 
-def _check_k_args(k, csls_k) -> None:
+def _signature_pair(SA, SB, k, csls_k) -> Tuple[np.ndarray, np.ndarray]:
+    """Validated float32 signature matrices of the CSLS kernels (and their k arguments)."""
+    SA = as_matrix(SA, "SA", allow_empty=True)
+    SB = as_matrix(SB, "SB", allow_empty=True)
+    if SA.shape[1] != SB.shape[1]:
+        raise ValueError(f"SA has {SA.shape[1]} columns but SB has {SB.shape[1]}")
     for val, name in ((k, "k"), (csls_k, "csls_k")):
         if isinstance(val, bool) or not isinstance(val, (int, np.integer)):
             raise TypeError(f"{name} must be an integer, got {type(val).__name__}")
         if val < 1:
             raise ValueError(f"{name} must be >= 1, got {val}")
+    _check_magnitude(SA, "SA", 1e15)
+    _check_magnitude(SB, "SB", 1e15)
+    return SA, SB
 
 
 def csls_mutual_topk(SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None, num_threads: Optional[int] = None):
@@ -307,13 +315,7 @@ def csls_mutual_topk(SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, ex
     pairs : ndarray, shape (P, 2), int64, sorted by descending score
     scores : ndarray, shape (P,), float32 (CSLS)
     """
-    SA = as_matrix(SA, "SA", allow_empty=True)
-    SB = as_matrix(SB, "SB", allow_empty=True)
-    if SA.shape[1] != SB.shape[1]:
-        raise ValueError(f"SA has {SA.shape[1]} columns but SB has {SB.shape[1]}")
-    _check_k_args(k, csls_k)
-    _check_magnitude(SA, "SA", 1e15)
-    _check_magnitude(SB, "SB", 1e15)
+    SA, SB = _signature_pair(SA, SB, k, csls_k)
     mask_a = _exclusion_mask(exclude_a, SA.shape[0], "exclude_a")
     mask_b = _exclusion_mask(exclude_b, SB.shape[0], "exclude_b")
     return _core_module().csls_mutual_topk(SA, SB, int(k), int(csls_k), mask_a, mask_b, check_num_threads(num_threads))
@@ -357,13 +359,7 @@ def csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, *, k: int = 5, csls_k: i
     pairs : ndarray, shape (P, 2), int64, sorted by descending score
     scores : ndarray, shape (P,), float32 (CSLS)
     """
-    SA = as_matrix(SA, "SA", allow_empty=True)
-    SB = as_matrix(SB, "SB", allow_empty=True)
-    if SA.shape[1] != SB.shape[1]:
-        raise ValueError(f"SA has {SA.shape[1]} columns but SB has {SB.shape[1]}")
-    _check_k_args(k, csls_k)
-    _check_magnitude(SA, "SA", 1e15)
-    _check_magnitude(SB, "SB", 1e15)
+    SA, SB = _signature_pair(SA, SB, k, csls_k)
     cand_a = _candidate_lists(cand_a, SA.shape[0], SB.shape[0], "cand_a")
     cand_b = _candidate_lists(cand_b, SB.shape[0], SA.shape[0], "cand_b")
     mask_a = _exclusion_mask(exclude_a, SA.shape[0], "exclude_a")

@@ -156,6 +156,19 @@ def _active(exclude, n: int) -> np.ndarray:
     return mask
 
 
+def _greedy(proposals):
+    """One-to-one from ``(-score, i, j)`` proposals: best score first, ties to lower i then j."""
+    used_a, used_b, pairs, scores = set(), set(), [], []
+    for neg_score, i, j in sorted(proposals):
+        if i in used_a or j in used_b:
+            continue
+        used_a.add(i)
+        used_b.add(j)
+        pairs.append((i, j))
+        scores.append(-neg_score)
+    return np.array(pairs, dtype=np.int64).reshape(-1, 2), np.array(scores, dtype=np.float64)
+
+
 def csls_mutual_topk(SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None, num_threads: Optional[int] = None):
     """Mutual top-``k`` pairs under CSLS, made one-to-one greedily: ``(pairs (P, 2) int64, scores (P,))``.
 
@@ -190,17 +203,7 @@ def csls_mutual_topk(SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, ex
         for b in top:
             if a in col_top[b]:
                 proposals.append((-csls[a, b], int(rows[a]), int(cols[b])))
-    proposals.sort()  # score descending, then lower i, then lower j
-
-    used_a, used_b, pairs, scores = set(), set(), [], []
-    for neg_score, i, j in proposals:
-        if i in used_a or j in used_b:
-            continue
-        used_a.add(i)
-        used_b.add(j)
-        pairs.append((i, j))
-        scores.append(-neg_score)
-    return np.array(pairs, dtype=np.int64).reshape(-1, 2), np.array(scores, dtype=np.float64)
+    return _greedy(proposals)
 
 
 def csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, *, k: int = 5, csls_k: int = 50, exclude_a=None,
@@ -237,16 +240,8 @@ def csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, *, k: int = 5, csls_k: i
 
     top_a = top(la, lambda i, j, s: 2.0 * s - r_a[i] - r_b[j])
     top_b = top(lb, lambda j, i, s: 2.0 * s - r_a[i] - r_b[j])
-    proposals = sorted((-(2.0 * la[i][j] - r_a[i] - r_b[j]), i, j) for i in range(len(la)) for j in top_a[i] if i in top_b[j])
-    used_a, used_b, pairs, scores = set(), set(), [], []
-    for neg_score, i, j in proposals:
-        if i in used_a or j in used_b:
-            continue
-        used_a.add(i)
-        used_b.add(j)
-        pairs.append((i, j))
-        scores.append(-neg_score)
-    return np.array(pairs, dtype=np.int64).reshape(-1, 2), np.array(scores, dtype=np.float64)
+    proposals = ((-(2.0 * la[i][j] - r_a[i] - r_b[j]), i, j) for i in range(len(la)) for j in top_a[i] if i in top_b[j])
+    return _greedy(proposals)
 
 
 def otsu_threshold(values, *, bins: int = 100) -> float:
