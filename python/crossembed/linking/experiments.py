@@ -203,7 +203,8 @@ def time_scaling(sizes: Sequence[int], *, max_iter: int = 10, view_sizes: Sequen
         views = sum(h["views"] for h in res.history)
         rec = dict(kind="fit", n=n, candidates=geh_kwargs.get("candidates", GEHLinker().candidates), seconds=round(total, 2), rounds=len(res.history), views=views,
                    seconds_per_round=round(total / max(1, len(res.history)), 2),
-                   seconds_per_view=round(total / max(1, views), 3), links=len(res), load=os.getloadavg()[0])
+                   seconds_per_view=round(total / max(1, views), 3), links=len(res), load=os.getloadavg()[0],
+                   **{k: v for k, v in geh_kwargs.items() if k != "candidates"})
         records.append(rec)
         log(str(rec))
     for n in view_sizes:
