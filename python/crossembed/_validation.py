@@ -18,6 +18,7 @@ __all__ = [
     "check_num_threads",
     "check_positive",
     "check_random_state",
+    "check_split_fractions",
 ]
 
 _FLOAT_KINDS = "fiu"  # float, signed and unsigned int convert losslessly enough
@@ -120,3 +121,14 @@ def check_random_state(random_state) -> np.random.Generator:
     if isinstance(random_state, np.random.Generator):
         return random_state
     raise TypeError(f"random_state must be None, an int or a numpy Generator, got {type(random_state).__name__}")
+
+
+def check_split_fractions(fit_fraction, dev_fraction) -> None:
+    """Two shares in [0, 1] whose sum is at most 1 (the rest is the test part)."""
+    for name, val in (("fit_fraction", fit_fraction), ("dev_fraction", dev_fraction)):
+        if isinstance(val, bool) or not isinstance(val, (int, float)):
+            raise TypeError(f"{name} must be a number, got {type(val).__name__}")
+        if not 0.0 <= val <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {val}")
+    if fit_fraction + dev_fraction > 1.0 + 1e-12:
+        raise ValueError(f"fit_fraction + dev_fraction must be <= 1, got {fit_fraction + dev_fraction}")

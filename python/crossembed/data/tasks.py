@@ -6,7 +6,7 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
-from crossembed._validation import check_random_state
+from crossembed._validation import check_random_state, check_split_fractions
 
 __all__ = ["RetrievalTask"]
 
@@ -83,13 +83,7 @@ class RetrievalTask:
 
         Stratified by language, so every part keeps the language mix.
         """
-        for name, val in (("fit_fraction", fit_fraction), ("dev_fraction", dev_fraction)):
-            if isinstance(val, bool) or not isinstance(val, (int, float)):
-                raise TypeError(f"{name} must be a number, got {type(val).__name__}")
-            if not 0.0 <= val <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {val}")
-        if fit_fraction + dev_fraction > 1.0 + 1e-12:
-            raise ValueError(f"fit_fraction + dev_fraction must be <= 1, got {fit_fraction + dev_fraction}")
+        check_split_fractions(fit_fraction, dev_fraction)
         rng = check_random_state(seed)
         parts: Tuple[List[int], List[int], List[int]] = ([], [], [])
         for lang in sorted(set(self.languages)):

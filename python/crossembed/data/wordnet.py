@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from crossembed._validation import check_random_state
+from crossembed._validation import check_random_state, check_split_fractions
 from crossembed.data.tasks import RetrievalTask
 
 __all__ = [
@@ -292,13 +292,7 @@ def split_synsets(
     for s in synsets:
         if not isinstance(s, Synset):
             raise TypeError(f"synsets must hold Synset objects, got {type(s).__name__}")
-    for name, val in (("fit_fraction", fit_fraction), ("dev_fraction", dev_fraction)):
-        if isinstance(val, bool) or not isinstance(val, (int, float)):
-            raise TypeError(f"{name} must be a number, got {type(val).__name__}")
-        if not 0.0 <= val <= 1.0:
-            raise ValueError(f"{name} must be in [0, 1], got {val}")
-    if fit_fraction + dev_fraction > 1.0 + 1e-12:
-        raise ValueError(f"fit_fraction + dev_fraction must be <= 1, got {fit_fraction + dev_fraction}")
+    check_split_fractions(fit_fraction, dev_fraction)
     keys = {(s.pos, s.offset) for s in synsets}
     if len(keys) != len(synsets):
         raise ValueError("synsets holds duplicates (same pos and offset)")
