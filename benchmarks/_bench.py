@@ -1,4 +1,5 @@
 """Sizes and the timing helper shared by the benchmark modules (see conftest.py for the overview)."""
+
 from __future__ import annotations
 
 import os

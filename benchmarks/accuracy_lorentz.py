@@ -7,6 +7,7 @@ the long-double reference (crossembed.reference) for two regimes: random
 pairs (norms 0.1..3) and nearby pairs (distance 1e-4..1e-2, a third of them
 displaced along the radius). The baselines are those of bench_lorentz.py.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,8 +15,8 @@ import argparse
 import numpy as np
 
 import crossembed as ce
-from crossembed import reference as ref
 from bench_lorentz import numpy_lorentz, torch_lorentz
+from crossembed import reference as ref
 
 
 def random_pairs(rng, n, d):
@@ -55,9 +56,14 @@ def measure(n: int, dim: int, seed: int = 0) -> str:
         for name, fn in methods().items():
             # every method sees the same (float32-representable) points, and so does the reference
             X32, Y32 = X.astype(np.float32).astype(np.float64), Y.astype(np.float32).astype(np.float64)
-            got = np.diagonal(fn(X32, Y32)).astype(np.float64) if regime != "random" else fn(X32, Y32).astype(np.float64)
-            expect = (np.array([ref.lorentz_pairwise(X32[i:i + 1], Y32[i:i + 1])[0, 0] for i in range(n)])
-                      if regime != "random" else ref.lorentz_pairwise(X32, Y32))
+            got = (
+                np.diagonal(fn(X32, Y32)).astype(np.float64) if regime != "random" else fn(X32, Y32).astype(np.float64)
+            )
+            expect = (
+                np.array([ref.lorentz_pairwise(X32[i : i + 1], Y32[i : i + 1])[0, 0] for i in range(n)])
+                if regime != "random"
+                else ref.lorentz_pairwise(X32, Y32)
+            )
             err = np.abs(got - expect)
             lines.append(f"| {regime} | {name} | {err.max():.2e} | {(err / expect).max():.2e} |")
     return "\n".join(lines)

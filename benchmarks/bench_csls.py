@@ -5,12 +5,13 @@ then, in row blocks to bound the index arrays, the csls_k-mean hubness terms,
 the CSLS matrix, row and column top-k by argpartition, the mutual test, and the
 same greedy one-to-one pass. FLOPs per call: 2 * N_A * N_B * A (the GEMM).
 """
+
 import numpy as np
 import pytest
 
 import crossembed as ce
-from crossembed.baselines import numpy_csls_mutual_topk, numpy_csls_mutual_topk_candidates
 from _bench import run, size
+from crossembed.baselines import numpy_csls_mutual_topk, numpy_csls_mutual_topk_candidates
 
 N, A, K, CSLS_K = size("csls_n", 20_000, 2000), size("csls_a", 256, 256), 5, 50
 M = size("csls_m", 64, 64)  # candidates per row for the candidate-restricted kernel
@@ -21,8 +22,12 @@ def signatures():
     """Two sides sharing half their objects (noisy copies), signature-like: non-negative, unit rows."""
     rng = np.random.default_rng(4)
     SA = rng.random((N, A), dtype=np.float32) ** 4
-    SB = np.vstack([SA[rng.permutation(N)[: N // 2]] + 0.05 * rng.random((N // 2, A), dtype=np.float32),
-                    rng.random((N - N // 2, A), dtype=np.float32) ** 4])
+    SB = np.vstack(
+        [
+            SA[rng.permutation(N)[: N // 2]] + 0.05 * rng.random((N // 2, A), dtype=np.float32),
+            rng.random((N - N // 2, A), dtype=np.float32) ** 4,
+        ]
+    )
     return [s / np.linalg.norm(s, axis=1, keepdims=True) for s in (SA, SB)]
 
 
@@ -52,15 +57,34 @@ def candidates(signatures):
 @pytest.mark.benchmark(group="csls_mutual_topk_candidates")
 def test_csls_candidates_kernel(benchmark, signatures, candidates):
     SA, SB = signatures
-    run(benchmark, ce.csls_mutual_topk_candidates, SA, SB, *candidates, k=K, csls_k=CSLS_K,
-        role="kernel", flops=2.0 * 2 * N * M * A, primary=True)
+    run(
+        benchmark,
+        ce.csls_mutual_topk_candidates,
+        SA,
+        SB,
+        *candidates,
+        k=K,
+        csls_k=CSLS_K,
+        role="kernel",
+        flops=2.0 * 2 * N * M * A,
+        primary=True,
+    )
 
 
 @pytest.mark.benchmark(group="csls_mutual_topk_candidates")
 def test_csls_candidates_numpy_baseline(benchmark, signatures, candidates):
     SA, SB = signatures
-    got = run(benchmark, numpy_csls_mutual_topk_candidates, SA, SB, *candidates, K, CSLS_K,
-              role="numpy float32", flops=2.0 * 2 * N * M * A)
+    got = run(
+        benchmark,
+        numpy_csls_mutual_topk_candidates,
+        SA,
+        SB,
+        *candidates,
+        K,
+        CSLS_K,
+        role="numpy float32",
+        flops=2.0 * 2 * N * M * A,
+    )
     kernel = ce.csls_mutual_topk_candidates(SA, SB, *candidates, k=K, csls_k=CSLS_K)
     same = len(set(map(tuple, got[0].tolist())) & set(map(tuple, kernel[0].tolist())))
     assert same >= 0.99 * len(kernel[0]), f"the baseline computes something else ({same} of {len(kernel[0])} pairs)"

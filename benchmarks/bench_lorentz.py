@@ -5,12 +5,13 @@ Baselines compute d = acosh(-c <x, y>_L) / sqrt(c) with <x, y>_L = X Y^T - x_t y
 the kernel's asinh form keeps: see tests/test_kernels_lorentz.py).
 FLOPs per call: 2 * NX * NY * D.
 """
+
 import numpy as np
 import pytest
 
 import crossembed as ce
-from crossembed.baselines import numpy_lorentz, numpy_lorentz_topk, torch_lorentz, torch_lorentz_topk
 from _bench import run, size
+from crossembed.baselines import numpy_lorentz, numpy_lorentz_topk, torch_lorentz, torch_lorentz_topk
 
 NX, NY, D, K = size("lorentz_nx", 4096, 512), size("lorentz_ny", 4096, 512), size("lorentz_d", 128, 128), 10
 FLOPS = 2.0 * NX * NY * D

@@ -7,12 +7,13 @@ FLOPs per call: 2 * Q * N * 3D for both. The ``sgemm`` group times numpy's
 np.dot on a (Q, 3D) x (3D, N) float32 product: the same FLOPs with no
 probit, no top-k, so the GFLOP/s columns are directly comparable.
 """
+
 import numpy as np
 import pytest
 
 import crossembed as ce
-from crossembed.baselines import numpy_probit_docs, numpy_probit_topk
 from _bench import run, size, unit_rows
+from crossembed.baselines import numpy_probit_docs, numpy_probit_topk
 
 Q, N, D, K = size("probit_q", 1000, 64), size("probit_n", 100_000, 5000), size("probit_d", 384, 384), 10
 FLOPS = 2.0 * Q * N * 3 * D

@@ -3,12 +3,13 @@
 Both get the same explicit sigma so only the signature work is timed.
 FLOPs per call: 2 * N * A * D (the cosine GEMM).
 """
+
 import numpy as np
 import pytest
 
 import crossembed as ce
-from crossembed.baselines import numpy_signatures
 from _bench import run, size
+from crossembed.baselines import numpy_signatures
 
 N, D = size("signatures_n", 100_000, 5000), size("signatures_d", 384, 384)
 ANCHORS = [64, 256, 512]
@@ -26,7 +27,9 @@ def points():
 def test_signatures_kernel(benchmark, points, A):
     X, anchors = points
     benchmark.group = f"anchor_signatures A={A}"
-    run(benchmark, ce.anchor_signatures, X, anchors[:A], sigma=SIGMA, role="kernel", flops=2.0 * N * A * D, primary=True)
+    run(
+        benchmark, ce.anchor_signatures, X, anchors[:A], sigma=SIGMA, role="kernel", flops=2.0 * N * A * D, primary=True
+    )
 
 
 @pytest.mark.parametrize("A", ANCHORS)

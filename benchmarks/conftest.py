@@ -10,6 +10,7 @@ quick smoke run; any single size can be overridden with
 ``CROSSEMBED_BENCH_<NAME>=<int>`` (e.g. ``CROSSEMBED_BENCH_PROBIT_N=50000``).
 Each benchmark runs 3 rounds of one call (pedantic mode; one warm-up call at the small scale).
 """
+
 import numpy as np
 import pytest
 

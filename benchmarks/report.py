@@ -11,6 +11,7 @@ Lorentz: 2 N_X N_Y D), all computed from the best (min) round. For the
 probit kernel, which skips the variance term of candidates that cannot
 enter the top k, this is the effective rate on the full FLOP count.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,7 +39,12 @@ def render(groups: Dict[str, List[dict]]) -> str:
     for group in sorted(groups):
         rows = sorted(groups[group], key=lambda b: b["stats"]["min"])
         primary = next((b for b in rows if b.get("extra_info", {}).get("primary")), None)
-        lines += [f"### {group}", "", "| benchmark | role | mean | min | kernel speed-up | GFLOP/s |", "|---|---|---|---|---|---|"]
+        lines += [
+            f"### {group}",
+            "",
+            "| benchmark | role | mean | min | kernel speed-up | GFLOP/s |",
+            "|---|---|---|---|---|---|",
+        ]
         for b in rows:
             info = b.get("extra_info", {})
             t_min = b["stats"]["min"]
@@ -47,13 +53,17 @@ def render(groups: Dict[str, List[dict]]) -> str:
             if gflops is not None and (b is primary or primary is None):
                 best_gflops[group] = gflops
             rate = f"{gflops:.1f}" if gflops is not None else "-"
-            lines.append(f"| {b['name']} | {info.get('role', '')} | {_fmt_time(b['stats']['mean'])} | "
-                         f"{_fmt_time(t_min)} | {ratio} | {rate} |")
+            lines.append(
+                f"| {b['name']} | {info.get('role', '')} | {_fmt_time(b['stats']['mean'])} | "
+                f"{_fmt_time(t_min)} | {ratio} | {rate} |"
+            )
         lines.append("")
     probit, sgemm = best_gflops.get("probit_topk"), best_gflops.get("sgemm")
     if probit and sgemm:
-        lines.append(f"probit_topk kernel: {probit:.1f} GFLOP/s = {100 * probit / sgemm:.0f}% of numpy sgemm "
-                     f"({sgemm:.1f} GFLOP/s) on the same FLOP count.")
+        lines.append(
+            f"probit_topk kernel: {probit:.1f} GFLOP/s = {100 * probit / sgemm:.0f}% of numpy sgemm "
+            f"({sgemm:.1f} GFLOP/s) on the same FLOP count."
+        )
     return "\n".join(lines)
 
 

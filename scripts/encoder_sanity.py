@@ -15,6 +15,7 @@ crossembed cache (``encode_cached``), so later runs on the same texts reuse them
 
     python scripts/encoder_sanity.py --task wordnet --models minilm minilm-l3 e5 --out docs/encoder_sanity.md
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,7 +79,10 @@ def main() -> int:
             "",
             "| model | dim | " + " | ".join(cols) + " | seconds |",
             "|---|---|" + "---|" * len(cols) + "---|",
-        ] + [f"| {r['model']} | {r['dim']} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + f" | {r['seconds']} |" for r in rows]
+        ] + [
+            f"| {r['model']} | {r['dim']} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + f" | {r['seconds']} |"
+            for r in rows
+        ]
         with open(args.out, "a") as fh:
             fh.write("\n".join(lines) + "\n\n")
     return 0

@@ -1,7 +1,8 @@
 """Regenerate python/crossembed/data/bundled/wordnet_nouns.json.gz from the installed WordNet.
 
-    python scripts/make_bundled_wordnet.py [--n 1500] [--seed 0]
+python scripts/make_bundled_wordnet.py [--n 1500] [--seed 0]
 """
+
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,5 @@
 """Small generated linking problems shared by the tests/test_linking_*.py files."""
+
 import numpy as np
 
 from crossembed.linking.protocol import make_partial_overlap

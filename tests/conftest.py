@@ -1,4 +1,5 @@
 """Fixtures shared by the whole test-suite."""
+
 import numpy as np
 import pytest
 

@@ -1,4 +1,5 @@
 """``crossembed bench``: JSON structure, real timings, agreement checks and user errors."""
+
 import json
 
 import numpy as np
@@ -40,13 +41,16 @@ def test_bench_table_and_probit_sgemm(capsys):
     assert "of numpy sgemm" in text and "MISMATCH" not in text
 
 
-@pytest.mark.parametrize("argv, word", [
-    (["--kernels", "lorentz,nope"], "'nope'"),
-    (["--kernels", ","], "--kernels"),
-    (["--repeat", "0"], "--repeat"),
-    (["--threads", "0"], "--threads"),
-    (["--scale", "huge"], "--scale"),
-])
+@pytest.mark.parametrize(
+    "argv, word",
+    [
+        (["--kernels", "lorentz,nope"], "'nope'"),
+        (["--kernels", ","], "--kernels"),
+        (["--repeat", "0"], "--repeat"),
+        (["--threads", "0"], "--threads"),
+        (["--scale", "huge"], "--scale"),
+    ],
+)
 def test_bench_user_errors_exit_2(capsys, argv, word):
     try:  # our checks return 2; argparse's own (--scale choices) exit 2
         code = main(["bench", *argv])
@@ -74,12 +78,31 @@ def test_mismatch_is_reported_and_exits_1(capsys, monkeypatch):
 
 
 def test_mismatch_marked_in_table(capsys):
-    result = {"scale": "small", "simd": "avx2", "threads": None, "repeat": 1, "notes": [], "seconds": 1.0,
-              "cases": [bench._row("csls", "csls_mutual_topk", {"N": 10}, "numpy float32", 1e9, 0.5, 1.0,
-                                   (False, "3 common of 5 kernel / 5 baseline pairs"))]}
+    result = {
+        "scale": "small",
+        "simd": "avx2",
+        "threads": None,
+        "repeat": 1,
+        "notes": [],
+        "seconds": 1.0,
+        "cases": [
+            bench._row(
+                "csls",
+                "csls_mutual_topk",
+                {"N": 10},
+                "numpy float32",
+                1e9,
+                0.5,
+                1.0,
+                (False, "3 common of 5 kernel / 5 baseline pairs"),
+            )
+        ],
+    }
     line = bench.render(result).splitlines()[4]
-    assert line == ("| csls_mutual_topk | N=10 | numpy float32 | 500.0 | 1000.0 | 2.00x | 2.0 | "
-                    "MISMATCH: 3 common of 5 kernel / 5 baseline pairs |")
+    assert line == (
+        "| csls_mutual_topk | N=10 | numpy float32 | 500.0 | 1000.0 | 2.00x | 2.0 | "
+        "MISMATCH: 3 common of 5 kernel / 5 baseline pairs |"
+    )
 
 
 def test_topk_agreement_check():

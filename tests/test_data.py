@@ -1,4 +1,5 @@
 """crossembed.data: WordNet / FreeDict parsers on small generated files, bundled sample."""
+
 from __future__ import annotations
 
 import gzip
@@ -13,10 +14,9 @@ NOUN_LINES = [
     "00001740 03 n 01 entity 0 001 ~ 00001930 n 0000 | that which is perceived or known  ",
     "00001930 03 n 02 physical_entity 0 thing 1 002 @ 00001740 n 0000 + 00692347 v 0101 | an entity that has "
     'physical existence; "a thing of beauty"; "the physical entity moved"  ',
-    "00002000 03 n 01 Hegira 0 001 @i 00001930 n 0000 | the flight of Muhammad (called \"the Hegira\") in 622  ",
+    '00002000 03 n 01 Hegira 0 001 @i 00001930 n 0000 | the flight of Muhammad (called "the Hegira") in 622  ',
     '00002100 03 n 01 big_cat 0 001 @ 00001930 n 0000 | a large cat: "lions are big cats"  ',
-    "00002200 03 n 01 stub 0 000 | "
-    ,
+    "00002200 03 n 01 stub 0 000 | ",
 ]
 VERB_LINES = [
     "00001000 29 v 01 breathe 0 002 @ 00002000 v 0000 + 00001930 n 0101 01 + 02 00 | draw air into, and "
@@ -60,7 +60,10 @@ def test_verbs_frames_and_adj_markers(wndir):
 
 def test_pairs_and_task(wndir):
     pairs = wn.example_gloss_pairs("noun", wordnet_dir=wndir)
-    assert pairs == [("a thing of beauty", "an entity that has physical existence"), ("lions are big cats", "a large cat")]
+    assert pairs == [
+        ("a thing of beauty", "an entity that has physical existence"),
+        ("lions are big cats", "a large cat"),
+    ]
     assert len(wn.example_gloss_pairs("noun", wordnet_dir=wndir, all_examples=True)) == 3
     gl = wn.gloss_lemma_pairs("noun", wordnet_dir=wndir)
     assert ("that which is perceived or known", "entity") in gl and all(g for g, _ in gl)
@@ -136,8 +139,11 @@ def b64(n: int) -> str:
 
 DEU_ENTRIES = [
     ("00databaseinfo", "This is a test dictionary\n"),
-    ("hund", "Hund /hˈʊnt/ <masc, n, sg>\n [zool.] dog <n>, dawg <n>\n         Note: American speech\n"
-             '      "einen Hund abrichten"  - train a dog\n see: {Hunde}, {Haushund}\n\n'),
+    (
+        "hund",
+        "Hund /hˈʊnt/ <masc, n, sg>\n [zool.] dog <n>, dawg <n>\n         Note: American speech\n"
+        '      "einen Hund abrichten"  - train a dog\n see: {Hunde}, {Haushund}\n\n',
+    ),
     ("katze", "Katze /kˈatsə/ <fem, n, sg>\n1. cat <n>\n2. puss (informal), pussy\n   Synonym: {Mieze}\n"),
     ("laufen", "laufen /lˈaʊfən/ <v>\nrun; walk\n"),
     ("der hund bellt", "Der Hund bellt. /x/\nThe dog barks.\n"),
@@ -267,8 +273,9 @@ def test_real_wordnet_and_freedict():
 
 
 def test_retrieval_task_split_and_pairs():
-    t = RetrievalTask("t", [f"q{i}" for i in range(40)], ["d0", "d1"], [(i % 2,) for i in range(40)],
-                      ["en"] * 20 + ["de"] * 20)
+    t = RetrievalTask(
+        "t", [f"q{i}" for i in range(40)], ["d0", "d1"], [(i % 2,) for i in range(40)], ["en"] * 20 + ["de"] * 20
+    )
     fit, dev, test = t.split(fit_fraction=0.5, dev_fraction=0.25, seed=1)
     assert [len(p) for p in (fit, dev, test)] == [20, 10, 10]
     assert fit.languages.count("de") == 10 and dev.languages.count("en") == 5  # stratified by language

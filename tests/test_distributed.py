@@ -1,14 +1,14 @@
 """The Dask-sharded proposal step equals the single-machine computation."""
+
 import numpy as np
 import pytest
 
 distributed = pytest.importorskip("dask.distributed")
 
+from _linking_data import linking_problem  # noqa: E402
 from crossembed import reference  # noqa: E402
 from crossembed.distributed import DaskProposer, sharded_csls_mutual_topk  # noqa: E402
 from crossembed.linking.geh import GEHLinker  # noqa: E402
-
-from _linking_data import linking_problem  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,9 @@ def client():
 
 def _sigs(rng, n_a, n_b, dim=12):
     SA = rng.random((n_a, dim))
-    SB = np.concatenate([SA[: n_b // 2] + 0.01 * rng.standard_normal((n_b // 2, dim)), rng.random((n_b - n_b // 2, dim))])
+    SB = np.concatenate(
+        [SA[: n_b // 2] + 0.01 * rng.standard_normal((n_b // 2, dim)), rng.random((n_b - n_b // 2, dim))]
+    )
     SA /= np.linalg.norm(SA, axis=1, keepdims=True)
     SB /= np.linalg.norm(SB, axis=1, keepdims=True)
     return SA, SB
@@ -33,7 +35,9 @@ def test_sharded_equals_reference(client, n_shards):
     SA, SB = _sigs(rng, 90, 70)
     ex_a, ex_b = [0, 5, 9], [3, 4]
     want_p, want_s = reference.csls_mutual_topk(SA, SB, k=5, csls_k=10, exclude_a=ex_a, exclude_b=ex_b)
-    got_p, got_s = sharded_csls_mutual_topk(client, SA, SB, k=5, csls_k=10, exclude_a=ex_a, exclude_b=ex_b, n_shards=n_shards)
+    got_p, got_s = sharded_csls_mutual_topk(
+        client, SA, SB, k=5, csls_k=10, exclude_a=ex_a, exclude_b=ex_b, n_shards=n_shards
+    )
     np.testing.assert_array_equal(got_p, want_p)
     np.testing.assert_allclose(got_s, want_s, rtol=1e-12, atol=1e-12)
 

@@ -1,4 +1,5 @@
 """crossembed.encoders: protocol, registry and on-disk cache (CallableEncoder), real models (slow)."""
+
 from __future__ import annotations
 
 import hashlib

@@ -1,4 +1,5 @@
 """Compositional scenes: layout invariants, captions, determinism, split, errors."""
+
 import gzip
 
 import numpy as np
@@ -75,9 +76,11 @@ def test_missing_dataset_names_the_debian_package(tmp_path, monkeypatch):
 
 def test_idx_reader_roundtrip_and_truncation(tmp_path, monkeypatch):
     imgs = np.arange(2 * 28 * 28, dtype=np.uint32).reshape(2, 28, 28).astype(np.uint8)
+
     def idx(arr):
         header = bytes([0, 0, 8, arr.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in arr.shape)
         return header + arr.tobytes()
+
     for name, arr in (("t10k-images-idx3-ubyte.gz", imgs), ("t10k-labels-idx1-ubyte.gz", np.array([3, 7], np.uint8))):
         with gzip.open(tmp_path / name, "wb") as fh:
             fh.write(idx(arr))

@@ -1,4 +1,5 @@
 """Lorentz ops: values against float64 closed forms, gradients at the edges, C++ agreement."""
+
 import math
 
 import numpy as np

@@ -1,4 +1,5 @@
 """UNCHA loss terms on small hand-checked cases."""
+
 import math
 
 import pytest
@@ -68,7 +69,9 @@ def test_calibration_minimum_at_log_r_and_entropy_value():
     loss = calibration_loss(r, u, entropy=False)
     loss.backward()
     torch.testing.assert_close(u.grad, torch.zeros(3, dtype=D64), atol=1e-12, rtol=0)
-    assert calibration_loss(torch.ones(2, dtype=D64), torch.zeros(2, dtype=D64), entropy=False).item() == pytest.approx(0.5)
+    assert calibration_loss(torch.ones(2, dtype=D64), torch.zeros(2, dtype=D64), entropy=False).item() == pytest.approx(
+        0.5
+    )
     # constant u: softmax is uniform, entropy log(n)
     u = torch.full((4,), 0.3, dtype=D64)
     r = torch.ones(4, dtype=D64)
@@ -99,7 +102,10 @@ def test_uncertainty_temperature():
 def _batch(seed=0, D=4):
     g = torch.Generator().manual_seed(seed)
     B, P, U = 3, 5, 3
-    r = lambda n: (torch.randn(n, D, generator=g, dtype=D64) * 0.7).requires_grad_()
+
+    def r(n):
+        return (torch.randn(n, D, generator=g, dtype=D64) * 0.7).requires_grad_()
+
     part_text = torch.tensor([0, 1, 2, 0, 1])
     part_scene = torch.tensor([0, 0, 1, 2, 2])
     scene_has = torch.zeros(B, U, dtype=torch.bool)
@@ -130,7 +136,10 @@ def test_total_loss_terms_switch_as_documented():
     no_h = total_loss(b, preset("uncha-no-entropy"), **kw)
     # the only difference is the two batch entropies (image parts and text parts, P = 5 rows each)
     ip_u, tp_u = L.uncertainty(b.image_part), L.uncertainty(b.text_part[b.part_text])
-    H = lambda u: -(torch.softmax(u, 0) * torch.log_softmax(u, 0)).sum()
+
+    def H(u):
+        return -(torch.softmax(u, 0) * torch.log_softmax(u, 0)).sum()
+
     diff = (full["loss"] - no_h["loss"]).item()
     assert diff == pytest.approx(0.2 * (H(ip_u) + H(tp_u)).item())
     meru = total_loss(b, preset("meru"), **kw)

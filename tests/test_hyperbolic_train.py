@@ -1,4 +1,5 @@
 """The trainer: every model trains, checkpoints are atomic and resume exactly, evaluation and CLI run."""
+
 import json
 
 import numpy as np
@@ -21,8 +22,9 @@ def _scenes(n=48, seed=0, split="train"):
 
 
 def _cfg(model="uncha", steps=3, **kw):
-    return TrainConfig(model=model, steps=steps, batch_size=8, n_train=48, canvas=32, part_size=16, dim=8, width=8,
-                       warmup=1, **kw)
+    return TrainConfig(
+        model=model, steps=steps, batch_size=8, n_train=48, canvas=32, part_size=16, dim=8, width=8, warmup=1, **kw
+    )
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
@@ -126,8 +128,23 @@ def test_cli_train_and_eval_on_real_fashion_mnist(tmp_path, capsys, request):
         pytest.skip("real-data training: run with `pytest -m slow`")
     from crossembed.cli import main
 
-    rc = main(["train-uncha", "--model", "uncha", "--seed", "0", "--out", str(tmp_path), "--steps", "20",
-               "--n-train", "300", "--no-progress", "--json"])
+    rc = main(
+        [
+            "train-uncha",
+            "--model",
+            "uncha",
+            "--seed",
+            "0",
+            "--out",
+            str(tmp_path),
+            "--steps",
+            "20",
+            "--n-train",
+            "300",
+            "--no-progress",
+            "--json",
+        ]
+    )
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     assert out["scenes_per_second"] > 0

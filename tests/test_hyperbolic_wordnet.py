@@ -1,9 +1,16 @@
 """WordNet hierarchy embedding: closure construction, reconstruction metrics, a tiny training run."""
+
 import numpy as np
 import pytest
 import torch
 
-from crossembed.hyperbolic.wordnet_embedding import Hierarchy, embed_hierarchy, load_hierarchy, reconstruction, resolve_synset
+from crossembed.hyperbolic.wordnet_embedding import (
+    Hierarchy,
+    embed_hierarchy,
+    load_hierarchy,
+    reconstruction,
+    resolve_synset,
+)
 
 torch.set_num_threads(1)
 
@@ -48,7 +55,7 @@ def test_real_wordnet_subtree():
     anc = {}
     for a, b in h.closure:
         anc.setdefault(int(a), set()).add(int(b))
-    for a, bs in anc.items():
+    for bs in anc.values():
         for b in bs:
             assert anc.get(b, set()) <= bs
     assert all(0 in bs for bs in anc.values())  # everything is below the root

@@ -11,11 +11,13 @@ Two regimes:
   (4 gamma_{A+2} + 2 gamma_{csls_k+2} + 12 u) * max|SA_i| max|SB_j|
   (similarity error, the 1-Lipschitz top-m mean, the CSLS combination).
 """
+
 import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import crossembed as ce
@@ -48,9 +50,11 @@ def assert_same_result(got, expect, *, exact, tol=0.0):
     if exact:
         if pairs.tolist() != expect[0].tolist():
             first = next((n for n, (a, b) in enumerate(zip(pairs.tolist(), expect[0].tolist())) if a != b), None)
-            raise AssertionError(f"{len(pairs)} pairs vs {len(expect[0])} expected; first difference at {first}: "
-                                 f"got {pairs[first:first + 3].tolist() if first is not None else pairs[len(expect[0]):][:3].tolist()}, "
-                                 f"expected {expect[0][first:first + 3].tolist() if first is not None else expect[0][len(pairs):][:3].tolist()}")
+            raise AssertionError(
+                f"{len(pairs)} pairs vs {len(expect[0])} expected; first difference at {first}: "
+                f"got {pairs[first : first + 3].tolist() if first is not None else pairs[len(expect[0]) :][:3].tolist()}, "
+                f"expected {expect[0][first : first + 3].tolist() if first is not None else expect[0][len(pairs) :][:3].tolist()}"
+            )
         np.testing.assert_array_equal(scores, expect[1].astype(np.float32))
         return
     got_map = {tuple(p): float(c) for p, c in zip(pairs.tolist(), scores)}
@@ -59,7 +63,8 @@ def assert_same_result(got, expect, *, exact, tol=0.0):
     extra = sorted(set(got_map) - set(exp_map), key=lambda p: -got_map[p])
     assert not missing and not extra, (
         f"{len(pairs)} pairs vs {len(expect[0])} expected; missing {[(p, exp_map[p]) for p in missing[:5]]}, "
-        f"unexpected {[(p, got_map[p]) for p in extra[:5]]}")
+        f"unexpected {[(p, got_map[p]) for p in extra[:5]]}"
+    )
     off = [(p, got_map[p], exp_map[p]) for p in got_map if abs(got_map[p] - exp_map[p]) > tol]
     assert not off, f"scores beyond tol {tol:.3g}: {off[:5]}"
     key = [(-c, i, j) for (i, j), c in zip(pairs.tolist(), scores.tolist())]
@@ -75,9 +80,9 @@ def planted(rng, n_common=150, n_extra=60, D=16, A=32, noise=0.05):
     """Signature-like rows (non-negative, unit norm) for two sides sharing n_common objects in shuffled order."""
     anchors = rng.standard_normal((A, D))
     base = rng.standard_normal((n_common + 2 * n_extra, D))
-    side_a = np.vstack([base[:n_common], base[n_common:n_common + n_extra]])
+    side_a = np.vstack([base[:n_common], base[n_common : n_common + n_extra]])
     perm = rng.permutation(n_common)
-    side_b = np.vstack([base[:n_common][perm], base[n_common + n_extra:]])
+    side_b = np.vstack([base[:n_common][perm], base[n_common + n_extra :]])
     side_a = side_a + noise * rng.standard_normal(side_a.shape)
     side_b = side_b + noise * rng.standard_normal(side_b.shape)
     SA = ref.anchor_signatures(side_a, anchors, sigma=0.3).astype(np.float32)
@@ -89,8 +94,14 @@ _small_int = st.integers(-2, 2).map(np.float32)
 
 
 @settings(max_examples=EXAMPLES * 80 // 60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), NA=st.integers(1, 24), NB=st.integers(1, 24), D=st.integers(1, 6),
-       k=st.integers(1, 8), csls_k=st.sampled_from([1, 2, 4, 8, 50]))
+@given(
+    data=st.data(),
+    NA=st.integers(1, 24),
+    NB=st.integers(1, 24),
+    D=st.integers(1, 6),
+    k=st.integers(1, 8),
+    csls_k=st.sampled_from([1, 2, 4, 8, 50]),
+)
 def test_csls_exact_integer_inputs(data, NA, NB, D, k, csls_k):
     SA = data.draw(hnp.arrays(np.float32, (NA, D), elements=_small_int))
     SB = data.draw(hnp.arrays(np.float32, (NB, D), elements=_small_int))
@@ -165,19 +176,28 @@ def test_csls_planted_with_exclusions(rng):
     SA, SB = planted(rng)
     ex_a, ex_b = rng.choice(len(SA), 40, replace=False), rng.choice(len(SB), 25, replace=False)
     got = ce.csls_mutual_topk(SA, SB, k=5, csls_k=20, exclude_a=ex_a, exclude_b=ex_b)
-    assert_same_result(got, ref.csls_mutual_topk(SA, SB, k=5, csls_k=20, exclude_a=ex_a, exclude_b=ex_b),
-                       exact=False, tol=continuous_tolerance(SA, SB, 20))
+    assert_same_result(
+        got,
+        ref.csls_mutual_topk(SA, SB, k=5, csls_k=20, exclude_a=ex_a, exclude_b=ex_b),
+        exact=False,
+        tol=continuous_tolerance(SA, SB, 20),
+    )
     assert not np.isin(got[0][:, 0], ex_a).any() and not np.isin(got[0][:, 1], ex_b).any()
 
 
 @pytest.mark.parametrize("A", [1, 7, 15, 17, 33, 384])
 def test_csls_signature_widths(rng, A):
     SA = rng.random((120, A)).astype(np.float32)
-    SB = np.vstack([SA[rng.permutation(120)[:80]] + 0.01 * rng.random((80, A)).astype(np.float32),
-                    rng.random((30, A)).astype(np.float32)])
+    SB = np.vstack(
+        [
+            SA[rng.permutation(120)[:80]] + 0.01 * rng.random((80, A)).astype(np.float32),
+            rng.random((30, A)).astype(np.float32),
+        ]
+    )
     got = ce.csls_mutual_topk(SA, SB, k=5, csls_k=10)
-    assert_same_result(got, ref.csls_mutual_topk(SA, SB, k=5, csls_k=10), exact=False,
-                       tol=continuous_tolerance(SA, SB, 10))
+    assert_same_result(
+        got, ref.csls_mutual_topk(SA, SB, k=5, csls_k=10), exact=False, tol=continuous_tolerance(SA, SB, 10)
+    )
 
 
 @pytest.mark.parametrize("scale", [1e-15, 1e6, 1e12])
@@ -185,8 +205,9 @@ def test_csls_extreme_magnitudes(rng, scale):
     SA, SB = planted(rng, n_common=60, n_extra=20)
     SA, SB = (SA * np.float32(scale)), (SB * np.float32(scale))
     got = ce.csls_mutual_topk(SA, SB, k=3, csls_k=10)
-    assert_same_result(got, ref.csls_mutual_topk(SA, SB, k=3, csls_k=10), exact=False,
-                       tol=continuous_tolerance(SA, SB, 10))
+    assert_same_result(
+        got, ref.csls_mutual_topk(SA, SB, k=3, csls_k=10), exact=False, tol=continuous_tolerance(SA, SB, 10)
+    )
 
 
 def test_csls_edge_cases(rng):
@@ -201,8 +222,9 @@ def test_csls_edge_cases(rng):
     assert pairs.tolist() == [[0, 0]] and scores.tolist() == [0.0]
     # k and csls_k larger than either side are clipped, not refused
     big = ce.csls_mutual_topk(SA, SB, k=100, csls_k=1000)
-    assert_same_result(big, ref.csls_mutual_topk(SA, SB, k=100, csls_k=1000), exact=False,
-                       tol=continuous_tolerance(SA, SB, 1000))
+    assert_same_result(
+        big, ref.csls_mutual_topk(SA, SB, k=100, csls_k=1000), exact=False, tol=continuous_tolerance(SA, SB, 1000)
+    )
 
 
 def test_csls_threads_bitwise_identical(rng):
@@ -211,5 +233,6 @@ def test_csls_threads_bitwise_identical(rng):
     two = ce.csls_mutual_topk(SA, SB, k=5, csls_k=50, num_threads=2)
     np.testing.assert_array_equal(one[0], two[0])
     np.testing.assert_array_equal(one[1], two[1])
-    assert_same_result(one, ref.csls_mutual_topk(SA, SB, k=5, csls_k=50), exact=False,
-                       tol=continuous_tolerance(SA, SB, 50))
+    assert_same_result(
+        one, ref.csls_mutual_topk(SA, SB, k=5, csls_k=50), exact=False, tol=continuous_tolerance(SA, SB, 50)
+    )

@@ -1,4 +1,5 @@
 """csls_mutual_topk_candidates against its float64 reference, and against the dense kernel when every pair is listed."""
+
 import numpy as np
 import pytest
 
@@ -18,7 +19,9 @@ def _nearest(X, Y, m):
     return np.argsort(-sims, axis=1, kind="stable")[:, :m].astype(np.int64)
 
 
-@pytest.mark.parametrize("n_a,n_b,m,k,csls_k", [(60, 50, 8, 3, 5), (40, 70, 12, 5, 50), (1, 9, 4, 5, 2), (30, 30, 30, 5, 10)])
+@pytest.mark.parametrize(
+    "n_a,n_b,m,k,csls_k", [(60, 50, 8, 3, 5), (40, 70, 12, 5, 50), (1, 9, 4, 5, 2), (30, 30, 30, 5, 10)]
+)
 def test_matches_reference(n_a, n_b, m, k, csls_k):
     rng = np.random.default_rng(n_a * 1000 + n_b)
     SA, SB = _signatures(rng, n_a, n_b)

@@ -19,6 +19,7 @@ the conditioning: large for nearby points far out along one ray, ~1
 elsewhere. For nearby points this is still a *relative* bound of a few
 hundred u: what the asinh form is for.
 """
+
 import numpy as np
 import pytest
 
@@ -97,9 +98,11 @@ def nearby_pairs(rng, n, D, dtype, curvature=1.0):
 def test_lorentz_nearby_points_keep_relative_precision(rng, dtype, curvature):
     X, Y = nearby_pairs(rng, 300, 16, dtype, curvature)
     got = np.diagonal(ce.lorentz_pairwise(X, Y, curvature=curvature)).astype(np.float64)
-    expect = np.array([ref.lorentz_pairwise(X[i:i + 1], Y[i:i + 1], curvature=curvature)[0, 0] for i in range(len(X))])
+    expect = np.array(
+        [ref.lorentz_pairwise(X[i : i + 1], Y[i : i + 1], curvature=curvature)[0, 0] for i in range(len(X))]
+    )
     assert expect.min() > 5e-5 and expect.max() < 2e-2  # the regime the asinh form exists for
-    rel = np.array([lorentz_tolerance(X[i:i + 1], Y[i:i + 1], curvature, dtype)[1][0, 0] for i in range(len(X))])
+    rel = np.array([lorentz_tolerance(X[i : i + 1], Y[i : i + 1], curvature, dtype)[1][0, 0] for i in range(len(X))])
     assert_distances_close(got, expect, rel)
     if dtype == np.float32:
         kernel_err = np.abs(got / expect - 1).max()
@@ -126,8 +129,10 @@ def test_lorentz_origin_and_d1(rng):
     assert_distances_close(ce.lorentz_pairwise(Xf, Yf), e, rel)
 
 
-@pytest.mark.parametrize("dtype,scale", [(np.float32, 1e6), (np.float32, 1e15), (np.float32, 1e-20),
-                                         (np.float64, 1e100), (np.float64, 1e-160)])
+@pytest.mark.parametrize(
+    "dtype,scale",
+    [(np.float32, 1e6), (np.float32, 1e15), (np.float32, 1e-20), (np.float64, 1e100), (np.float64, 1e-160)],
+)
 def test_lorentz_extreme_magnitudes(rng, dtype, scale):
     """All below the documented refusal limits (1e17 float32, 1e150 float64): computed, to the derived bound."""
     X = (rng.standard_normal((10, 16)) * scale).astype(dtype)
@@ -173,8 +178,10 @@ def test_lorentz_topk_ties_threads_and_k_equals_n(rng, check_topk):
 def test_lorentz_dtypes_and_shapes(rng):
     X32, Y32 = spread_points(rng, 6, 7, np.float32), spread_points(rng, 9, 7, np.float32)
     assert ce.lorentz_pairwise(X32, Y32.astype(np.float64)).dtype == np.float64  # mixed: computed in float64
-    np.testing.assert_array_equal(ce.lorentz_pairwise(X32.astype(np.float64), Y32.astype(np.float64)),
-                                  ce.lorentz_pairwise(X32, Y32.astype(np.float64)))
+    np.testing.assert_array_equal(
+        ce.lorentz_pairwise(X32.astype(np.float64), Y32.astype(np.float64)),
+        ce.lorentz_pairwise(X32, Y32.astype(np.float64)),
+    )
     assert ce.lorentz_pairwise(X32[:0], Y32).shape == (0, 9)
     d, i = ce.lorentz_topk(X32[:0], Y32, 2)
     assert d.shape == i.shape == (0, 2)

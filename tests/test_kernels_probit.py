@@ -11,13 +11,14 @@ any n-term float32 sum of products, whatever the summation order):
   |d mu_s| / den + |score| (gamma_{3D+6} / 2 + 4u) (sqrt, division, pi/8);
 * subnormal products add up to 4D * 2^-149 absolute.
 """
-import math
 
+import math
 import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import crossembed as ce
@@ -158,11 +159,18 @@ def test_probit_negative_scores_and_large_variances(rng, check_topk):
     check_topk(ref.probit_scores(mu_q, v_q, mu_c, v_c), probit_tolerance(mu_q, v_q, mu_c, v_c), scores, idx)
 
 
-@pytest.mark.parametrize("mu_scale,var_scale,may_refuse", [
-    (1e6, 1e12, False), (1e8, 1e15, False), (1e15, 0.0, False),  # every moment fits float32: must be computed
-    (1e12, 1e15, True), (1e15, 1e15, True),  # mu^2 v overflows float32: refusing is the documented answer
-    (1e-10, 1e-10, False), (1e-20, 1e-20, False),
-])
+@pytest.mark.parametrize(
+    "mu_scale,var_scale,may_refuse",
+    [
+        (1e6, 1e12, False),
+        (1e8, 1e15, False),
+        (1e15, 0.0, False),  # every moment fits float32: must be computed
+        (1e12, 1e15, True),
+        (1e15, 1e15, True),  # mu^2 v overflows float32: refusing is the documented answer
+        (1e-10, 1e-10, False),
+        (1e-20, 1e-20, False),
+    ],
+)
 def test_probit_extreme_magnitudes_are_right_or_refused(rng, check_topk, mu_scale, var_scale, may_refuse):
     """Huge or tiny inputs give scores within the derived tolerance or, only where float32 overflows, a ValueError."""
     mu_q, v_q = gaussians(rng, 4, 33, scale=mu_scale, var_scale=var_scale)
@@ -229,7 +237,7 @@ def test_probit_rerank_ties_and_threads(rng):
     mu_q, v_q, mu_c, v_c, pos = _tie_layout(rng, 17)
     cand = np.array([[pos[3], 100, pos[1], -1, pos[2], pos[0], 7]] * 4)
     results = [ce.probit_topk(mu_q, v_q, mu_c, v_c, 3, candidates=cand, num_threads=t) for t in (1, 2)]
-    for scores, idx in results:
+    for _scores, idx in results:
         assert (idx == pos[:3]).all(), f"ties must go to the lower doc index, got {idx}"
     np.testing.assert_array_equal(results[0][0], results[1][0])
 
@@ -259,8 +267,9 @@ def test_probit_threads_bitwise_identical(rng, D):
     two = ce.probit_topk(mu_q, v_q, mu_c, v_c, 10, num_threads=2)
     np.testing.assert_array_equal(one[0], two[0])
     np.testing.assert_array_equal(one[1], two[1])
-    np.testing.assert_array_equal(ce.probit_scores(mu_q, v_q, mu_c, v_c, num_threads=1),
-                                  ce.probit_scores(mu_q, v_q, mu_c, v_c, num_threads=2))
+    np.testing.assert_array_equal(
+        ce.probit_scores(mu_q, v_q, mu_c, v_c, num_threads=1), ce.probit_scores(mu_q, v_q, mu_c, v_c, num_threads=2)
+    )
 
 
 def test_probit_docs_reuse_equals_one_shot(rng):

@@ -11,6 +11,7 @@ reference, relatively, plus an underflow floor of 4 * 2^-126: below the
 smallest normal float32 a (vectorised) exp has no relative accuracy left and
 may clamp to ~FLT_MIN instead of returning a subnormal or 0.
 """
+
 import numpy as np
 import pytest
 
@@ -71,7 +72,9 @@ def test_signatures_tiny_sigma_do_not_underflow(rng):
 def test_median_anchor_distance_matches_reference(rng, D):
     for A in (2, 3, 10, 11, 64):  # even and odd pair counts
         anchors = points(rng, A, D)
-        assert ce.median_anchor_distance(anchors) == pytest.approx(ref.median_anchor_distance(anchors), abs=gamma(2 * D + 8))
+        assert ce.median_anchor_distance(anchors) == pytest.approx(
+            ref.median_anchor_distance(anchors), abs=gamma(2 * D + 8)
+        )
 
 
 def test_median_anchor_distance_fallbacks(rng):
@@ -99,7 +102,9 @@ def test_signatures_duplicates_are_identical(rng):
     got = ce.anchor_signatures(X, anchors, sigma=0.3)
     assert (got[[8, 16, 31, 64, 99]] == got[3]).all(), "identical rows must get bitwise-identical signatures"
     assert_signatures_close(got, X, anchors, 0.3)
-    np.testing.assert_allclose(got[:, [9, 17, 33]], np.repeat(got[:, :1], 3, axis=1), rtol=signature_tolerance(33, 40, 0.3))
+    np.testing.assert_allclose(
+        got[:, [9, 17, 33]], np.repeat(got[:, :1], 3, axis=1), rtol=signature_tolerance(33, 40, 0.3)
+    )
 
 
 @pytest.mark.parametrize("scale", [1e-20, 1e-10, 1e6, 1e15, 1e25, 1e35])
@@ -128,4 +133,6 @@ def test_signatures_threads_and_conversions(rng):
     np.testing.assert_array_equal(one, ce.anchor_signatures(X.astype(np.float64), np.asfortranarray(anchors)))
     np.testing.assert_array_equal(one[::3], ce.anchor_signatures(X[::3], anchors, num_threads=2))
     ints = np.round(X * 4).astype(np.int64)
-    np.testing.assert_array_equal(ce.anchor_signatures(ints, anchors), ce.anchor_signatures(ints.astype(np.float32), anchors))
+    np.testing.assert_array_equal(
+        ce.anchor_signatures(ints, anchors), ce.anchor_signatures(ints.astype(np.float32), anchors)
+    )

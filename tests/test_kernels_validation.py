@@ -1,4 +1,5 @@
 """Bad input to every public kernel: a ValueError or TypeError that names the argument, never a crash."""
+
 import numpy as np
 import pytest
 
@@ -44,13 +45,16 @@ def test_probit_negative_variance(position, name):
         ce.probit_topk(*args, 2)
 
 
-@pytest.mark.parametrize("args,name", [
-    ((MU, VAR[:, :5], DOCS, DVAR), "v_q"),
-    ((MU, VAR, DOCS, DVAR[:8]), "v_c"),
-    ((MU[:, :5], VAR[:, :5], DOCS, DVAR), "mu_q"),
-    ((MU[0], VAR[0], DOCS, DVAR), "mu_q"),
-    ((MU, VAR, DOCS[None], DVAR[None]), "mu_c"),
-])
+@pytest.mark.parametrize(
+    "args,name",
+    [
+        ((MU, VAR[:, :5], DOCS, DVAR), "v_q"),
+        ((MU, VAR, DOCS, DVAR[:8]), "v_c"),
+        ((MU[:, :5], VAR[:, :5], DOCS, DVAR), "mu_q"),
+        ((MU[0], VAR[0], DOCS, DVAR), "mu_q"),
+        ((MU, VAR, DOCS[None], DVAR[None]), "mu_c"),
+    ],
+)
 def test_probit_shape_mismatch(args, name):
     with pytest.raises(ValueError, match=name):
         ce.probit_topk(*args, 2)
@@ -58,13 +62,18 @@ def test_probit_shape_mismatch(args, name):
         ce.probit_scores(*args)
 
 
-@pytest.mark.parametrize("k,exc", [(0, ValueError), (-1, ValueError), (10, ValueError), (2.0, TypeError), (True, TypeError), ("3", TypeError)])
+@pytest.mark.parametrize(
+    "k,exc",
+    [(0, ValueError), (-1, ValueError), (10, ValueError), (2.0, TypeError), (True, TypeError), ("3", TypeError)],
+)
 def test_probit_bad_k(k, exc):
     with pytest.raises(exc, match="k"):
         ce.probit_topk(MU, VAR, DOCS, DVAR, k)
 
 
-@pytest.mark.parametrize("bad", [np.ones((4, 6), bool), np.full((4, 6), None, object), np.full((4, 6), "a"), np.ones((4, 6), complex)])
+@pytest.mark.parametrize(
+    "bad", [np.ones((4, 6), bool), np.full((4, 6), None, object), np.full((4, 6), "a"), np.ones((4, 6), complex)]
+)
 def test_probit_wrong_dtype(bad):
     with pytest.raises(TypeError, match="mu_q"):
         ce.probit_topk(bad, VAR, DOCS, DVAR, 2)
@@ -83,13 +92,16 @@ def test_probit_empty_and_none():
         ce.probit_topk(MU, VAR, ce.ProbitDocs(DOCS, DVAR), DVAR, 1)
 
 
-@pytest.mark.parametrize("cand,match", [
-    (np.array([[0, 1, 1]] * 4), "repeated"),
-    (np.array([[0, 1, 9]] * 4), "candidates"),
-    (np.array([[0, 1, -2]] * 4), "candidates"),
-    (np.array([[0, 1, 2]] * 3), "candidates"),
-    (np.array([0, 1, 2]), "candidates"),
-])
+@pytest.mark.parametrize(
+    "cand,match",
+    [
+        (np.array([[0, 1, 1]] * 4), "repeated"),
+        (np.array([[0, 1, 9]] * 4), "candidates"),
+        (np.array([[0, 1, -2]] * 4), "candidates"),
+        (np.array([[0, 1, 2]] * 3), "candidates"),
+        (np.array([0, 1, 2]), "candidates"),
+    ],
+)
 def test_probit_bad_candidates(cand, match):
     with pytest.raises(ValueError, match=match):
         ce.probit_topk(MU, VAR, DOCS, DVAR, 2, candidates=cand)
@@ -188,14 +200,17 @@ def test_votes_bad_arguments():
     assert table.n_views == 0  # failed adds record nothing
 
 
-@pytest.mark.parametrize("values,bins,exc,match", [
-    ([], 100, ValueError, "values"),
-    ([0.1, np.nan], 100, ValueError, "values"),
-    ([[0.1, 0.2]], 100, ValueError, "values"),
-    ([0.1, 0.2], 1, ValueError, "bins"),
-    ([0.1, 0.2], 2.5, ValueError, "bins"),
-    (np.array([True, False]), 10, TypeError, "values"),
-])
+@pytest.mark.parametrize(
+    "values,bins,exc,match",
+    [
+        ([], 100, ValueError, "values"),
+        ([0.1, np.nan], 100, ValueError, "values"),
+        ([[0.1, 0.2]], 100, ValueError, "values"),
+        ([0.1, 0.2], 1, ValueError, "bins"),
+        ([0.1, 0.2], 2.5, ValueError, "bins"),
+        (np.array([True, False]), 10, TypeError, "values"),
+    ],
+)
 def test_otsu_bad_arguments(values, bins, exc, match):
     with pytest.raises(exc, match=match):
         ce.otsu_threshold(values, bins=bins)

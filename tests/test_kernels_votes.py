@@ -1,9 +1,11 @@
 """VoteTable, VoteTable.promote and otsu_threshold against crossembed.reference (all exact: integers and float64)."""
+
 import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import crossembed as ce
 from crossembed import reference as ref
@@ -57,13 +59,16 @@ def test_vote_table_empty_views_and_large_indices():
     assert table.items()[0].shape == (0, 2)
     # keys that a narrower packing ((i << 16) | j, i * N + j, int32) would collide or truncate
     top = 2**32 - 1
-    big = np.array([[1, 2**31], [2, 0], [2**31 + 5, 7], [0, top], [top, 0], [top, top], [65536, 1], [1, 65536]], dtype=np.int64)
+    big = np.array(
+        [[1, 2**31], [2, 0], [2**31 + 5, 7], [0, top], [top, 0], [top, top], [65536, 1], [1, 65536]], dtype=np.int64
+    )
     table.add(big)
     table.add(big[:2])
     pairs, votes = table.items()
     assert pairs.tolist() == sorted(big.tolist())
     assert dict(zip(map(tuple, pairs.tolist()), votes.tolist())) == {
-        tuple(p): 2 if n < 2 else 1 for n, p in enumerate(big.tolist())}
+        tuple(p): 2 if n < 2 else 1 for n, p in enumerate(big.tolist())
+    }
     np.testing.assert_allclose(table.posterior_mean([[1, 2**31], [1, 2]]), [3 / 6, 1 / 6])
     # the table keys pairs by two 32-bit halves: larger indices are refused, not wrapped
     with pytest.raises(ValueError, match="pair"):
@@ -75,9 +80,13 @@ def test_vote_table_empty_views_and_large_indices():
 @given(data=st.data(), n=st.integers(0, 40))
 def test_promote_matches_reference(data, n):
     """Random pairs with shared endpoints and heavily tied scores: identical promotion order."""
-    pairs = np.array(data.draw(st.lists(st.tuples(st.integers(0, 8), st.integers(0, 8)), min_size=n, max_size=n, unique=True)),
-                     dtype=np.int64).reshape(-1, 2)
-    scores = np.array(data.draw(st.lists(st.sampled_from([0.1, 0.25, 0.5, 0.5000000000000001, 0.75, 1.0]), min_size=n, max_size=n)))
+    pairs = np.array(
+        data.draw(st.lists(st.tuples(st.integers(0, 8), st.integers(0, 8)), min_size=n, max_size=n, unique=True)),
+        dtype=np.int64,
+    ).reshape(-1, 2)
+    scores = np.array(
+        data.draw(st.lists(st.sampled_from([0.1, 0.25, 0.5, 0.5000000000000001, 0.75, 1.0]), min_size=n, max_size=n))
+    )
     threshold = data.draw(st.sampled_from([0.0, 0.25, 0.5, 0.9]))
     ex_a = data.draw(st.lists(st.integers(0, 8), max_size=3))
     ex_b = data.draw(st.lists(st.integers(0, 8), max_size=3))
@@ -103,8 +112,13 @@ def _bimodal(rng, n):
 
 @pytest.mark.parametrize("bins", [2, 10, 100, 257])
 def test_otsu_matches_reference(rng, bins):
-    for values in (_bimodal(rng, 500), rng.random(1000), rng.exponential(size=300), -1e6 + rng.random(50),
-                   (rng.beta(0.5, 0.5, 2000) * 1e-9)):
+    for values in (
+        _bimodal(rng, 500),
+        rng.random(1000),
+        rng.exponential(size=300),
+        -1e6 + rng.random(50),
+        (rng.beta(0.5, 0.5, 2000) * 1e-9),
+    ):
         width = (values.max() - values.min()) / bins
         got = ce.otsu_threshold(values, bins=bins)
         assert got == pytest.approx(ref.otsu_threshold(values, bins=bins), abs=1e-9 * width)
@@ -116,7 +130,11 @@ def test_otsu_separates_and_handles_degenerate_inputs(rng):
     assert 0.3 < t < 0.6
     assert ce.otsu_threshold(np.full(7, 0.25)) == 0.25
     assert ce.otsu_threshold([0.4]) == 0.4
-    assert ce.otsu_threshold(np.array([0.0, 1.0]), bins=10) == pytest.approx(ref.otsu_threshold(np.array([0.0, 1.0]), bins=10))
+    assert ce.otsu_threshold(np.array([0.0, 1.0]), bins=10) == pytest.approx(
+        ref.otsu_threshold(np.array([0.0, 1.0]), bins=10)
+    )
     posterior = np.array([1 / 3] * 50 + [2 / 3] * 5)  # Beta means: two levels
     assert ce.otsu_threshold(posterior) == pytest.approx(ref.otsu_threshold(posterior), rel=1e-12)
-    assert ce.otsu_threshold(np.float32([0.1, 0.2, 0.9]), bins=4) == pytest.approx(ref.otsu_threshold(np.float32([0.1, 0.2, 0.9]), bins=4))
+    assert ce.otsu_threshold(np.float32([0.1, 0.2, 0.9]), bins=4) == pytest.approx(
+        ref.otsu_threshold(np.float32([0.1, 0.2, 0.9]), bins=4)
+    )

@@ -1,12 +1,12 @@
 """Baselines: exact on noise-free isometries, same output type, validated inputs."""
+
 import numpy as np
 import pytest
 
+from _linking_data import linking_problem
 from crossembed.linking.baselines import bootstrap_procrustes_link, procrustes, procrustes_link, relative_link
 from crossembed.linking.protocol import evaluate_links
 from crossembed.linking.result import LinkResult
-
-from _linking_data import linking_problem
 
 
 def test_procrustes_recovers_a_rotation():

@@ -1,14 +1,14 @@
 """``crossembed link`` / ``link-table``: files in, links out, one-line errors."""
+
 import json
 
 import numpy as np
 import pytest
 
+from _linking_data import linking_problem
 from crossembed.cli import main
 from crossembed.linking.commands import read_seeds, write_table
 from crossembed.linking.experiments import render_markdown
-
-from _linking_data import linking_problem
 
 
 @pytest.fixture
@@ -22,8 +22,20 @@ def saved(tmp_path):
 
 def test_link_writes_csv_and_json(saved, capsys):
     d, split = saved
-    rc = main(["link", str(d / "A.npy"), str(d / "B.npy"), "--seeds", str(d / "seeds.csv"),
-               "--method", "procrustes", "--out", str(d / "links.csv"), "--json"])
+    rc = main(
+        [
+            "link",
+            str(d / "A.npy"),
+            str(d / "B.npy"),
+            "--seeds",
+            str(d / "seeds.csv"),
+            "--method",
+            "procrustes",
+            "--out",
+            str(d / "links.csv"),
+            "--json",
+        ]
+    )
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     lines = (d / "links.csv").read_text().splitlines()
@@ -34,8 +46,18 @@ def test_link_writes_csv_and_json(saved, capsys):
 
 def test_link_geh_runs(saved, capsys):
     d, _ = saved
-    rc = main(["link", str(d / "A.npy"), str(d / "B.npy"), "--seeds", str(d / "seeds.csv"),
-               "--max-iter", "2", "--no-progress"])
+    rc = main(
+        [
+            "link",
+            str(d / "A.npy"),
+            str(d / "B.npy"),
+            "--seeds",
+            str(d / "seeds.csv"),
+            "--max-iter",
+            "2",
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     assert "links from 30 seeds" in capsys.readouterr().out
 
@@ -66,9 +88,24 @@ def test_read_seeds_header_and_comments(tmp_path):
 
 
 def test_table_rendering_and_markers(tmp_path):
-    recs = [dict(a="x", b="y", corpus=10, n_objects=10, alpha=0.3, n_seeds=15, method=m, draw=d,
-                 precision=p, recall=p, f1=p, seconds=1.0)
-            for m, p in (("procrustes", 0.1), ("geh-validated", 0.5)) for d in range(2)]
+    recs = [
+        dict(
+            a="x",
+            b="y",
+            corpus=10,
+            n_objects=10,
+            alpha=0.3,
+            n_seeds=15,
+            method=m,
+            draw=d,
+            precision=p,
+            recall=p,
+            f1=p,
+            seconds=1.0,
+        )
+        for m, p in (("procrustes", 0.1), ("geh-validated", 0.5))
+        for d in range(2)
+    ]
     md = render_markdown(recs)
     assert "| geh-validated | 50.0 ± 0.0 |" in md and "5.0x" in md
     doc = tmp_path / "linking.md"

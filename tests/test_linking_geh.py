@@ -1,12 +1,12 @@
 """GEHLinker on small generated problems: recovery, rules, determinism, validation."""
+
 import numpy as np
 import pytest
 
+from _linking_data import linking_problem
 from crossembed.linking.geh import GEHLinker, farthest_point_sampling
 from crossembed.linking.protocol import evaluate_links
 from crossembed.linking.result import LinkResult
-
-from _linking_data import linking_problem
 
 
 def candidate_reference(SA, SB, cand_a, cand_b, *, k=5, csls_k=50, exclude_a=None, exclude_b=None, num_threads=None):
@@ -153,7 +153,9 @@ def test_ann_candidates_match_the_exact_kernel(problem):
     SB = kernels.anchor_signatures(B, B[anchors[:, 1]])
     exact, _ = kernels.csls_mutual_topk(SA, SB, k=5, csls_k=20, exclude_a=anchors[:, 0], exclude_b=anchors[:, 1])
     # with every row a candidate the ANN path is exact
-    ann, _ = AnnProposer(ann_k=400, num_threads=1)(SA, SB, k=5, csls_k=20, exclude_a=anchors[:, 0], exclude_b=anchors[:, 1])
+    ann, _ = AnnProposer(ann_k=400, num_threads=1)(
+        SA, SB, k=5, csls_k=20, exclude_a=anchors[:, 0], exclude_b=anchors[:, 1]
+    )
     same = len(set(map(tuple, exact.tolist())) & set(map(tuple, ann.tolist())))
     assert same >= 0.98 * len(exact)
     res = _fit(problem, max_iter=2, min_views=4, candidates="ann", num_threads=1)
@@ -169,8 +171,12 @@ def test_candidate_kernel_matches_the_reference(problem, candidate_kernel):
     SA = kernels.anchor_signatures(A, A[anchors[:, 0]])
     SB = kernels.anchor_signatures(B, B[anchors[:, 1]])
     cand_a, cand_b = pool_candidate_lists(SA, SB, 30)
-    np.testing.assert_allclose(np.take_along_axis(SA @ SB.T, cand_a, axis=1).min(axis=1),
-                               np.sort(SA @ SB.T, axis=1)[:, -30], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.take_along_axis(SA @ SB.T, cand_a, axis=1).min(axis=1),
+        np.sort(SA @ SB.T, axis=1)[:, -30],
+        rtol=1e-5,
+        atol=1e-6,
+    )
     cand_a[::7, -3:] = -1  # padding
     kw = dict(k=5, csls_k=20, exclude_a=anchors[:, 0], exclude_b=anchors[:, 1])
     got, got_s = kernels.csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, **kw)

@@ -1,4 +1,5 @@
 """The partial-overlap protocol and the link metrics."""
+
 import numpy as np
 import pytest
 

@@ -1,4 +1,5 @@
 """Real encoders (slow): GEH beats Procrustes by >= 3x F1 on WordNet glosses, minilm vs USE."""
+
 import numpy as np
 import pytest
 

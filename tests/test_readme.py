@@ -1,4 +1,5 @@
 """The README's first Python example runs as written, and its two set-up commands are the ones CI uses."""
+
 import re
 from pathlib import Path
 

@@ -3,8 +3,9 @@
 The kernel tests trust crossembed.reference; these tests earn that trust on
 tiny inputs, term by term, with independent formulations where one exists.
 """
-from decimal import Decimal, getcontext
+
 import math
+from decimal import Decimal, getcontext
 
 import numpy as np
 import pytest
@@ -18,7 +19,9 @@ def _probit_loop(mu_q, v_q, mu_c, v_c):
     for q in range(Q):
         for n in range(mu_c.shape[0]):
             mu_s = math.fsum(mu_q[q, d] * mu_c[n, d] for d in range(D))
-            sig2 = math.fsum(mu_q[q, d] ** 2 * v_c[n, d] + mu_c[n, d] ** 2 * v_q[q, d] + v_q[q, d] * v_c[n, d] for d in range(D))
+            sig2 = math.fsum(
+                mu_q[q, d] ** 2 * v_c[n, d] + mu_c[n, d] ** 2 * v_q[q, d] + v_q[q, d] * v_c[n, d] for d in range(D)
+            )
             out[q, n] = mu_s / math.sqrt(1 + math.pi / 8 * sig2)
     return out
 
@@ -134,10 +137,14 @@ def _csls_loop(SA, SB, k, csls_k, ex_a=(), ex_b=()):
     return out
 
 
-@pytest.mark.parametrize("k,csls_k,ex_a,ex_b", [(1, 1, (), ()), (2, 3, (), ()), (3, 50, (1, 4), (0,)), (10, 2, (), (2, 3))])
+@pytest.mark.parametrize(
+    "k,csls_k,ex_a,ex_b", [(1, 1, (), ()), (2, 3, (), ()), (3, 50, (1, 4), (0,)), (10, 2, (), (2, 3))]
+)
 def test_csls_mutual_topk_matches_loops(rng, k, csls_k, ex_a, ex_b):
     SA, SB = rng.standard_normal((7, 4)), rng.standard_normal((6, 4))
-    pairs, scores = ref.csls_mutual_topk(SA, SB, k=k, csls_k=csls_k, exclude_a=list(ex_a) or None, exclude_b=list(ex_b) or None)
+    pairs, scores = ref.csls_mutual_topk(
+        SA, SB, k=k, csls_k=csls_k, exclude_a=list(ex_a) or None, exclude_b=list(ex_b) or None
+    )
     expect = _csls_loop(SA, SB, k, csls_k, ex_a, ex_b)
     assert [tuple(p) for p in pairs.tolist()] == [(i, j) for i, j, _ in expect]
     np.testing.assert_allclose(scores, [c for _, _, c in expect], rtol=1e-12, atol=1e-12)

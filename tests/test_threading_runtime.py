@@ -4,6 +4,7 @@ torch wheels ship their own libgomp; both runtimes must coexist in one
 process whichever is imported first, and kernels must give the same answer
 afterwards. Each order runs in a fresh interpreter.
 """
+
 import subprocess
 import sys
 

@@ -1,4 +1,5 @@
 """CLI: encode / index build / index search with a callable encoder, and user errors."""
+
 import json
 import zlib
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 
 from crossembed.cli import main
-from crossembed.encoders import register_encoder, load_encoder
+from crossembed.encoders import load_encoder, register_encoder
 
 pytest.importorskip("hnswlib")
 
@@ -32,15 +33,52 @@ def test_encode_build_search(tmp_path, capsys, monkeypatch):
     (tmp_path / "docs.txt").write_text("\n".join(docs) + "\n\n")
     pairs = "\n".join(f"{d}\t{d.replace('the', 'a')}" for d in docs)
     (tmp_path / "pairs.tsv").write_text(pairs)
-    assert main(["encode", str(tmp_path / "docs.txt"), "-o", str(tmp_path / "e.npy"), "--model", "toy-a", "--json", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "encode",
+                str(tmp_path / "docs.txt"),
+                "-o",
+                str(tmp_path / "e.npy"),
+                "--model",
+                "toy-a",
+                "--json",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert np.load(tmp_path / "e.npy").shape == (40, 16)
     capsys.readouterr()
-    assert main(["index", "build", str(tmp_path / "docs.txt"), "-o", str(tmp_path / "i.uec"), "--models", "toy-a,toy-b",
-                 "--fit-pairs", str(tmp_path / "pairs.tsv"), "--M", "8", "--rerank", "20", "--json", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "index",
+                "build",
+                str(tmp_path / "docs.txt"),
+                "-o",
+                str(tmp_path / "i.uec"),
+                "--models",
+                "toy-a,toy-b",
+                "--fit-pairs",
+                str(tmp_path / "pairs.tsv"),
+                "--M",
+                "8",
+                "--rerank",
+                "20",
+                "--json",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     info = json.loads(capsys.readouterr().out)
     assert info["n_docs"] == 40 and info["dim"] == 32
     for exact in ([], ["--exact"]):
-        assert main(["index", "search", str(tmp_path / "i.uec"), "--query", "the cow sat", "-k", "3", "--json", *exact]) == 0
+        assert (
+            main(["index", "search", str(tmp_path / "i.uec"), "--query", "the cow sat", "-k", "3", "--json", *exact])
+            == 0
+        )
         hits = json.loads(capsys.readouterr().out)[0]["hits"]
         assert len(hits) == 3 and "cow" in hits[0]["text"]
 

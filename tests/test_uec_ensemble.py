@@ -1,4 +1,5 @@
 """UEC coefficients, Gaussian convolution and score-space mixing against hand formulas."""
+
 import math
 
 import numpy as np
@@ -13,7 +14,9 @@ def _embedder(D, seed, **kw):
     rng = np.random.default_rng(seed)
     A = normalize_rows(rng.normal(size=(64, D)))
     P = normalize_rows(A + 0.5 * rng.normal(size=(64, D)))
-    return LaplaceEmbedder(None, batch_size=16, prior_precision=kw.pop("prior_precision", 2.0), **kw).fit_embeddings(A, P)
+    return LaplaceEmbedder(None, batch_size=16, prior_precision=kw.pop("prior_precision", 2.0), **kw).fit_embeddings(
+        A, P
+    )
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
 """Retrieval metrics against hand computations, and the evaluation harness on tiny synthetic data."""
+
 import json
 import math
 

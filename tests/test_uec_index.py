@@ -1,4 +1,5 @@
 """UECIndex: exact vs ANN agreement, save/load round trip, corruption detection."""
+
 import numpy as np
 import pytest
 
@@ -49,8 +50,13 @@ def test_save_load_round_trip(tmp_path, setup):
     rng = np.random.default_rng(2)
     A = normalize_rows(rng.normal(size=(40, 12)))
     P = normalize_rows(A + 0.3 * rng.normal(size=(40, 12)))
-    ens = UECEnsemble([LaplaceEmbedder("minilm", batch_size=10).fit_embeddings(A, P),
-                       LaplaceEmbedder("e5", batch_size=10, hessian="diag").fit_embeddings(P, A)], temperature=0.5)
+    ens = UECEnsemble(
+        [
+            LaplaceEmbedder("minilm", batch_size=10).fit_embeddings(A, P),
+            LaplaceEmbedder("e5", batch_size=10, hessian="diag").fit_embeddings(P, A),
+        ],
+        temperature=0.5,
+    )
     comps = [e.transform(rng.normal(size=(200, 12))) for e in ens.embedders]
     d = ens.combine(comps, role="passage")
     q = ens.combine([e.transform(rng.normal(size=(7, 12))) for e in ens.embedders])

@@ -1,4 +1,5 @@
 """Laplace head math against brute-force float64 / torch.autograd computations."""
+
 import math
 
 import numpy as np
@@ -102,8 +103,9 @@ def _brute_variance(emb, H):
 def test_predictive_variance_matches_full_covariance(hessian, curvature):
     rng = np.random.default_rng(3)
     A, P = _pairs(B=40, D=4, seed=3)
-    emb = LaplaceEmbedder(None, hessian=hessian, curvature=curvature, prior_precision=0.7,
-                          loss_temperature=TAU, batch_size=8).fit_embeddings(A, P)
+    emb = LaplaceEmbedder(
+        None, hessian=hessian, curvature=curvature, prior_precision=0.7, loss_temperature=TAU, batch_size=8
+    ).fit_embeddings(A, P)
     H = rng.normal(size=(6, 4))
     g = emb.transform(H)
     np.testing.assert_allclose(g.var, _brute_variance(emb, normalize_rows(H)), rtol=2e-5)

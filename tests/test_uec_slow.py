@@ -1,4 +1,5 @@
 """Real-model UEC checks (slow: they load minilm and e5 and read WordNet)."""
+
 import numpy as np
 import pytest
 

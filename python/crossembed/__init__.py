@@ -7,7 +7,8 @@
 * :mod:`crossembed.linking` - GEH vector linking across black-box encoders.
 * :mod:`crossembed.hyperbolic` - UNCHA Lorentz-model image-text training.
 """
-from crossembed.kernels import (  # noqa: F401
+
+from crossembed.kernels import (
     ProbitDocs,
     VoteTable,
     anchor_signatures,

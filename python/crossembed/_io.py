@@ -7,6 +7,7 @@ destroys the previous one. :func:`save_arrays` / :func:`load_arrays` add a
 versioned header and a SHA-256 over the payload so truncation or edits are
 detected on load.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -87,7 +88,9 @@ def load_arrays(path: PathLike, kind: str) -> Tuple[Dict[str, np.ndarray], Dict[
     if header.get("kind") != kind:
         raise CorruptFileError(f"{path}: holds a {header.get('kind')!r}, expected {kind!r}")
     if header.get("version") != FORMAT_VERSION:
-        raise CorruptFileError(f"{path}: format version {header.get('version')} is not supported (expected {FORMAT_VERSION})")
+        raise CorruptFileError(
+            f"{path}: format version {header.get('version')} is not supported (expected {FORMAT_VERSION})"
+        )
     if len(payload) != header.get("payload_bytes") or hashlib.sha256(payload).hexdigest() != header.get("sha256"):
         raise CorruptFileError(f"{path}: checksum mismatch (file truncated or modified)")
     with np.load(io.BytesIO(payload), allow_pickle=False) as npz:

@@ -4,6 +4,7 @@ Each helper raises ``TypeError`` for the wrong kind of object and ``ValueError``
 for a wrong value, and always names the offending argument, so that a user
 sees ``mu_q must be finite`` instead of a crash deep inside C++.
 """
+
 from __future__ import annotations
 
 import numbers

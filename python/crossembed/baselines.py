@@ -15,6 +15,7 @@ float64 references of :mod:`crossembed.reference`: ``crossembed bench`` and
 No input validation: these take what the kernels' own tests already
 validated (C-contiguous float32 arrays, ``1 <= k <= N``).
 """
+
 from __future__ import annotations
 
 import math
@@ -45,8 +46,9 @@ def numpy_probit_docs(mu_c: np.ndarray, v_c: np.ndarray) -> Tuple[np.ndarray, np
     return np.ascontiguousarray(mu_c.T), np.ascontiguousarray(np.hstack([v_c, mu_c**2 + v_c]).T)
 
 
-def numpy_probit_topk(mu_q: np.ndarray, v_q: np.ndarray, docs: Tuple[np.ndarray, np.ndarray], k: int,
-                      *, block: int = 128) -> Tuple[np.ndarray, np.ndarray]:
+def numpy_probit_topk(
+    mu_q: np.ndarray, v_q: np.ndarray, docs: Tuple[np.ndarray, np.ndarray], k: int, *, block: int = 128
+) -> Tuple[np.ndarray, np.ndarray]:
     """Probit top-``k`` as two float32 GEMMs per query block, then argpartition + sort.
 
     Parameters
@@ -70,15 +72,15 @@ def numpy_probit_topk(mu_q: np.ndarray, v_q: np.ndarray, docs: Tuple[np.ndarray,
     scores = np.empty((mu_q.shape[0], k), np.float32)
     index = np.empty((mu_q.shape[0], k), np.int64)
     for s in range(0, mu_q.shape[0], block):
-        q, vq = mu_q[s:s + block], v_q[s:s + block]
+        q, vq = mu_q[s : s + block], v_q[s : s + block]
         mu_s = q @ mean_t
         sig2 = np.hstack([q**2, vq]) @ var_t
         score = mu_s / np.sqrt(np.float32(1) + np.float32(math.pi / 8) * sig2)
         part = np.argpartition(-score, k - 1, axis=1)[:, :k]
         top = np.take_along_axis(score, part, axis=1)
         order = np.argsort(-top, axis=1, kind="stable")
-        index[s:s + block] = np.take_along_axis(part, order, axis=1)
-        scores[s:s + block] = np.take_along_axis(top, order, axis=1)
+        index[s : s + block] = np.take_along_axis(part, order, axis=1)
+        scores[s : s + block] = np.take_along_axis(top, order, axis=1)
     return scores, index
 
 
@@ -100,8 +102,9 @@ def numpy_signatures(X: np.ndarray, anchors: np.ndarray, sigma: float) -> np.nda
 
 # --------------------------------------------------------------------------- CSLS mutual top-k
 def _top_mean(rows_of: Callable[[int, int], np.ndarray], n_rows: int, m: int, block: int) -> np.ndarray:
-    return np.concatenate([-np.partition(-rows_of(s, s + block), m - 1, axis=1)[:, :m].mean(axis=1)
-                           for s in range(0, n_rows, block)])
+    return np.concatenate(
+        [-np.partition(-rows_of(s, s + block), m - 1, axis=1)[:, :m].mean(axis=1) for s in range(0, n_rows, block)]
+    )
 
 
 def _top_k(rows_of: Callable[[int, int], np.ndarray], n_rows: int, k: int, block: int) -> np.ndarray:
@@ -119,8 +122,9 @@ def _greedy_one_to_one(i: np.ndarray, j: np.ndarray, score: np.ndarray, na: int,
     return np.stack([i[keep], j[keep]], axis=1), score[keep]
 
 
-def numpy_csls_mutual_topk(SA: np.ndarray, SB: np.ndarray, k: int, csls_k: int,
-                           *, block: int = 2048) -> Tuple[np.ndarray, np.ndarray]:
+def numpy_csls_mutual_topk(
+    SA: np.ndarray, SB: np.ndarray, k: int, csls_k: int, *, block: int = 2048
+) -> Tuple[np.ndarray, np.ndarray]:
     """One-to-one CSLS mutual top-``k`` pairs from the full similarity matrix.
 
     ``S = SA @ SB^T`` once (N_A x N_B float32: 1.6 GB at 20k per side), then,
@@ -149,18 +153,20 @@ def numpy_csls_mutual_topk(SA: np.ndarray, SB: np.ndarray, k: int, csls_k: int,
     return _greedy_one_to_one(i, j, score, na, nb)
 
 
-def numpy_csls_mutual_topk_candidates(SA: np.ndarray, SB: np.ndarray, cand_a: np.ndarray, cand_b: np.ndarray,
-                                      k: int, csls_k: int, *, block: int = 4096) -> Tuple[np.ndarray, np.ndarray]:
+def numpy_csls_mutual_topk_candidates(
+    SA: np.ndarray, SB: np.ndarray, cand_a: np.ndarray, cand_b: np.ndarray, k: int, csls_k: int, *, block: int = 4096
+) -> Tuple[np.ndarray, np.ndarray]:
     """Candidate-restricted CSLS mutual top-``k`` (all candidates valid, no padding).
 
     Gathered similarities ``einsum('ia,ima->im')`` in row blocks, hubness
     terms by partition, per-side top-``k`` by argpartition, the mutual test
     through pair codes, then the same greedy one-to-one pass.
     """
+
     def gathered(X, Y, cand):
         out = np.empty(cand.shape, np.float32)
         for s in range(0, X.shape[0], block):
-            out[s:s + block] = np.einsum("ia,ima->im", X[s:s + block], Y[cand[s:s + block]])
+            out[s : s + block] = np.einsum("ia,ima->im", X[s : s + block], Y[cand[s : s + block]])
         return out
 
     na, nb = SA.shape[0], SB.shape[0]

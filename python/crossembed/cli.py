@@ -4,6 +4,7 @@ Each method registers its own sub-commands (``register(subparsers)`` in the
 modules listed in ``_COMMAND_MODULES``) so this file stays a thin dispatcher.
 User errors (bad arguments, bad files, bad data) print one line and exit 2.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -17,6 +17,7 @@ the whole matrices (float64 throughout). Nothing larger than
 ``N_A x shard`` is ever allocated, on any worker. The same code runs on a
 ``LocalCluster`` and on a real ``dask.distributed`` cluster.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -57,8 +58,9 @@ def _pass_two(SA, SB_shard, r_a, r_b, k: int, offset: int):
     return row_val, row_pos + offset, col_top
 
 
-def sharded_csls_mutual_topk(client, SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None,
-                             n_shards: Optional[int] = None):
+def sharded_csls_mutual_topk(
+    client, SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None, n_shards: Optional[int] = None
+):
     """Mutual CSLS top-``k`` pairs with B sharded over ``client``'s workers (see module docstring).
 
     Returns ``pairs`` (P, 2) int64 sorted by descending score and ``scores`` (P,) float64.
@@ -86,10 +88,12 @@ def sharded_csls_mutual_topk(client, SA, SB, *, k: int = 5, csls_k: int = 50, ex
     r_a = -np.sort(-np.concatenate([f[0] for f in first], axis=1), axis=1)[:, :ka]
     r_a = r_a.mean(axis=1)
     r_a_f = client.scatter(r_a, broadcast=True)
-    second = client.gather([
-        client.submit(_pass_two, sa, sh, r_a_f, f[1], k, int(lo), pure=False)
-        for sh, f, lo in zip(shards, first, bounds[:-1])
-    ])
+    second = client.gather(
+        [
+            client.submit(_pass_two, sa, sh, r_a_f, f[1], k, int(lo), pure=False)
+            for sh, f, lo in zip(shards, first, bounds[:-1])
+        ]
+    )
     # merge each A row's per-shard top-k: by score descending, then lower column position
     vals = np.concatenate([s[0] for s in second], axis=1)
     pos = np.concatenate([s[1] for s in second], axis=1)
@@ -142,11 +146,14 @@ class DaskProposer:
     def __init__(self, client, *, n_shards: Optional[int] = None):
         if not hasattr(client, "submit") or not hasattr(client, "scatter"):
             raise TypeError(f"client must be a dask.distributed.Client, got {type(client).__name__}")
-        if n_shards is not None and (isinstance(n_shards, bool) or not isinstance(n_shards, numbers.Integral) or n_shards < 1):
+        if n_shards is not None and (
+            isinstance(n_shards, bool) or not isinstance(n_shards, numbers.Integral) or n_shards < 1
+        ):
             raise ValueError(f"n_shards must be an integer >= 1, got {n_shards!r}")
         self.client = client
         self.n_shards = n_shards
 
     def __call__(self, SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None):
-        return sharded_csls_mutual_topk(self.client, SA, SB, k=k, csls_k=csls_k, exclude_a=exclude_a,
-                                        exclude_b=exclude_b, n_shards=self.n_shards)
+        return sharded_csls_mutual_topk(
+            self.client, SA, SB, k=k, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, n_shards=self.n_shards
+        )

@@ -33,6 +33,7 @@ previous value is restored afterwards); the default is
 ``$CROSSEMBED_NUM_THREADS`` or ``min(4, cpu_count // 2)``, because two torch
 pools fighting over few cores are many times slower than one thread each.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -84,8 +85,9 @@ class Encoder(Protocol):
     name: str
     dim: int
 
-    def encode(self, texts, *, batch_size: int = 32, show_progress_bar: Optional[bool] = None, role: str = "query") -> np.ndarray:
-        ...
+    def encode(
+        self, texts, *, batch_size: int = 32, show_progress_bar: Optional[bool] = None, role: str = "query"
+    ) -> np.ndarray: ...
 
 
 # ----------------------------------------------------------------- helpers
@@ -246,14 +248,18 @@ class BaseEncoder:
                 if out is None:
                     out = np.empty((n, emb.shape[1]), dtype=np.float32)
                 elif emb.shape[1] != out.shape[1]:
-                    raise ValueError(f"encoder {self.name!r} changed its output dimension ({out.shape[1]} -> {emb.shape[1]})")
+                    raise ValueError(
+                        f"encoder {self.name!r} changed its output dimension ({out.shape[1]} -> {emb.shape[1]})"
+                    )
                 out[idx] = emb
                 bar.update(len(idx))
         if not np.isfinite(out).all():
             raise ValueError(f"encoder {self.name!r} produced NaN or inf")
         return out
 
-    def encode(self, texts, *, batch_size: int = 32, show_progress_bar: Optional[bool] = None, role: str = "query") -> np.ndarray:
+    def encode(
+        self, texts, *, batch_size: int = 32, show_progress_bar: Optional[bool] = None, role: str = "query"
+    ) -> np.ndarray:
         """Embed ``texts``.
 
         Parameters
@@ -399,7 +405,9 @@ class SentenceTransformerEncoder(BaseEncoder):
             features = module(features)
         return features["sentence_embedding"]
 
-    def pooled_features(self, texts, *, batch_size: int = 32, show_progress_bar: Optional[bool] = None, role: str = "query") -> np.ndarray:
+    def pooled_features(
+        self, texts, *, batch_size: int = 32, show_progress_bar: Optional[bool] = None, role: str = "query"
+    ) -> np.ndarray:
         """Batched numpy version of :meth:`torch_pooled` (float32, not normalised)."""
         return self._raw(texts, batch_size, show_progress_bar, role)
 
@@ -458,7 +466,9 @@ class OnnxMeanPoolEncoder(BaseEncoder):
 
     torch_model = None  # not a torch model: last-layer Laplace must use the head on pooled features
 
-    def pooled_features(self, texts, *, batch_size: int = 32, show_progress_bar: Optional[bool] = None, role: str = "query") -> np.ndarray:
+    def pooled_features(
+        self, texts, *, batch_size: int = 32, show_progress_bar: Optional[bool] = None, role: str = "query"
+    ) -> np.ndarray:
         """Masked-mean features before L2 normalisation (float32)."""
         return self._raw(texts, batch_size, show_progress_bar, role)
 
@@ -584,7 +594,9 @@ _REGISTRY: Dict[str, Callable[..., Encoder]] = {}
 _PACKAGES: Dict[str, str] = {}
 
 
-def register_encoder(name: str, factory: Callable[..., Encoder], *, package: Optional[str] = None, overwrite: bool = False) -> None:
+def register_encoder(
+    name: str, factory: Callable[..., Encoder], *, package: Optional[str] = None, overwrite: bool = False
+) -> None:
     """Make ``load_encoder(name, **kwargs)`` call ``factory(**kwargs)``.
 
     ``package`` is the pip distribution the factory needs (reported by
@@ -723,5 +735,10 @@ def encode_cached(
         encoder.encode(texts, batch_size=batch_size, show_progress_bar=show_progress_bar, role=role), dtype=np.float32
     )
     folder.mkdir(parents=True, exist_ok=True)
-    save_arrays(path, _CACHE_KIND, {"embeddings": emb}, meta={"encoder": encoder.name, "role": role, "digest": digest, "n": len(texts)})
+    save_arrays(
+        path,
+        _CACHE_KIND,
+        {"embeddings": emb},
+        meta={"encoder": encoder.name, "role": role, "digest": digest, "n": len(texts)},
+    )
     return emb

@@ -9,10 +9,10 @@ is missing). Results are deterministic for a fixed input and independent of
 
 Plain float64 numpy versions of every kernel live in :mod:`crossembed.reference`.
 """
+
 from __future__ import annotations
 
-import math
-from typing import Optional, Tuple, Union
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -233,7 +233,9 @@ def median_anchor_distance(anchors) -> float:
     return float(_core_module().median_anchor_distance(anchors))
 
 
-def anchor_signatures(X, anchors, *, sigma: Optional[float] = None, metric: str = "cosine", num_threads: Optional[int] = None) -> np.ndarray:
+def anchor_signatures(
+    X, anchors, *, sigma: Optional[float] = None, metric: str = "cosine", num_threads: Optional[int] = None
+) -> np.ndarray:
     """Scale-free kernel signatures of rows of ``X`` against ``anchors``.
 
     ``d(x, a) = 1 - cos(x, a)``, ``k = exp(-d / sigma)``, each row
@@ -289,7 +291,9 @@ def _signature_pair(SA, SB, k, csls_k) -> Tuple[np.ndarray, np.ndarray]:
     return SA, SB
 
 
-def csls_mutual_topk(SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None, num_threads: Optional[int] = None):
+def csls_mutual_topk(
+    SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None, num_threads: Optional[int] = None
+):
     """One-to-one mutual top-``k`` pairs under CSLS between two signature sets.
 
     ``s_ij = <SA_i, SB_j>``; ``CSLS(i, j) = 2 s_ij - r_A(i) - r_B(j)`` with
@@ -332,8 +336,18 @@ def _candidate_lists(cand, n_rows: int, n_other: int, name: str) -> np.ndarray:
     return cand
 
 
-def csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, *, k: int = 5, csls_k: int = 50, exclude_a=None,
-                                exclude_b=None, num_threads: Optional[int] = None):
+def csls_mutual_topk_candidates(
+    SA,
+    SB,
+    cand_a,
+    cand_b,
+    *,
+    k: int = 5,
+    csls_k: int = 50,
+    exclude_a=None,
+    exclude_b=None,
+    num_threads: Optional[int] = None,
+):
     """:func:`csls_mutual_topk` restricted to candidate pairs (the fast path for large N).
 
     ``s_ij`` is computed only for listed pairs. ``r_A(i)`` averages the
@@ -422,7 +436,9 @@ class VoteTable:
         v = self.votes(pairs).astype(np.float64)
         return (1.0 + v) / (2.0 + self.n_views)
 
-    def promote(self, pairs, scores, *, threshold: float, exclude_a=None, exclude_b=None, limit: Optional[int] = None) -> np.ndarray:
+    def promote(
+        self, pairs, scores, *, threshold: float, exclude_a=None, exclude_b=None, limit: Optional[int] = None
+    ) -> np.ndarray:
         """Greedy one-to-one promotion of ``pairs`` whose ``scores`` exceed ``threshold``.
 
         Pairs are taken by descending score (ties: lower i, then lower j); a
@@ -433,8 +449,16 @@ class VoteTable:
         scores = as_matrix(scores, "scores", ndim=1, dtype=np.float64, allow_empty=True)
         if pairs.shape[0] != scores.shape[0] or (pairs.size and pairs.shape[1] != 2):
             raise ValueError("pairs must be (P, 2) and scores (P,)")
-        ex_a = np.unique(as_int_matrix(np.asarray(exclude_a if exclude_a is not None else [], dtype=np.int64).reshape(-1), "exclude_a", ndim=1))
-        ex_b = np.unique(as_int_matrix(np.asarray(exclude_b if exclude_b is not None else [], dtype=np.int64).reshape(-1), "exclude_b", ndim=1))
+        ex_a = np.unique(
+            as_int_matrix(
+                np.asarray(exclude_a if exclude_a is not None else [], dtype=np.int64).reshape(-1), "exclude_a", ndim=1
+            )
+        )
+        ex_b = np.unique(
+            as_int_matrix(
+                np.asarray(exclude_b if exclude_b is not None else [], dtype=np.int64).reshape(-1), "exclude_b", ndim=1
+            )
+        )
         lim = -1 if limit is None else int(limit)
         return _core_module().greedy_one_to_one(pairs.reshape(-1, 2), scores, float(threshold), ex_a, ex_b, lim)
 

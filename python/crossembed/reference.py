@@ -11,6 +11,7 @@ Inputs are not validated here (that is the job of :mod:`crossembed.kernels`);
 pass finite, well-shaped arrays. ``num_threads`` is accepted so that a call
 can be pointed at either module unchanged; it has no effect.
 """
+
 from __future__ import annotations
 
 import math
@@ -132,7 +133,9 @@ def median_anchor_distance(anchors) -> float:
     return med if med > 0 else 1.0
 
 
-def anchor_signatures(X, anchors, *, sigma: Optional[float] = None, metric: str = "cosine", num_threads: Optional[int] = None) -> np.ndarray:
+def anchor_signatures(
+    X, anchors, *, sigma: Optional[float] = None, metric: str = "cosine", num_threads: Optional[int] = None
+) -> np.ndarray:
     """Rows ``exp(-(d - min_row d) / sigma)`` L2-normalised, ``d = 1 - cos`` to each anchor; (N, A) float64.
 
     The shift by the row's smallest distance is a constant factor per row, so
@@ -169,7 +172,9 @@ def _greedy(proposals):
     return np.array(pairs, dtype=np.int64).reshape(-1, 2), np.array(scores, dtype=np.float64)
 
 
-def csls_mutual_topk(SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None, num_threads: Optional[int] = None):
+def csls_mutual_topk(
+    SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None, num_threads: Optional[int] = None
+):
     """Mutual top-``k`` pairs under CSLS, made one-to-one greedily: ``(pairs (P, 2) int64, scores (P,))``.
 
     Only active rows take part (excluded rows are removed before anything is
@@ -206,8 +211,18 @@ def csls_mutual_topk(SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, ex
     return _greedy(proposals)
 
 
-def csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, *, k: int = 5, csls_k: int = 50, exclude_a=None,
-                                exclude_b=None, num_threads: Optional[int] = None):
+def csls_mutual_topk_candidates(
+    SA,
+    SB,
+    cand_a,
+    cand_b,
+    *,
+    k: int = 5,
+    csls_k: int = 50,
+    exclude_a=None,
+    exclude_b=None,
+    num_threads: Optional[int] = None,
+):
     """:func:`csls_mutual_topk` restricted to listed candidate pairs.
 
     * ``s_ij`` only for ``j`` in ``cand_a[i]`` (A side) / ``i`` in ``cand_b[j]``
@@ -282,7 +297,9 @@ def otsu_threshold(values, *, bins: int = 100) -> float:
     return lo + (best_t + 1) * width
 
 
-def greedy_one_to_one(pairs, scores, threshold: float, exclude_a=(), exclude_b=(), limit: Optional[int] = None) -> np.ndarray:
+def greedy_one_to_one(
+    pairs, scores, threshold: float, exclude_a=(), exclude_b=(), limit: Optional[int] = None
+) -> np.ndarray:
     """The pairs that :meth:`crossembed.VoteTable.promote` returns, in promotion order.
 
     Candidates are the pairs with ``score > threshold``, taken by descending
@@ -330,11 +347,15 @@ class VoteTable:
 
     def items(self) -> Tuple[np.ndarray, np.ndarray]:
         keys = sorted(self.counts)
-        return (np.array(keys, dtype=np.int64).reshape(-1, 2),
-                np.array([self.counts[key] for key in keys], dtype=np.int64))
+        return (
+            np.array(keys, dtype=np.int64).reshape(-1, 2),
+            np.array([self.counts[key] for key in keys], dtype=np.int64),
+        )
 
     def votes(self, pairs) -> np.ndarray:
-        return np.array([self.counts.get((int(i), int(j)), 0) for i, j in np.asarray(pairs).reshape(-1, 2)], dtype=np.int64)
+        return np.array(
+            [self.counts.get((int(i), int(j)), 0) for i, j in np.asarray(pairs).reshape(-1, 2)], dtype=np.int64
+        )
 
     def posterior_mean(self, pairs=None) -> np.ndarray:
         if pairs is None:

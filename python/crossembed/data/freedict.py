@@ -20,6 +20,7 @@ deeper-indented lines are notes, examples and cross references.
 one shared English document pool, so scores per query language are
 comparable (the "language expert" test of the UEC ensemble).
 """
+
 from __future__ import annotations
 
 import functools
@@ -48,15 +49,25 @@ __all__ = [
 
 #: language code -> FreeDict source-language code
 LANGUAGES = {"de": "deu", "fr": "fra", "es": "spa"}
-_ALIASES = {"de": "de", "deu": "de", "ger": "de", "german": "de",
-            "fr": "fr", "fra": "fr", "fre": "fr", "french": "fr",
-            "es": "es", "spa": "es", "spanish": "es"}
+_ALIASES = {
+    "de": "de",
+    "deu": "de",
+    "ger": "de",
+    "german": "de",
+    "fr": "fr",
+    "fra": "fr",
+    "fre": "fr",
+    "french": "fr",
+    "es": "es",
+    "spa": "es",
+    "spanish": "es",
+}
 _SEARCH_DIRS = ("/usr/share/dictd", "/usr/local/share/dictd", "/opt/homebrew/share/dictd")
 _B64 = {c: i for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")}
 _TAGS = re.compile(r"<[^>]*>|\[[^\]]*\]|\{[^}]*\}")
 _NUMBERED = re.compile(r"^\d+\.\s*")
 _SPLIT = re.compile(r"\s*[,;]\s*(?![^()]*\))")  # commas/semicolons outside parentheses
-_NOTES = ("see:", "synonym", "note:", "antonym", "\"", "usage:", "example")
+_NOTES = ("see:", "synonym", "note:", "antonym", '"', "usage:", "example")
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -163,7 +174,7 @@ def _parse_translations(lines: Iterable[str]) -> Tuple[str, ...]:
             s = _NUMBERED.sub("", s)
         if "<" in s or "[" in s or "{" in s:
             s = _TAGS.sub("", s)
-        for t in (_SPLIT.split(s) if ("," in s or ";" in s) else (s,)):
+        for t in _SPLIT.split(s) if ("," in s or ";" in s) else (s,):
             t = " ".join(t.split())
             if t and t not in translations:
                 translations.append(t)
@@ -180,7 +191,9 @@ def _parse_entry(text: str, lang: str) -> Optional[DictEntry]:
     return DictEntry(head, lang, tags, translations)
 
 
-def _parse_files(index_path: str, dict_path: str, lang: str, single_word: bool, nouns_only: bool) -> Tuple[DictEntry, ...]:
+def _parse_files(
+    index_path: str, dict_path: str, lang: str, single_word: bool, nouns_only: bool
+) -> Tuple[DictEntry, ...]:
     with gzip.open(dict_path) as fh:
         raw = fh.read()
     seen: Set[int] = set()
@@ -219,7 +232,9 @@ _DISK_VERSION = 1
 
 
 @functools.lru_cache(maxsize=8)
-def _read_cached(index_path: str, dict_path: str, stamp: str, lang: str, single_word: bool, nouns_only: bool) -> Tuple[DictEntry, ...]:
+def _read_cached(
+    index_path: str, dict_path: str, stamp: str, lang: str, single_word: bool, nouns_only: bool
+) -> Tuple[DictEntry, ...]:
     """Parse once per process; across processes reuse a gzip'ed JSON copy in the crossembed cache.
 
     Parsing the German dictionary takes tens of seconds on a busy machine.
@@ -241,8 +256,11 @@ def _read_cached(index_path: str, dict_path: str, stamp: str, lang: str, single_
     entries = _parse_files(index_path, dict_path, lang, single_word, nouns_only)
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        payload = {"version": _DISK_VERSION, "language": lang,
-                   "entries": [[e.headword, list(e.pos), list(e.translations)] for e in entries]}
+        payload = {
+            "version": _DISK_VERSION,
+            "language": lang,
+            "entries": [[e.headword, list(e.pos), list(e.translations)] for e in entries],
+        }
         atomic_write(cache, gzip.compress(json.dumps(payload, ensure_ascii=False).encode("utf-8"), 6))
     except OSError:
         pass  # a read-only cache only costs time

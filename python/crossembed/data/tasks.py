@@ -1,4 +1,5 @@
 """The retrieval-task container shared by the WordNet and FreeDict loaders."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -59,7 +60,7 @@ class RetrievalTask:
             out[i, list(r)] = True
         return out
 
-    def subset(self, indices: Sequence[int]) -> "RetrievalTask":
+    def subset(self, indices: Sequence[int]) -> RetrievalTask:
         """The same documents with only the given queries (e.g. one language)."""
         idx = [int(i) for i in indices]
         return RetrievalTask(
@@ -70,7 +71,7 @@ class RetrievalTask:
             languages=[self.languages[i] for i in idx],
         )
 
-    def by_language(self, language: str) -> "RetrievalTask":
+    def by_language(self, language: str) -> RetrievalTask:
         """The queries tagged ``language``."""
         return self.subset([i for i, lang in enumerate(self.languages) if lang == language])
 
@@ -78,7 +79,9 @@ class RetrievalTask:
         """``(query, document)`` for every relevant pair: positive pairs for fitting."""
         return [(q, self.documents[j]) for q, rel in zip(self.queries, self.relevant) for j in rel]
 
-    def split(self, *, fit_fraction: float = 0.4, dev_fraction: float = 0.1, seed=0) -> Tuple["RetrievalTask", "RetrievalTask", "RetrievalTask"]:
+    def split(
+        self, *, fit_fraction: float = 0.4, dev_fraction: float = 0.1, seed=0
+    ) -> Tuple[RetrievalTask, RetrievalTask, RetrievalTask]:
         """Disjoint (by query) fit / dev / test tasks sharing the document pool.
 
         Stratified by language, so every part keeps the language mix.

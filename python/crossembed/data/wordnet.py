@@ -13,6 +13,7 @@ lemma) are the real-data training and evaluation material of crossembed; the
 deterministic :func:`split_synsets` keeps fit / dev / test disjoint by synset
 so that no sentence of a test synset is ever seen while fitting.
 """
+
 from __future__ import annotations
 
 import functools
@@ -40,10 +41,17 @@ __all__ = [
 
 #: accepted ``pos`` spellings -> the file suffix (and the ``Synset.pos`` value)
 POS_NAMES = {
-    "noun": "noun", "n": "noun",
-    "verb": "verb", "v": "verb",
-    "adj": "adj", "a": "adj", "s": "adj", "adjective": "adj",
-    "adv": "adv", "r": "adv", "adverb": "adv",
+    "noun": "noun",
+    "n": "noun",
+    "verb": "verb",
+    "v": "verb",
+    "adj": "adj",
+    "a": "adj",
+    "s": "adj",
+    "adjective": "adj",
+    "adv": "adv",
+    "r": "adv",
+    "adverb": "adv",
 }
 _POS_LETTER = {"noun": "n", "verb": "v", "adj": "a", "adv": "r"}
 _SEARCH_DIRS = (
@@ -256,7 +264,7 @@ def example_gloss_pairs(
     for s in _resolve(synsets, pos, wordnet_dir):
         if not s.examples or not s.gloss:
             continue
-        for ex in (s.examples if all_examples else s.examples[:1]):
+        for ex in s.examples if all_examples else s.examples[:1]:
             out.append((ex, s.gloss))
     return out
 

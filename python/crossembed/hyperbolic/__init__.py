@@ -14,6 +14,7 @@
 
 torch is imported lazily so that ``import crossembed`` works without it.
 """
+
 from __future__ import annotations
 
 import importlib

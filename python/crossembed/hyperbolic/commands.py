@@ -1,4 +1,5 @@
 """CLI: ``crossembed train-uncha``, ``eval-uncha``, ``uncha-table``, ``embed-wordnet``."""
+
 from __future__ import annotations
 
 import json
@@ -20,9 +21,16 @@ def _threads(n: int) -> None:
 def _train_config(args):
     from crossembed.hyperbolic.train import TrainConfig
 
-    return TrainConfig(model=args.model, steps=args.steps,
-                       batch_size=args.batch_size, n_train=args.n_train, dim=args.dim,
-                       seed=getattr(args, "seed", 0), lr=args.lr, lam=args.lam)
+    return TrainConfig(
+        model=args.model,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        n_train=args.n_train,
+        dim=args.dim,
+        seed=getattr(args, "seed", 0),
+        lr=args.lr,
+        lam=args.lam,
+    )
 
 
 def _add_train_options(p) -> None:
@@ -52,9 +60,15 @@ def _cmd_train(args) -> int:
     res = train(cfg, out=args.out, resume=args.resume, progress=not args.no_progress)
     if args.plot:
         plot_history({cfg.model: res.history}, args.plot)
-    out = {"model": cfg.model, "seed": cfg.seed, "checkpoint": str(Path(args.out) / "checkpoint.cemb"),
-           "final_loss": float(res.history["loss"][-1]), "train_seconds": res.seconds,
-           "scenes_per_second": res.scenes_per_second, "images_per_second": res.images_per_second}
+    out = {
+        "model": cfg.model,
+        "seed": cfg.seed,
+        "checkpoint": str(Path(args.out) / "checkpoint.cemb"),
+        "final_loss": float(res.history["loss"][-1]),
+        "train_seconds": res.seconds,
+        "scenes_per_second": res.scenes_per_second,
+        "images_per_second": res.images_per_second,
+    }
     _print(out, args.json)
     return 0
 
@@ -65,8 +79,9 @@ def _cmd_eval(args) -> int:
 
     _threads(args.threads)
     model, cfg, step, _hist, _meta = load_checkpoint(args.checkpoint)
-    test = make_test_set(n_scenes=args.n_test, n_items=args.n_items, canvas=cfg.canvas, part_size=cfg.part_size,
-                         max_items=cfg.max_items)
+    test = make_test_set(
+        n_scenes=args.n_test, n_items=args.n_items, canvas=cfg.canvas, part_size=cfg.part_size, max_items=cfg.max_items
+    )
     res = evaluate(model, test, return_embeddings=bool(args.plot))
     emb = res.pop("embeddings", None)
     if args.plot and model.hyperbolic:
@@ -90,9 +105,15 @@ def _cmd_table(args) -> int:
     if not out.parent.is_dir():
         raise FileNotFoundError(f"directory {str(out.parent)!r} does not exist")
     base = TrainConfig(steps=args.steps, batch_size=args.batch_size, n_train=args.n_train, dim=args.dim, lr=args.lr)
-    result = run_comparison(seeds=list(range(args.seed, args.seed + args.seeds)), models=models, base=base,
-                            n_test=args.n_test, n_items=args.n_items,
-                            work=Path(args.work) if args.work else None, progress=not args.no_progress)
+    result = run_comparison(
+        seeds=list(range(args.seed, args.seed + args.seeds)),
+        models=models,
+        base=base,
+        n_test=args.n_test,
+        n_items=args.n_items,
+        work=Path(args.work) if args.work else None,
+        progress=not args.no_progress,
+    )
     command = "crossembed " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["uncha-table"] else ""
     written = write_report(result, out, command=command)
     pub = public_result(result)
@@ -107,9 +128,17 @@ def _cmd_wordnet(args) -> int:
     from crossembed.hyperbolic.wordnet_embedding import run
 
     _threads(args.threads)
-    res = run(root=args.root, dim=args.dim, epochs=args.epochs, negatives=args.negatives, lr=args.lr,
-              entailment_weight=args.entailment_weight, seed=args.seed, progress=not args.no_progress,
-              max_nodes=args.max_nodes)
+    res = run(
+        root=args.root,
+        dim=args.dim,
+        epochs=args.epochs,
+        negatives=args.negatives,
+        lr=args.lr,
+        entailment_weight=args.entailment_weight,
+        seed=args.seed,
+        progress=not args.no_progress,
+        max_nodes=args.max_nodes,
+    )
     if args.plot:
         from crossembed.hyperbolic.wordnet_embedding import plot_radius_by_depth
 
@@ -126,8 +155,11 @@ MODEL_NAMES = ("clip", "meru", "hycoclip", "uncha", "uncha-no-unc-temp", "uncha-
 
 def register(subparsers) -> None:
     """Add the UNCHA sub-commands to the ``crossembed`` parser."""
-    p = subparsers.add_parser("train-uncha", help="train one image-text model (CLIP/MERU/HyCoCLIP/UNCHA/ablations)",
-                              description="Train one model on generated Fashion-MNIST scenes; writes OUT/checkpoint.cemb and OUT/loss.png.")
+    p = subparsers.add_parser(
+        "train-uncha",
+        help="train one image-text model (CLIP/MERU/HyCoCLIP/UNCHA/ablations)",
+        description="Train one model on generated Fashion-MNIST scenes; writes OUT/checkpoint.cemb and OUT/loss.png.",
+    )
     p.add_argument("--model", choices=MODEL_NAMES, default="uncha")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="output directory (checkpoint, loss plot)")
@@ -137,8 +169,11 @@ def register(subparsers) -> None:
     _add_train_options(p)
     p.set_defaults(func=_cmd_train)
 
-    p = subparsers.add_parser("eval-uncha", help="evaluate a checkpoint written by train-uncha",
-                              description="Zero-shot item classification, scene retrieval, part->scene retrieval, Spearman(u, representativeness).")
+    p = subparsers.add_parser(
+        "eval-uncha",
+        help="evaluate a checkpoint written by train-uncha",
+        description="Zero-shot item classification, scene retrieval, part->scene retrieval, Spearman(u, representativeness).",
+    )
     p.add_argument("checkpoint", help="checkpoint.cemb or the directory holding it")
     p.add_argument("--n-test", type=int, default=1000, help="test scenes (default 1000)")
     p.add_argument("--n-items", type=int, default=2000, help="test items for zero-shot (default 2000)")
@@ -147,26 +182,45 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_eval)
 
-    p = subparsers.add_parser("uncha-table", help="train and evaluate every model over several seeds",
-                              description="CLIP, MERU, HyCoCLIP, UNCHA and two UNCHA ablations x seeds; writes a markdown table and plots.")
+    p = subparsers.add_parser(
+        "uncha-table",
+        help="train and evaluate every model over several seeds",
+        description="CLIP, MERU, HyCoCLIP, UNCHA and two UNCHA ablations x seeds; writes a markdown table and plots.",
+    )
     p.add_argument("--seeds", type=int, default=3, help="number of seeds (default 3)")
     p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
     p.add_argument("--models", help=f"comma-separated subset of {','.join(MODEL_NAMES)}")
-    p.add_argument("--out", default="docs/uncha.md", help="markdown file (the table replaces the marked block); plots go next to it")
+    p.add_argument(
+        "--out",
+        default="docs/uncha.md",
+        help="markdown file (the table replaces the marked block); plots go next to it",
+    )
     p.add_argument("--work", help="directory for per-run checkpoints; finished runs are reused (resumable table)")
     p.add_argument("--n-test", type=int, default=1000)
     p.add_argument("--n-items", type=int, default=2000)
     _add_train_options(p)
     p.set_defaults(func=_cmd_table)
 
-    p = subparsers.add_parser("embed-wordnet", help="embed the WordNet noun hierarchy in the Lorentz model",
-                              description="Lorentz embedding of a WordNet noun subtree's transitive closure; reports mean rank and MAP of reconstruction.")
-    p.add_argument("--root", default="mammal.n.01", help="subtree root as lemma.n.NN, or 'all' for every noun (default mammal.n.01)")
+    p = subparsers.add_parser(
+        "embed-wordnet",
+        help="embed the WordNet noun hierarchy in the Lorentz model",
+        description="Lorentz embedding of a WordNet noun subtree's transitive closure; reports mean rank and MAP of reconstruction.",
+    )
+    p.add_argument(
+        "--root",
+        default="mammal.n.01",
+        help="subtree root as lemma.n.NN, or 'all' for every noun (default mammal.n.01)",
+    )
     p.add_argument("--dim", type=int, default=10)
     p.add_argument("--epochs", type=int, default=300)
     p.add_argument("--negatives", type=int, default=50)
     p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--entailment-weight", type=float, default=0.0, help="weight of the entailment-cone term (default 0: it lowered reconstruction on mammals, see docs/uncha.md)")
+    p.add_argument(
+        "--entailment-weight",
+        type=float,
+        default=0.0,
+        help="weight of the entailment-cone term (default 0: it lowered reconstruction on mammals, see docs/uncha.md)",
+    )
     p.add_argument("--max-nodes", type=int, default=None, help="cap on nodes (largest first by BFS from the root)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot", help="save radius-by-depth plot to this PNG")

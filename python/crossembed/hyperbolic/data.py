@@ -9,6 +9,7 @@ item area. Train scenes use items of the Fashion-MNIST training file and test
 scenes items of the test file, so every test item is unseen. Everything is
 deterministic for a given ``random_state``.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -34,7 +35,11 @@ __all__ = [
 ]
 
 CLASS_NAMES = ("t-shirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag", "ankle boot")
-_SEARCH_DIRS = ("/usr/share/datasets/fashion-mnist", "/usr/share/fashion-mnist", "/usr/local/share/datasets/fashion-mnist")
+_SEARCH_DIRS = (
+    "/usr/share/datasets/fashion-mnist",
+    "/usr/share/fashion-mnist",
+    "/usr/local/share/datasets/fashion-mnist",
+)
 _FILES = {
     "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
     "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),

@@ -12,6 +12,7 @@ Hyperbolic models retrieve with the C++ :func:`crossembed.lorentz_topk`
 (the torch path is only a fallback for a build without the kernel, and the
 result records which one ran); CLIP uses cosine similarity.
 """
+
 from __future__ import annotations
 
 import time
@@ -22,13 +23,29 @@ import numpy as np
 import torch
 
 from crossembed.hyperbolic import lorentz as L
-from crossembed.hyperbolic.data import (CLASS_NAMES, SceneSet, Vocabulary, _resize, load_fashion_mnist, make_scenes,
-                                        part_caption)
+from crossembed.hyperbolic.data import (
+    CLASS_NAMES,
+    SceneSet,
+    Vocabulary,
+    _resize,
+    load_fashion_mnist,
+    make_scenes,
+    part_caption,
+)
 from crossembed.hyperbolic.losses import entailment_loss
 from crossembed.hyperbolic.model import CompositionalModel
 
-__all__ = ["HeldOutSet", "make_test_set", "embed_images", "embed_texts", "top_k", "evaluate", "benchmark_topk",
-           "radii", "plot_radii"]
+__all__ = [
+    "HeldOutSet",
+    "make_test_set",
+    "embed_images",
+    "embed_texts",
+    "top_k",
+    "evaluate",
+    "benchmark_topk",
+    "radii",
+    "plot_radii",
+]
 
 TEST_SEED = 2026  # one fixed test set for every model and training seed
 
@@ -40,12 +57,26 @@ class HeldOutSet:
     item_labels: np.ndarray
 
 
-def make_test_set(*, n_scenes: int = 1000, n_items: int = 2000, canvas: int = 48, part_size: int = 24,
-                  max_items: int = 4, random_state=TEST_SEED) -> HeldOutSet:
+def make_test_set(
+    *,
+    n_scenes: int = 1000,
+    n_items: int = 2000,
+    canvas: int = 48,
+    part_size: int = 24,
+    max_items: int = 4,
+    random_state=TEST_SEED,
+) -> HeldOutSet:
     """Test scenes and zero-shot items, all from the Fashion-MNIST *test* file."""
     images, labels = load_fashion_mnist("test")
-    scenes = make_scenes(n_scenes, split="test", canvas=canvas, part_size=part_size, max_items=max_items,
-                         random_state=random_state, source=(images, labels))
+    scenes = make_scenes(
+        n_scenes,
+        split="test",
+        canvas=canvas,
+        part_size=part_size,
+        max_items=max_items,
+        random_state=random_state,
+        source=(images, labels),
+    )
     rng = np.random.default_rng(random_state)
     pick = np.sort(rng.choice(len(labels), size=min(n_items, len(labels)), replace=False))
     return HeldOutSet(scenes, images[pick], labels[pick])
@@ -54,8 +85,10 @@ def make_test_set(*, n_scenes: int = 1000, n_items: int = 2000, canvas: int = 48
 @torch.no_grad()
 def embed_images(model: CompositionalModel, images: np.ndarray, *, batch_size: int = 512) -> torch.Tensor:
     model.eval()
-    out = [model.encode_image(torch.from_numpy(np.ascontiguousarray(images[s : s + batch_size])))
-           for s in range(0, len(images), batch_size)]
+    out = [
+        model.encode_image(torch.from_numpy(np.ascontiguousarray(images[s : s + batch_size])))
+        for s in range(0, len(images), batch_size)
+    ]
     return torch.cat(out)
 
 
@@ -146,8 +179,13 @@ def evaluate(model: CompositionalModel, test: HeldOutSet, *, return_embeddings: 
         # diagnostic: calibration drives u towards log r(I_p, I); u can only rank parts
         # by representativeness if the entailment violation r itself does
         cfg = model.config
-        r = entailment_loss(parts, img[torch.from_numpy(sc.part_scene)], float(model.curvature().detach()),
-                            eta=cfg.eta_intra, alpha=cfg.alpha).numpy()
+        r = entailment_loss(
+            parts,
+            img[torch.from_numpy(sc.part_scene)],
+            float(model.curvature().detach()),
+            eta=cfg.eta_intra,
+            alpha=cfg.alpha,
+        ).numpy()
         res["spearman_r_1mrep"] = float(spearmanr(r[multi], 1 - rep[multi]).statistic)
     else:  # CLIP's normalised embeddings carry no radius: u is constant
         res["spearman_u_rep"] = res["spearman_u_1mrep"] = res["spearman_r_1mrep"] = float("nan")
@@ -160,8 +198,9 @@ def evaluate(model: CompositionalModel, test: HeldOutSet, *, return_embeddings: 
     return res
 
 
-def benchmark_topk(X: np.ndarray, Y: np.ndarray, k: int, *, curvature: float = 1.0, repeats: int = 3,
-                   num_threads: Optional[int] = 1) -> Dict[str, float]:
+def benchmark_topk(
+    X: np.ndarray, Y: np.ndarray, k: int, *, curvature: float = 1.0, repeats: int = 3, num_threads: Optional[int] = 1
+) -> Dict[str, float]:
     """Best-of-``repeats`` seconds of C++ ``lorentz_topk`` vs torch (stable pairwise + topk).
 
     Both run with ``num_threads`` threads (torch via ``set_num_threads``) so
@@ -174,6 +213,7 @@ def benchmark_topk(X: np.ndarray, Y: np.ndarray, k: int, *, curvature: float = 1
     prev = torch.get_num_threads()
     torch.set_num_threads(num_threads or prev)
     try:
+
         def torch_path():
             with torch.no_grad():
                 return torch.topk(L.pairwise_distance(Xt, Yt, curvature), k, dim=1, largest=False)
@@ -183,8 +223,11 @@ def benchmark_topk(X: np.ndarray, Y: np.ndarray, k: int, *, curvature: float = 1
                 return torch.topk(L.pairwise_distance(Xt, Yt, curvature, stable=False), k, dim=1, largest=False)
 
         times = {}
-        for name, f in (("cpp", lambda: fn(X, Y, k, curvature=curvature, num_threads=num_threads)),
-                        ("torch", torch_path), ("torch_matmul", torch_fast_path)):
+        for name, f in (
+            ("cpp", lambda: fn(X, Y, k, curvature=curvature, num_threads=num_threads)),
+            ("torch", torch_path),
+            ("torch_matmul", torch_fast_path),
+        ):
             best = float("inf")
             for _ in range(repeats):
                 t = time.perf_counter()
@@ -211,8 +254,12 @@ def plot_radii(models: Dict[str, Tuple[CompositionalModel, Dict[str, torch.Tenso
 
     fig, axes = plt.subplots(1, len(models), figsize=(3.2 * len(models), 2.8), squeeze=False)
     for ax, (name, (model, emb)) in zip(axes[0], models.items()):
-        for key, label in (("scene_image", "scene image"), ("part_image", "part image"),
-                           ("scene_text", "scene text"), ("prompt", "part text")):
+        for key, label in (
+            ("scene_image", "scene image"),
+            ("part_image", "part image"),
+            ("scene_text", "scene text"),
+            ("prompt", "part text"),
+        ):
             ax.hist(radii(model, emb[key]), bins=40, alpha=0.5, density=True, label=label)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("distance to origin")

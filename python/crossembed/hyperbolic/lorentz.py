@@ -11,6 +11,7 @@ at the aperture clamp and for far-away points, in float32 and float64:
 norms are taken as ``sqrt(max(|x|^2, tiny))`` and branches use ``torch.where``
 on *safe* inputs so the unused branch never produces inf/NaN.
 """
+
 from __future__ import annotations
 
 import math
@@ -104,8 +105,9 @@ def distance(x: torch.Tensor, y: torch.Tensor, curvature: Curvature = 1.0) -> to
     return _dist_from_chord(_chord_sq(x, y, xt, yt), c)
 
 
-def pairwise_distance(x: torch.Tensor, y: torch.Tensor, curvature: Curvature = 1.0, *, stable: bool = True,
-                      chunk_elements: int = 1 << 22) -> torch.Tensor:
+def pairwise_distance(
+    x: torch.Tensor, y: torch.Tensor, curvature: Curvature = 1.0, *, stable: bool = True, chunk_elements: int = 1 << 22
+) -> torch.Tensor:
     """Distances between every row of ``x`` (N, n) and every row of ``y`` (M, n).
 
     Parameters
@@ -164,7 +166,9 @@ def logmap0(x: torch.Tensor, curvature: Curvature = 1.0) -> torch.Tensor:
     return x * ratio.unsqueeze(-1)
 
 
-def half_aperture(x: torch.Tensor, curvature: Curvature = 1.0, *, k: float = APERTURE_K, eps: float = 1e-6) -> torch.Tensor:
+def half_aperture(
+    x: torch.Tensor, curvature: Curvature = 1.0, *, k: float = APERTURE_K, eps: float = 1e-6
+) -> torch.Tensor:
     """Half-aperture of the entailment cone at ``x``: ``asin(2K / (sqrt(c)|x|))`` clamped.
 
     Points within ``2K/sqrt(c)`` of the origin get the widest cone

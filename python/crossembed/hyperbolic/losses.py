@@ -9,6 +9,7 @@ Conventions: ``p`` entails ``q`` means ``p`` is the more general embedding
 ``q`` must lie in the cone of ``p``. Contrastive scores are ``-distance``
 (Lorentz) or cosine similarity (Euclidean CLIP), divided by a temperature.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
@@ -95,11 +96,26 @@ class LossConfig:
 _BASE = LossConfig()
 PRESETS: Dict[str, LossConfig] = {
     # global contrastive only, cosine similarity
-    "clip": LossConfig(geometry="euclidean", local=False, part_whole=False, uncertainty_temperature=False,
-                       entailment="none", calibration=False, entropy=False),
+    "clip": LossConfig(
+        geometry="euclidean",
+        local=False,
+        part_whole=False,
+        uncertainty_temperature=False,
+        entailment="none",
+        calibration=False,
+        entropy=False,
+    ),
     # hyperbolic global contrastive + text -> image entailment hinge
-    "meru": replace(_BASE, local=False, part_whole=False, uncertainty_temperature=False, entailment="global",
-                    alpha=0.0, calibration=False, entropy=False),
+    "meru": replace(
+        _BASE,
+        local=False,
+        part_whole=False,
+        uncertainty_temperature=False,
+        entailment="global",
+        alpha=0.0,
+        calibration=False,
+        entropy=False,
+    ),
     # + part/whole contrastive with a fixed (not uncertainty-scaled) temperature, four hinge pairs
     "hycoclip": replace(_BASE, uncertainty_temperature=False, alpha=0.0, calibration=False, entropy=False),
     "uncha": _BASE,
@@ -118,7 +134,9 @@ def preset(name: str) -> LossConfig:
 
 
 # ----------------------------------------------------------------------------- terms
-def contrastive_loss(scores: torch.Tensor, positives: torch.Tensor, temperature: Union[float, torch.Tensor]) -> torch.Tensor:
+def contrastive_loss(
+    scores: torch.Tensor, positives: torch.Tensor, temperature: Union[float, torch.Tensor]
+) -> torch.Tensor:
     """Multi-positive InfoNCE over rows: ``mean_i -log sum_{j in P(i)} softmax(s_i / tau_i)_j``.
 
     With exactly one positive per row this is ``cross_entropy(s / tau, target)``.
@@ -154,7 +172,9 @@ def entailment_loss(p: torch.Tensor, q: torch.Tensor, curvature, *, eta: float, 
     return F.relu(phi - eta * omega) + alpha * phi
 
 
-def calibration_loss(r: torch.Tensor, u: torch.Tensor, *, entropy: bool = True, entropy_weight: float = 1.0) -> torch.Tensor:
+def calibration_loss(
+    r: torch.Tensor, u: torch.Tensor, *, entropy: bool = True, entropy_weight: float = 1.0
+) -> torch.Tensor:
     """``mean(1/2 sg(r) e^{-u} + 1/2 u) [+ w * H(softmax(u))]``.
 
     The first part is minimised at ``u = log r``: a part whose entailment is
@@ -234,7 +254,9 @@ def total_loss(batch: Batch, config: LossConfig, *, curvature, tau_g, tau_l, tau
     if need_parts:
         ip, tp_unique, pt, ps = batch.image_part, batch.text_part, batch.part_text, batch.part_scene
         if ip is None or tp_unique is None or pt is None or ps is None or batch.scene_has is None:
-            raise ValueError("this configuration needs part embeddings (image_part, text_part, part_text, part_scene, scene_has)")
+            raise ValueError(
+                "this configuration needs part embeddings (image_part, text_part, part_text, part_scene, scene_has)"
+            )
         tp = tp_unique[pt]  # part text per part row
     if config.local:
         U = tp_unique.shape[0]

@@ -7,6 +7,7 @@ the closed caption vocabulary for texts. Hyperbolic models map
 and a learnable curvature; Euclidean CLIP returns the raw projections and the
 loss L2-normalises them.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,7 +38,11 @@ class ImageEncoder(nn.Module):
         chans = [1, w // 2, w, 2 * w, 2 * w]
         for i in range(4):
             stride = 2 if i < 3 else 1
-            layers += [nn.Conv2d(chans[i], chans[i + 1], 3, stride, 1, bias=False), nn.GroupNorm(4, chans[i + 1]), nn.ReLU(inplace=True)]
+            layers += [
+                nn.Conv2d(chans[i], chans[i + 1], 3, stride, 1, bias=False),
+                nn.GroupNorm(4, chans[i + 1]),
+                nn.ReLU(inplace=True),
+            ]
         self.features = nn.Sequential(*layers)
         self.proj = nn.Linear(chans[-1], dim)
 
@@ -121,4 +126,11 @@ class CompositionalModel(nn.Module):
 
     def no_decay_parameters(self):
         """Temperatures, curvature and scalers: excluded from weight decay (SPEC 5)."""
-        return [self.log_scale_image, self.log_scale_text, self.log_curvature, self.log_tau_g, self.log_tau_l, self.log_tau_gl]
+        return [
+            self.log_scale_image,
+            self.log_scale_text,
+            self.log_curvature,
+            self.log_tau_g,
+            self.log_tau_l,
+            self.log_tau_gl,
+        ]

@@ -7,6 +7,7 @@ model. ``write_report`` renders the markdown table and the plots. With a
 ``work`` directory every finished run leaves a checkpoint there and a rerun
 skips it, so an interrupted table resumes.
 """
+
 from __future__ import annotations
 
 import io
@@ -25,8 +26,15 @@ from crossembed._io import atomic_write
 from crossembed.hyperbolic import lorentz as L
 from crossembed.hyperbolic.evaluate import benchmark_topk, evaluate, make_test_set, plot_radii
 from crossembed.hyperbolic.losses import MODEL_NAMES
-from crossembed.hyperbolic.train import (CHECKPOINT_NAME, TrainConfig, load_checkpoint, plot_history, save_checkpoint,
-                                         train, train_scenes)
+from crossembed.hyperbolic.train import (
+    CHECKPOINT_NAME,
+    TrainConfig,
+    load_checkpoint,
+    plot_history,
+    save_checkpoint,
+    train,
+    train_scenes,
+)
 
 __all__ = ["run_comparison", "write_report", "METRICS"]
 
@@ -53,14 +61,22 @@ def _finished(path: Path, config: TrainConfig):
     return model, history, meta.get("extra", {})
 
 
-def run_comparison(*, seeds: Sequence[int] = (0, 1, 2), models: Sequence[str] = MODEL_NAMES,
-                   base: Optional[TrainConfig] = None, n_test: int = 1000, n_items: int = 2000,
-                   work: Optional[Path] = None, progress: bool = True) -> Dict:
+def run_comparison(
+    *,
+    seeds: Sequence[int] = (0, 1, 2),
+    models: Sequence[str] = MODEL_NAMES,
+    base: Optional[TrainConfig] = None,
+    n_test: int = 1000,
+    n_items: int = 2000,
+    work: Optional[Path] = None,
+    progress: bool = True,
+) -> Dict:
     """Train and evaluate every (model, seed); see the module docstring."""
     base = base or TrainConfig()
     t_start = time.perf_counter()
-    test = make_test_set(n_scenes=n_test, n_items=n_items, canvas=base.canvas, part_size=base.part_size,
-                         max_items=base.max_items)
+    test = make_test_set(
+        n_scenes=n_test, n_items=n_items, canvas=base.canvas, part_size=base.part_size, max_items=base.max_items
+    )
     runs: List[Dict] = []
     histories: Dict[str, Dict] = {}
     embeddings: Dict[str, tuple] = {}
@@ -78,8 +94,11 @@ def run_comparison(*, seeds: Sequence[int] = (0, 1, 2), models: Sequence[str] = 
                 data = data if data is not None else train_scenes(cfg)
                 res = train(cfg, out=run_dir, data=data, progress=False)
                 model, history = res.model, res.history
-                extra = {"scenes_per_second": res.scenes_per_second, "images_per_second": res.images_per_second,
-                         "train_seconds": res.seconds}
+                extra = {
+                    "scenes_per_second": res.scenes_per_second,
+                    "images_per_second": res.images_per_second,
+                    "train_seconds": res.seconds,
+                }
                 if run_dir is not None:  # record throughput with the finished checkpoint
                     save_checkpoint(run_dir / CHECKPOINT_NAME, model, cfg, cfg.steps, history, extra=extra)
             metrics = evaluate(model, test, return_embeddings=(seed == seeds[0]))
@@ -212,17 +231,21 @@ def write_report(result: Dict, out: Path, *, command: str = "") -> List[Path]:
     lines.append("")
     lines.append(f"![loss curves]({loss_png.name})")
     if result["_embeddings"]:
-        lines.append(f"![radius distributions]({stem}_radius.png) ![uncertainty vs representativeness]({stem}_uncertainty.png)")
+        lines.append(
+            f"![radius distributions]({stem}_radius.png) ![uncertainty vs representativeness]({stem}_uncertainty.png)"
+        )
     lines.append("")
     lines.append("Per-run numbers (JSON):")
     lines.append("")
     lines.append("```json")
-    lines.append(json.dumps([{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in result["runs"]]))
+    lines.append(
+        json.dumps([{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in result["runs"]])
+    )
     lines.append("```")
     lines.append(END)
     block = "\n".join(lines)
     if out.exists() and START in (text := out.read_text()) and END in text:
-        new = text[: text.index(START)] + block + text[text.index(END) + len(END):]
+        new = text[: text.index(START)] + block + text[text.index(END) + len(END) :]
     else:
         new = "# UNCHA comparison on Fashion-MNIST scenes\n\n" + block + "\n"
     atomic_write(out, new.encode())

@@ -7,6 +7,7 @@ Checkpoints are atomic and checksummed (:mod:`crossembed._io`) and hold the
 model, the AdamW state, the step and the loss history, so a run resumes
 exactly where it stopped (batches are drawn from ``seed`` and the step index).
 """
+
 from __future__ import annotations
 
 import math
@@ -24,7 +25,18 @@ from crossembed.hyperbolic.data import CLASS_NAMES, SceneSet, Vocabulary, make_s
 from crossembed.hyperbolic.losses import Batch, preset, total_loss
 from crossembed.hyperbolic.model import CompositionalModel
 
-__all__ = ["TrainConfig", "TrainResult", "train", "train_scenes", "build_model", "save_checkpoint", "load_checkpoint", "make_batch", "plot_history", "CHECKPOINT_KIND"]
+__all__ = [
+    "TrainConfig",
+    "TrainResult",
+    "train",
+    "train_scenes",
+    "build_model",
+    "save_checkpoint",
+    "load_checkpoint",
+    "make_batch",
+    "plot_history",
+    "CHECKPOINT_KIND",
+]
 
 CHECKPOINT_KIND = "uncha-checkpoint"
 CHECKPOINT_NAME = "checkpoint.cemb"
@@ -57,7 +69,17 @@ class TrainConfig:
 
     def __post_init__(self):
         preset(self.model)  # validates the name
-        for f in ("steps", "batch_size", "dim", "width", "n_train", "canvas", "part_size", "max_items", "checkpoint_every"):
+        for f in (
+            "steps",
+            "batch_size",
+            "dim",
+            "width",
+            "n_train",
+            "canvas",
+            "part_size",
+            "max_items",
+            "checkpoint_every",
+        ):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{f} must be a positive integer, got {v!r}")
@@ -70,7 +92,7 @@ class TrainConfig:
                 raise ValueError(f"{f} must be a non-negative number")
 
     @classmethod
-    def from_dict(cls, d: Dict) -> "TrainConfig":
+    def from_dict(cls, d: Dict) -> TrainConfig:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
@@ -96,8 +118,14 @@ def build_model(config: TrainConfig) -> CompositionalModel:
 
 def train_scenes(config: TrainConfig) -> SceneSet:
     """The training scenes of ``config`` (deterministic in ``config.seed``)."""
-    return make_scenes(config.n_train, split="train", canvas=config.canvas, part_size=config.part_size,
-                       max_items=config.max_items, random_state=config.seed)
+    return make_scenes(
+        config.n_train,
+        split="train",
+        canvas=config.canvas,
+        part_size=config.part_size,
+        max_items=config.max_items,
+        random_state=config.seed,
+    )
 
 
 class _Tokens:
@@ -113,8 +141,11 @@ def make_batch(model: CompositionalModel, data: SceneSet, tokens: _Tokens, scene
     """Encode the given scene indices, their parts and the distinct part captions."""
     scenes = np.asarray(scenes)
     images = torch.from_numpy(data.scenes[scenes])
-    batch = Batch(model.encode_image(images), model.encode_text(tokens.scenes[scenes]),
-                  scene_caption=torch.from_numpy(data.caption_ids[scenes]))
+    batch = Batch(
+        model.encode_image(images),
+        model.encode_text(tokens.scenes[scenes]),
+        scene_caption=torch.from_numpy(data.caption_ids[scenes]),
+    )
     cfg = model.config
     if not (cfg.local or cfg.part_whole or cfg.entailment == "all"):
         return batch  # CLIP and MERU train on whole scenes only
@@ -136,8 +167,10 @@ def _optimizer(model: CompositionalModel, config: TrainConfig) -> torch.optim.Ad
     no_decay = {id(p) for p in model.no_decay_parameters()}
     decay = [p for p in model.parameters() if id(p) not in no_decay]
     return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": config.weight_decay},
-         {"params": model.no_decay_parameters(), "weight_decay": 0.0}],
+        [
+            {"params": decay, "weight_decay": config.weight_decay},
+            {"params": model.no_decay_parameters(), "weight_decay": 0.0},
+        ],
         lr=config.lr,
     )
 
@@ -149,9 +182,15 @@ def _lr_factor(step: int, config: TrainConfig) -> float:
     return 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
 
 
-def save_checkpoint(path: Union[str, Path], model: CompositionalModel, config: TrainConfig, step: int,
-                    history: Dict[str, np.ndarray], optimizer: Optional[torch.optim.Optimizer] = None,
-                    extra: Optional[Dict] = None) -> Path:
+def save_checkpoint(
+    path: Union[str, Path],
+    model: CompositionalModel,
+    config: TrainConfig,
+    step: int,
+    history: Dict[str, np.ndarray],
+    optimizer: Optional[torch.optim.Optimizer] = None,
+    extra: Optional[Dict] = None,
+) -> Path:
     """Atomically write model (+ optimiser) state, step and history."""
     arrays = {f"model/{k}": v.detach().cpu().numpy() for k, v in model.state_dict().items()}
     arrays.update({f"history/{k}": v for k, v in history.items()})
@@ -177,9 +216,9 @@ def load_checkpoint(path: Union[str, Path], *, optimizer: bool = False):
     arrays, meta = load_arrays(path, CHECKPOINT_KIND)
     config = TrainConfig.from_dict(meta["config"])
     model = build_model(config)
-    state = {k[len("model/"):]: torch.from_numpy(v) for k, v in arrays.items() if k.startswith("model/")}
+    state = {k[len("model/") :]: torch.from_numpy(v) for k, v in arrays.items() if k.startswith("model/")}
     model.load_state_dict(state)
-    history = {k[len("history/"):]: v for k, v in arrays.items() if k.startswith("history/")}
+    history = {k[len("history/") :]: v for k, v in arrays.items() if k.startswith("history/")}
     out = [model, config, int(meta["step"]), history, meta]
     if optimizer:
         opt = _optimizer(model, config)
@@ -193,8 +232,15 @@ def load_checkpoint(path: Union[str, Path], *, optimizer: bool = False):
     return tuple(out)
 
 
-def train(config: TrainConfig, *, out: Optional[Union[str, Path]] = None, resume: bool = False,
-          data: Optional[SceneSet] = None, progress: bool = True, max_steps: Optional[int] = None) -> TrainResult:
+def train(
+    config: TrainConfig,
+    *,
+    out: Optional[Union[str, Path]] = None,
+    resume: bool = False,
+    data: Optional[SceneSet] = None,
+    progress: bool = True,
+    max_steps: Optional[int] = None,
+) -> TrainResult:
     """Train one model.
 
     Parameters

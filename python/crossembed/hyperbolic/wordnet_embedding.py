@@ -18,6 +18,7 @@ and the mean average precision of ranking all other nodes by distance with
 the related ones as relevant. Distances for the evaluation come from the C++
 :func:`crossembed.lorentz_pairwise` when available.
 """
+
 from __future__ import annotations
 
 import io
@@ -32,8 +33,15 @@ from tqdm.auto import tqdm
 from crossembed.hyperbolic import lorentz as L
 from crossembed.hyperbolic.losses import entailment_loss
 
-__all__ = ["Hierarchy", "load_hierarchy", "resolve_synset", "embed_hierarchy", "reconstruction", "run",
-           "plot_radius_by_depth"]
+__all__ = [
+    "Hierarchy",
+    "load_hierarchy",
+    "resolve_synset",
+    "embed_hierarchy",
+    "reconstruction",
+    "run",
+    "plot_radius_by_depth",
+]
 
 
 class Hierarchy:
@@ -86,7 +94,7 @@ def resolve_synset(name: str, *, wordnet_dir=None) -> int:
             if line.startswith(key + " "):
                 f = line.split()
                 p_cnt = int(f[3])
-                offsets = f[6 + p_cnt:]  # lemma pos synset_cnt p_cnt [ptr]* sense_cnt tagsense_cnt offsets
+                offsets = f[6 + p_cnt :]  # lemma pos synset_cnt p_cnt [ptr]* sense_cnt tagsense_cnt offsets
                 if sense > len(offsets):
                     raise ValueError(f"{lemma!r} has only {len(offsets)} noun senses")
                 return int(offsets[sense - 1])
@@ -150,7 +158,9 @@ def _pairwise(X: np.ndarray, Y: np.ndarray, c: float) -> np.ndarray:
             return L.pairwise_distance(torch.from_numpy(X), torch.from_numpy(Y), c).numpy()
 
 
-def reconstruction(emb: np.ndarray, hierarchy: Hierarchy, *, curvature: float = 1.0, chunk: int = 512) -> Dict[str, float]:
+def reconstruction(
+    emb: np.ndarray, hierarchy: Hierarchy, *, curvature: float = 1.0, chunk: int = 512
+) -> Dict[str, float]:
     """Mean rank and MAP of reconstructing the closure from distances (see module docstring)."""
     emb = np.ascontiguousarray(emb, np.float32)
     rel = hierarchy.related()
@@ -176,13 +186,27 @@ def reconstruction(emb: np.ndarray, hierarchy: Hierarchy, *, curvature: float = 
             pos = np.arange(1, nb.size + 1) + np.searchsorted(others, dn_sorted, side="right")
             aps.append(float(np.mean(np.arange(1, nb.size + 1) / pos)))
     all_ranks = np.concatenate(ranks) if ranks else np.array([np.nan])
-    return {"mean_rank": float(all_ranks.mean()), "map": float(np.mean(aps)) if aps else float("nan"),
-            "pairs_scored": int(all_ranks.size)}
+    return {
+        "mean_rank": float(all_ranks.mean()),
+        "map": float(np.mean(aps)) if aps else float("nan"),
+        "pairs_scored": int(all_ranks.size),
+    }
 
 
-def embed_hierarchy(hierarchy: Hierarchy, *, dim: int = 10, epochs: int = 300, batch_size: int = 512,
-                    negatives: int = 50, lr: float = 0.1, entailment_weight: float = 0.0, curvature: float = 1.0,
-                    burn_in: int = 20, seed: int = 0, progress: bool = True) -> Tuple[np.ndarray, List[float]]:
+def embed_hierarchy(
+    hierarchy: Hierarchy,
+    *,
+    dim: int = 10,
+    epochs: int = 300,
+    batch_size: int = 512,
+    negatives: int = 50,
+    lr: float = 0.1,
+    entailment_weight: float = 0.0,
+    curvature: float = 1.0,
+    burn_in: int = 20,
+    seed: int = 0,
+    progress: bool = True,
+) -> Tuple[np.ndarray, List[float]]:
     """Train the embedding; returns ``(space components (N, dim), loss per epoch)``.
 
     The first ``burn_in`` epochs use a 10x smaller learning rate (as in
@@ -196,8 +220,9 @@ def embed_hierarchy(hierarchy: Hierarchy, *, dim: int = 10, epochs: int = 300, b
     opt = torch.optim.Adam([emb], lr=lr)
     closure = torch.from_numpy(hierarchy.closure)
     # related-pair lookup for masking sampled negatives: keys a * n + b, both directions
-    keys = np.concatenate([hierarchy.closure[:, 0] * n + hierarchy.closure[:, 1],
-                           hierarchy.closure[:, 1] * n + hierarchy.closure[:, 0]])
+    keys = np.concatenate(
+        [hierarchy.closure[:, 0] * n + hierarchy.closure[:, 1], hierarchy.closure[:, 1] * n + hierarchy.closure[:, 0]]
+    )
     keys = np.unique(keys)
     rng = np.random.default_rng(seed)
     losses = []
@@ -215,7 +240,9 @@ def embed_hierarchy(hierarchy: Hierarchy, *, dim: int = 10, epochs: int = 300, b
             cand = torch.cat([v[:, None], torch.from_numpy(neg)], 1)  # column 0 is the positive
             eu = emb[u]
             d = L.distance(eu[:, None, :], emb[cand], curvature)
-            logits = (-d).masked_fill(torch.from_numpy(np.concatenate([np.zeros((len(b), 1), bool), bad], 1)), float("-inf"))
+            logits = (-d).masked_fill(
+                torch.from_numpy(np.concatenate([np.zeros((len(b), 1), bool), bad], 1)), float("-inf")
+            )
             loss = torch.nn.functional.cross_entropy(logits, torch.zeros(len(b), dtype=torch.long))
             if entailment_weight:
                 loss = loss + entailment_weight * entailment_loss(emb[v], eu, curvature, eta=1.0, alpha=0.0).mean()
@@ -227,22 +254,51 @@ def embed_hierarchy(hierarchy: Hierarchy, *, dim: int = 10, epochs: int = 300, b
     return emb.detach().numpy().astype(np.float32), losses
 
 
-def run(*, root: str = "mammal.n.01", dim: int = 10, epochs: int = 300, negatives: int = 50, lr: float = 0.1,
-        entailment_weight: float = 0.0, seed: int = 0, max_nodes: Optional[int] = None, progress: bool = True) -> Dict:
+def run(
+    *,
+    root: str = "mammal.n.01",
+    dim: int = 10,
+    epochs: int = 300,
+    negatives: int = 50,
+    lr: float = 0.1,
+    entailment_weight: float = 0.0,
+    seed: int = 0,
+    max_nodes: Optional[int] = None,
+    progress: bool = True,
+) -> Dict:
     """Load, embed and score one hierarchy; returns metrics, sizes and timings."""
     t0 = time.perf_counter()
     h = load_hierarchy(root, max_nodes=max_nodes)
     t1 = time.perf_counter()
-    emb, losses = embed_hierarchy(h, dim=dim, epochs=epochs, negatives=negatives, lr=lr,
-                                  entailment_weight=entailment_weight, seed=seed, progress=progress)
+    emb, losses = embed_hierarchy(
+        h,
+        dim=dim,
+        epochs=epochs,
+        negatives=negatives,
+        lr=lr,
+        entailment_weight=entailment_weight,
+        seed=seed,
+        progress=progress,
+    )
     t2 = time.perf_counter()
     rec = reconstruction(emb, h)
     t3 = time.perf_counter()
     radius = np.arcsinh(np.linalg.norm(emb, axis=1))
     depth_corr = float(np.corrcoef(h.depth, radius)[0, 1]) if len(h) > 2 else float("nan")
-    return {"root": root, "nodes": len(h), "closure_edges": int(len(h.closure)), "dim": dim, "epochs": epochs,
-            **rec, "final_loss": losses[-1], "corr_depth_radius": depth_corr,
-            "load_s": t1 - t0, "train_s": t2 - t1, "eval_s": t3 - t2, "_embedding": (emb, h)}
+    return {
+        "root": root,
+        "nodes": len(h),
+        "closure_edges": int(len(h.closure)),
+        "dim": dim,
+        "epochs": epochs,
+        **rec,
+        "final_loss": losses[-1],
+        "corr_depth_radius": depth_corr,
+        "load_s": t1 - t0,
+        "train_s": t2 - t1,
+        "eval_s": t3 - t2,
+        "_embedding": (emb, h),
+    }
 
 
 def plot_radius_by_depth(embedding: Tuple[np.ndarray, Hierarchy], path) -> None:

@@ -6,6 +6,7 @@
   :func:`bootstrap_procrustes_link` - baselines with the same output.
 * :func:`make_partial_overlap`, :func:`evaluate_links` - the evaluation protocol.
 """
+
 from crossembed.linking.baselines import bootstrap_procrustes_link, procrustes_link, relative_link
 from crossembed.linking.geh import PROMOTIONS, GEHLinker
 from crossembed.linking.protocol import OverlapSplit, evaluate_links, make_partial_overlap

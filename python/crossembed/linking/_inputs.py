@@ -1,4 +1,5 @@
 """Input checks and small numpy helpers shared by GEH and the baselines."""
+
 from __future__ import annotations
 
 from typing import Tuple

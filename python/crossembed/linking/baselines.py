@@ -10,6 +10,7 @@
 When ``D_A != D_B`` the narrower side is zero-padded to the wider one, which
 keeps Procrustes orthogonal (a rotation of the padded space).
 """
+
 from __future__ import annotations
 
 import numbers
@@ -96,7 +97,9 @@ def bootstrap_procrustes_link(A, B, seeds, *, n_iter: int = 10, max_pairs: Optio
         tic = time.perf_counter()
         W = procrustes(An[train[:, 0]], Bn[train[:, 1]])
         pairs, sims = mutual_nearest(unit_rows(An @ W), Bn, exclude_a=seeds[:, 0], exclude_b=seeds[:, 1])
-        history.append({"round": it, "pool": len(train), "links": len(pairs), "seconds": round(time.perf_counter() - tic, 4)})
+        history.append(
+            {"round": it, "pool": len(train), "links": len(pairs), "seconds": round(time.perf_counter() - tic, 4)}
+        )
         top = pairs if max_pairs is None else pairs[:max_pairs]
         train = np.concatenate([seeds, top])
     return _result(pairs, sims, seeds, history)

@@ -18,6 +18,7 @@ CSLS top-``k`` among its candidates. Memory is O((N_A + N_B) * ann_k) plus
 the indexes; with ``ann_k >= csls_k`` and a good recall it matches the exact
 kernel (see tests/test_linking_geh.py).
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -126,8 +127,12 @@ def pool_candidate_lists(SA, SB, m: int, *, num_threads: Optional[int] = None):
     """
     SA = np.ascontiguousarray(SA, dtype=np.float32)
     SB = np.ascontiguousarray(SB, dtype=np.float32)
-    _, cand_a = kernels.ProbitDocs(SB, np.zeros_like(SB)).top_k(SA, np.zeros_like(SA), min(m, len(SB)), num_threads=num_threads)
-    _, cand_b = kernels.ProbitDocs(SA, np.zeros_like(SA)).top_k(SB, np.zeros_like(SB), min(m, len(SA)), num_threads=num_threads)
+    _, cand_a = kernels.ProbitDocs(SB, np.zeros_like(SB)).top_k(
+        SA, np.zeros_like(SA), min(m, len(SB)), num_threads=num_threads
+    )
+    _, cand_b = kernels.ProbitDocs(SA, np.zeros_like(SA)).top_k(
+        SB, np.zeros_like(SB), min(m, len(SA)), num_threads=num_threads
+    )
     return cand_a, cand_b
 
 
@@ -148,6 +153,13 @@ class PoolProposer:
 
     def __call__(self, SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None):
         return kernels.csls_mutual_topk_candidates(
-            SA, SB, self.cand_a, self.cand_b, k=k, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b,
+            SA,
+            SB,
+            self.cand_a,
+            self.cand_b,
+            k=k,
+            csls_k=csls_k,
+            exclude_a=exclude_a,
+            exclude_b=exclude_b,
             num_threads=self.num_threads,
         )

@@ -5,9 +5,9 @@ real-encoder experiments and writes the table into docs/linking.md between
 the ``<!-- link-table -->`` markers. Bad files raise ValueError /
 FileNotFoundError, which the dispatcher prints as one line (exit 2).
 """
+
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -35,8 +35,11 @@ def register(subparsers) -> None:
     p.set_defaults(func=_link)
 
     t = subparsers.add_parser("link-table", help="rerun the real-encoder linking table into docs/linking.md")
-    t.add_argument("--pairs", default="minilm:mpnet:3000,minilm:e5:10000,minilm:use:10000",
-                   help="comma list of encA:encB:corpus_size")
+    t.add_argument(
+        "--pairs",
+        default="minilm:mpnet:3000,minilm:e5:10000,minilm:use:10000",
+        help="comma list of encA:encB:corpus_size",
+    )
     t.add_argument("--settings", default="0.3:15", help="comma list of alpha:n_seeds")
     t.add_argument("--methods", default=None, help="comma list (default: all)")
     t.add_argument("--draws", type=int, default=5)
@@ -106,8 +109,13 @@ def _link(args) -> int:
     B = _load_matrix(args.b, "B")
     seeds = read_seeds(args.seeds)
     if args.method == "geh":
-        res = GEHLinker(promotion=args.promotion, max_iter=args.max_iter, random_state=args.seed,
-                        num_threads=args.threads, progress=not args.no_progress).fit(A, B, seeds)
+        res = GEHLinker(
+            promotion=args.promotion,
+            max_iter=args.max_iter,
+            random_state=args.seed,
+            num_threads=args.threads,
+            progress=not args.no_progress,
+        ).fit(A, B, seeds)
     elif args.method == "procrustes":
         res = procrustes_link(A, B, seeds)
     elif args.method == "relative":
@@ -143,7 +151,7 @@ def write_table(markdown: str, out: str) -> None:
     text = p.read_text() if p.is_file() else "# GEH vector linking\n"
     block = f"{_START}\n{markdown}\n{_END}"
     if _START in text and _END in text:
-        text = text[: text.index(_START)] + block + text[text.index(_END) + len(_END):]
+        text = text[: text.index(_START)] + block + text[text.index(_END) + len(_END) :]
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     atomic_write(p, text.encode())
@@ -161,9 +169,17 @@ def _link_table(args) -> int:
         pairs = _parse_list(args.pairs, 3, "pairs", (str, str, int))
         settings = _parse_list(args.settings, 2, "settings", (float, int))
         methods = tuple(args.methods.split(",")) if args.methods else tuple(METHODS)
-        records = run_table(pairs=pairs, settings=settings, methods=methods, n_draws=args.draws,
-                            n_objects=args.n_objects, max_iter=args.max_iter, results_path=args.results,
-                            seed=args.seed, log=lambda s: print(s, file=sys.stderr, flush=True))
+        records = run_table(
+            pairs=pairs,
+            settings=settings,
+            methods=methods,
+            n_draws=args.draws,
+            n_objects=args.n_objects,
+            max_iter=args.max_iter,
+            results_path=args.results,
+            seed=args.seed,
+            log=lambda s: print(s, file=sys.stderr, flush=True),
+        )
     md = render_markdown(records)
     write_table(md, args.out)
     print(json.dumps(records) if args.json else md)
@@ -180,9 +196,14 @@ def _ints(text: str, name: str):
 def _link_scale(args) -> int:
     from crossembed.linking.experiments import plot_scaling, time_scaling
 
-    records = time_scaling(_ints(args.sizes, "sizes"), max_iter=args.max_iter, view_sizes=_ints(args.view_sizes, "view-sizes"),
-                           results_path=args.results, candidates=args.candidates,
-                           log=lambda s: print(s, file=sys.stderr, flush=True))
+    records = time_scaling(
+        _ints(args.sizes, "sizes"),
+        max_iter=args.max_iter,
+        view_sizes=_ints(args.view_sizes, "view-sizes"),
+        results_path=args.results,
+        candidates=args.candidates,
+        log=lambda s: print(s, file=sys.stderr, flush=True),
+    )
     if args.plot:
         plot_scaling(records, args.plot)
     print(json.dumps(records) if args.json else "\n".join(map(str, records)))

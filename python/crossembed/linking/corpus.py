@@ -6,6 +6,7 @@ glosses up to ``n_texts``; duplicate texts are dropped (two objects with the
 same text are not distinguishable by any encoder). e5 sees every text as a
 ``passage``.
 """
+
 from __future__ import annotations
 
 from typing import List, Tuple

@@ -6,6 +6,7 @@ them, runs every method on the same A, B and seeds, and scores the links.
 Results are appended to a JSON file after every run (atomically), so an
 interrupted table keeps what it measured and a rerun skips finished runs.
 """
+
 from __future__ import annotations
 
 import json
@@ -112,14 +113,27 @@ def run_table(
                     res = run_method(method, A, B, split.seeds, random_state=seed + draw, max_iter=max_iter)
                     secs = time.perf_counter() - tic
                     m = evaluate_links(res.links, split.truth)
-                    rec = dict(key=key, a=enc_a, b=enc_b, corpus=corpus, n_objects=len(objects), alpha=alpha,
-                               n_seeds=n_seeds, method=method, draw=draw, seconds=round(secs, 2),
-                               rounds=len(res.history), **m)
+                    rec = dict(
+                        key=key,
+                        a=enc_a,
+                        b=enc_b,
+                        corpus=corpus,
+                        n_objects=len(objects),
+                        alpha=alpha,
+                        n_seeds=n_seeds,
+                        method=method,
+                        draw=draw,
+                        seconds=round(secs, 2),
+                        rounds=len(res.history),
+                        **m,
+                    )
                     records.append(rec)
                     done.add(key)
                     atomic_write(path, json.dumps(records, indent=1).encode())
-                    log(f"{enc_a}-{enc_b} a={alpha} s={n_seeds} {method} draw {draw}: "
-                        f"P={m['precision']:.3f} R={m['recall']:.3f} F1={m['f1']:.3f} ({secs:.1f}s)")
+                    log(
+                        f"{enc_a}-{enc_b} a={alpha} s={n_seeds} {method} draw {draw}: "
+                        f"P={m['precision']:.3f} R={m['recall']:.3f} F1={m['f1']:.3f} ({secs:.1f}s)"
+                    )
     return records
 
 
@@ -135,11 +149,15 @@ def render_markdown(records: List[dict]) -> str:
     """A summary of F1 per cell, then one table per (pair, alpha, seeds): P / R / F1 mean ± std over draws."""
     cells: Dict[tuple, Dict[str, List[dict]]] = {}
     for r in records:
-        cells.setdefault((r["a"], r["b"], r["corpus"], r["n_objects"], r["alpha"], r["n_seeds"]), {}).setdefault(r["method"], []).append(r)
-    out = ["\n#### F1 % (mean ± std over draws)\n",
-           "| pair | alpha | seeds | " + " | ".join(_SUMMARY) + " | GEH-validated / Procrustes |",
-           "|---" * (len(_SUMMARY) + 4) + "|"]
-    for (a, b, corpus, n_obj, alpha, s), by_method in cells.items():
+        cells.setdefault((r["a"], r["b"], r["corpus"], r["n_objects"], r["alpha"], r["n_seeds"]), {}).setdefault(
+            r["method"], []
+        ).append(r)
+    out = [
+        "\n#### F1 % (mean ± std over draws)\n",
+        "| pair | alpha | seeds | " + " | ".join(_SUMMARY) + " | GEH-validated / Procrustes |",
+        "|---" * (len(_SUMMARY) + 4) + "|",
+    ]
+    for (a, b, _corpus, _n_obj, alpha, s), by_method in cells.items():
         vals = [_fmt([r["f1"] for r in by_method[m]]) if m in by_method else "–" for m in _SUMMARY]
         ratio = "–"
         if "procrustes" in by_method and "geh-validated" in by_method:
@@ -180,8 +198,15 @@ def synthetic_pair(n: int, *, latent: int = 32, dim_a: int = 384, dim_b: int = 5
     return A, B
 
 
-def time_scaling(sizes: Sequence[int], *, max_iter: int = 10, view_sizes: Sequence[int] = (), results_path=None,
-                 log: Callable[[str], None] = print, **geh_kwargs) -> List[dict]:
+def time_scaling(
+    sizes: Sequence[int],
+    *,
+    max_iter: int = 10,
+    view_sizes: Sequence[int] = (),
+    results_path=None,
+    log: Callable[[str], None] = print,
+    **geh_kwargs,
+) -> List[dict]:
     """Wall time of full GEH fits at ``sizes`` rows per side, and of single views at ``view_sizes``.
 
     A full fit records total seconds, rounds and seconds per round; a single
@@ -201,10 +226,19 @@ def time_scaling(sizes: Sequence[int], *, max_iter: int = 10, view_sizes: Sequen
         res = GEHLinker(max_iter=max_iter, progress=False, random_state=0, **geh_kwargs).fit(A, B, seeds)
         total = time.perf_counter() - tic
         views = sum(h["views"] for h in res.history)
-        rec = dict(kind="fit", n=n, candidates=geh_kwargs.get("candidates", GEHLinker().candidates), seconds=round(total, 2), rounds=len(res.history), views=views,
-                   seconds_per_round=round(total / max(1, len(res.history)), 2),
-                   seconds_per_view=round(total / max(1, views), 3), links=len(res), load=os.getloadavg()[0],
-                   **{k: v for k, v in geh_kwargs.items() if k != "candidates"})
+        rec = dict(
+            kind="fit",
+            n=n,
+            candidates=geh_kwargs.get("candidates", GEHLinker().candidates),
+            seconds=round(total, 2),
+            rounds=len(res.history),
+            views=views,
+            seconds_per_round=round(total / max(1, len(res.history)), 2),
+            seconds_per_view=round(total / max(1, views), 3),
+            links=len(res),
+            load=os.getloadavg()[0],
+            **{k: v for k, v in geh_kwargs.items() if k != "candidates"},
+        )
         records.append(rec)
         log(str(rec))
     for n in view_sizes:
@@ -214,8 +248,14 @@ def time_scaling(sizes: Sequence[int], *, max_iter: int = 10, view_sizes: Sequen
         SA = kernels.anchor_signatures(A, A[idx])
         SB = kernels.anchor_signatures(B, B[idx])
         pairs, _ = kernels.csls_mutual_topk(SA, SB, k=5, csls_k=50)
-        rec = dict(kind="view", n=n, anchors=256, seconds=round(time.perf_counter() - tic, 2), proposals=len(pairs),
-                   load=os.getloadavg()[0])
+        rec = dict(
+            kind="view",
+            n=n,
+            anchors=256,
+            seconds=round(time.perf_counter() - tic, 2),
+            proposals=len(pairs),
+            load=os.getloadavg()[0],
+        )
         records.append(rec)
         log(str(rec))
         del A, B, SA, SB
@@ -237,7 +277,9 @@ def plot_scaling(records: List[dict], path) -> None:
     curves = [(("fit", c), f"full GEH fit (validated, {c})", "o") for c in ("exact", "pool", "ann")]
     curves.append((("view", "exact"), "one exact view (256 anchors)", "s"))
     for (kind, cand), label, marker in curves:
-        rs = sorted((r for r in records if r["kind"] == kind and r.get("candidates", "exact") == cand), key=lambda r: r["n"])
+        rs = sorted(
+            (r for r in records if r["kind"] == kind and r.get("candidates", "exact") == cand), key=lambda r: r["n"]
+        )
         if rs:
             ax.loglog([r["n"] for r in rs], [r["seconds"] for r in rs], marker=marker, label=label)
     ax.set_xlabel("rows per side (N)")

@@ -27,6 +27,7 @@ Three promotion rules are implemented (``promotion=``):
     seeds measure the proposal precision, which sets how fast the pool may
     grow; a final pass links the remaining rows with the whole pool.
 """
+
 from __future__ import annotations
 
 import math
@@ -352,7 +353,7 @@ class GEHLinker:
         return None
 
     # ------------------------------------------------------------------ paper / capped
-    def _round_paper(self, An, Bn, state: "_State", rng) -> Dict[str, Any]:
+    def _round_paper(self, An, Bn, state: _State, rng) -> Dict[str, Any]:
         pool = state.pool()
         P, S = len(pool), len(state.seeds)
         m, size = self._schedule(P, S)
@@ -398,11 +399,17 @@ class GEHLinker:
             keep = round_votes >= thr
         cand, cpost, ccsls = uniq[keep], post[keep], mean_csls[keep]
         if self.promotion == "paper":
-            new = state.table.promote(cand, cpost, threshold=-np.inf, exclude_a=state.seeds[:, 0], exclude_b=state.seeds[:, 1])
+            new = state.table.promote(
+                cand, cpost, threshold=-np.inf, exclude_a=state.seeds[:, 0], exclude_b=state.seeds[:, 1]
+            )
         else:
             rank = _rank_scores(cpost, ccsls)
             new = state.table.promote(
-                cand, rank, threshold=-np.inf, exclude_a=state.seeds[:, 0], exclude_b=state.seeds[:, 1],
+                cand,
+                rank,
+                threshold=-np.inf,
+                exclude_a=state.seeds[:, 0],
+                exclude_b=state.seeds[:, 1],
                 limit=len(state.links) + P,
             )
         info.update(threshold=float(thr), promoted=_count_new(new, state.links))
@@ -411,7 +418,7 @@ class GEHLinker:
         return info
 
     # ------------------------------------------------------------------ validated (ours)
-    def _round_validated(self, An, Bn, state: "_State", rng) -> Dict[str, Any]:
+    def _round_validated(self, An, Bn, state: _State, rng) -> Dict[str, Any]:
         pool = state.pool()
         P, S = len(pool), len(state.seeds)
         m, size = self._schedule(P, S)
@@ -453,8 +460,12 @@ class GEHLinker:
         uniq, mean_csls, votes = _merge_views(kept_pairs, kept_scores, state.n_b)
         est_precision = correct / (correct + wrong) if correct + wrong else 0.0
         info: Dict[str, Any] = {
-            "pool": P, "views": m, "anchors": int(np.median(sizes)), "proposals": len(uniq),
-            "holdout_precision": round(est_precision, 4), "holdout_recall": round(float(correct / max(1, (~in_view[:, :S]).sum())), 4),
+            "pool": P,
+            "views": m,
+            "anchors": int(np.median(sizes)),
+            "proposals": len(uniq),
+            "holdout_precision": round(est_precision, 4),
+            "holdout_recall": round(float(correct / max(1, (~in_view[:, :S]).sum())), 4),
         }
         if len(uniq) == 0:
             info.update(promoted=0, threshold=None)
@@ -485,7 +496,7 @@ class GEHLinker:
             state.set_links(new, post[idx], votes[idx])
         return info
 
-    def _final_pass(self, An, Bn, state: "_State", rng, folds: int = 3) -> Dict[str, Any]:
+    def _final_pass(self, An, Bn, state: _State, rng, folds: int = 3) -> Dict[str, Any]:
         """Cross-validated relinking with the whole pool.
 
         The pool links are split into ``folds`` parts; view ``f`` uses every
@@ -523,16 +534,28 @@ class GEHLinker:
         confirmed = is_link[keep]
         # confirmed pool links first, then new majority pairs; greedy keeps it one-to-one
         rank = _rank_scores(confirmed.astype(np.float64), votes[keep].astype(np.float64))
-        final = kernels.VoteTable().promote(cand, rank, threshold=-np.inf, exclude_a=state.seeds[:, 0], exclude_b=state.seeds[:, 1])
+        final = kernels.VoteTable().promote(
+            cand, rank, threshold=-np.inf, exclude_a=state.seeds[:, 0], exclude_b=state.seeds[:, 1]
+        )
         post_of = dict(zip(map(tuple, links.tolist()), state.link_post.tolist()))
         votes_of = dict(zip(map(tuple, links.tolist()), state.link_votes.tolist()))
-        post = np.array([post_of.get(p, votes[_lookup(uniq, np.array([p]), state.n_b)[0]] / folds) for p in map(tuple, final.tolist())])
+        post = np.array(
+            [
+                post_of.get(p, votes[_lookup(uniq, np.array([p]), state.n_b)[0]] / folds)
+                for p in map(tuple, final.tolist())
+            ]
+        )
         vts = np.array([votes_of.get(p, 0) for p in map(tuple, final.tolist())], np.int64)
         n_confirmed = int(sum(1 for p in map(tuple, final.tolist()) if p in post_of))
         info: Dict[str, Any] = {
-            "pool": len(links) + S, "views": folds, "anchors": int(len(links) * (folds - 1) / folds) + S,
-            "proposals": len(uniq), "final_pass": True, "threshold": float(thr),
-            "promoted": len(final) - n_confirmed, "dropped": len(links) - n_confirmed,
+            "pool": len(links) + S,
+            "views": folds,
+            "anchors": int(len(links) * (folds - 1) / folds) + S,
+            "proposals": len(uniq),
+            "final_pass": True,
+            "threshold": float(thr),
+            "promoted": len(final) - n_confirmed,
+            "dropped": len(links) - n_confirmed,
         }
         state.set_links(final, post, vts)
         return info

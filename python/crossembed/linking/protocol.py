@@ -5,6 +5,7 @@ into A-only and B-only objects; ``n_seeds`` overlap pairs are revealed as
 seeds and removed from the truth. Rows of A and B are shuffled so that row
 order leaks nothing.
 """
+
 from __future__ import annotations
 
 import numbers

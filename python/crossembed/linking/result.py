@@ -1,4 +1,5 @@
 """The output of every linker in :mod:`crossembed.linking` (GEH and the baselines)."""
+
 from __future__ import annotations
 
 import io

@@ -7,6 +7,7 @@
 * :mod:`crossembed.uec.evaluate` / :mod:`crossembed.uec.tasks` - the retrieval
   harness behind ``crossembed uec-eval`` and ``docs/uec.md``.
 """
+
 from crossembed.uec.ensemble import UECEnsemble, convolve, uncertainty_coefficients
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.index import UECIndex

@@ -1,7 +1,7 @@
 """CLI: ``encode``, ``index build|search``, ``uec-eval`` and ``uec-perf``."""
+
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import shlex
@@ -87,16 +87,29 @@ def _index_build(args) -> int:
         enc = load_encoder(name, **({"num_threads": args.num_threads} if args.num_threads else {}))
         A = encode_cached(enc, [a for a, _ in pairs], role="query", show_progress_bar=not args.quiet)
         P = encode_cached(enc, [p for _, p in pairs], role="passage", show_progress_bar=not args.quiet)
-        lap = LaplaceEmbedder(name, hessian=args.hessian, prior_precision=_prior(args.prior_precision),
-                              random_state=args.seed).fit_embeddings(A, P)
+        lap = LaplaceEmbedder(
+            name, hessian=args.hessian, prior_precision=_prior(args.prior_precision), random_state=args.seed
+        ).fit_embeddings(A, P)
         lap._encoder_obj = enc  # reuse the loaded model for the documents
         embedders.append(lap)
     ens = UECEnsemble(embedders, temperature=args.temperature, mixing=args.mixing)
-    index = ens.index(docs, M=args.M, ef_construction=args.ef_construction, rerank=args.rerank,
-                      random_state=args.seed, show_progress_bar=not args.quiet)
+    index = ens.index(
+        docs,
+        M=args.M,
+        ef_construction=args.ef_construction,
+        rerank=args.rerank,
+        random_state=args.seed,
+        show_progress_bar=not args.quiet,
+    )
     index.save(args.output)
-    info = {"output": str(args.output), "n_docs": len(docs), "dim": index.dim, "models": _models(args.models),
-            "fit_pairs": len(pairs), "prior_precision": [e.prior_precision_ for e in embedders]}
+    info = {
+        "output": str(args.output),
+        "n_docs": len(docs),
+        "dim": index.dim,
+        "models": _models(args.models),
+        "fit_pairs": len(pairs),
+        "prior_precision": [e.prior_precision_ for e in embedders],
+    }
     print(json.dumps(info) if args.json else f"wrote a {len(docs)}-document UEC index ({index.dim}-d) to {args.output}")
     return 0
 
@@ -112,8 +125,11 @@ def _index_search(args) -> int:
     scores, idx = index.search(queries, k, exact=args.exact, rerank=args.rerank)
     out = []
     for q, s_row, i_row in zip(queries, scores, idx):
-        hits = [{"rank": r + 1, "doc": int(i), "score": float(s), **({"text": index.texts[int(i)]} if index.texts else {})}
-                for r, (s, i) in enumerate(zip(s_row, i_row)) if i >= 0]
+        hits = [
+            {"rank": r + 1, "doc": int(i), "score": float(s), **({"text": index.texts[int(i)]} if index.texts else {})}
+            for r, (s, i) in enumerate(zip(s_row, i_row))
+            if i >= 0
+        ]
         out.append({"query": q, "hits": hits})
     if args.json:
         print(json.dumps(out, ensure_ascii=False))
@@ -145,11 +161,25 @@ def _uec_eval(args) -> int:
     if args.from_json:
         tasks = []
     for name in tasks:
-        task = wordnet_task(seed=args.seed) if name == "wordnet" else freedict_task(
-            seed=args.seed, n_per_language=args.n_per_language)
-        emb = embed_task(task, models, cache_dir=args.cache_dir, num_threads=args.num_threads, show_progress_bar=not args.quiet)
-        results.append(evaluate_task(task, emb, models=models, n_draws=args.draws, seed=args.seed,
-                                     prior_precision=_prior(args.prior_precision), show_progress_bar=not args.quiet))
+        task = (
+            wordnet_task(seed=args.seed)
+            if name == "wordnet"
+            else freedict_task(seed=args.seed, n_per_language=args.n_per_language)
+        )
+        emb = embed_task(
+            task, models, cache_dir=args.cache_dir, num_threads=args.num_threads, show_progress_bar=not args.quiet
+        )
+        results.append(
+            evaluate_task(
+                task,
+                emb,
+                models=models,
+                n_draws=args.draws,
+                seed=args.seed,
+                prior_precision=_prior(args.prior_precision),
+                show_progress_bar=not args.quiet,
+            )
+        )
         results[-1]["command"] = _command_line()
     if args.out:
         note = "Search throughput (exact vs hnswlib + rerank) is in [uec_perf.md](uec_perf.md) (`crossembed uec-perf`)."
@@ -171,8 +201,16 @@ def _uec_perf(args) -> int:
     runs = []
     for spec in [s for s in args.sizes.split(",") if s.strip()]:
         n, _, d = spec.partition("x")
-        runs.append(benchmark_search(int(float(n)), int(d or 384), n_queries=args.queries, seed=args.seed,
-                                     num_threads=args.num_threads, show_progress_bar=not args.quiet))
+        runs.append(
+            benchmark_search(
+                int(float(n)),
+                int(d or 384),
+                n_queries=args.queries,
+                seed=args.seed,
+                num_threads=args.num_threads,
+                show_progress_bar=not args.quiet,
+            )
+        )
         print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
     enc = benchmark_encode(_models(args.encode_models), num_threads=args.num_threads) if args.encode_models else None
     fits = benchmark_fit(args.fit_pairs) if args.fit_pairs else []
@@ -203,10 +241,14 @@ def register(subparsers) -> None:
     b.add_argument("docs", help="UTF-8 text file, one document per line")
     b.add_argument("-o", "--output", required=True, help="index file (written atomically, checksummed)")
     b.add_argument("--models", default="minilm,minilm-l3,e5", help="comma-separated encoder names")
-    b.add_argument("--fit-pairs", default=None, help="TSV 'anchor<TAB>positive' (default: WordNet example/gloss fit split)")
+    b.add_argument(
+        "--fit-pairs", default=None, help="TSV 'anchor<TAB>positive' (default: WordNet example/gloss fit split)"
+    )
     b.add_argument("--hessian", choices=("kron", "diag"), default="kron")
     b.add_argument("--mixing", choices=("score", "embedding"), default="score")
-    b.add_argument("--temperature", type=float, default=10.0, help="T of the coefficients (default: chosen on dev, docs/uec.md)")
+    b.add_argument(
+        "--temperature", type=float, default=10.0, help="T of the coefficients (default: chosen on dev, docs/uec.md)"
+    )
     b.add_argument("--prior-precision", default="marglik", help="'marglik', 'nll' or a number")
     b.add_argument("--M", type=int, default=32)
     b.add_argument("--ef-construction", type=int, default=200)
@@ -237,8 +279,12 @@ def register(subparsers) -> None:
     e.add_argument("--num-threads", type=int, default=None)
     e.add_argument("--out", default=None, help="markdown report (a .json with the raw numbers goes next to it)")
     e.add_argument("--plot", default=None, help="PNG heat map of the per-language coefficients")
-    e.add_argument("--from-json", action="append", default=[],
-                   help="render these saved results (the .json next to an earlier --out) instead of evaluating; repeatable")
+    e.add_argument(
+        "--from-json",
+        action="append",
+        default=[],
+        help="render these saved results (the .json next to an earlier --out) instead of evaluating; repeatable",
+    )
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--json", action="store_true")
     e.add_argument("--quiet", action="store_true")

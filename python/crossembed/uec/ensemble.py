@@ -29,10 +29,10 @@ similarity (:func:`crossembed.probit_scores`) on L2-normalised means:
     Different ``D`` need no projection. Encode documents with
     ``role="passage"`` and queries with ``role="query"``.
 """
+
 from __future__ import annotations
 
-import numbers
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -250,7 +250,9 @@ class UECEnsemble:
         return GaussianEmbedding((c.mean @ R).astype(np.float32), (c.var @ (R * R)).astype(np.float32))
 
     # ------------------------------------------------------------------ text API
-    def encode(self, texts, *, role: str = "query", batch_size: int = 64, show_progress_bar: bool = True) -> GaussianEmbedding:
+    def encode(
+        self, texts, *, role: str = "query", batch_size: int = 64, show_progress_bar: bool = True
+    ) -> GaussianEmbedding:
         """Encode texts with every model and convolve: ``GaussianEmbedding(mean, var, weights)``."""
         if role not in _ROLES:
             raise ValueError(f"role must be 'query' or 'passage', got {role!r}")
@@ -315,7 +317,7 @@ class UECEnsemble:
         return arrays, meta
 
     @classmethod
-    def from_state(cls, arrays: Dict[str, np.ndarray], meta: Dict[str, Any], *, encoders=None) -> "UECEnsemble":
+    def from_state(cls, arrays: Dict[str, np.ndarray], meta: Dict[str, Any], *, encoders=None) -> UECEnsemble:
         """Rebuild from :meth:`get_state`; ``encoders`` (K items) override the stored names."""
         metas = meta["embedders"]
         if encoders is not None and len(encoders) != len(metas):
@@ -323,7 +325,7 @@ class UECEnsemble:
         embedders = []
         for k, m in enumerate(metas):
             prefix = f"m{k}."
-            arr = {name[len(prefix):]: v for name, v in arrays.items() if name.startswith(prefix)}
+            arr = {name[len(prefix) :]: v for name, v in arrays.items() if name.startswith(prefix)}
             embedders.append(LaplaceEmbedder.from_state(arr, m, encoder=None if encoders is None else encoders[k]))
         return cls(
             embedders,

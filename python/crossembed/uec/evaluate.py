@@ -14,6 +14,7 @@ Everything the tables in ``docs/uec.md`` show is computed here:
   temperature ``T`` and the weighted ensemble's weights are chosen on dev,
   metrics are reported on test as mean +- std over the draws.
 """
+
 from __future__ import annotations
 
 import math
@@ -151,8 +152,14 @@ def _lookup_or_encode(encode: Callable, texts: List[str], known: List[str], know
     return np.stack([known_emb[pos[t]] if t in pos else extra[extra_pos[t]] for t in texts])
 
 
-def embed_task(uec_task: UECTask, models: Sequence[str] = DEFAULT_MODELS, *, cache_dir=None,
-               num_threads: Optional[int] = None, show_progress_bar: bool = True) -> TaskEmbeddings:
+def embed_task(
+    uec_task: UECTask,
+    models: Sequence[str] = DEFAULT_MODELS,
+    *,
+    cache_dir=None,
+    num_threads: Optional[int] = None,
+    show_progress_bar: bool = True,
+) -> TaskEmbeddings:
     """Encode queries, documents and fit pairs with every model (disk-cached by text hash)."""
     from crossembed.encoders import encode_cached, load_encoder
 
@@ -187,8 +194,12 @@ class Ranking:
     metrics: Dict[str, np.ndarray]
 
 
-def rank(ens: UECEnsemble, q_comps: List[GaussianEmbedding], d_comps: List[GaussianEmbedding],
-         relevant: Sequence[Sequence[int]]) -> Ranking:
+def rank(
+    ens: UECEnsemble,
+    q_comps: List[GaussianEmbedding],
+    d_comps: List[GaussianEmbedding],
+    relevant: Sequence[Sequence[int]],
+) -> Ranking:
     """Score every query against every document (fused probit top-k kernel)."""
     q = ens.combine(q_comps, role="query")
     d = ens.combine(d_comps, role="passage")
@@ -218,15 +229,37 @@ def row_specs(models: Sequence[str], default_hessian: str = "kron", default_mixi
     """The rows of the UEC table (single models, baselines, UEC variants, ablations)."""
     rows = [RowSpec(m, default_hessian, {"use_variance": False}, models=[m]) for m in models]
     rows += [
-        RowSpec("uniform ensemble (mean of vectors)", default_hessian, {"weights": "uniform", "mixing": "embedding", "use_variance": False}),
-        RowSpec("uniform ensemble (mean of scores)", default_hessian,
-                {"weights": "uniform", "mixing": "score", "use_variance": False, "calibrate_scores": False}),
-        RowSpec("weighted ensemble (dev nDCG weights)", default_hessian,
-                {"mixing": "score", "use_variance": False, "calibrate_scores": False}, dev_weights=True),
-        RowSpec("UEC paper rules (diag, embedding mixing, raw traces)", "diag", {"mixing": "embedding", "standardize": False}, tune=True, raw_traces=True),
+        RowSpec(
+            "uniform ensemble (mean of vectors)",
+            default_hessian,
+            {"weights": "uniform", "mixing": "embedding", "use_variance": False},
+        ),
+        RowSpec(
+            "uniform ensemble (mean of scores)",
+            default_hessian,
+            {"weights": "uniform", "mixing": "score", "use_variance": False, "calibrate_scores": False},
+        ),
+        RowSpec(
+            "weighted ensemble (dev nDCG weights)",
+            default_hessian,
+            {"mixing": "score", "use_variance": False, "calibrate_scores": False},
+            dev_weights=True,
+        ),
+        RowSpec(
+            "UEC paper rules (diag, embedding mixing, raw traces)",
+            "diag",
+            {"mixing": "embedding", "standardize": False},
+            tune=True,
+            raw_traces=True,
+        ),
         RowSpec("UEC diag (score mixing, standardised traces)", "diag", {"mixing": "score"}, tune=True),
         RowSpec("UEC kron (embedding mixing)", "kron", {"mixing": "embedding"}, tune=True),
-        RowSpec("UEC kron (score mixing, uncalibrated scores)", "kron", {"mixing": "score", "calibrate_scores": False}, tune=True),
+        RowSpec(
+            "UEC kron (score mixing, uncalibrated scores)",
+            "kron",
+            {"mixing": "score", "calibrate_scores": False},
+            tune=True,
+        ),
         RowSpec("UEC kron (score mixing)", "kron", {"mixing": "score"}, tune=True),
     ]
     d = {"mixing": default_mixing}
@@ -270,8 +303,10 @@ def evaluate_task(
     relevant = [t.relevant[i] for i in ev]
     langs = np.array(t.languages)[ev]
     pos_in_eval = {int(r): i for i, r in enumerate(ev)}
-    draws = [(np.array([pos_in_eval[int(r)] for r in dv]), np.array([pos_in_eval[int(r)] for r in ts]))
-             for dv, ts in dev_test_draws(uec_task, n_draws, seed=seed)]
+    draws = [
+        (np.array([pos_in_eval[int(r)] for r in dv]), np.array([pos_in_eval[int(r)] for r in ts]))
+        for dv, ts in dev_test_draws(uec_task, n_draws, seed=seed)
+    ]
 
     embedders: Dict[str, List[LaplaceEmbedder]] = {}
     posteriors: Dict[str, Any] = {}
@@ -279,14 +314,22 @@ def evaluate_task(
     for hessian in ("kron", "diag"):
         lst = []
         for m in models:
-            e = LaplaceEmbedder(m, hessian=hessian, curvature=curvature, prior_precision=prior_precision,
-                                random_state=seed).fit_embeddings(emb.fit_anchors[m], emb.fit_positives[m])
+            e = LaplaceEmbedder(
+                m, hessian=hessian, curvature=curvature, prior_precision=prior_precision, random_state=seed
+            ).fit_embeddings(emb.fit_anchors[m], emb.fit_positives[m])
             lst.append(e)
-            posteriors[f"{m}/{hessian}"] = {"prior_precision": e.prior_precision_, "fit_seconds": e.fit_seconds_,
-                                            "n_pairs": e.n_pairs_, "trace_mean": e.trace_mean_, "trace_std": e.trace_std_}
+            posteriors[f"{m}/{hessian}"] = {
+                "prior_precision": e.prior_precision_,
+                "fit_seconds": e.fit_seconds_,
+                "n_pairs": e.n_pairs_,
+                "trace_mean": e.trace_mean_,
+                "trace_std": e.trace_std_,
+            }
         embedders[hessian] = lst
-        comps[hessian] = ([e.transform(emb.queries[m][ev]) for e, m in zip(lst, models)],
-                          [e.transform(emb.docs[m]) for e, m in zip(lst, models)])
+        comps[hessian] = (
+            [e.transform(emb.queries[m][ev]) for e, m in zip(lst, models)],
+            [e.transform(emb.docs[m]) for e, m in zip(lst, models)],
+        )
 
     def run(spec: RowSpec, T: float = 1.0, weights=None) -> Ranking:
         lst = embedders[spec.hessian]
@@ -335,7 +378,8 @@ def evaluate_task(
             per_metric.setdefault("auc@10", []).append(100.0 * roc_auc(-r.sig2_top1[ts], r.metrics["hit@10"][ts]))
             tau = fit_confidence_temperature(r.scores[dv], r.metrics["hit@1"][dv])
             per_metric.setdefault("ece", []).append(
-                expected_calibration_error(top1_confidence(r.scores[ts], tau), r.metrics["hit@1"][ts]))
+                expected_calibration_error(top1_confidence(r.scores[ts], tau), r.metrics["hit@1"][ts])
+            )
             for lang in dict.fromkeys(langs):
                 sel = ts[langs[ts] == lang]
                 per_metric.setdefault(f"ndcg@10[{lang}]", []).append(100.0 * r.metrics["ndcg@10"][sel].mean())
@@ -345,8 +389,11 @@ def evaluate_task(
         results[name] = row
 
     coefficients = {}
-    for name in ("UEC kron (score mixing)", "UEC paper rules (diag, embedding mixing, raw traces)",
-                 "UEC diag (score mixing, standardised traces)"):
+    for name in (
+        "UEC kron (score mixing)",
+        "UEC paper rules (diag, embedding mixing, raw traces)",
+        "UEC diag (score mixing, standardised traces)",
+    ):
         r = rankings[name][0]
         coefficients[name] = {lang: r.weights[langs == lang].mean(axis=0).tolist() for lang in dict.fromkeys(langs)}
     return {
@@ -365,8 +412,14 @@ def evaluate_task(
 
 
 # --------------------------------------------------------------------------- reporting
-_MAIN_METRICS = (("ndcg@10", "nDCG@10"), ("recall@10", "R@10"), ("recall@100", "R@100"), ("mrr", "MRR"),
-                 ("auc@10", "AUC@10"), ("ece", "ECE"))
+_MAIN_METRICS = (
+    ("ndcg@10", "nDCG@10"),
+    ("recall@10", "R@10"),
+    ("recall@100", "R@100"),
+    ("mrr", "MRR"),
+    ("auc@10", "AUC@10"),
+    ("ece", "ECE"),
+)
 
 
 def _fmt(pair, digits=2) -> str:
@@ -420,26 +473,36 @@ def _verdicts(res: Dict[str, Any]) -> List[str]:
     best_single = max(singles, key=singles.get)
     uec = "UEC kron (score mixing)"
     out = ["Findings (computed from the table above):", ""]
-    for base in ("uniform ensemble (mean of vectors)", "uniform ensemble (mean of scores)",
-                 "weighted ensemble (dev nDCG weights)", best_single):
+    for base in (
+        "uniform ensemble (mean of vectors)",
+        "uniform ensemble (mean of scores)",
+        "weighted ensemble (dev nDCG weights)",
+        best_single,
+    ):
         d = nd[uec] - nd[base]
         out.append(f"* {uec} vs {base}: {d:+.2f} nDCG@10 ({'better' if d > 0 else 'not better'}).")
     d = nd["UEC kron (score mixing)"] - nd["UEC kron (embedding mixing)"]
     out.append(f"* score vs embedding mixing (kron): {d:+.2f} nDCG@10.")
     d = nd["UEC kron (score mixing)"] - nd["UEC diag (score mixing, standardised traces)"]
-    out.append(f"* kron vs diag posterior (score mixing): {d:+.2f} nDCG@10; "
-               f"kron vs paper rules: {nd[uec] - nd['UEC paper rules (diag, embedding mixing, raw traces)']:+.2f}.")
+    out.append(
+        f"* kron vs diag posterior (score mixing): {d:+.2f} nDCG@10; "
+        f"kron vs paper rules: {nd[uec] - nd['UEC paper rules (diag, embedding mixing, raw traces)']:+.2f}."
+    )
     if len(res["languages"]) > 1:
         for lang in res["languages"]:
             per = {m: rows[m][f"ndcg@10[{lang}]"][0] for m in res["models"]}
             best = max(per, key=per.get)
             w = res["coefficients"][uec].get(lang)
             wtxt = ", ".join(f"{m} {x:.2f}" for m, x in zip(res["models"], w)) if w else "n/a"
-            out.append(f"* [{lang}] best single model {best} {per[best]:.2f}; UEC {rows[uec][f'ndcg@10[{lang}]'][0]:.2f}; "
-                       f"UEC mean coefficients: {wtxt}.")
+            out.append(
+                f"* [{lang}] best single model {best} {per[best]:.2f}; UEC {rows[uec][f'ndcg@10[{lang}]'][0]:.2f}; "
+                f"UEC mean coefficients: {wtxt}."
+            )
     e1, e0 = rows[uec]["ece"][0], rows["UEC default - Unc Sim"]["ece"][0]
-    out.append(f"* ECE of the probit score {e1:.3f} vs the same ranking's cosine {e0:.3f} "
-               f"({'better' if e1 < e0 else 'not better'} calibrated).")
+    out.append(
+        f"* ECE of the probit score {e1:.3f} vs the same ranking's cosine {e0:.3f} "
+        f"({'better' if e1 < e0 else 'not better'} calibrated)."
+    )
     out.append("")
     return out
 
@@ -465,21 +528,36 @@ def render_markdown(results: Sequence[Dict[str, Any]], *, command: str = "", per
         lines.append("")
         lines += _verdicts(res)
         if len(res["languages"]) > 1:
-            lines += ["nDCG@10 per query language (test, mean ± std):", "",
-                      "| row | " + " | ".join(res["languages"]) + " |", "|---|" + "---|" * len(res["languages"])]
+            lines += [
+                "nDCG@10 per query language (test, mean ± std):",
+                "",
+                "| row | " + " | ".join(res["languages"]) + " |",
+                "|---|" + "---|" * len(res["languages"]),
+            ]
             for name, row in res["rows"].items():
                 lines.append(f"| {name} | " + " | ".join(_fmt(row[f"ndcg@10[{l}]"]) for l in res["languages"]) + " |")
             lines.append("")
-        lines += ["Mean coefficients per query language (draw 0, chosen T):", "",
-                  "| row | language | " + " | ".join(res["models"]) + " |", "|---|---|" + "---|" * len(res["models"])]
+        lines += [
+            "Mean coefficients per query language (draw 0, chosen T):",
+            "",
+            "| row | language | " + " | ".join(res["models"]) + " |",
+            "|---|---|" + "---|" * len(res["models"]),
+        ]
         for name, per_lang in res["coefficients"].items():
             for lang, w in per_lang.items():
                 lines.append(f"| {name} | {lang} | " + " | ".join(f"{x:.3f}" for x in w) + " |")
-        lines += ["", "Posteriors (prior precision by marginal likelihood; fit time on this machine):", "",
-                  "| model/form | prior precision | fit s | pairs | trace mean | trace std |", "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "Posteriors (prior precision by marginal likelihood; fit time on this machine):",
+            "",
+            "| model/form | prior precision | fit s | pairs | trace mean | trace std |",
+            "|---|---|---|---|---|---|",
+        ]
         for key, p in res["posteriors"].items():
-            lines.append(f"| {key} | {p['prior_precision']:.3g} | {p['fit_seconds']:.1f} | {p['n_pairs']} | "
-                         f"{p['trace_mean']:.4g} | {p['trace_std']:.3g} |")
+            lines.append(
+                f"| {key} | {p['prior_precision']:.3g} | {p['fit_seconds']:.1f} | {p['n_pairs']} | "
+                f"{p['trace_mean']:.4g} | {p['trace_std']:.3g} |"
+            )
         lines.append("")
     if perf_note:
         lines += [perf_note, ""]
@@ -491,8 +569,12 @@ def render_markdown(results: Sequence[Dict[str, Any]], *, command: str = "", per
     return "\n".join(lines)
 
 
-def plot_coefficients(results: Sequence[Dict[str, Any]], path, *, rows: Sequence[str] = (
-        "UEC kron (score mixing)", "UEC paper rules (diag, embedding mixing, raw traces)")) -> None:
+def plot_coefficients(
+    results: Sequence[Dict[str, Any]],
+    path,
+    *,
+    rows: Sequence[str] = ("UEC kron (score mixing)", "UEC paper rules (diag, embedding mixing, raw traces)"),
+) -> None:
     """Heat maps of the mean coefficient per query language (rows) and model (columns)."""
     import io
 
@@ -506,8 +588,12 @@ def plot_coefficients(results: Sequence[Dict[str, Any]], path, *, rows: Sequence
     panels = [(res, name) for res in results for name in rows if name in res["coefficients"]]
     if not panels:
         raise ValueError("no coefficient tables to plot")
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 0.6 * max(len(r["languages"]) for r, _ in panels) + 2.0),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1,
+        len(panels),
+        figsize=(4.2 * len(panels), 0.6 * max(len(r["languages"]) for r, _ in panels) + 2.0),
+        squeeze=False,
+    )
     for ax, (res, name) in zip(axes[0], panels):
         langs = list(res["coefficients"][name])
         mat = np.array([res["coefficients"][name][l] for l in langs])
@@ -526,8 +612,16 @@ def plot_coefficients(results: Sequence[Dict[str, Any]], path, *, rows: Sequence
 
 
 # --------------------------------------------------------------------------- throughput
-def synthetic_gaussians(n: int, dim: int, *, n_clusters: int = 1000, intrinsic: int = 48,
-                        var_scale: float = 0.016, seed: int = 0, chunk: int = 100_000) -> GaussianEmbedding:
+def synthetic_gaussians(
+    n: int,
+    dim: int,
+    *,
+    n_clusters: int = 1000,
+    intrinsic: int = 48,
+    var_scale: float = 0.016,
+    seed: int = 0,
+    chunk: int = 100_000,
+) -> GaussianEmbedding:
     """Clustered unit-norm means (a low-dimensional spread around random centres) with
     per-dimension variances ``var_scale * U(0.5, 1.5)`` - the size of real kron variances."""
     rng = np.random.default_rng(seed)
@@ -543,9 +637,19 @@ def synthetic_gaussians(n: int, dim: int, *, n_clusters: int = 1000, intrinsic: 
     return GaussianEmbedding(means, var)
 
 
-def benchmark_search(n_docs: int, dim: int, *, n_queries: int = 500, k: int = 10, reranks: Sequence[int] = (50, 100, 200),
-                     M: int = 16, ef_construction: int = 100, seed: int = 0, num_threads: Optional[int] = None,
-                     show_progress_bar: bool = True) -> Dict[str, Any]:
+def benchmark_search(
+    n_docs: int,
+    dim: int,
+    *,
+    n_queries: int = 500,
+    k: int = 10,
+    reranks: Sequence[int] = (50, 100, 200),
+    M: int = 16,
+    ef_construction: int = 100,
+    seed: int = 0,
+    num_threads: Optional[int] = None,
+    show_progress_bar: bool = True,
+) -> Dict[str, Any]:
     """Exact vs hnswlib+rerank probit search on synthetic Gaussians: QPS and recall@k of the ANN path."""
     from crossembed.uec.index import UECIndex
 
@@ -558,21 +662,37 @@ def benchmark_search(n_docs: int, dim: int, *, n_queries: int = 500, k: int = 10
     t0 = time.perf_counter()
     _, exact = index.search(queries, k, exact=True, num_threads=num_threads)
     exact_s = time.perf_counter() - t0
-    out: Dict[str, Any] = {"n_docs": n_docs, "dim": dim, "n_queries": n_queries, "k": k, "M": M,
-                           "ef_construction": ef_construction, "build_seconds": build_s,
-                           "exact_qps": n_queries / exact_s, "ann": []}
+    out: Dict[str, Any] = {
+        "n_docs": n_docs,
+        "dim": dim,
+        "n_queries": n_queries,
+        "k": k,
+        "M": M,
+        "ef_construction": ef_construction,
+        "build_seconds": build_s,
+        "exact_qps": n_queries / exact_s,
+        "ann": [],
+    }
     for m in tqdm(list(reranks), desc=f"ANN N={n_docs}", disable=not show_progress_bar):
         t0 = time.perf_counter()
         _, ann = index.search(queries, k, rerank=m, num_threads=num_threads)
         s = time.perf_counter() - t0
         recall = float(np.mean([len(set(a) & set(e)) / k for a, e in zip(ann, exact)]))
-        out["ann"].append({"rerank": m, "ef": 2 * m, "qps": n_queries / s, "recall@10_vs_exact": recall,
-                           "speedup": (n_queries / s) / out["exact_qps"]})
+        out["ann"].append(
+            {
+                "rerank": m,
+                "ef": 2 * m,
+                "qps": n_queries / s,
+                "recall@10_vs_exact": recall,
+                "speedup": (n_queries / s) / out["exact_qps"],
+            }
+        )
     return out
 
 
-def benchmark_encode(models: Sequence[str] = DEFAULT_MODELS, *, n_texts: int = 256, num_threads: Optional[int] = None,
-                     seed: int = 0) -> Dict[str, Any]:
+def benchmark_encode(
+    models: Sequence[str] = DEFAULT_MODELS, *, n_texts: int = 256, num_threads: Optional[int] = None, seed: int = 0
+) -> Dict[str, Any]:
     """Texts/s of :meth:`UECEnsemble.encode` (K real models + Laplace heads), uncached WordNet glosses."""
     from crossembed.data.wordnet import synsets_with_examples
     from crossembed.encoders import load_encoder
@@ -601,32 +721,60 @@ def benchmark_fit(n_pairs: int = 10_000, dim: int = 384, *, seed: int = 0) -> Li
     for hessian in ("kron", "diag"):
         for curvature in ("ggn", "ef"):
             e = LaplaceEmbedder(None, hessian=hessian, curvature=curvature).fit_embeddings(A, P)
-            out.append({"hessian": hessian, "curvature": curvature, "n_pairs": n_pairs, "dim": dim,
-                        "seconds": e.fit_seconds_, "prior_precision": e.prior_precision_})
+            out.append(
+                {
+                    "hessian": hessian,
+                    "curvature": curvature,
+                    "n_pairs": n_pairs,
+                    "dim": dim,
+                    "seconds": e.fit_seconds_,
+                    "prior_precision": e.prior_precision_,
+                }
+            )
     return out
 
 
-def render_perf_markdown(runs: Sequence[Dict[str, Any]], encode: Optional[Dict[str, Any]] = None, *,
-                         fits: Sequence[Dict[str, Any]] = (), command: str = "") -> str:
-    lines = ["# UEC throughput", "",
-             "Synthetic clustered unit-norm means with per-dimension variances of the size of real kron posteriors "
-             "(`crossembed.uec.evaluate.synthetic_gaussians`); 1 query batch, hnswlib M=16, ef_construction=100; "
-             "recall@10 of the hnswlib + exact-rerank path against the exact probit top-10.", "",
-             "| N docs | D | build s | exact q/s | rerank M (ef=2M) | ANN q/s | speed-up | ANN recall@10 vs exact |",
-             "|---|---|---|---|---|---|---|---|"]
+def render_perf_markdown(
+    runs: Sequence[Dict[str, Any]],
+    encode: Optional[Dict[str, Any]] = None,
+    *,
+    fits: Sequence[Dict[str, Any]] = (),
+    command: str = "",
+) -> str:
+    lines = [
+        "# UEC throughput",
+        "",
+        "Synthetic clustered unit-norm means with per-dimension variances of the size of real kron posteriors "
+        "(`crossembed.uec.evaluate.synthetic_gaussians`); 1 query batch, hnswlib M=16, ef_construction=100; "
+        "recall@10 of the hnswlib + exact-rerank path against the exact probit top-10.",
+        "",
+        "| N docs | D | build s | exact q/s | rerank M (ef=2M) | ANN q/s | speed-up | ANN recall@10 vs exact |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in runs:
         for a in r["ann"]:
-            lines.append(f"| {r['n_docs']:,} | {r['dim']} | {r['build_seconds']:.0f} | {r['exact_qps']:.1f} | {a['rerank']} | "
-                         f"{a['qps']:.0f} | {a['speedup']:.0f}x | {a['recall@10_vs_exact']:.4f} |")
+            lines.append(
+                f"| {r['n_docs']:,} | {r['dim']} | {r['build_seconds']:.0f} | {r['exact_qps']:.1f} | {a['rerank']} | "
+                f"{a['qps']:.0f} | {a['speedup']:.0f}x | {a['recall@10_vs_exact']:.4f} |"
+            )
     lines.append("")
     if fits:
-        lines += ["Laplace fit time (pair embeddings given, batch 64, prior by marginal likelihood):", "",
-                  "| posterior | curvature | pairs | D | seconds |", "|---|---|---|---|---|"]
-        lines += [f"| {f['hessian']} | {f['curvature']} | {f['n_pairs']:,} | {f['dim']} | {f['seconds']:.1f} |" for f in fits]
+        lines += [
+            "Laplace fit time (pair embeddings given, batch 64, prior by marginal likelihood):",
+            "",
+            "| posterior | curvature | pairs | D | seconds |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {f['hessian']} | {f['curvature']} | {f['n_pairs']:,} | {f['dim']} | {f['seconds']:.1f} |" for f in fits
+        ]
         lines.append("")
     if encode:
-        lines += [f"Ensemble encode ({', '.join(encode['models'])}, Laplace heads, uncached): "
-                  f"{encode['texts_per_s']:.1f} texts/s ({encode['n_texts']} WordNet glosses in {encode['seconds']:.1f} s).", ""]
+        lines += [
+            f"Ensemble encode ({', '.join(encode['models'])}, Laplace heads, uncached): "
+            f"{encode['texts_per_s']:.1f} texts/s ({encode['n_texts']} WordNet glosses in {encode['seconds']:.1f} s).",
+            "",
+        ]
     if command:
         lines += [f"Produced by `{command}`.", ""]
     return "\n".join(lines)

@@ -1,4 +1,5 @@
 """The diagonal Gaussian embedding container shared by every UEC part."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -48,7 +49,7 @@ class GaussianEmbedding:
     def dim(self) -> int:
         return self.mean.shape[1]
 
-    def __getitem__(self, rows) -> "GaussianEmbedding":
+    def __getitem__(self, rows) -> GaussianEmbedding:
         """Select rows (int, slice, index array or boolean mask)."""
         if isinstance(rows, (int, np.integer)):
             rows = [int(rows)]
@@ -59,7 +60,7 @@ class GaussianEmbedding:
         """``tr(Sigma)`` per row, float64 (the uncertainty UEC weights by)."""
         return self.var.sum(axis=1, dtype=np.float64)
 
-    def normalized(self) -> "GaussianEmbedding":
+    def normalized(self) -> GaussianEmbedding:
         """Means scaled to unit length, variances by the same factor squared.
 
         ``x / |mu|`` is a linear map, so the diagonal variance scales by
@@ -72,6 +73,4 @@ def normalize_gaussian(g: GaussianEmbedding) -> GaussianEmbedding:
     """See :meth:`GaussianEmbedding.normalized`."""
     norm = np.linalg.norm(g.mean.astype(np.float64), axis=1, keepdims=True)
     scale = np.where(norm > 0, 1.0 / np.maximum(norm, 1e-300), 1.0)
-    return GaussianEmbedding(
-        (g.mean * scale).astype(np.float32), (g.var * scale**2).astype(np.float32), g.weights
-    )
+    return GaussianEmbedding((g.mean * scale).astype(np.float32), (g.var * scale**2).astype(np.float32), g.weights)

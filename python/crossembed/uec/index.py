@@ -10,6 +10,7 @@ The file written by :meth:`UECIndex.save` is one checksummed
 hnswlib graph bytes (so the checksum covers them too), optional document
 texts and the fitted ensemble (so ``index search`` can encode text queries).
 """
+
 from __future__ import annotations
 
 import numbers
@@ -133,7 +134,9 @@ class UECIndex:
         n, d = self.docs.mean.shape
         index = hnswlib.Index(space="ip", dim=d)
         if graph_bytes is None:
-            index.init_index(max_elements=n, ef_construction=self.ef_construction, M=self.M, random_seed=self.random_state)
+            index.init_index(
+                max_elements=n, ef_construction=self.ef_construction, M=self.M, random_seed=self.random_state
+            )
             threads = check_num_threads(self.num_threads) or -1
             index.add_items(self.docs.mean, np.arange(n), num_threads=threads)
             return index
@@ -254,7 +257,7 @@ class UECIndex:
         return save_arrays(path, _KIND, arrays, meta)
 
     @classmethod
-    def load(cls, path, *, ensemble=None, encoders=None, num_threads: Optional[int] = None) -> "UECIndex":
+    def load(cls, path, *, ensemble=None, encoders=None, num_threads: Optional[int] = None) -> UECIndex:
         """Read an index written by :meth:`save`.
 
         Raises :class:`crossembed._io.CorruptFileError` (a ValueError) when the
@@ -267,7 +270,9 @@ class UECIndex:
             raise FileNotFoundError(f"no index file at {str(path)!r}")
         arrays, meta = load_arrays(path, _KIND)
         if meta.get("index_version") != INDEX_VERSION:
-            raise CorruptFileError(f"{path}: UECIndex version {meta.get('index_version')} is not supported (expected {INDEX_VERSION})")
+            raise CorruptFileError(
+                f"{path}: UECIndex version {meta.get('index_version')} is not supported (expected {INDEX_VERSION})"
+            )
         try:
             docs = GaussianEmbedding(arrays["mean"], arrays["var"], arrays.get("weights"))
             texts = _unpack_texts(arrays["texts"], arrays["text_offsets"]) if meta["has_texts"] else None

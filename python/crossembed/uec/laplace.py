@@ -31,6 +31,7 @@ Hessian ``diag(p) - p p^T`` pulled back through the logit Jacobians);
 ``curvature="ef"`` the empirical Fisher (sum of squared per-pair gradients).
 All sums are closed-form matrix products (no per-pair Jacobians), float64.
 """
+
 from __future__ import annotations
 
 import math
@@ -122,7 +123,9 @@ def _sym_square_sum(g: np.ndarray, a: np.ndarray) -> np.ndarray:
     return t + t.T + 2.0 * (ga.T @ ga)
 
 
-def kron_factors(A: np.ndarray, P: np.ndarray, *, tau: float, curvature: str = "ggn") -> Tuple[np.ndarray, np.ndarray, int]:
+def kron_factors(
+    A: np.ndarray, P: np.ndarray, *, tau: float, curvature: str = "ggn"
+) -> Tuple[np.ndarray, np.ndarray, int]:
     """K-FAC factors of one InfoNCE batch for the shared head.
 
     Both the anchors and the positives pass through the head, so each batch
@@ -230,8 +233,7 @@ class LaplaceEmbedder:
     ):
         if layer != "head":
             raise ValueError(
-                f"layer must be 'head', got {layer!r} (the 'last_dense' variant for torch models "
-                "is not implemented)"
+                f"layer must be 'head', got {layer!r} (the 'last_dense' variant for torch models is not implemented)"
             )
         self.encoder = encoder
         self.layer = layer
@@ -263,7 +265,9 @@ class LaplaceEmbedder:
 
             # objects with encode() are used as they are; names, paths and callables go through load_encoder
             enc = self.encoder
-            self._encoder_obj = enc if hasattr(enc, "encode") and not isinstance(enc, (str, bytes)) else load_encoder(enc)
+            self._encoder_obj = (
+                enc if hasattr(enc, "encode") and not isinstance(enc, (str, bytes)) else load_encoder(enc)
+            )
         return self._encoder_obj
 
     def _embed(self, texts, role: str, show_progress_bar: bool, batch_size: int) -> np.ndarray:
@@ -291,7 +295,7 @@ class LaplaceEmbedder:
             raise ValueError("this LaplaceEmbedder is not fitted yet; call fit() or load()")
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, pairs, *, show_progress_bar: bool = True, batch_size: int = 64) -> "LaplaceEmbedder":
+    def fit(self, pairs, *, show_progress_bar: bool = True, batch_size: int = 64) -> LaplaceEmbedder:
         """Fit the posterior on positive text pairs ``[(anchor, positive), ...]``.
 
         Anchors are encoded as queries, positives as passages (this matters
@@ -308,7 +312,7 @@ class LaplaceEmbedder:
         P = self._embed([p for _, p in pairs], "passage", show_progress_bar, batch_size)
         return self.fit_embeddings(A, P, show_progress_bar=show_progress_bar)
 
-    def fit_embeddings(self, anchors, positives, *, show_progress_bar: bool = False) -> "LaplaceEmbedder":
+    def fit_embeddings(self, anchors, positives, *, show_progress_bar: bool = False) -> LaplaceEmbedder:
         """Fit from precomputed pair embeddings (rows of ``anchors`` and ``positives`` pair up)."""
         import time
 
@@ -415,7 +419,9 @@ class LaplaceEmbedder:
     def _select_marglik(self) -> float:
         vals = [self.log_marginal_likelihood(l) for l in _LAMBDA_GRID]
         best = int(np.argmax(vals))
-        fine = np.logspace(np.log10(_LAMBDA_GRID[max(best - 1, 0)]), np.log10(_LAMBDA_GRID[min(best + 1, len(_LAMBDA_GRID) - 1)]), 41)
+        fine = np.logspace(
+            np.log10(_LAMBDA_GRID[max(best - 1, 0)]), np.log10(_LAMBDA_GRID[min(best + 1, len(_LAMBDA_GRID) - 1)]), 41
+        )
         return float(fine[int(np.argmax([self.log_marginal_likelihood(l) for l in fine]))])
 
     def _select_nll(self, acc, A_hold, P_hold) -> float:
@@ -463,7 +469,9 @@ class LaplaceEmbedder:
         H = normalize_rows(H)
         return GaussianEmbedding(H.astype(np.float32), self._var(H).astype(np.float32))
 
-    def encode(self, texts, *, role: str = "query", batch_size: int = 64, show_progress_bar: bool = False) -> GaussianEmbedding:
+    def encode(
+        self, texts, *, role: str = "query", batch_size: int = 64, show_progress_bar: bool = False
+    ) -> GaussianEmbedding:
         """Encode texts to Gaussian embeddings ``(mean, var)``, float32 ``(n, D)``."""
         self._require_fit()
         return self.transform(self._embed(texts, role, show_progress_bar, batch_size))
@@ -509,7 +517,7 @@ class LaplaceEmbedder:
         return dict(self._state), meta
 
     @classmethod
-    def from_state(cls, arrays: Dict[str, np.ndarray], meta: Dict[str, Any], encoder=None) -> "LaplaceEmbedder":
+    def from_state(cls, arrays: Dict[str, np.ndarray], meta: Dict[str, Any], encoder=None) -> LaplaceEmbedder:
         try:
             obj = cls(
                 encoder if encoder is not None else meta.get("encoder"),
@@ -541,7 +549,7 @@ class LaplaceEmbedder:
         return save_arrays(path, _KIND, arrays, meta)
 
     @classmethod
-    def load(cls, path, *, encoder=None) -> "LaplaceEmbedder":
+    def load(cls, path, *, encoder=None) -> LaplaceEmbedder:
         """Read a posterior written by :meth:`save`; ``encoder`` overrides the stored name."""
         arrays, meta = load_arrays(path, _KIND)
         return cls.from_state(arrays, meta, encoder=encoder)

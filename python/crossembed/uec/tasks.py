@@ -15,6 +15,7 @@
 :func:`dev_test_draws` makes the random dev/test halves (stratified by query
 language) used to tune the temperature and report mean +- std.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -83,8 +84,14 @@ def freedict_task(
     """Multilingual word -> English gloss, with ``fit_per_language`` disjoint fit pairs per language."""
     from crossembed.data.freedict import _english_noun_senses, _single_word, read_freedict, translation_task
 
-    task = translation_task(languages, n_per_language=n_per_language, n_distractors=n_distractors,
-                            seed=seed, dictd_dir=dictd_dir, wordnet_dir=wordnet_dir)
+    task = translation_task(
+        languages,
+        n_per_language=n_per_language,
+        n_distractors=n_distractors,
+        seed=seed,
+        dictd_dir=dictd_dir,
+        wordnet_dir=wordnet_dir,
+    )
     senses = _english_noun_senses(wordnet_dir)
     used_words = {q.lower() for q in task.queries}
     used_glosses = set(task.documents[j] for r in task.relevant for j in r)

@@ -6,6 +6,7 @@ sentences, drawn at random (seed 0) from WordNet 3.0 by
 licence under which they are redistributed. Hypernym offsets may point to
 synsets outside the sample.
 """
+
 from __future__ import annotations
 
 import functools
