@@ -7,7 +7,7 @@ import pytest
 
 from crossembed import baselines
 from crossembed.cli import main
-from crossembed.commands import bench
+from crossembed.experiments import kernel_bench as bench
 
 
 def test_bench_lorentz_json(capsys):
@@ -34,7 +34,7 @@ def test_bench_lorentz_json(capsys):
 
 
 def test_bench_table_and_probit_sgemm(capsys):
-    assert main(["bench", "--kernels", "probit", "--repeat", "1", "--threads", "1"]) == 0
+    assert main(["bench", "--kernels", "probit", "--repeat", "1", "--num-threads", "1"]) == 0
     text = capsys.readouterr().out
     assert "| kernel | size | baseline | kernel ms | baseline ms | ratio | kernel GFLOP/s |" in text
     assert "| probit_topk | Q=64 N=5,000 D=384 k=10 | numpy float32 |" in text
@@ -46,8 +46,8 @@ def test_bench_table_and_probit_sgemm(capsys):
     [
         (["--kernels", "lorentz,nope"], "'nope'"),
         (["--kernels", ","], "--kernels"),
-        (["--repeat", "0"], "--repeat"),
-        (["--threads", "0"], "--threads"),
+        (["--repeat", "0"], "repeat"),
+        (["--num-threads", "0"], "num_threads"),
         (["--scale", "huge"], "--scale"),
     ],
 )

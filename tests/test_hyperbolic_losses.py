@@ -160,7 +160,7 @@ def test_config_validation():
 
 
 def test_cli_model_names_match_the_presets():
-    from crossembed.hyperbolic import commands
+    from crossembed.cli import hyperbolic as commands
     from crossembed.hyperbolic.losses import MODEL_NAMES
 
     assert commands.MODEL_NAMES == MODEL_NAMES

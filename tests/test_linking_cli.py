@@ -7,8 +7,9 @@ import pytest
 
 from _linking_data import linking_problem
 from crossembed.cli import main
-from crossembed.linking.commands import read_seeds, write_table
-from crossembed.linking.experiments import render_markdown
+from crossembed.cli.linking import read_seeds
+from crossembed.experiments._report import replace_block
+from crossembed.experiments.link_table import render_markdown
 
 
 @pytest.fixture
@@ -55,7 +56,7 @@ def test_link_geh_runs(saved, capsys):
             str(d / "seeds.csv"),
             "--max-iter",
             "2",
-            "--no-progress",
+            "--quiet",
         ]
     )
     assert rc == 0
@@ -110,7 +111,7 @@ def test_table_rendering_and_markers(tmp_path):
     assert "| geh-validated | 50.0 ± 0.0 |" in md and "5.0x" in md
     doc = tmp_path / "linking.md"
     doc.write_text("# Title\n\ntext\n")
-    write_table(md, str(doc))
-    write_table("NEW", str(doc))
+    replace_block(doc, "link-table", md)
+    replace_block(doc, "link-table", "NEW")
     text = doc.read_text()
     assert text.startswith("# Title") and "NEW" in text and "geh-validated" not in text

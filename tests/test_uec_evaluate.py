@@ -7,17 +7,15 @@ import numpy as np
 import pytest
 
 from crossembed.data.tasks import RetrievalTask
-from crossembed.uec.evaluate import (
-    TaskEmbeddings,
-    evaluate_task,
+from crossembed.experiments.tasks import UECTask, dev_test_draws
+from crossembed.experiments.uec_eval import TaskEmbeddings, evaluate_task, render_markdown
+from crossembed.uec.metrics import (
     expected_calibration_error,
     fit_confidence_temperature,
     ranking_metrics,
-    render_markdown,
     roc_auc,
     top1_confidence,
 )
-from crossembed.uec.tasks import UECTask, dev_test_draws
 
 
 def test_ranking_metrics_by_hand():

@@ -15,6 +15,9 @@ import numpy as np
 __all__ = [
     "as_matrix",
     "as_int_matrix",
+    "check_choice",
+    "check_fraction",
+    "check_int",
     "check_k",
     "check_num_threads",
     "check_positive",
@@ -92,6 +95,33 @@ def check_k(k, n: int, name: str = "k") -> int:
     if k > n:
         raise ValueError(f"{name}={k} is larger than the number of candidates ({n})")
     return k
+
+
+def check_int(value, name: str, *, low: Optional[int] = None, high: Optional[int] = None) -> int:
+    """An integer (not a bool) with ``low <= value <= high`` where those are given."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    value = int(value)
+    if low is not None and value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+    if high is not None and value > high:
+        raise ValueError(f"{name} must be <= {high}, got {value}")
+    return value
+
+
+def check_fraction(value, name: str, *, allow_zero: bool = False) -> float:
+    """A real number in ``(0, 1]`` (``[0, 1]`` with ``allow_zero``)."""
+    value = check_positive(value, name, allow_zero=allow_zero)
+    if value > 1:
+        raise ValueError(f"{name} must be in {'[0' if allow_zero else '(0'}, 1], got {value}")
+    return value
+
+
+def check_choice(value, name: str, choices) -> str:
+    """One of the strings in ``choices``."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
 
 
 def check_num_threads(num_threads) -> int:

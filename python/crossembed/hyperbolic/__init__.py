@@ -7,7 +7,7 @@
 * :mod:`~crossembed.hyperbolic.data` - compositional Fashion-MNIST scenes.
 * :mod:`~crossembed.hyperbolic.model`, :mod:`~crossembed.hyperbolic.train` -
   small encoders and the one trainer.
-* :mod:`~crossembed.hyperbolic.evaluate`, :mod:`~crossembed.hyperbolic.table` -
+* :mod:`~crossembed.hyperbolic.evaluate`, :mod:`~crossembed.experiments.uncha_table` -
   metrics (retrieval via the C++ ``lorentz_topk``) and the comparison table.
 * :mod:`~crossembed.hyperbolic.wordnet_embedding` - the WordNet noun
   hierarchy embedded with the same ops.

@@ -4,7 +4,7 @@
 * :class:`UECEnsemble` - per-input uncertainty weights, Gaussian convolution
   (embedding or score space), probit similarity.
 * :class:`UECIndex` - hnswlib candidates + exact probit rerank, saved atomically.
-* :mod:`crossembed.uec.evaluate` / :mod:`crossembed.uec.tasks` - the retrieval
+* :mod:`crossembed.uec.evaluate` / :mod:`crossembed.experiments.tasks` - the retrieval
   harness behind ``crossembed uec-eval`` and ``docs/uec.md``.
 """
 

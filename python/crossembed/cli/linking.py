@@ -1,9 +1,9 @@
-"""``crossembed link`` and ``crossembed link-table``.
+"""CLI: ``link``, ``link-table`` and ``link-scale``.
 
 ``link`` links two saved matrices from a seed CSV; ``link-table`` reruns the
-real-encoder experiments and writes the table into docs/linking.md between
-the ``<!-- link-table -->`` markers. Bad files raise ValueError /
-FileNotFoundError, which the dispatcher prints as one line (exit 2).
+real-encoder experiments and prints the markdown table (``--out`` writes it
+between the ``link-table`` markers of a document); ``link-scale`` times fits
+on synthetic data. Nothing is written unless a path is given.
 """
 
 from __future__ import annotations
@@ -14,27 +14,37 @@ from pathlib import Path
 
 import numpy as np
 
-from crossembed._io import atomic_write
+from crossembed.cli._common import (
+    add_num_threads,
+    add_output_flags,
+    add_seed,
+    parse_ints,
+    parse_tuples,
+    split_list,
+)
 
-_START, _END = "<!-- link-table:start -->", "<!-- link-table:end -->"
+__all__ = ["read_seeds", "register"]
+
+_METHODS = ("geh", "procrustes", "relative", "bootstrap-procrustes")
 
 
 def register(subparsers) -> None:
+    from crossembed.linking import PROMOTIONS
+
     p = subparsers.add_parser("link", help="link the rows of two embedding matrices (GEH or a baseline)")
     p.add_argument("a", help="A.npy: (N_A, D_A) embeddings from encoder A")
     p.add_argument("b", help="B.npy: (N_B, D_B) embeddings from encoder B")
     p.add_argument("--seeds", required=True, help="CSV of known pairs: row_in_A,row_in_B (a header line is allowed)")
     p.add_argument("--out", help="write links as CSV (a,b,posterior,votes)")
-    p.add_argument("--method", default="geh", choices=["geh", "procrustes", "relative", "bootstrap-procrustes"])
-    p.add_argument("--promotion", default="validated", choices=["paper", "capped", "validated"])
+    p.add_argument("--method", default="geh", choices=_METHODS)
+    p.add_argument("--promotion", default="validated", choices=PROMOTIONS)
     p.add_argument("--max-iter", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0, help="random_state")
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--json", action="store_true", help="print a JSON summary (with the links)")
-    p.add_argument("--no-progress", action="store_true")
+    add_seed(p)
+    add_num_threads(p)
+    add_output_flags(p)
     p.set_defaults(func=_link)
 
-    t = subparsers.add_parser("link-table", help="rerun the real-encoder linking table into docs/linking.md")
+    t = subparsers.add_parser("link-table", help="rerun the real-encoder linking table (markdown)")
     t.add_argument(
         "--pairs",
         default="minilm:mpnet:3000,minilm:e5:10000,minilm:use:10000",
@@ -45,11 +55,13 @@ def register(subparsers) -> None:
     t.add_argument("--draws", type=int, default=5)
     t.add_argument("--n-objects", type=int, default=1000, help="glosses sampled per draw")
     t.add_argument("--max-iter", type=int, default=15)
-    t.add_argument("--results", default="docs/linking_results.json", help="resumable JSON of every run")
-    t.add_argument("--out", default="docs/linking.md", help="markdown file with the link-table markers")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--results", default=None, help="resumable JSON of every run (default: in the cache directory)")
+    t.add_argument(
+        "--out", default=None, help="markdown file whose link-table block is replaced (e.g. docs/linking.md)"
+    )
     t.add_argument("--render-only", action="store_true", help="only re-render the table from --results")
-    t.add_argument("--json", action="store_true")
+    add_seed(t)
+    t.add_argument("--json", action="store_true", help="print every run's record as JSON")
     t.set_defaults(func=_link_table)
 
     c = subparsers.add_parser("link-scale", help="time GEH fits and single views on synthetic data of growing N")
@@ -57,8 +69,8 @@ def register(subparsers) -> None:
     c.add_argument("--view-sizes", default="3000,10000", help="rows per side for single-view timings")
     c.add_argument("--max-iter", type=int, default=10)
     c.add_argument("--candidates", default="pool", choices=["exact", "pool", "ann"])
-    c.add_argument("--results", default="docs/linking_scale.json")
-    c.add_argument("--plot", default="docs/linking_scale.png", help="log-log growth curve PNG")
+    c.add_argument("--results", default=None, help="write the records as JSON here")
+    c.add_argument("--plot", default=None, help="write the log-log growth curve PNG here")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=_link_scale)
 
@@ -102,8 +114,7 @@ def read_seeds(path: str) -> np.ndarray:
 
 
 def _link(args) -> int:
-    from crossembed.linking.baselines import bootstrap_procrustes_link, procrustes_link, relative_link
-    from crossembed.linking.geh import GEHLinker
+    from crossembed.linking import GEHLinker, bootstrap_procrustes_link, procrustes_link, relative_link
 
     A = _load_matrix(args.a, "A")
     B = _load_matrix(args.b, "B")
@@ -113,8 +124,8 @@ def _link(args) -> int:
             promotion=args.promotion,
             max_iter=args.max_iter,
             random_state=args.seed,
-            num_threads=args.threads,
-            progress=not args.no_progress,
+            num_threads=args.num_threads,
+            progress=not args.quiet,
         ).fit(A, B, seeds)
     elif args.method == "procrustes":
         res = procrustes_link(A, B, seeds)
@@ -132,74 +143,50 @@ def _link(args) -> int:
     return 0
 
 
-def _parse_list(text: str, arity: int, name: str, types):
-    out = []
-    for item in text.split(","):
-        parts = item.split(":")
-        if len(parts) != arity:
-            raise ValueError(f"--{name} item {item!r} must have {arity} ':'-separated fields")
-        try:
-            out.append(tuple(t(x) for t, x in zip(types, parts)))
-        except ValueError:
-            raise ValueError(f"--{name} item {item!r} has a malformed number") from None
-    return out
+def _default_results(name: str) -> Path:
+    from crossembed.encoders import default_cache_dir
 
-
-def write_table(markdown: str, out: str) -> None:
-    """Replace the text between the link-table markers of ``out`` (append them if missing)."""
-    p = Path(out)
-    text = p.read_text() if p.is_file() else "# GEH vector linking\n"
-    block = f"{_START}\n{markdown}\n{_END}"
-    if _START in text and _END in text:
-        text = text[: text.index(_START)] + block + text[text.index(_END) + len(_END) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    atomic_write(p, text.encode())
+    d = default_cache_dir() / "runs"
+    d.mkdir(parents=True, exist_ok=True)
+    return d / name
 
 
 def _link_table(args) -> int:
-    from crossembed.linking.experiments import METHODS, render_markdown, run_table
+    from crossembed.experiments._report import replace_block
+    from crossembed.experiments.link_table import METHODS, render_markdown, run_table
 
+    results = Path(args.results) if args.results else _default_results("link_table.json")
     if args.render_only:
-        p = Path(args.results)
-        if not p.is_file():
-            raise FileNotFoundError(f"results file {args.results!r} does not exist")
-        records = json.loads(p.read_text())
+        if not results.is_file():
+            raise FileNotFoundError(f"results file {str(results)!r} does not exist")
+        records = json.loads(results.read_text())
     else:
-        pairs = _parse_list(args.pairs, 3, "pairs", (str, str, int))
-        settings = _parse_list(args.settings, 2, "settings", (float, int))
-        methods = tuple(args.methods.split(",")) if args.methods else tuple(METHODS)
+        methods = tuple(split_list(args.methods, "methods")) if args.methods else tuple(METHODS)
         records = run_table(
-            pairs=pairs,
-            settings=settings,
+            pairs=parse_tuples(args.pairs, "pairs", (str, str, int)),
+            settings=parse_tuples(args.settings, "settings", (float, int)),
             methods=methods,
             n_draws=args.draws,
             n_objects=args.n_objects,
             max_iter=args.max_iter,
-            results_path=args.results,
+            results_path=results,
             seed=args.seed,
             log=lambda s: print(s, file=sys.stderr, flush=True),
         )
     md = render_markdown(records)
-    write_table(md, args.out)
+    if args.out:
+        replace_block(args.out, "link-table", md, title="GEH vector linking")
     print(json.dumps(records) if args.json else md)
     return 0
 
 
-def _ints(text: str, name: str):
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"--{name} must be a comma list of integers, got {text!r}") from None
-
-
 def _link_scale(args) -> int:
-    from crossembed.linking.experiments import plot_scaling, time_scaling
+    from crossembed.experiments.link_scale import plot_scaling, time_scaling
 
     records = time_scaling(
-        _ints(args.sizes, "sizes"),
+        parse_ints(args.sizes, "sizes"),
         max_iter=args.max_iter,
-        view_sizes=_ints(args.view_sizes, "view-sizes"),
+        view_sizes=parse_ints(args.view_sizes, "view-sizes") if args.view_sizes else (),
         results_path=args.results,
         candidates=args.candidates,
         log=lambda s: print(s, file=sys.stderr, flush=True),

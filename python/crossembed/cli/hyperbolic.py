@@ -91,7 +91,7 @@ def _cmd_eval(args) -> int:
 
 
 def _cmd_table(args) -> int:
-    from crossembed.hyperbolic.table import public_result, run_comparison, write_report
+    from crossembed.experiments.uncha_table import public_result, run_comparison, write_report
     from crossembed.hyperbolic.train import TrainConfig
 
     _threads(args.threads)

@@ -1,4 +1,4 @@
-"""``crossembed bench``: each C++ kernel against its plain numpy (and torch) baseline on this machine.
+"""Each C++ kernel against its plain numpy (and torch) baseline on this machine.
 
 Generates data like the real workloads (unit-length float32 rows like text
 embeddings, non-negative signature rows, points on the Lorentz model),
@@ -18,15 +18,15 @@ default) a quick check of a few seconds.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import math
 import sys
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
+
+from crossembed._validation import check_choice, check_int, check_num_threads
 
 KERNELS = ("probit", "signatures", "csls", "lorentz")
 _OPS = {  # one case (one kernel call timed against its baselines) per op
@@ -58,33 +58,7 @@ _SIZES = {
 # Share of top-k entries (or CSLS pairs) kernel and baseline must have in
 # common: float32 rounding may swap near-ties at the k-th place, nothing more.
 _MIN_OVERLAP = 0.99
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "bench",
-        help="time the C++ kernels against numpy/torch baselines on this machine",
-        description=__doc__.split("\n\n")[0],
-    )
-    p.add_argument(
-        "--kernels", default=",".join(KERNELS), help=f"comma-separated kernels to run (default {','.join(KERNELS)})"
-    )
-    p.add_argument(
-        "--scale",
-        choices=tuple(_SIZES),
-        default="small",
-        help="problem sizes: small (seconds), medium (~1/10 of full), full (the issue's sizes)",
-    )
-    p.add_argument("--repeat", type=int, default=3, help="timed calls per function; the best one counts (default 3)")
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="threads for the kernels and the baselines' BLAS/torch (default: all cores)",
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the generated data")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p.set_defaults(func=run)
+SCALES = tuple(_SIZES)
 
 
 def parse_kernels(spec: str) -> List[str]:
@@ -378,9 +352,9 @@ def measure(
     *,
     scale: str = "small",
     repeat: int = 3,
-    threads: Optional[int] = None,
+    num_threads: Optional[int] = None,
     seed: int = 0,
-    progress: bool = True,
+    show_progress_bar: bool = True,
 ) -> Dict[str, Any]:
     """Time ``kernels`` against their baselines; the result ``crossembed bench --json`` prints.
 
@@ -391,12 +365,12 @@ def measure(
     scale : {"small", "medium", "full"}
     repeat : int
         Timed calls per function (the best counts).
-    threads : int, optional
+    num_threads : int, optional
         Threads for the kernels, numpy's BLAS and torch (default: all cores).
     seed : int
         Seed of the generated data (each kernel draws from its own stream, so
         a kernel's data does not depend on which others run).
-    progress : bool
+    show_progress_bar : bool
         Show a tqdm bar over the cases on stderr.
 
     Returns
@@ -409,14 +383,10 @@ def measure(
 
     from crossembed.kernels import simd_level
 
-    if scale not in _SIZES:
-        raise ValueError(f"scale must be one of {', '.join(_SIZES)}, got {scale!r}")
-    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
-        raise ValueError(f"--repeat must be an integer >= 1, got {repeat!r}")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"--threads must be an integer >= 1, got {threads!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"--seed must be an integer >= 0, got {seed!r}")
+    check_choice(scale, "scale", SCALES)
+    check_int(repeat, "repeat", low=1)
+    threads = None if num_threads is None else check_num_threads(num_threads)
+    check_int(seed, "seed", low=0)
     notes: List[str] = []
     torch = _import_torch(kernels, notes)
     timer = _Timer(repeat, warmup=1 if scale == "small" else 0)
@@ -429,7 +399,7 @@ def measure(
             desc="crossembed bench",
             unit="case",
             file=sys.stderr,
-            disable=not progress,
+            disable=not show_progress_bar,
             leave=False,
         ) as bar,
     ):
@@ -483,15 +453,3 @@ def render(result: Dict[str, Any]) -> str:
     lines += result["notes"]
     lines.append(f"total {result['seconds']:.1f} s")
     return "\n".join(lines)
-
-
-def run(args) -> int:
-    result = measure(
-        parse_kernels(args.kernels), scale=args.scale, repeat=args.repeat, threads=args.threads, seed=args.seed
-    )
-    print(json.dumps(result, indent=2) if args.json else render(result))
-    if not result["ok"]:
-        bad = "; ".join(f"{r['op']} vs {r['baseline']}: {r['check']}" for r in result["cases"] if not r["agree"])
-        print(f"crossembed bench: error: kernel and baseline disagree ({bad})", file=sys.stderr)
-        return 1
-    return 0

@@ -54,7 +54,7 @@ def run(args) -> int:
     from crossembed.kernels import simd_level
     from crossembed.linking import GEHLinker, evaluate_links, make_partial_overlap, procrustes_link
     from crossembed.uec import LaplaceEmbedder, UECEnsemble
-    from crossembed.uec.evaluate import ranking_metrics
+    from crossembed.uec.metrics import ranking_metrics
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     if len(models) < 2:

@@ -71,7 +71,7 @@ def _fit_pairs(args) -> list:
                 raise ValueError(f"{args.fit_pairs}:{i}: expected 'anchor<TAB>positive'")
             pairs.append((parts[0], parts[1]))
         return pairs
-    from crossembed.uec.tasks import wordnet_task
+    from crossembed.experiments.tasks import wordnet_task
 
     return wordnet_task(seed=args.seed).fit_pairs  # WordNet example/gloss pairs of the fit split
 
@@ -144,8 +144,8 @@ def _index_search(args) -> int:
 # --------------------------------------------------------------------------- evaluation
 def _uec_eval(args) -> int:
     from crossembed._io import atomic_write
-    from crossembed.uec.evaluate import embed_task, evaluate_task, plot_coefficients, render_markdown
-    from crossembed.uec.tasks import freedict_task, wordnet_task
+    from crossembed.experiments.tasks import freedict_task, wordnet_task
+    from crossembed.experiments.uec_eval import embed_task, evaluate_task, plot_coefficients, render_markdown
 
     models = _models(args.models)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -196,7 +196,7 @@ def _uec_eval(args) -> int:
 
 def _uec_perf(args) -> int:
     from crossembed._io import atomic_write
-    from crossembed.uec.evaluate import benchmark_encode, benchmark_fit, benchmark_search, render_perf_markdown
+    from crossembed.experiments.uec_eval import benchmark_encode, benchmark_fit, benchmark_search, render_perf_markdown
 
     runs = []
     for spec in [s for s in args.sizes.split(",") if s.strip()]:

@@ -1,7 +1,7 @@
-"""Real linking experiments: encoder pairs x protocol settings x methods -> docs/linking.md.
+"""Real linking experiments: encoder pairs x protocol settings x methods -> a markdown table.
 
 Each draw picks ``n_objects`` glosses at random from the embedded corpus
-(:mod:`crossembed.linking.corpus`), applies :func:`make_partial_overlap` to
+(:mod:`crossembed.experiments.corpora`), applies :func:`make_partial_overlap` to
 them, runs every method on the same A, B and seeds, and scores the links.
 Results are appended to a JSON file after every run (atomically), so an
 interrupted table keeps what it measured and a rerun skips finished runs.
@@ -68,7 +68,7 @@ def run_table(
     n_draws: int = 5,
     n_objects: int = 1000,
     max_iter: int = 15,
-    results_path="docs/linking_results.json",
+    results_path,
     seed: int = 0,
     embed: Optional[Callable[[str, int], np.ndarray]] = None,
     log: Callable[[str], None] = print,
@@ -84,10 +84,10 @@ def run_table(
     n_objects : glosses sampled from the corpus per draw
     results_path : JSON file the records are appended to (resumable)
     embed : ``embed(encoder_name, corpus_size) -> (n, dim)``; default
-        :func:`crossembed.linking.corpus.embed_corpus`
+        :func:`crossembed.experiments.corpora.embed_corpus`
     """
     if embed is None:
-        from crossembed.linking.corpus import embed_corpus as embed
+        from crossembed.experiments.corpora import embed_corpus as embed
     for m in methods:
         if m not in METHODS:
             raise ValueError(f"unknown method {m!r}; choose from {sorted(METHODS)}")
@@ -184,110 +184,3 @@ def render_markdown(records: List[dict]) -> str:
             ratio = f"{f_g / f_p:.1f}x" if f_p > 0 else "inf (Procrustes F1 = 0)"
             out.append(f"\nGEH (validated) F1 / Procrustes F1 = {ratio}")
     return "\n".join(out) + "\n"
-
-
-# --------------------------------------------------------------------------- scaling
-def synthetic_pair(n: int, *, latent: int = 32, dim_a: int = 384, dim_b: int = 512, noise: float = 0.05, seed: int = 0):
-    """Timing data: one Gaussian latent through two random nonlinear maps (tanh / ReLU) plus noise."""
-    rng = np.random.default_rng(seed)
-    Z = rng.standard_normal((n, latent)).astype(np.float32)
-    A = np.tanh(Z @ rng.standard_normal((latent, dim_a)).astype(np.float32) / np.sqrt(latent))
-    B = np.maximum(Z @ rng.standard_normal((latent, dim_b)).astype(np.float32) / np.sqrt(latent), 0)
-    A += noise * rng.standard_normal(A.shape).astype(np.float32)
-    B += noise * rng.standard_normal(B.shape).astype(np.float32)
-    return A, B
-
-
-def time_scaling(
-    sizes: Sequence[int],
-    *,
-    max_iter: int = 10,
-    view_sizes: Sequence[int] = (),
-    results_path=None,
-    log: Callable[[str], None] = print,
-    **geh_kwargs,
-) -> List[dict]:
-    """Wall time of full GEH fits at ``sizes`` rows per side, and of single views at ``view_sizes``.
-
-    A full fit records total seconds, rounds and seconds per round; a single
-    view (signatures of both sides against 256 anchors + one exact CSLS
-    mutual top-k) gives the per-view cost where a full fit is too long to
-    run here, so the full time can be extrapolated as views x per-view cost.
-    """
-    import os
-
-    from crossembed import kernels
-
-    records = []
-    for n in sizes:
-        A, B = synthetic_pair(n)
-        seeds = np.stack([np.arange(15), np.arange(15)], axis=1)
-        tic = time.perf_counter()
-        res = GEHLinker(max_iter=max_iter, progress=False, random_state=0, **geh_kwargs).fit(A, B, seeds)
-        total = time.perf_counter() - tic
-        views = sum(h["views"] for h in res.history)
-        rec = dict(
-            kind="fit",
-            n=n,
-            candidates=geh_kwargs.get("candidates", GEHLinker().candidates),
-            seconds=round(total, 2),
-            rounds=len(res.history),
-            views=views,
-            seconds_per_round=round(total / max(1, len(res.history)), 2),
-            seconds_per_view=round(total / max(1, views), 3),
-            links=len(res),
-            load=os.getloadavg()[0],
-            **{k: v for k, v in geh_kwargs.items() if k != "candidates"},
-        )
-        records.append(rec)
-        log(str(rec))
-    for n in view_sizes:
-        A, B = synthetic_pair(n)
-        idx = np.arange(256)
-        tic = time.perf_counter()
-        SA = kernels.anchor_signatures(A, A[idx])
-        SB = kernels.anchor_signatures(B, B[idx])
-        pairs, _ = kernels.csls_mutual_topk(SA, SB, k=5, csls_k=50)
-        rec = dict(
-            kind="view",
-            n=n,
-            anchors=256,
-            seconds=round(time.perf_counter() - tic, 2),
-            proposals=len(pairs),
-            load=os.getloadavg()[0],
-        )
-        records.append(rec)
-        log(str(rec))
-        del A, B, SA, SB
-    if results_path is not None:
-        atomic_write(Path(results_path), json.dumps(records, indent=1).encode())
-    return records
-
-
-def plot_scaling(records: List[dict], path) -> None:
-    """Log-log growth curve: full-fit seconds and single-view seconds vs rows per side."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    curves = [(("fit", c), f"full GEH fit (validated, {c})", "o") for c in ("exact", "pool", "ann")]
-    curves.append((("view", "exact"), "one exact view (256 anchors)", "s"))
-    for (kind, cand), label, marker in curves:
-        rs = sorted(
-            (r for r in records if r["kind"] == kind and r.get("candidates", "exact") == cand), key=lambda r: r["n"]
-        )
-        if rs:
-            ax.loglog([r["n"] for r in rs], [r["seconds"] for r in rs], marker=marker, label=label)
-    ax.set_xlabel("rows per side (N)")
-    ax.set_ylabel("seconds")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    atomic_write(Path(path), buf.getvalue())

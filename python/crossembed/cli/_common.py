@@ -1,0 +1,131 @@
+"""What every command group shares: the parser class, common options, input
+readers, output printing and the line between a user error and a bug."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import crossembed
+
+_PACKAGE_DIR = str(Path(crossembed.__file__).resolve().parent)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and exit status 2 (argparse's own convention)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+# --------------------------------------------------------------------------- errors
+def is_user_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the user's to fix (one line, exit 2) rather than a bug (traceback).
+
+    Missing files, unreadable paths and missing optional packages always are.
+    A ``ValueError`` is when crossembed's own code raised it - its boundary
+    checks name the argument; one raised inside numpy, torch or another
+    library means crossembed passed it something wrong, which is a bug.
+    ``TypeError``, ``KeyError`` and the rest are bugs: the CLI builds every
+    argument itself, so a wrong type is never the user's.
+    """
+    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ImportError)):
+        return True
+    if isinstance(exc, ValueError):
+        frames = traceback.extract_tb(exc.__traceback__)
+        return bool(frames) and str(Path(frames[-1].filename).resolve()).startswith(_PACKAGE_DIR)
+    return False
+
+
+# --------------------------------------------------------------------------- common options
+def add_seed(p: argparse.ArgumentParser, help: str = "random seed (makes the run reproducible)") -> None:
+    p.add_argument("--seed", type=int, default=0, help=f"{help} (default 0)")
+
+
+def add_num_threads(p: argparse.ArgumentParser, default: Optional[int] = None) -> None:
+    what = "all cores" if default is None else str(default)
+    p.add_argument(
+        "--num-threads", type=int, default=default, help=f"threads for kernels and encoders (default {what})"
+    )
+
+
+def add_output_flags(p: argparse.ArgumentParser) -> None:
+    """``--json`` (machine-readable result on stdout) and ``--quiet`` (no progress bars)."""
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def print_result(result: Any, as_json: bool, render: Callable[[Any], str] = None) -> None:
+    """JSON on request, otherwise ``render(result)`` (default: one ``key: value`` per line)."""
+    if as_json:
+        print(json.dumps(result, indent=2, default=_jsonable))
+    elif render is not None:
+        print(render(result))
+    else:
+        for key, value in result.items():
+            print(f"{key}: {value}")
+
+
+def _jsonable(obj):
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+
+def command_line() -> str:
+    """The command as typed (for the header of generated reports)."""
+    return "crossembed " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+# --------------------------------------------------------------------------- input parsing
+def read_lines(path: str, name: str) -> List[str]:
+    """Non-empty lines of a UTF-8 text file (``name`` is the option, for the error)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"--{name}: {path} is not UTF-8 text") from None
+    lines = [line.rstrip("\r") for line in text.split("\n") if line.strip()]
+    if not lines:
+        raise ValueError(f"--{name}: {path} holds no non-empty line")
+    return lines
+
+
+def split_list(text: str, name: str) -> List[str]:
+    """``"a, b,c"`` -> ``["a", "b", "c"]``; an empty list is an error."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise ValueError(f"--{name} names nothing")
+    return items
+
+
+def parse_ints(text: str, name: str, *, low: int = 1) -> List[int]:
+    """A comma list of integers >= ``low``."""
+    out = []
+    for item in split_list(text, name):
+        try:
+            value = int(item)
+        except ValueError:
+            raise ValueError(f"--{name}: {item!r} is not an integer") from None
+        if value < low:
+            raise ValueError(f"--{name}: {value} is below {low}")
+        out.append(value)
+    return out
+
+
+def parse_tuples(text: str, name: str, types: Sequence[type]) -> List[Tuple]:
+    """A comma list of ``:``-separated tuples, e.g. ``"minilm:e5:10000"`` with ``(str, str, int)``."""
+    out = []
+    for item in split_list(text, name):
+        parts = item.split(":")
+        if len(parts) != len(types):
+            raise ValueError(f"--{name}: {item!r} must have {len(types)} ':'-separated fields")
+        try:
+            out.append(tuple(t(p) for t, p in zip(types, parts)))
+        except ValueError:
+            raise ValueError(f"--{name}: {item!r} has a field of the wrong type") from None
+    return out
