@@ -4,9 +4,11 @@ import numpy as np
 import pytest
 
 from _linking_data import linking_problem
-from crossembed.linking.geh import GEHLinker, farthest_point_sampling
+from crossembed.experiments.link_table import geh_config
+from crossembed.linking.geh import GEHLinker
 from crossembed.linking.protocol import evaluate_links
 from crossembed.linking.result import LinkResult
+from crossembed.linking.views import farthest_point_sampling
 
 
 def candidate_reference(SA, SB, cand_a, cand_b, *, k=5, csls_k=50, exclude_a=None, exclude_b=None, num_threads=None):
@@ -73,14 +75,14 @@ def problem():
 @pytest.fixture(scope="module")
 def validated(problem):
     A, B, split = problem
-    return GEHLinker(random_state=0, max_iter=10, progress=False).fit(A, B, split.seeds)
+    return GEHLinker(random_state=0, max_iter=10, show_progress_bar=False).link(A, B, split.seeds)
 
 
 def _fit(problem, **kw):
     A, B, split = problem
     kw.setdefault("random_state", 0)
     kw.setdefault("max_iter", 12)
-    return GEHLinker(progress=False, **kw).fit(A, B, split.seeds)
+    return geh_config(show_progress_bar=False, **kw).link(A, B, split.seeds)
 
 
 def test_validated_recovers_most_links(problem, validated):
@@ -145,7 +147,7 @@ def test_ablations_run(problem, kw):
 
 def test_ann_candidates_match_the_exact_kernel(problem):
     from crossembed import kernels
-    from crossembed.linking.candidates import AnnProposer
+    from crossembed.linking.proposers import AnnProposer
 
     A, B, split = problem
     anchors = split.seeds
@@ -164,7 +166,7 @@ def test_ann_candidates_match_the_exact_kernel(problem):
 
 def test_candidate_kernel_matches_the_reference(problem, candidate_kernel):
     from crossembed import kernels
-    from crossembed.linking.candidates import pool_candidate_lists
+    from crossembed.linking.proposers import pool_candidate_lists
 
     A, B, split = problem
     anchors = split.seeds
@@ -221,7 +223,9 @@ def test_farthest_point_sampling_spreads_out():
     "kw, exc",
     [
         (dict(promotion="best"), ValueError),
-        (dict(sampling="grid"), ValueError),
+        (dict(views="grid"), TypeError),
+        (dict(signatures=None), TypeError),
+        (dict(promotion=3), TypeError),
         (dict(k=0), ValueError),
         (dict(k=2.5), TypeError),
         (dict(rho0=1.5), ValueError),
@@ -239,7 +243,7 @@ def test_bad_options(kw, exc):
 def test_bad_inputs():
     A = np.random.default_rng(0).standard_normal((20, 4)).astype(np.float32)
     B = A[:, :3].copy()
-    geh = GEHLinker(progress=False)
+    geh = GEHLinker(show_progress_bar=False)
     with pytest.raises(ValueError, match="at least 2"):
         geh.fit(A, B, np.array([[0, 0]]))
     with pytest.raises(ValueError, match="one-to-one"):

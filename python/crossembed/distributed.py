@@ -25,14 +25,10 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from crossembed.linking._inputs import active_rows
+from crossembed.linking.pairs import greedy_one_to_one, pair_keys, positions
+
 __all__ = ["DaskProposer", "sharded_csls_mutual_topk"]
-
-
-def _active(exclude, n: int) -> np.ndarray:
-    mask = np.ones(n, bool)
-    if exclude is not None and np.size(exclude):
-        mask[np.asarray(exclude, dtype=np.int64).reshape(-1)] = False
-    return mask
 
 
 def _top(values: np.ndarray, k: int, axis: int) -> np.ndarray:
@@ -72,8 +68,8 @@ def sharded_csls_mutual_topk(
     for val, name in ((k, "k"), (csls_k, "csls_k")):
         if isinstance(val, bool) or not isinstance(val, numbers.Integral) or val < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {val!r}")
-    rows = np.flatnonzero(_active(exclude_a, len(SA)))
-    cols = np.flatnonzero(_active(exclude_b, len(SB)))
+    rows = active_rows(exclude_a, len(SA))
+    cols = active_rows(exclude_b, len(SB))
     if rows.size == 0 or cols.size == 0:
         return np.zeros((0, 2), np.int64), np.zeros(0)
     if n_shards is None:
@@ -107,17 +103,11 @@ def sharded_csls_mutual_topk(
     cand_s = row_val.reshape(-1)
     mutual = (col_top[cand_b] == cand_a[:, None]).any(axis=1)
     a, b, s = cand_a[mutual], cand_b[mutual], cand_s[mutual]
-    order = np.lexsort((cols[b], rows[a], -s))
-    used_a, used_b = np.zeros(rows.size, bool), np.zeros(cols.size, bool)
-    keep = []
-    for o in order:
-        if used_a[a[o]] or used_b[b[o]]:
-            continue
-        used_a[a[o]] = used_b[b[o]] = True
-        keep.append(o)
-    keep = np.asarray(keep, dtype=np.int64)
-    pairs = np.stack([rows[a[keep]], cols[b[keep]]], axis=1) if keep.size else np.zeros((0, 2), np.int64)
-    return pairs.astype(np.int64), s[keep] if keep.size else np.zeros(0)
+    pairs = np.stack([rows[a], cols[b]], axis=1).astype(np.int64)
+    # the same greedy one-to-one step as the C++ kernel: score desc, ties to the lower (a, b)
+    chosen = greedy_one_to_one(pairs, s)
+    by_key = np.argsort(pair_keys(pairs, len(SB)), kind="stable")
+    return chosen, s[by_key[positions(pairs[by_key], chosen, len(SB))]]
 
 
 def _row_lexsort(vals: np.ndarray, pos: np.ndarray) -> np.ndarray:
@@ -140,7 +130,7 @@ class DaskProposer:
     --------
     >>> from dask.distributed import Client, LocalCluster  # doctest: +SKIP
     >>> with Client(LocalCluster(n_workers=2, processes=False)) as client:  # doctest: +SKIP
-    ...     res = GEHLinker(proposer=DaskProposer(client)).fit(A, B, seeds)
+    ...     res = GEHLinker(proposer=DaskProposer(client)).link(A, B, seeds)
     """
 
     def __init__(self, client, *, n_shards: Optional[int] = None):

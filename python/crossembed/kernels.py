@@ -19,6 +19,7 @@ import numpy as np
 from crossembed._validation import (
     as_int_matrix,
     as_matrix,
+    check_int,
     check_k,
     check_num_threads,
     check_positive,
@@ -36,6 +37,7 @@ __all__ = [
     "anchor_signatures",
     "csls_mutual_topk",
     "csls_mutual_topk_candidates",
+    "greedy_one_to_one",
     "lorentz_pairwise",
     "lorentz_topk",
     "median_anchor_distance",
@@ -439,28 +441,38 @@ class VoteTable:
     def promote(
         self, pairs, scores, *, threshold: float, exclude_a=None, exclude_b=None, limit: Optional[int] = None
     ) -> np.ndarray:
-        """Greedy one-to-one promotion of ``pairs`` whose ``scores`` exceed ``threshold``.
+        """:func:`greedy_one_to_one` of ``pairs`` (kept for the SPEC's name of the promotion step)."""
+        return greedy_one_to_one(
+            pairs, scores, threshold=threshold, exclude_a=exclude_a, exclude_b=exclude_b, limit=limit
+        )
 
-        Pairs are taken by descending score (ties: lower i, then lower j); a
-        pair is skipped when its i or j is already used (or excluded). At most
-        ``limit`` pairs are returned. Returns (L, 2) int64 in promotion order.
-        """
-        pairs = as_int_matrix(pairs, "pairs")
-        scores = as_matrix(scores, "scores", ndim=1, dtype=np.float64, allow_empty=True)
-        if pairs.shape[0] != scores.shape[0] or (pairs.size and pairs.shape[1] != 2):
-            raise ValueError("pairs must be (P, 2) and scores (P,)")
-        ex_a = np.unique(
-            as_int_matrix(
-                np.asarray(exclude_a if exclude_a is not None else [], dtype=np.int64).reshape(-1), "exclude_a", ndim=1
-            )
-        )
-        ex_b = np.unique(
-            as_int_matrix(
-                np.asarray(exclude_b if exclude_b is not None else [], dtype=np.int64).reshape(-1), "exclude_b", ndim=1
-            )
-        )
-        lim = -1 if limit is None else int(limit)
-        return _core_module().greedy_one_to_one(pairs.reshape(-1, 2), scores, float(threshold), ex_a, ex_b, lim)
+
+def _row_set(rows, name: str) -> np.ndarray:
+    rows = np.asarray(rows if rows is not None else [], dtype=np.int64).reshape(-1)
+    return np.unique(as_int_matrix(rows, name, ndim=1))
+
+
+def greedy_one_to_one(
+    pairs, scores, *, threshold: float = -np.inf, exclude_a=None, exclude_b=None, limit: Optional[int] = None
+) -> np.ndarray:
+    """Greedy one-to-one selection of ``pairs`` whose ``scores`` exceed ``threshold``.
+
+    Pairs are taken by descending score (ties: lower i, then lower j); a
+    pair is skipped when its i or j is already used (or excluded). At most
+    ``limit`` pairs are returned (``None``: no cap).
+
+    Returns
+    -------
+    ndarray, shape (L, 2), int64
+        The chosen pairs in selection order.
+    """
+    pairs = as_int_matrix(pairs, "pairs")
+    scores = as_matrix(scores, "scores", ndim=1, dtype=np.float64, allow_empty=True)
+    if pairs.shape[0] != scores.shape[0] or (pairs.size and pairs.shape[1] != 2):
+        raise ValueError("pairs must be (P, 2) and scores (P,)")
+    lim = -1 if limit is None else check_int(limit, "limit", low=0)
+    ex_a, ex_b = _row_set(exclude_a, "exclude_a"), _row_set(exclude_b, "exclude_b")
+    return _core_module().greedy_one_to_one(pairs.reshape(-1, 2), scores, float(threshold), ex_a, ex_b, lim)
 
 
 # --------------------------------------------------------------------------- Lorentz distances

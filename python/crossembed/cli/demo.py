@@ -110,7 +110,9 @@ def run(args) -> int:
     for label, linker in (
         (
             "GEH",
-            lambda: GEHLinker(random_state=args.seed, num_threads=args.threads, progress=False).fit(A, B, draw.seeds),
+            lambda: GEHLinker(random_state=args.seed, num_threads=args.threads, show_progress_bar=False).link(
+                A, B, draw.seeds
+            ),
         ),
         ("Procrustes", lambda: procrustes_link(A, B, draw.seeds)),
     ):

@@ -29,7 +29,7 @@ _METHODS = ("geh", "procrustes", "relative", "bootstrap-procrustes")
 
 
 def register(subparsers) -> None:
-    from crossembed.linking import PROMOTIONS
+    from crossembed.linking.promotion import PROMOTIONS
 
     p = subparsers.add_parser("link", help="link the rows of two embedding matrices (GEH or a baseline)")
     p.add_argument("a", help="A.npy: (N_A, D_A) embeddings from encoder A")
@@ -125,8 +125,8 @@ def _link(args) -> int:
             max_iter=args.max_iter,
             random_state=args.seed,
             num_threads=args.num_threads,
-            progress=not args.quiet,
-        ).fit(A, B, seeds)
+            show_progress_bar=not args.quiet,
+        ).link(A, B, seeds)
     elif args.method == "procrustes":
         res = procrustes_link(A, B, seeds)
     elif args.method == "relative":

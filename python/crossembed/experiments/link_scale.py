@@ -50,7 +50,7 @@ def time_scaling(
         A, B = synthetic_pair(n)
         seeds = np.stack([np.arange(15), np.arange(15)], axis=1)
         tic = time.perf_counter()
-        res = GEHLinker(max_iter=max_iter, progress=False, random_state=0, **geh_kwargs).fit(A, B, seeds)
+        res = GEHLinker(max_iter=max_iter, show_progress_bar=False, random_state=0, **geh_kwargs).link(A, B, seeds)
         total = time.perf_counter() - tic
         views = sum(h["views"] for h in res.history)
         rec = dict(

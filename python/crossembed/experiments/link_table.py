@@ -17,20 +17,69 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence
 import numpy as np
 
 from crossembed._io import atomic_write
-from crossembed.linking.baselines import bootstrap_procrustes_link, procrustes_link, relative_link
-from crossembed.linking.geh import GEHLinker
-from crossembed.linking.protocol import evaluate_links, make_partial_overlap
-from crossembed.linking.result import LinkResult
+from crossembed.linking import (
+    CappedPromotion,
+    FarthestPointViews,
+    GEHLinker,
+    LinkResult,
+    PaperPromotion,
+    RandomViews,
+    ValidatedPromotion,
+    bootstrap_procrustes_link,
+    cosine_signatures,
+    evaluate_links,
+    kernel_signatures,
+    make_partial_overlap,
+    procrustes_link,
+    relative_link,
+)
 
-__all__ = ["METHODS", "run_method", "run_table", "render_markdown", "DEFAULT_PAIRS"]
+__all__ = ["DEFAULT_PAIRS", "METHODS", "geh_config", "render_markdown", "run_method", "run_table"]
 
 # (encoder A, encoder B, corpus size): mpnet encodes ~46 sentences/s, so its pair uses 3,000 glosses
 DEFAULT_PAIRS = (("minilm", "mpnet", 3000), ("minilm", "e5", 10000), ("minilm", "use", 10000))
 
 
-def _geh(**kw) -> Callable[..., LinkResult]:
+# The ablation switches of the experiments, and which rule option each one sets.
+_RULE_OPTIONS = {
+    "paper": ("small_pool", "posterior", "vote_fraction"),
+    "capped": ("small_pool", "subsample", "min_views", "posterior", "vote_fraction"),
+    "validated": (
+        "subsample",
+        "min_views",
+        "max_view_anchors",
+        "posterior",
+        "vote_fraction",
+        "final_pass",
+        "score_filter",
+        "folds",
+    ),
+}
+
+
+def geh_config(*, promotion: str = "validated", kernel: bool = True, sampling: str = "fps", **options) -> GEHLinker:
+    """A :class:`GEHLinker` from one flat set of experiment switches.
+
+    ``kernel=False`` uses cosine signatures, ``sampling="random"`` random
+    views; options of the rule (``posterior``, ``min_views``, ...) go to the
+    rule object, everything else to the linker.
+    """
+    rule_cls = {"paper": PaperPromotion, "capped": CappedPromotion, "validated": ValidatedPromotion}[promotion]
+    rule_kw = {k: options.pop(k) for k in _RULE_OPTIONS[promotion] if k in options}
+    if sampling not in ("fps", "random"):
+        raise ValueError(f"sampling must be 'fps' or 'random', got {sampling!r}")
+    return GEHLinker(
+        promotion=rule_cls(**rule_kw),
+        signatures=kernel_signatures if kernel else cosine_signatures,
+        views=FarthestPointViews() if sampling == "fps" else RandomViews(),
+        **options,
+    )
+
+
+def _geh(**config) -> Callable[..., LinkResult]:
     def run(A, B, seeds, *, random_state, max_iter):
-        return GEHLinker(random_state=random_state, max_iter=max_iter, progress=False, **kw).fit(A, B, seeds)
+        linker = geh_config(random_state=random_state, max_iter=max_iter, show_progress_bar=False, **config)
+        return linker.link(A, B, seeds)
 
     return run
 

@@ -28,6 +28,14 @@ def check_link_inputs(A, B, seeds, *, min_seeds: int = 2) -> Tuple[np.ndarray, n
     return A, B, seeds
 
 
+def active_rows(exclude, n: int) -> np.ndarray:
+    """The rows of ``range(n)`` not listed in ``exclude`` (None or empty: all)."""
+    keep = np.ones(n, bool)
+    if exclude is not None and np.size(exclude):
+        keep[np.asarray(exclude, dtype=np.int64).reshape(-1)] = False
+    return np.flatnonzero(keep)
+
+
 def unit_rows(X: np.ndarray) -> np.ndarray:
     """Rows scaled to unit L2 norm (zero rows stay zero), float32."""
     norms = np.linalg.norm(X, axis=1, keepdims=True)

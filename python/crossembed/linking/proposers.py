@@ -1,4 +1,13 @@
-"""Proposals for large N: candidate lists instead of the exhaustive top-k.
+"""Proposers: the step of a GEH view that turns two signature matrices into one-to-one pairs.
+
+Every proposer is a callable ``proposer(SA, SB, *, k, csls_k, exclude_a,
+exclude_b) -> (pairs, scores)`` (:class:`Proposer`), so the exhaustive
+kernel, the candidate-list paths below and
+:class:`crossembed.distributed.DaskProposer` swap freely (as hnswlib's brute
+force and HNSW indexes share one interface).
+
+:class:`ExactProposer` (``GEHLinker(candidates="exact")``) is the C++ tiled
+:func:`crossembed.kernels.csls_mutual_topk` over all N_A x N_B pairs.
 
 :class:`PoolProposer` (``GEHLinker(candidates="pool")``, the fast path)
 scores only fixed candidate lists with the C++
@@ -21,20 +30,37 @@ kernel (see tests/test_linking_geh.py).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Protocol, Tuple
 
 import numpy as np
 
 from crossembed import kernels
+from crossembed.linking._inputs import active_rows as _active
+from crossembed.linking.pairs import greedy_one_to_one, positions
 
-__all__ = ["AnnProposer", "PoolProposer", "pool_candidate_lists"]
+__all__ = ["AnnProposer", "ExactProposer", "PoolProposer", "Proposer", "pool_candidate_lists"]
 
 
-def _active(exclude, n: int) -> np.ndarray:
-    keep = np.ones(n, bool)
-    if exclude is not None and np.size(exclude):
-        keep[np.asarray(exclude, dtype=np.int64).reshape(-1)] = False
-    return np.flatnonzero(keep)
+class Proposer(Protocol):
+    def __call__(
+        self, SA: np.ndarray, SB: np.ndarray, *, k: int, csls_k: int, exclude_a=None, exclude_b=None
+    ) -> Tuple[np.ndarray, np.ndarray]:
+        """One-to-one CSLS mutual top-``k`` pairs ``(P, 2)`` int64 of two signature matrices and their scores."""
+
+
+class ExactProposer:
+    """Every N_A x N_B pair scored by the C++ tiled CSLS mutual top-k (results do not depend on threads)."""
+
+    def __init__(self, *, num_threads: Optional[int] = None):
+        self.num_threads = num_threads
+
+    def __call__(self, SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None):
+        return kernels.csls_mutual_topk(
+            SA, SB, k=k, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=self.num_threads
+        )
+
+    def __repr__(self) -> str:
+        return "ExactProposer()"
 
 
 def _knn(data: np.ndarray, queries: np.ndarray, k: int, *, M: int, ef: int, num_threads: int):
@@ -101,9 +127,9 @@ class AnnProposer:
         scores = csls[mutual]
         if len(pairs) == 0:
             return pairs.reshape(0, 2), scores.astype(np.float32)
-        chosen = kernels.VoteTable().promote(pairs, scores, threshold=-np.inf)
-        lookup = dict(zip(map(tuple, pairs.tolist()), scores.tolist()))
-        return chosen, np.array([lookup[tuple(p)] for p in chosen.tolist()], np.float32)
+        chosen = greedy_one_to_one(pairs, scores)
+        # rows and cols ascend and (ei, ej) come from sorted keys, so pairs are sorted by (a, b)
+        return chosen, scores[positions(pairs, chosen, len(SB))].astype(np.float32)
 
 
 def pool_candidate_lists(SA, SB, m: int, *, num_threads: Optional[int] = None):

@@ -1,0 +1,381 @@
+"""GEH promotion rules: how a round's views vote and which pairs join the pool.
+
+A rule is an object with ``grow(fit, propose) -> info`` (one round) and
+``finish(fit, propose) -> info or None`` (after the last round). The linker
+owns the loop, the per-fit state (:class:`~crossembed.linking._fit.FitState`)
+and builds each round's proposer (exact kernel, candidate lists, ANN or
+Dask), which it passes in; a rule never builds one.
+
+:class:`PaperPromotion`
+    The paper as written: all anchors in every view while the pool has
+    < ``small_pool``, cumulative votes, Otsu threshold on posterior means
+    (values on the threshold count as above, so identical votes promote
+    everything - the round-0 collapse SPEC measured), greedy one-to-one.
+:class:`CappedPromotion`
+    SPEC's robust variant: views of ``subsample`` of the anchors (>=
+    ``min_views`` views) while the pool is small, and at most as many new
+    links per round as the pool holds, ranked by posterior then CSLS.
+:class:`ValidatedPromotion`
+    Ours (docs/linking.md). Each round re-votes from scratch on views of a
+    random ``subsample`` of the pool; a pair only collects votes in views
+    where neither of its rows is an anchor (no link can vote for itself);
+    held-out seeds measure the proposal precision, which sets how fast the
+    pool may grow; a cross-validated final pass links the remaining rows
+    with the whole pool.
+
+``posterior=False`` (every rule) is the fixed-vote ablation: promote pairs
+proposed by at least ``vote_fraction`` of the views instead of the
+Otsu-thresholded posterior.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Optional, Union
+
+import numpy as np
+
+from crossembed import kernels
+from crossembed._validation import check_choice, check_fraction, check_int
+from crossembed.linking._fit import FitState
+from crossembed.linking.pairs import contains, count_new, greedy_one_to_one, merge_views, pair_keys, positions, rank_by
+from crossembed.linking.proposers import Proposer
+
+__all__ = ["PROMOTIONS", "CappedPromotion", "PaperPromotion", "PromotionRule", "ValidatedPromotion", "make_rule"]
+
+Info = Dict[str, Any]
+
+
+class PromotionRule:
+    """Interface of a GEH growth rule (see the module docstring)."""
+
+    name = "rule"
+
+    def grow(self, fit: FitState, propose: Proposer) -> Info:
+        """Run one round: vote, then update ``fit``'s links. Returns the round's history entry."""
+        raise NotImplementedError
+
+    #: whether :meth:`finish` does anything (the linker builds no proposer for it otherwise)
+    has_final_pass = False
+
+    def finish(self, fit: FitState, propose: Proposer) -> Optional[Info]:
+        """After the last round; ``None`` when the rule has no final step."""
+        return None
+
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({opts})"
+
+
+class PaperPromotion(PromotionRule):
+    """The paper's rule (module docstring).
+
+    Parameters
+    ----------
+    small_pool : int
+        Below this pool size every view uses every anchor.
+    posterior : bool
+        ``False``: the fixed-vote ablation (``vote_fraction`` of the views).
+    vote_fraction : float
+    """
+
+    name = "paper"
+    _capped = False
+
+    def __init__(self, *, small_pool: int = 50, posterior: bool = True, vote_fraction: float = 0.5):
+        self.small_pool = check_int(small_pool, "small_pool", low=1)
+        self.posterior = bool(posterior)
+        self.vote_fraction = check_fraction(vote_fraction, "vote_fraction")
+
+    def _views(self, fit: FitState, pool: np.ndarray):
+        """The round's anchor positions per view (the paper: all anchors while the pool is small)."""
+        P, S = len(pool), fit.n_seeds
+        m, size = fit.schedule(P)
+        if P < self.small_pool:
+            for _ in range(m):
+                yield np.arange(P)
+        else:
+            for _ in range(m):  # FPS view, seeds always kept
+                yield np.union1d(fit.view(pool, size), np.arange(S))
+
+    def grow(self, fit: FitState, propose: Proposer) -> Info:
+        pool = fit.pool()
+        P = len(pool)
+        round_pairs, round_scores, sizes = [], [], []
+        for view in self._views(fit, pool):
+            sizes.append(len(view))
+            SA, SB = fit.signatures(pool[view])
+            pairs, scores = propose(
+                SA, SB, k=fit.k, csls_k=fit.csls_k, exclude_a=fit.seeds[:, 0], exclude_b=fit.seeds[:, 1]
+            )
+            fit.table.add(pairs)
+            round_pairs.append(pairs)
+            round_scores.append(scores)
+        m = len(sizes)
+        uniq, mean_csls, round_votes = merge_views(round_pairs, round_scores, fit.n_b)
+        info: Info = {"pool": P, "views": m, "anchors": int(np.median(sizes)), "proposals": len(uniq)}
+        if len(uniq) == 0:
+            info.update(promoted=0, threshold=None)
+            return info
+        post = fit.table.posterior_mean(uniq)
+        if self.posterior:
+            thr = kernels.otsu_threshold(post)
+            keep = post > thr if self._capped else post >= thr
+            if self._capped and not keep.any():  # all equal: nothing separates
+                keep = post >= thr
+        else:
+            thr = self.vote_fraction * m
+            keep = round_votes >= thr
+        cand, cpost, ccsls = uniq[keep], post[keep], mean_csls[keep]
+        ex_a, ex_b = fit.seeds[:, 0], fit.seeds[:, 1]
+        if self._capped:
+            new = greedy_one_to_one(
+                cand, rank_by(cpost, ccsls), exclude_a=ex_a, exclude_b=ex_b, limit=len(fit.links) + P
+            )
+        else:
+            new = greedy_one_to_one(cand, cpost, exclude_a=ex_a, exclude_b=ex_b)
+        info.update(threshold=float(thr), promoted=count_new(new, fit.links, fit.n_b))
+        if len(new):
+            fit.set_links(new, fit.table.posterior_mean(new), fit.table.votes(new))
+        return info
+
+
+class CappedPromotion(PaperPromotion):
+    """SPEC's capped rule (module docstring).
+
+    Parameters
+    ----------
+    small_pool : int
+        Below this pool size views are random ``subsample`` subsets.
+    subsample : float
+        Fraction of the pool per view while the pool is small.
+    min_views : int
+        Views per round at least while the pool is small.
+    posterior, vote_fraction
+        As for :class:`PaperPromotion`.
+    """
+
+    name = "capped"
+    _capped = True
+
+    def __init__(
+        self,
+        *,
+        small_pool: int = 50,
+        subsample: float = 0.7,
+        min_views: int = 20,
+        posterior: bool = True,
+        vote_fraction: float = 0.5,
+    ):
+        super().__init__(small_pool=small_pool, posterior=posterior, vote_fraction=vote_fraction)
+        self.subsample = check_fraction(subsample, "subsample")
+        self.min_views = check_int(min_views, "min_views", low=1)
+
+    def _views(self, fit: FitState, pool: np.ndarray):
+        P = len(pool)
+        if P >= self.small_pool:
+            yield from super()._views(fit, pool)
+            return
+        m, _ = fit.schedule(P)
+        subset_size = max(2, math.ceil(self.subsample * P))
+        for _ in range(max(m, self.min_views)):
+            sub = fit.rng.choice(P, size=subset_size, replace=False)
+            yield fit.view(pool, subset_size, sub)
+
+
+class ValidatedPromotion(PromotionRule):
+    """Our default rule (module docstring).
+
+    Parameters
+    ----------
+    subsample : float
+        Fraction of the pool per view.
+    min_views : int
+        Views per round at least.
+    max_view_anchors : int
+        Anchors per view at most (farthest-point sampling thins larger views).
+    posterior, vote_fraction
+        As for :class:`PaperPromotion`.
+    final_pass : bool
+        Link the rows left over with the whole pool after the last round.
+    score_filter : bool
+        In the final pass drop links whose CSLS score falls in the lower Otsu
+        class (rows whose object is missing on the other side still find a
+        mutual neighbour, with lower scores).
+    folds : int
+        Folds of the final pass's cross-validation.
+    """
+
+    name = "validated"
+
+    def __init__(
+        self,
+        *,
+        subsample: float = 0.7,
+        min_views: int = 20,
+        max_view_anchors: int = 256,
+        posterior: bool = True,
+        vote_fraction: float = 0.5,
+        final_pass: bool = True,
+        score_filter: bool = True,
+        folds: int = 3,
+    ):
+        self.subsample = check_fraction(subsample, "subsample")
+        self.min_views = check_int(min_views, "min_views", low=1)
+        self.max_view_anchors = check_int(max_view_anchors, "max_view_anchors", low=2)
+        self.posterior = bool(posterior)
+        self.vote_fraction = check_fraction(vote_fraction, "vote_fraction")
+        self.final_pass = bool(final_pass)
+        self.score_filter = bool(score_filter)
+        self.folds = check_int(folds, "folds", low=2)
+
+    def grow(self, fit: FitState, propose: Proposer) -> Info:
+        pool = fit.pool()
+        P, S = len(pool), fit.n_seeds
+        m, _ = fit.schedule(P)
+        m = max(m, self.min_views)
+        # views keep a fixed fraction of the pool: shrinking them (the paper's s_t) starves weak
+        # encoder pairs of anchors; beyond max_view_anchors FPS thins the view for speed
+        sub_size = max(2, math.ceil(self.subsample * P))
+        size = min(sub_size, max(self.max_view_anchors, S))
+        in_view = np.zeros((m, P), bool)
+        kept_pairs, kept_scores, sizes = [], [], []
+        correct = wrong = 0
+        seed_pos_a = _positions_of(fit.seeds[:, 0], fit.n_a)
+        seed_pos_b = _positions_of(fit.seeds[:, 1], fit.n_b)
+        pos_a, pos_b = _positions_of(pool[:, 0], fit.n_a), _positions_of(pool[:, 1], fit.n_b)
+        for v in range(m):
+            sub = fit.rng.choice(P, size=sub_size, replace=False)
+            view = fit.view(pool, size, sub)
+            in_view[v, view] = True
+            sizes.append(len(view))
+            SA, SB = fit.signatures(pool[view])
+            pairs, scores = propose(
+                SA, SB, k=fit.k, csls_k=fit.csls_k, exclude_a=pool[view, 0], exclude_b=pool[view, 1]
+            )
+            # held-out seeds: a proposal touching a seed row is right only if it is the seed pair
+            sa, sb = seed_pos_a[pairs[:, 0]], seed_pos_b[pairs[:, 1]]
+            touch = (sa >= 0) | (sb >= 0)
+            ok = touch & (sa == sb)
+            correct += int(ok.sum())
+            wrong += int((touch & ~ok).sum())
+            kept_pairs.append(pairs[~touch])
+            kept_scores.append(scores[~touch])
+        uniq, mean_csls, votes = merge_views(kept_pairs, kept_scores, fit.n_b)
+        est_precision = correct / (correct + wrong) if correct + wrong else 0.0
+        info: Info = {
+            "pool": P,
+            "views": m,
+            "anchors": int(np.median(sizes)),
+            "proposals": len(uniq),
+            "holdout_precision": round(est_precision, 4),
+            "holdout_recall": round(float(correct / max(1, (~in_view[:, :S]).sum())), 4),
+        }
+        if len(uniq) == 0:
+            info.update(promoted=0, threshold=None)
+            return info
+        # views in which a pair could vote: neither of its rows was an anchor there
+        pa, pb = pos_a[uniq[:, 0]], pos_b[uniq[:, 1]]
+        blocked = (in_view[:, np.maximum(pa, 0)] & (pa >= 0)) | (in_view[:, np.maximum(pb, 0)] & (pb >= 0))
+        n_elig = m - blocked.sum(axis=0)
+        post = (1.0 + votes) / (2.0 + n_elig)
+        if self.posterior:
+            thr = kernels.otsu_threshold(post)
+            keep = (post > thr) & (votes >= 2)
+        else:
+            thr = self.vote_fraction
+            keep = votes >= self.vote_fraction * np.maximum(n_elig, 1)
+        # growth follows the measured precision: grow by (precision x pool) while the held-out
+        # precision does not fall; when it falls, keep the size and only re-rank (swap links)
+        improving = est_precision >= fit.best_precision
+        fit.best_precision = max(fit.best_precision, est_precision)
+        limit = len(fit.links) + (max(S, math.ceil(est_precision * P)) if improving else 0)
+        new = greedy_one_to_one(
+            uniq[keep],
+            rank_by(post[keep], mean_csls[keep]),
+            exclude_a=fit.seeds[:, 0],
+            exclude_b=fit.seeds[:, 1],
+            limit=limit,
+        )
+        info.update(threshold=float(thr), promoted=count_new(new, fit.links, fit.n_b), limit=int(limit))
+        if len(new):
+            idx = positions(uniq, new, fit.n_b)
+            fit.set_links(new, post[idx], votes[idx])
+        return info
+
+    @property
+    def has_final_pass(self) -> bool:
+        return self.final_pass
+
+    def finish(self, fit: FitState, propose: Proposer) -> Optional[Info]:
+        """Cross-validated relinking with the whole pool.
+
+        The pool links are split into ``folds`` parts; view ``f`` uses every
+        anchor except part ``f`` (seeds always), so each link is judged once
+        by anchors that do not contain it and must be re-proposed there to
+        survive. Rows outside the pool are judged by all views and linked
+        when a majority proposes the same partner.
+        """
+        if not self.final_pass or not len(fit.links):
+            return None
+        folds, S, links = self.folds, fit.n_seeds, fit.links
+        fold = fit.rng.permutation(len(links)) % folds
+        proposals, fold_scores = [], []
+        for f in range(folds):
+            anchors = np.concatenate([fit.seeds, links[fold != f]])
+            SA, SB = fit.signatures(anchors)
+            pairs, scores = propose(
+                SA, SB, k=fit.k, csls_k=fit.csls_k, exclude_a=anchors[:, 0], exclude_b=anchors[:, 1]
+            )
+            proposals.append(pairs)
+            fold_scores.append(scores)
+        uniq, mean_score, votes = merge_views(proposals, fold_scores, fit.n_b)
+        touches_pool = np.isin(uniq[:, 0], links[:, 0]) | np.isin(uniq[:, 1], links[:, 1])
+        is_link = contains(links, uniq, fit.n_b)
+        keep = np.where(touches_pool, is_link, votes * 2 > folds)
+        # rows without a partner on the other side still find a mutual neighbour; their CSLS
+        # scores sit in a lower mode, which Otsu separates when the overlap is partial
+        thr = kernels.otsu_threshold(mean_score[keep]) if keep.sum() > 1 and self.score_filter else -np.inf
+        keep &= mean_score > thr
+        # confirmed pool links first, then new majority pairs; greedy keeps it one-to-one
+        rank = rank_by(is_link[keep].astype(np.float64), votes[keep].astype(np.float64))
+        final = greedy_one_to_one(uniq[keep], rank, exclude_a=fit.seeds[:, 0], exclude_b=fit.seeds[:, 1])
+        # a confirmed link keeps its round posterior and votes; a new one gets its fold share
+        confirmed = contains(links, final, fit.n_b)
+        order = np.argsort(pair_keys(links, fit.n_b))
+        at_link = order[positions(links[order], final[confirmed], fit.n_b)]
+        post = votes[positions(uniq, final, fit.n_b)] / folds
+        post[confirmed] = fit.link_post[at_link]
+        vts = np.zeros(len(final), np.int64)
+        vts[confirmed] = fit.link_votes[at_link]
+        n_confirmed = int(confirmed.sum())
+        info: Info = {
+            "pool": len(links) + S,
+            "views": folds,
+            "anchors": int(len(links) * (folds - 1) / folds) + S,
+            "proposals": len(uniq),
+            "final_pass": True,
+            "threshold": float(thr),
+            "promoted": len(final) - n_confirmed,
+            "dropped": len(links) - n_confirmed,
+        }
+        fit.set_links(final, post, vts)
+        return info
+
+
+def _positions_of(rows: np.ndarray, n: int) -> np.ndarray:
+    """``pos[row] = index of row in rows``, -1 for rows not listed."""
+    pos = np.full(n, -1, np.int64)
+    pos[rows] = np.arange(len(rows))
+    return pos
+
+
+_RULES = {"paper": PaperPromotion, "capped": CappedPromotion, "validated": ValidatedPromotion}
+PROMOTIONS = tuple(_RULES)
+
+
+def make_rule(promotion: Union[str, PromotionRule]) -> PromotionRule:
+    """A rule object from its name (``"paper"``, ``"capped"``, ``"validated"``) or the object itself."""
+    if isinstance(promotion, PromotionRule):
+        return promotion
+    return _RULES[check_choice(promotion, "promotion", PROMOTIONS)]()

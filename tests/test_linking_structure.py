@@ -1,0 +1,147 @@
+"""GEH's pieces as objects: reentrant fits, rule choices that matter, the pair helpers, mutual NN."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from _linking_data import linking_problem
+from crossembed import reference
+from crossembed.linking import (
+    CappedPromotion,
+    GEHLinker,
+    PaperPromotion,
+    ValidatedPromotion,
+    greedy_one_to_one,
+)
+from crossembed.linking._inputs import mutual_nearest
+from crossembed.linking.pairs import count_new, merge_views, pair_keys, positions, rank_by
+from crossembed.linking.promotion import make_rule
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return linking_problem(400, noise=0.05, seed=3)
+
+
+def _link(problem, **kw):
+    A, B, split = problem
+    kw.setdefault("random_state", 0)
+    kw.setdefault("max_iter", 3)
+    return GEHLinker(show_progress_bar=False, **kw).link(A, B, split.seeds)
+
+
+def test_fit_returns_self_and_is_reentrant(problem):
+    A, B, split = problem
+    A2, B2, split2 = linking_problem(300, noise=0.05, seed=4)
+    linker = GEHLinker(random_state=0, max_iter=3, show_progress_bar=False)
+    assert linker.fit(A, B, split.seeds) is linker
+    first = linker.result_
+    alone = linker.link(A2, B2, split2.seeds)
+    out = {}
+
+    def run(name, a, b, s):
+        out[name] = linker.link(a, b, s)
+
+    threads = [
+        threading.Thread(target=run, args=("1", A, B, split.seeds)),
+        threading.Thread(target=run, args=("2", A2, B2, split2.seeds)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    np.testing.assert_array_equal(out["1"].links, first.links)
+    np.testing.assert_array_equal(out["2"].links, alone.links)
+    # a second fit starts from scratch: the same links as the first
+    np.testing.assert_array_equal(linker.fit(A, B, split.seeds).result_.links, first.links)
+
+
+def test_rule_names_map_to_their_classes():
+    assert type(make_rule("paper")) is PaperPromotion
+    assert type(make_rule("capped")) is CappedPromotion
+    assert type(make_rule("validated")) is ValidatedPromotion
+    rule = ValidatedPromotion(min_views=7)
+    assert GEHLinker(promotion=rule).promotion is rule
+    with pytest.raises(ValueError, match="promotion"):
+        make_rule("best")
+    with pytest.raises(ValueError, match="min_views"):
+        ValidatedPromotion(min_views=0)
+    with pytest.raises(ValueError, match="subsample"):
+        CappedPromotion(subsample=1.5)
+
+
+def test_paper_promotes_on_the_threshold_capped_does_not(problem):
+    # round 0, pool 15 < small_pool: every paper view is identical, so every proposal has the same
+    # posterior and `>=` promotes them all; the capped rule's `>` keeps the upper Otsu class only
+    paper = _link(problem, promotion="paper", max_iter=1).history[0]
+    capped = _link(problem, promotion="capped", max_iter=1).history[0]
+    assert paper["promoted"] == paper["proposals"]
+    assert capped["promoted"] < capped["proposals"]
+    assert capped["promoted"] <= capped["pool"]  # the cap: at most as many new links as the pool
+
+
+def test_validated_growth_follows_the_holdout_precision(problem):
+    res = _link(problem, promotion=ValidatedPromotion(min_views=6, final_pass=False), max_iter=4)
+    links_before = 0
+    best = 0.0
+    for h in res.history:
+        p = h["holdout_precision"]
+        # grow by max(seeds, precision x pool) while precision does not fall, else not at all
+        grow = max(15, int(np.ceil(p * h["pool"]))) if p >= best else 0
+        assert h["limit"] == links_before + grow
+        assert h["links"] <= h["limit"]
+        best = max(best, p)
+        links_before = h["links"]
+    assert "final_pass" not in res.history[-1]
+
+
+def test_final_pass_switch_and_score_filter_change_the_result(problem):
+    on = _link(problem, max_iter=4)
+    off = _link(problem, max_iter=4, promotion=ValidatedPromotion(final_pass=False))
+    unfiltered = _link(problem, max_iter=4, promotion=ValidatedPromotion(score_filter=False))
+    assert on.history[-1].get("final_pass") and not off.history[-1].get("final_pass")
+    assert len(unfiltered) >= len(on)
+    assert on.history[-1]["threshold"] > -np.inf and unfiltered.history[-1]["threshold"] == -np.inf
+
+
+def test_pair_helpers():
+    pairs = np.array([[2, 1], [0, 3], [2, 1], [1, 0]])
+    uniq, mean, votes = merge_views([pairs[:2], pairs[2:]], [np.array([1.0, 2.0]), np.array([3.0, 4.0])], n_b=5)
+    np.testing.assert_array_equal(uniq, [[0, 3], [1, 0], [2, 1]])
+    np.testing.assert_allclose(mean, [2.0, 4.0, 2.0])
+    np.testing.assert_array_equal(votes, [1, 1, 2])
+    np.testing.assert_array_equal(positions(uniq, np.array([[2, 1], [0, 3]]), 5), [2, 0])
+    np.testing.assert_array_equal(pair_keys(uniq, 5), [3, 5, 11])
+    assert count_new(np.array([[0, 3], [4, 4]]), uniq, 5) == 1
+    # rank_by: primary desc, then secondary desc
+    r = rank_by(np.array([1.0, 1.0, 2.0]), np.array([0.1, 0.5, 0.0]))
+    assert list(np.argsort(-r)) == [2, 1, 0]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_greedy_one_to_one_matches_the_reference(seed):
+    rng = np.random.default_rng(seed)
+    pairs = rng.integers(0, 12, size=(60, 2))
+    scores = rng.integers(0, 4, size=60).astype(np.float64)  # many ties
+    kw = dict(exclude_a=[3], exclude_b=[5, 7], limit=6)
+    got = greedy_one_to_one(pairs, scores, threshold=0.5, **kw)
+    np.testing.assert_array_equal(got, reference.greedy_one_to_one(pairs, scores, 0.5, [3], [5, 7], 6))
+    with pytest.raises(ValueError, match="limit"):
+        greedy_one_to_one(pairs, scores, limit=-1)
+
+
+def test_mutual_nearest_needs_both_directions():
+    # row 0 of X likes column 0 best, but column 0 likes row 1 better: not mutual
+    X = np.array([[1.0, 0.0], [0.99, 0.141], [0.0, 1.0]], np.float32)
+    Y = np.array([[0.995, 0.0998], [0.0, 1.0]], np.float32)
+    pairs, sims = mutual_nearest(X, Y)
+    assert {tuple(p) for p in pairs.tolist()} == {(1, 0), (2, 1)}
+    assert (np.diff(sims) <= 0).all()
+    # excluding row 1 leaves column 0 to row 0
+    pairs, _ = mutual_nearest(X, Y, exclude_a=[1])
+    assert {tuple(p) for p in pairs.tolist()} == {(0, 0), (2, 1)}
+    # tiles do not change the answer
+    big = np.random.default_rng(0).standard_normal((50, 8)).astype(np.float32)
+    other = big + 0.3 * np.random.default_rng(1).standard_normal((50, 8)).astype(np.float32)
+    np.testing.assert_array_equal(mutual_nearest(big, other, tile=7)[0], mutual_nearest(big, other)[0])
