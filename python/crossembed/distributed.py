@@ -20,11 +20,11 @@ the whole matrices (float64 throughout). Nothing larger than
 
 from __future__ import annotations
 
-import numbers
 from typing import Optional, Tuple
 
 import numpy as np
 
+from crossembed._validation import check_int
 from crossembed.linking._inputs import active_rows
 from crossembed.linking.pairs import greedy_one_to_one, pair_keys, positions
 
@@ -65,9 +65,7 @@ def sharded_csls_mutual_topk(
     SB = np.ascontiguousarray(SB, dtype=np.float64)
     if SA.ndim != 2 or SB.ndim != 2 or SA.shape[1] != SB.shape[1]:
         raise ValueError(f"SA and SB must be 2-D with the same width, got {SA.shape} and {SB.shape}")
-    for val, name in ((k, "k"), (csls_k, "csls_k")):
-        if isinstance(val, bool) or not isinstance(val, numbers.Integral) or val < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {val!r}")
+    k, csls_k = check_int(k, "k", low=1), check_int(csls_k, "csls_k", low=1)
     rows = active_rows(exclude_a, len(SA))
     cols = active_rows(exclude_b, len(SB))
     if rows.size == 0 or cols.size == 0:
@@ -136,12 +134,8 @@ class DaskProposer:
     def __init__(self, client, *, n_shards: Optional[int] = None):
         if not hasattr(client, "submit") or not hasattr(client, "scatter"):
             raise TypeError(f"client must be a dask.distributed.Client, got {type(client).__name__}")
-        if n_shards is not None and (
-            isinstance(n_shards, bool) or not isinstance(n_shards, numbers.Integral) or n_shards < 1
-        ):
-            raise ValueError(f"n_shards must be an integer >= 1, got {n_shards!r}")
         self.client = client
-        self.n_shards = n_shards
+        self.n_shards = None if n_shards is None else check_int(n_shards, "n_shards", low=1)
 
     def __call__(self, SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None):
         return sharded_csls_mutual_topk(

@@ -5,13 +5,13 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import inspect
-import numbers
 import os
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from crossembed._validation import check_int
 from crossembed.encoders.base import (
     BaseEncoder,
     PathLike,
@@ -72,9 +72,7 @@ class CallableEncoder(BaseEncoder):
         self.name = name if name is not None else getattr(fn, "__qualname__", type(fn).__name__)
         if not isinstance(self.name, str) or not self.name:
             raise TypeError("name must be a non-empty string")
-        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 1):
-            raise ValueError(f"dim must be a positive integer, got {dim!r}")
-        self._dim = None if dim is None else int(dim)
+        self._dim = None if dim is None else check_int(dim, "dim", low=1)
         try:
             self._pass_role = "role" in inspect.signature(fn).parameters
         except (TypeError, ValueError):  # builtins without a signature

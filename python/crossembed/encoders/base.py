@@ -4,14 +4,13 @@ batches, progress bar, L2 normalisation, thread limits."""
 from __future__ import annotations
 
 import contextlib
-import numbers
 import os
 from typing import Iterable, List, Optional, Protocol, Union, runtime_checkable
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from crossembed._validation import default_num_threads, resolve_num_threads
+from crossembed._validation import check_choice, check_int, default_num_threads, resolve_num_threads
 
 # encoders resolve num_threads=None like every other part of crossembed
 _threads = resolve_num_threads
@@ -73,17 +72,11 @@ def _check_texts(texts) -> List[str]:
 def _check_role(role) -> str:
     if not isinstance(role, str):
         raise TypeError(f"role must be a string, got {type(role).__name__}")
-    if role not in ROLES:
-        raise ValueError(f"role must be 'query' or 'passage', got {role!r}")
-    return role
+    return check_choice(role, "role", ROLES)
 
 
 def _check_batch_size(batch_size) -> int:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
-        raise TypeError(f"batch_size must be an integer, got {type(batch_size).__name__}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    return int(batch_size)
+    return check_int(batch_size, "batch_size", low=1)
 
 
 def _l2_normalise(x: np.ndarray) -> np.ndarray:

@@ -13,12 +13,12 @@ keeps Procrustes orthogonal (a rotation of the padded space).
 
 from __future__ import annotations
 
-import numbers
 import time
 from typing import Optional
 
 import numpy as np
 
+from crossembed._validation import check_int
 from crossembed.linking._inputs import check_link_inputs, mutual_nearest, unit_rows
 from crossembed.linking.result import LinkResult
 
@@ -87,8 +87,7 @@ def bootstrap_procrustes_link(A, B, seeds, *, n_iter: int = 10, max_pairs: Optio
         (default: all of them).
     """
     A, B, seeds = check_link_inputs(A, B, seeds)
-    if isinstance(n_iter, bool) or not isinstance(n_iter, numbers.Integral) or n_iter < 1:
-        raise ValueError(f"n_iter must be an integer >= 1, got {n_iter!r}")
+    n_iter = check_int(n_iter, "n_iter", low=1)
     dim = max(A.shape[1], B.shape[1])
     An, Bn = _pad(unit_rows(A), dim), _pad(unit_rows(B), dim)
     train = seeds

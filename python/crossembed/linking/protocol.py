@@ -8,13 +8,12 @@ order leaks nothing.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 from typing import Dict
 
 import numpy as np
 
-from crossembed._validation import as_int_matrix, check_random_state
+from crossembed._validation import as_int_matrix, check_fraction, check_int, check_random_state
 
 __all__ = ["OverlapSplit", "make_partial_overlap", "evaluate_links"]
 
@@ -56,12 +55,9 @@ def make_partial_overlap(n_objects: int, *, alpha: float = 0.3, n_seeds: int = 1
     -------
     OverlapSplit
     """
-    if isinstance(n_objects, bool) or not isinstance(n_objects, numbers.Integral) or n_objects < 2:
-        raise ValueError(f"n_objects must be an integer >= 2, got {n_objects!r}")
-    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < alpha <= 1:
-        raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
-    if isinstance(n_seeds, bool) or not isinstance(n_seeds, numbers.Integral) or n_seeds < 1:
-        raise ValueError(f"n_seeds must be an integer >= 1, got {n_seeds!r}")
+    n_objects = check_int(n_objects, "n_objects", low=2)
+    alpha = check_fraction(alpha, "alpha")
+    n_seeds = check_int(n_seeds, "n_seeds", low=1)
     n_overlap = int(round(alpha * n_objects))
     if n_overlap <= n_seeds:
         raise ValueError(f"the overlap ({n_overlap} objects) must be larger than n_seeds ({n_seeds})")
