@@ -184,9 +184,9 @@ def _link_scale(args) -> int:
     from crossembed.experiments.link_scale import plot_scaling, time_scaling
 
     records = time_scaling(
-        parse_ints(args.sizes, "sizes"),
+        parse_ints(args.sizes, "sizes") if args.sizes.strip() else [],
         max_iter=args.max_iter,
-        view_sizes=parse_ints(args.view_sizes, "view-sizes") if args.view_sizes else (),
+        view_sizes=parse_ints(args.view_sizes, "view-sizes") if args.view_sizes.strip() else [],
         results_path=args.results,
         candidates=args.candidates,
         log=lambda s: print(s, file=sys.stderr, flush=True),
