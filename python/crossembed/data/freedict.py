@@ -181,16 +181,6 @@ def _parse_translations(lines: Iterable[str]) -> Tuple[str, ...]:
     return tuple(translations)
 
 
-def _parse_entry(text: str, lang: str) -> Optional[DictEntry]:
-    """Parse one dictd entry; ``None`` when it has no headword or no translation."""
-    lines = text.split("\n")
-    head, tags = _parse_head(lines[0])
-    translations = _parse_translations(lines[1:])
-    if not head or not translations:
-        return None
-    return DictEntry(head, lang, tags, translations)
-
-
 def _parse_files(
     index_path: str, dict_path: str, lang: str, single_word: bool, nouns_only: bool
 ) -> Tuple[DictEntry, ...]:
