@@ -28,17 +28,23 @@ def is_user_error(exc: BaseException) -> bool:
     """Whether ``exc`` is the user's to fix (one line, exit 2) rather than a bug (traceback).
 
     Missing files, unreadable paths and missing optional packages always are.
-    A ``ValueError`` is when crossembed's own code raised it - its boundary
-    checks name the argument; one raised inside numpy, torch or another
-    library means crossembed passed it something wrong, which is a bug.
-    ``TypeError``, ``KeyError`` and the rest are bugs: the CLI builds every
-    argument itself, so a wrong type is never the user's.
+    A ``ValueError`` is when a ``raise`` statement in crossembed's own code
+    raised it - its boundary checks name the argument. One raised inside
+    numpy, torch or another library (or by an operation such as a matmul of
+    the wrong shapes in crossembed's code) means crossembed computed
+    something wrong, which is a bug. ``TypeError``, ``KeyError`` and the rest
+    are bugs: the CLI builds every argument itself, so a wrong type is never
+    the user's.
     """
     if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ImportError)):
         return True
     if isinstance(exc, ValueError):
         frames = traceback.extract_tb(exc.__traceback__)
-        return bool(frames) and str(Path(frames[-1].filename).resolve()).startswith(_PACKAGE_DIR)
+        if not frames:
+            return False
+        last = frames[-1]
+        ours = str(Path(last.filename).resolve()).startswith(_PACKAGE_DIR)
+        return ours and (last.line or "").lstrip().startswith("raise")
     return False
 
 
