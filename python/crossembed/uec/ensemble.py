@@ -281,19 +281,6 @@ class UECEnsemble:
         mc, vc = self._scoring_inputs(b, "b")
         return kernels.probit_scores(mq, vq, mc, vc, num_threads=num_threads)
 
-    def index(self, docs, **kwargs):
-        """A searchable :class:`~crossembed.uec.UECIndex` over ``docs`` (texts or a passage GaussianEmbedding)."""
-        from crossembed.uec.index import UECIndex
-
-        texts = None
-        show = kwargs.pop("show_progress_bar", True)
-        if isinstance(docs, GaussianEmbedding):
-            emb = docs
-        else:
-            texts = list(docs)
-            emb = self.encode(texts, role="passage", show_progress_bar=show)
-        return UECIndex(emb, ensemble=self, texts=texts, **kwargs)
-
     # ------------------------------------------------------------------ persistence
     def get_state(self) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
         """Arrays (prefixed ``m{k}.``) and JSON metadata of the whole ensemble."""
