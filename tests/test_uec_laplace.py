@@ -266,3 +266,30 @@ def test_score_scale_is_the_spread_of_unrelated_cosines():
     cross = a @ p.T
     expected = cross[~np.eye(40, dtype=bool)].std()
     assert emb.score_scale_ == pytest.approx(expected, rel=1e-5)
+
+
+def _cos(a, b):
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def test_score_scale_leaves_out_the_matching_pairs():
+    # Definition: the std of the cosines between anchor i and positive j of
+    # *another* pair (i != j). Positives are near-copies of their anchors, so
+    # counting the matching pairs (cosine ~1) would move the estimate a lot.
+    rng = np.random.default_rng(12)
+    m = 30
+    A = rng.standard_normal((m, 6))
+    P = A + 0.05 * rng.standard_normal((m, 6))
+    unrelated = [_cos(A[i], P[j]) for i in range(m) for j in range(m) if i != j]
+    matching = [_cos(A[i], P[i]) for i in range(m)]
+    emb = LaplaceEmbedder(None, prior_precision=1.0, batch_size=10).fit_embeddings(A, P)
+    assert emb.score_scale_ == pytest.approx(np.std(unrelated), rel=1e-6)
+    assert abs(np.std(unrelated + matching) - np.std(unrelated)) > 0.01  # the test can tell the two apart
+
+
+def test_score_scale_of_orthogonal_unrelated_texts_is_the_floor():
+    # anchor i and positive i are the same basis vector: every unrelated cosine is exactly 0,
+    # so the spread is 0 (floored at 1e-12); the matching pairs alone would give sqrt(m-1)/m
+    A = np.eye(12)
+    emb = LaplaceEmbedder(None, prior_precision=1.0, batch_size=4).fit_embeddings(A, A.copy())
+    assert emb.score_scale_ == pytest.approx(1e-12)
