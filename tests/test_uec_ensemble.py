@@ -195,3 +195,18 @@ def test_score_calibration_puts_models_on_one_footing_and_keeps_the_overall_scal
     # documents stay unweighted unit blocks
     for b in np.split(ens.combine(qc, role="passage").mean.astype(np.float64), cuts, axis=1):
         np.testing.assert_allclose(np.linalg.norm(b, axis=1), 1.0, rtol=1e-5)
+
+
+def test_random_state_seeds_the_projections_and_older_files_still_load():
+    embs = [_embedder(8, 0), _embedder(6, 1)]
+    comps = _components(embs)
+    ens = UECEnsemble(embs, mixing="embedding", random_state=3)
+    arrays, meta = ens.get_state()
+    assert meta["random_state"] == 3
+    old = {k: v for k, v in meta.items() if k != "random_state"} | {"projection_seed": 3}  # before the rename
+    for back in (UECEnsemble.from_state(arrays, meta), UECEnsemble.from_state(arrays, old)):
+        np.testing.assert_array_equal(back.combine(comps).mean, ens.combine(comps).mean)
+    drawn = UECEnsemble(embs, mixing="embedding", random_state=np.random.default_rng(5))
+    assert isinstance(drawn.random_state, int)
+    with pytest.raises(TypeError, match="random_state"):
+        UECEnsemble(embs, random_state="x")

@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 
 from crossembed import kernels
 from crossembed._validation import as_matrix, check_positive, check_random_state
+from crossembed.uec._random import int_seed
 from crossembed.uec.gaussian import GaussianEmbedding, normalize_gaussian
 from crossembed.uec.laplace import LaplaceEmbedder
 
@@ -123,9 +124,10 @@ class UECEnsemble:
         between unrelated fit texts (:attr:`LaplaceEmbedder.score_scale_`),
         so an anisotropic model (e5: unrelated texts at ~0.78) is not drowned
         out by models with a wider score range. Measured in ``docs/uec.md``.
-    projection_seed : int
+    random_state : int, Generator or None
         Seed of the projections used when ``mixing="embedding"`` and the
-        models' dimensions differ.
+        models' dimensions differ (None or a Generator: one int seed is
+        drawn and kept, so a saved ensemble rebuilds the same projections).
     """
 
     def __init__(
@@ -138,7 +140,7 @@ class UECEnsemble:
         standardize: bool = True,
         use_variance: bool = True,
         calibrate_scores: bool = True,
-        projection_seed: int = 0,
+        random_state=0,
     ):
         embedders = list(embedders) if not isinstance(embedders, LaplaceEmbedder) else [embedders]
         if not embedders:
@@ -165,12 +167,12 @@ class UECEnsemble:
         self.standardize = bool(standardize)
         self.use_variance = bool(use_variance)
         self.calibrate_scores = bool(calibrate_scores)
-        self.projection_seed = int(projection_seed)
+        self.random_state = int_seed(random_state)
         dims = [e.dim for e in embedders]
         self._proj: Dict[int, np.ndarray] = {}
         if mixing == "embedding" and len(set(dims)) > 1:
             d = min(dims)
-            self._proj = {k: _projection(dk, d, self.projection_seed + k) for k, dk in enumerate(dims) if dk != d}
+            self._proj = {k: _projection(dk, d, self.random_state + k) for k, dk in enumerate(dims) if dk != d}
 
     @property
     def n_models(self) -> int:
@@ -299,7 +301,7 @@ class UECEnsemble:
             "standardize": self.standardize,
             "use_variance": self.use_variance,
             "calibrate_scores": self.calibrate_scores,
-            "projection_seed": self.projection_seed,
+            "random_state": self.random_state,
         }
         return arrays, meta
 
@@ -322,7 +324,7 @@ class UECEnsemble:
             standardize=meta["standardize"],
             use_variance=meta["use_variance"],
             calibrate_scores=meta.get("calibrate_scores", False),
-            projection_seed=meta["projection_seed"],
+            random_state=meta["random_state"] if "random_state" in meta else meta["projection_seed"],  # older files
         )
 
     def __repr__(self) -> str:

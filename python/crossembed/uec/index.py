@@ -13,7 +13,6 @@ texts and the fitted ensemble (so ``index search`` can encode text queries).
 
 from __future__ import annotations
 
-import numbers
 import os
 import tempfile
 from pathlib import Path
@@ -23,7 +22,8 @@ import numpy as np
 
 from crossembed import kernels
 from crossembed._io import CorruptFileError, load_arrays, save_arrays
-from crossembed._validation import check_int, check_k, check_num_threads, check_random_state
+from crossembed._validation import check_int, check_k, check_num_threads
+from crossembed.uec._random import int_seed
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
 
@@ -39,13 +39,6 @@ def _hnswlib():
     except ImportError as exc:  # pragma: no cover - hnswlib is an optional dependency
         raise ImportError("UECIndex needs hnswlib: pip install 'crossembed[index]'") from exc
     return hnswlib
-
-
-def _graph_seed(random_state) -> int:
-    """hnswlib wants an int: an int seed is used as it is (saved indexes keep their graphs), else one is drawn."""
-    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
-        return int(random_state)
-    return int(check_random_state(random_state).integers(2**31 - 1))
 
 
 def _pack_texts(texts: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
@@ -119,7 +112,7 @@ class UECIndex:
         if use_variance is None:
             use_variance = True if ensemble is None else ensemble.use_variance
         self.use_variance = bool(use_variance)
-        self.random_state = _graph_seed(random_state)
+        self.random_state = int_seed(random_state)
         check_num_threads(num_threads)
         self.num_threads = num_threads
         v = docs.var if self.use_variance else np.zeros_like(docs.var)
