@@ -191,7 +191,7 @@ def _uec_eval(args) -> int:
 
 def _uec_perf(args) -> int:
     from crossembed._io import atomic_write
-    from crossembed.experiments.uec_eval import benchmark_encode, benchmark_fit, benchmark_search, render_perf_markdown
+    from crossembed.experiments.uec_perf import benchmark_encode, benchmark_fit, benchmark_search, render_perf_markdown
 
     runs = []
     for spec in [s for s in args.sizes.split(",") if s.strip()]:
