@@ -38,7 +38,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from crossembed import kernels
-from crossembed._validation import as_matrix, check_positive, check_random_state
+from crossembed._validation import as_matrix, check_choice, check_positive, check_random_state
 from crossembed.uec._random import int_seed
 from crossembed.uec.gaussian import GaussianEmbedding, normalize_gaussian
 from crossembed.uec.laplace import LaplaceEmbedder
@@ -152,9 +152,7 @@ class UECEnsemble:
                 raise ValueError("every embedder must be fitted (call fit() or load())")
         self.embedders = embedders
         self.temperature = check_positive(temperature, "temperature")
-        if mixing not in _MIXINGS:
-            raise ValueError(f"mixing must be 'score' or 'embedding', got {mixing!r}")
-        self.mixing = mixing
+        self.mixing = check_choice(mixing, "mixing", _MIXINGS)
         if isinstance(weights, str):
             if weights not in ("uncertainty", "uniform"):
                 raise ValueError(f"weights must be 'uncertainty', 'uniform' or K numbers, got {weights!r}")
@@ -210,8 +208,7 @@ class UECEnsemble:
         role : {"query", "passage"}
             Only matters for ``mixing="score"`` (documents stay unweighted).
         """
-        if role not in _ROLES:
-            raise ValueError(f"role must be 'query' or 'passage', got {role!r}")
+        check_choice(role, "role", _ROLES)
         comps = list(components)
         if len(comps) != self.n_models:
             raise ValueError(f"components must hold {self.n_models} GaussianEmbeddings, got {len(comps)}")
@@ -256,8 +253,7 @@ class UECEnsemble:
         self, texts, *, role: str = "query", batch_size: int = 64, show_progress_bar: bool = True
     ) -> GaussianEmbedding:
         """Encode texts with every model and convolve: ``GaussianEmbedding(mean, var, weights)``."""
-        if role not in _ROLES:
-            raise ValueError(f"role must be 'query' or 'passage', got {role!r}")
+        check_choice(role, "role", _ROLES)
         bar = tqdm(self.embedders, desc=f"UEC encode ({role})", disable=not show_progress_bar, unit="model")
         comps = [e.encode(texts, role=role, batch_size=batch_size, show_progress_bar=False) for e in bar]
         return self.combine(comps, role=role)
