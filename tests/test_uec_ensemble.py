@@ -167,3 +167,46 @@ def test_bad_inputs(trio):
         GaussianEmbedding(np.ones((2, 3)), -np.ones((2, 3)))
     with pytest.raises(ValueError, match="shape"):
         GaussianEmbedding(np.ones((2, 3)), np.ones((2, 4)))
+
+
+def _anisotropic(D, seed, offset):
+    """An embedder whose texts share a common direction (like e5): unrelated cosines bunch up."""
+    rng = np.random.default_rng(seed)
+    A = rng.normal(size=(64, D)) + offset
+    P = A + 0.5 * rng.normal(size=(64, D))
+    return LaplaceEmbedder(None, batch_size=16, prior_precision=2.0).fit_embeddings(A, P)
+
+
+def test_score_calibration_puts_models_on_one_footing_and_keeps_the_overall_scale():
+    # Read the per-model factor c_k off the query blocks (uniform weights, unit means:
+    # block k has norm c_k / K) and check it against its definition: c_k * s_k is the
+    # same for every model (one footing) and prod_k c_k = 1 (overall magnitude kept).
+    models = [_anisotropic(8, 0, 0.0), _anisotropic(6, 1, 0.6), _anisotropic(8, 2, 1.5)]
+    s = np.array([e.score_scale_ for e in models])
+    assert s.max() > 1.5 * s.min()  # the models' spreads differ, so the factors must too
+    qc = _components(models, n=6, seed=7)
+    ens = UECEnsemble(models, weights="uniform", mixing="score")
+    D = [e.dim for e in models]
+    cuts = np.cumsum(D)[:-1]
+    blocks = np.split(ens.combine(qc, role="query").mean.astype(np.float64), cuts, axis=1)
+    c = np.array([np.linalg.norm(b, axis=1).mean() * len(models) for b in blocks])
+    np.testing.assert_allclose(c * s, (c * s)[0], rtol=1e-5)
+    assert math.prod(c) == pytest.approx(1.0, rel=1e-5)
+    # documents stay unweighted unit blocks
+    for b in np.split(ens.combine(qc, role="passage").mean.astype(np.float64), cuts, axis=1):
+        np.testing.assert_allclose(np.linalg.norm(b, axis=1), 1.0, rtol=1e-5)
+
+
+def test_random_state_seeds_the_projections_and_older_files_still_load():
+    embs = [_embedder(8, 0), _embedder(6, 1)]
+    comps = _components(embs)
+    ens = UECEnsemble(embs, mixing="embedding", random_state=3)
+    arrays, meta = ens.get_state()
+    assert meta["random_state"] == 3
+    old = {k: v for k, v in meta.items() if k != "random_state"} | {"projection_seed": 3}  # before the rename
+    for back in (UECEnsemble.from_state(arrays, meta), UECEnsemble.from_state(arrays, old)):
+        np.testing.assert_array_equal(back.combine(comps).mean, ens.combine(comps).mean)
+    drawn = UECEnsemble(embs, mixing="embedding", random_state=np.random.default_rng(5))
+    assert isinstance(drawn.random_state, int)
+    with pytest.raises(TypeError, match="random_state"):
+        UECEnsemble(embs, random_state="x")

@@ -108,3 +108,16 @@ def test_evaluate_task_end_to_end():
     md = render_markdown([res], command="crossembed uec-eval --test")
     assert "| UEC kron (score mixing) |" in md and "Findings" in md and "uec-eval --test" in md
     json.dumps(res, default=float)
+
+
+def test_perf_benchmarks_on_a_small_synthetic_index():
+    pytest.importorskip("hnswlib")
+    from crossembed.experiments.uec_perf import benchmark_fit, benchmark_search, render_perf_markdown
+
+    run = benchmark_search(2000, 64, n_queries=50, reranks=(20, 2000), M=8, ef_construction=50, show_progress_bar=False)
+    assert run["n_docs"] == 2000 and [a["rerank"] for a in run["ann"]] == [20, 2000]
+    assert run["ann"][-1]["recall@10_vs_exact"] > 0.99  # reranking every document is exact
+    fits = benchmark_fit(200, 64)
+    assert {(f["hessian"], f["curvature"]) for f in fits} == {(h, c) for h in ("kron", "diag") for c in ("ggn", "ef")}
+    md = render_perf_markdown([run], fits=fits, command="crossembed uec-perf --test")
+    assert "| 2,000 | 64 |" in md and "uec-perf --test" in md

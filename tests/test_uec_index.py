@@ -109,3 +109,46 @@ def test_bad_inputs(setup):
         index.search("a text", 3)
     with pytest.raises(ValueError, match="rerank"):
         index.search(queries, 3, rerank=0)
+
+
+class _WordEncoder:
+    """A deterministic bag-of-characters encoder (16-d) with the encode() protocol."""
+
+    def encode(self, texts, *, batch_size=64, show_progress_bar=False, role="query"):
+        out = np.full((len(texts), 16), 0.1, dtype=np.float32)
+        for i, t in enumerate(texts):
+            for ch in t:
+                out[i, ord(ch) % 16] += 1.0
+        return out
+
+
+def test_build_encodes_texts_as_passages_and_keeps_them():
+    rng = np.random.default_rng(3)
+    A = normalize_rows(rng.normal(size=(40, 16)))
+    P = normalize_rows(A + 0.3 * rng.normal(size=(40, 16)))
+    ens = UECEnsemble([LaplaceEmbedder(_WordEncoder(), batch_size=10).fit_embeddings(A, P)])
+    texts = ["apple pie", "banana split", "cherry tart", "date loaf", "elderberry jam"] * 4
+    index = UECIndex.build(ens, texts, show_progress_bar=False, M=8, rerank=10)
+    assert index.texts == texts and index.ensemble is ens
+    direct = UECIndex(ens.encode(texts, role="passage", show_progress_bar=False), M=8, rerank=10)
+    np.testing.assert_array_equal(index.docs.mean, direct.docs.mean)
+    s, i = index.search(["cherry tart"], 3, exact=True)
+    assert texts[i[0, 0]] == "cherry tart"
+    # a passage GaussianEmbedding is indexed as it is (no texts)
+    again = UECIndex.build(ens, direct.docs, M=8)
+    assert again.texts is None and len(again) == len(texts)
+    with pytest.raises(TypeError, match="UECEnsemble"):
+        UECIndex.build(object(), texts)
+    with pytest.raises(TypeError, match="one string"):
+        UECIndex.build(ens, "one text")
+
+
+def test_random_state_int_is_the_graph_seed_and_others_draw_one():
+    docs = _clustered(50, 8, 4)
+    assert UECIndex(docs, M=8, random_state=7).random_state == 7
+    a = UECIndex(docs, M=8, random_state=np.random.default_rng(1)).random_state
+    b = UECIndex(docs, M=8, random_state=np.random.default_rng(1)).random_state
+    assert a == b and isinstance(a, int)
+    assert isinstance(UECIndex(docs, M=8, random_state=None).random_state, int)
+    with pytest.raises(TypeError, match="random_state"):
+        UECIndex(docs, M=8, random_state="seed")

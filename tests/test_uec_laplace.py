@@ -7,7 +7,8 @@ import pytest
 
 from crossembed._io import CorruptFileError
 from crossembed.uec import GaussianEmbedding, LaplaceEmbedder
-from crossembed.uec.laplace import diag_curvature, kron_factors, normalize_rows
+from crossembed.uec.curvature import diag_curvature, kron_factors, normalize_rows
+from crossembed.uec.posteriors import DiagPosterior, KronPosterior
 
 torch = pytest.importorskip("torch")
 TAU = 0.3
@@ -81,14 +82,14 @@ def test_kron_factors_match_autograd():
 
 def _brute_variance(emb, H):
     """Var(W h) from the full D^2 x D^2 posterior covariance (vec index j*D + i)."""
-    st = emb._state
+    st = emb.posterior_
     D = H.shape[1]
     lam = emb.prior_precision_
     if emb.hessian == "diag":
-        prec = np.diag(st["H"].T.ravel() + lam)
+        prec = np.diag(st.H.T.ravel() + lam)
     else:
-        Af = st["u_in"] @ np.diag(st["s_in"]) @ st["u_in"].T
-        Gf = st["u_out"] @ np.diag(st["s_out"]) @ st["u_out"].T
+        Af = st.u_in @ np.diag(st.s_in) @ st.u_in.T
+        Gf = st.u_out @ np.diag(st.s_out) @ st.u_out.T
         prec = np.kron(Af, Gf) + lam * np.eye(D * D)
     cov = np.linalg.inv(prec)
     out = []
@@ -126,11 +127,11 @@ def test_identity_head_keeps_the_mean():
 def test_marglik_closed_form_and_argmax(hessian):
     A, P = _pairs(B=24, D=3, seed=5)
     emb = LaplaceEmbedder(None, hessian=hessian, loss_temperature=TAU, batch_size=8).fit_embeddings(A, P)
-    st, D = emb._state, 3
+    st, D = emb.posterior_, 3
     if hessian == "diag":
-        H = np.diag(st["H"].ravel())
+        H = np.diag(st.H.ravel())
     else:
-        H = np.kron(st["u_in"] @ np.diag(st["s_in"]) @ st["u_in"].T, st["u_out"] @ np.diag(st["s_out"]) @ st["u_out"].T)
+        H = np.kron(st.u_in @ np.diag(st.s_in) @ st.u_in.T, st.u_out @ np.diag(st.s_out) @ st.u_out.T)
     for lam in (0.1, 2.0, 50.0):
         brute = 0.5 * D * D * math.log(lam) - 0.5 * np.linalg.slogdet(H + lam * np.eye(D * D))[1] - 0.5 * lam * D
         assert emb.log_marginal_likelihood(lam) == pytest.approx(brute, rel=1e-9)
@@ -177,6 +178,37 @@ def test_save_load_round_trip_and_corruption(tmp_path):
         (tmp_path / "short.lap").write_bytes(path.read_bytes()[:-50])
         with pytest.raises(CorruptFileError):
             LaplaceEmbedder.load(tmp_path / "short.lap")
+
+
+def test_hessian_string_class_and_instance_are_one_form():
+    A, P = _pairs(B=24, D=3, seed=9)
+    X = np.random.default_rng(9).normal(size=(5, 3))
+    fits = [
+        LaplaceEmbedder(None, hessian=h, prior_precision="marglik", batch_size=8).fit_embeddings(A, P)
+        for h in ("diag", DiagPosterior, DiagPosterior())
+    ]
+    for e in fits:
+        assert e.hessian == "diag" and isinstance(e.posterior_, DiagPosterior)
+        np.testing.assert_array_equal(e.transform(X).var, fits[0].transform(X).var)
+    kron = LaplaceEmbedder(None, hessian=KronPosterior, batch_size=8).fit_embeddings(A, P)
+    assert kron.hessian == "kron" and set(kron.get_state()[0]) >= set(KronPosterior.array_names)
+    # a template instance is copied, never fitted in place (refits start afresh)
+    template = KronPosterior()
+    LaplaceEmbedder(None, hessian=template, batch_size=8).fit_embeddings(A, P)
+    assert not template.is_fitted
+    with pytest.raises(TypeError, match="hessian"):
+        LaplaceEmbedder(None, hessian=3)
+    with pytest.raises(TypeError, match="hessian"):
+        LaplaceEmbedder(None, hessian=int)
+
+
+def test_saved_state_keeps_its_array_names():
+    # files written before the posterior classes existed must still load: the names are the format
+    A, P = _pairs(B=20, D=4, seed=10)
+    for hessian, names in (("diag", {"H"}), ("kron", {"s_in", "u_in", "s_out", "u_out"})):
+        arrays, meta = LaplaceEmbedder(None, hessian=hessian, batch_size=5).fit_embeddings(A, P).get_state()
+        assert set(arrays) == {"dim", "prior_precision", "n_pairs", "trace_stats", "score_scale"} | names
+        assert meta["hessian"] == hessian
 
 
 def test_encode_uses_the_encoder_with_roles():
@@ -234,3 +266,30 @@ def test_score_scale_is_the_spread_of_unrelated_cosines():
     cross = a @ p.T
     expected = cross[~np.eye(40, dtype=bool)].std()
     assert emb.score_scale_ == pytest.approx(expected, rel=1e-5)
+
+
+def _cos(a, b):
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def test_score_scale_leaves_out_the_matching_pairs():
+    # Definition: the std of the cosines between anchor i and positive j of
+    # *another* pair (i != j). Positives are near-copies of their anchors, so
+    # counting the matching pairs (cosine ~1) would move the estimate a lot.
+    rng = np.random.default_rng(12)
+    m = 30
+    A = rng.standard_normal((m, 6))
+    P = A + 0.05 * rng.standard_normal((m, 6))
+    unrelated = [_cos(A[i], P[j]) for i in range(m) for j in range(m) if i != j]
+    matching = [_cos(A[i], P[i]) for i in range(m)]
+    emb = LaplaceEmbedder(None, prior_precision=1.0, batch_size=10).fit_embeddings(A, P)
+    assert emb.score_scale_ == pytest.approx(np.std(unrelated), rel=1e-6)
+    assert abs(np.std(unrelated + matching) - np.std(unrelated)) > 0.01  # the test can tell the two apart
+
+
+def test_score_scale_of_orthogonal_unrelated_texts_is_the_floor():
+    # anchor i and positive i are the same basis vector: every unrelated cosine is exactly 0,
+    # so the spread is 0 (floored at 1e-12); the matching pairs alone would give sqrt(m-1)/m
+    A = np.eye(12)
+    emb = LaplaceEmbedder(None, prior_precision=1.0, batch_size=4).fit_embeddings(A, A.copy())
+    assert emb.score_scale_ == pytest.approx(1e-12)

@@ -38,7 +38,7 @@ def test_real_uec_index_finds_glosses(real, tmp_path):
 
     task, ens = real
     docs = task.documents[200:400]
-    index = ens.index(docs, show_progress_bar=False, M=16, rerank=50)
+    index = UECIndex.build(ens, docs, show_progress_bar=False, M=16, rerank=50)
     q = ens.encode(task.queries[200:400], show_progress_bar=False)
     assert q.weights.shape == (200, 2)
     np.testing.assert_allclose(q.weights.sum(axis=1), 1.0, rtol=1e-5)

@@ -22,6 +22,8 @@ from typing import Dict, List
 
 import numpy as np
 
+from crossembed.cli._common import add_num_threads
+
 _DEFAULT_MODELS = "minilm,minilm-l3,e5"
 
 
@@ -34,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--models", default=_DEFAULT_MODELS, help=f"comma-separated encoders (default {_DEFAULT_MODELS})")
     p.add_argument("--fit-fraction", type=float, default=0.4, help="share of synsets used to fit the posteriors")
     p.add_argument("--seed", type=int, default=0, help="random seed (splits, seeds, linking)")
-    p.add_argument("--threads", type=int, default=None, help="threads for the encoders and kernels")
+    add_num_threads(p)
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=run)
 
@@ -53,7 +55,7 @@ def run(args) -> int:
     from crossembed.encoders import encode_cached, load_encoder
     from crossembed.kernels import simd_level
     from crossembed.linking import GEHLinker, evaluate_links, make_partial_overlap, procrustes_link
-    from crossembed.uec import LaplaceEmbedder, UECEnsemble
+    from crossembed.uec import LaplaceEmbedder, UECEnsemble, UECIndex
     from crossembed.uec.metrics import ranking_metrics
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -71,7 +73,7 @@ def run(args) -> int:
     # ---- encode once per model (cached on disk)
     ex_emb, gl_emb = {}, {}
     for name in models:
-        enc = load_encoder(name) if args.threads is None else load_encoder(name, num_threads=args.threads)
+        enc = load_encoder(name) if args.num_threads is None else load_encoder(name, num_threads=args.num_threads)
         ex_emb[name] = encode_cached(enc, examples, role="query", show_progress_bar=True)
         gl_emb[name] = encode_cached(enc, glosses, role="passage", show_progress_bar=True)
 
@@ -94,12 +96,12 @@ def run(args) -> int:
         q, d = ens.combine(q_comps, role="query"), ens.combine(d_comps, role="passage")
         if label == "UEC":  # the served path: an index, hnswlib candidates + exact probit rerank
             weights = q.weights
-            index = ens.index(d, num_threads=args.threads)
+            index = UECIndex.build(ens, d, num_threads=args.num_threads)
             t0 = time.perf_counter()
             _, top = index.search(q, 100)
             qps = len(test) / (time.perf_counter() - t0)
         else:
-            top = np.argsort(-ens.similarity(q, d, num_threads=args.threads), axis=1, kind="stable")[:, :100]
+            top = np.argsort(-ens.similarity(q, d, num_threads=args.num_threads), axis=1, kind="stable")[:, :100]
         rows.append({"method": label, **{k: float(v.mean()) for k, v in ranking_metrics(top, relevant).items()}})
 
     # ---- GEH: link two encoders' gloss vectors from 15 seeds
@@ -110,7 +112,7 @@ def run(args) -> int:
     for label, linker in (
         (
             "GEH",
-            lambda: GEHLinker(random_state=args.seed, num_threads=args.threads, show_progress_bar=False).link(
+            lambda: GEHLinker(random_state=args.seed, num_threads=args.num_threads, show_progress_bar=False).link(
                 A, B, draw.seeds
             ),
         ),

@@ -4,32 +4,22 @@ from __future__ import annotations
 
 import io
 import json
-import shlex
 import sys
 from pathlib import Path
-from typing import List
 
 import numpy as np
 
+from crossembed.cli._common import (
+    add_num_threads,
+    add_output_flags,
+    add_seed,
+    command_line,
+    print_result,
+    read_lines,
+    split_list,
+)
+
 __all__ = ["register"]
-
-
-def _read_lines(path: str, name: str) -> List[str]:
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"{name} file {path!r} does not exist")
-    lines = [l.strip() for l in p.read_text(encoding="utf-8").splitlines()]
-    lines = [l for l in lines if l]
-    if not lines:
-        raise ValueError(f"{name} file {path!r} has no non-empty lines")
-    return lines
-
-
-def _models(text: str) -> List[str]:
-    models = [m.strip() for m in text.split(",") if m.strip()]
-    if not models:
-        raise ValueError("--models must name at least one model")
-    return models
 
 
 def _prior(text: str):
@@ -41,23 +31,25 @@ def _prior(text: str):
         raise ValueError(f"--prior-precision must be 'marglik', 'nll' or a number, got {text!r}") from None
 
 
-def _command_line() -> str:
-    return "crossembed " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+def _load_encoder(name: str, num_threads):
+    from crossembed.encoders import load_encoder
+
+    # only pass num_threads when given: callables and custom factories need not take it
+    return load_encoder(name, **({"num_threads": num_threads} if num_threads else {}))
 
 
 # --------------------------------------------------------------------------- encode
 def _encode(args) -> int:
     from crossembed._io import atomic_write
-    from crossembed.encoders import load_encoder
 
-    texts = _read_lines(args.texts, "texts")
-    enc = load_encoder(args.model, **({"num_threads": args.num_threads} if args.num_threads else {}))
+    texts = read_lines(args.texts, "texts")
+    enc = _load_encoder(args.model, args.num_threads)
     emb = enc.encode(texts, batch_size=args.batch_size, show_progress_bar=not args.quiet, role=args.role)
     buf = io.BytesIO()
     np.save(buf, np.asarray(emb, dtype=np.float32))
     atomic_write(args.output, buf.getvalue())
     info = {"output": str(args.output), "n": len(texts), "dim": int(emb.shape[1]), "model": args.model}
-    print(json.dumps(info) if args.json else f"wrote {len(texts)} x {emb.shape[1]} embeddings to {args.output}")
+    print_result(info, args.json, lambda i: f"wrote {i['n']} x {i['dim']} embeddings to {i['output']}")
     return 0
 
 
@@ -65,7 +57,7 @@ def _encode(args) -> int:
 def _fit_pairs(args) -> list:
     if args.fit_pairs:
         pairs = []
-        for i, line in enumerate(_read_lines(args.fit_pairs, "fit-pairs"), 1):
+        for i, line in enumerate(read_lines(args.fit_pairs, "fit-pairs"), 1):
             parts = line.split("\t")
             if len(parts) != 2:
                 raise ValueError(f"{args.fit_pairs}:{i}: expected 'anchor<TAB>positive'")
@@ -77,14 +69,15 @@ def _fit_pairs(args) -> list:
 
 
 def _index_build(args) -> int:
-    from crossembed.encoders import encode_cached, load_encoder
-    from crossembed.uec import LaplaceEmbedder, UECEnsemble
+    from crossembed.encoders import encode_cached
+    from crossembed.uec import LaplaceEmbedder, UECEnsemble, UECIndex
 
-    docs = _read_lines(args.docs, "docs")
+    docs = read_lines(args.docs, "docs")
+    models = split_list(args.models, "models")
     pairs = _fit_pairs(args)
     embedders = []
-    for name in _models(args.models):
-        enc = load_encoder(name, **({"num_threads": args.num_threads} if args.num_threads else {}))
+    for name in models:
+        enc = _load_encoder(name, args.num_threads)
         A = encode_cached(enc, [a for a, _ in pairs], role="query", show_progress_bar=not args.quiet)
         P = encode_cached(enc, [p for _, p in pairs], role="passage", show_progress_bar=not args.quiet)
         lap = LaplaceEmbedder(
@@ -93,12 +86,14 @@ def _index_build(args) -> int:
         lap._encoder_obj = enc  # reuse the loaded model for the documents
         embedders.append(lap)
     ens = UECEnsemble(embedders, temperature=args.temperature, mixing=args.mixing)
-    index = ens.index(
+    index = UECIndex.build(
+        ens,
         docs,
         M=args.M,
         ef_construction=args.ef_construction,
         rerank=args.rerank,
         random_state=args.seed,
+        num_threads=args.num_threads,
         show_progress_bar=not args.quiet,
     )
     index.save(args.output)
@@ -106,11 +101,11 @@ def _index_build(args) -> int:
         "output": str(args.output),
         "n_docs": len(docs),
         "dim": index.dim,
-        "models": _models(args.models),
+        "models": models,
         "fit_pairs": len(pairs),
         "prior_precision": [e.prior_precision_ for e in embedders],
     }
-    print(json.dumps(info) if args.json else f"wrote a {len(docs)}-document UEC index ({index.dim}-d) to {args.output}")
+    print_result(info, args.json, lambda i: f"wrote a {i['n_docs']}-document UEC index ({i['dim']}-d) to {i['output']}")
     return 0
 
 
@@ -119,8 +114,8 @@ def _index_search(args) -> int:
 
     if bool(args.query) == bool(args.queries):
         raise ValueError("give either --query TEXT (repeatable) or --queries FILE")
-    queries = list(args.query) if args.query else _read_lines(args.queries, "queries")
-    index = UECIndex.load(args.index)
+    queries = list(args.query) if args.query else read_lines(args.queries, "queries")
+    index = UECIndex.load(args.index, num_threads=args.num_threads)
     k = min(args.k, len(index))
     scores, idx = index.search(queries, k, exact=args.exact, rerank=args.rerank)
     out = []
@@ -131,14 +126,16 @@ def _index_search(args) -> int:
             if i >= 0
         ]
         out.append({"query": q, "hits": hits})
-    if args.json:
-        print(json.dumps(out, ensure_ascii=False))
-    else:
-        for item in out:
-            print(f"query: {item['query']}")
-            for h in item["hits"]:
-                print(f"  {h['rank']:>3}  {h['score']:.4f}  [{h['doc']}] {h.get('text', '')}")
+    print_result(out, args.json, _render_hits)
     return 0
+
+
+def _render_hits(out) -> str:
+    lines = []
+    for item in out:
+        lines.append(f"query: {item['query']}")
+        lines += [f"  {h['rank']:>3}  {h['score']:.4f}  [{h['doc']}] {h.get('text', '')}" for h in item["hits"]]
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -147,8 +144,8 @@ def _uec_eval(args) -> int:
     from crossembed.experiments.tasks import freedict_task, wordnet_task
     from crossembed.experiments.uec_eval import embed_task, evaluate_task, plot_coefficients, render_markdown
 
-    models = _models(args.models)
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    models = split_list(args.models, "models")
+    tasks = split_list(args.tasks, "tasks")
     for t in tasks:
         if t not in ("wordnet", "freedict"):
             raise ValueError(f"--tasks takes 'wordnet' and/or 'freedict', got {t!r}")
@@ -180,23 +177,21 @@ def _uec_eval(args) -> int:
                 show_progress_bar=not args.quiet,
             )
         )
-        results[-1]["command"] = _command_line()
+        results[-1]["command"] = command_line()
     if args.out:
         note = "Search throughput (exact vs hnswlib + rerank) is in [uec_perf.md](uec_perf.md) (`crossembed uec-perf`)."
-        atomic_write(args.out, render_markdown(results, command=_command_line(), perf_note=note).encode())
+        atomic_write(args.out, render_markdown(results, command=command_line(), perf_note=note).encode())
         atomic_write(Path(args.out).with_suffix(".json"), json.dumps(results, indent=1, default=float).encode())
     if args.plot:
         plot_coefficients(results, args.plot)
-    if args.json:
-        print(json.dumps(results, default=float))
-    elif not args.out:
-        print(render_markdown(results))
+    if args.json or not args.out:
+        print_result(results, args.json, render_markdown)
     return 0
 
 
 def _uec_perf(args) -> int:
     from crossembed._io import atomic_write
-    from crossembed.experiments.uec_eval import benchmark_encode, benchmark_fit, benchmark_search, render_perf_markdown
+    from crossembed.experiments.uec_perf import benchmark_encode, benchmark_fit, benchmark_search, render_perf_markdown
 
     runs = []
     for spec in [s for s in args.sizes.split(",") if s.strip()]:
@@ -211,13 +206,15 @@ def _uec_perf(args) -> int:
                 show_progress_bar=not args.quiet,
             )
         )
-        print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
-    enc = benchmark_encode(_models(args.encode_models), num_threads=args.num_threads) if args.encode_models else None
+        if not args.quiet:  # partial results as they come (the big sizes take minutes)
+            print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+    models = split_list(args.encode_models, "encode-models") if args.encode_models else None
+    enc = benchmark_encode(models, num_threads=args.num_threads) if models else None
     fits = benchmark_fit(args.fit_pairs) if args.fit_pairs else []
-    md = render_perf_markdown(runs, enc, fits=fits, command=_command_line())
+    md = render_perf_markdown(runs, enc, fits=fits, command=command_line())
     if args.out:
         atomic_write(args.out, md.encode())
-    print(json.dumps({"search": runs, "encode": enc, "fit": fits}) if args.json else md)
+    print_result({"search": runs, "encode": enc, "fit": fits}, args.json, lambda _: md)
     return 0
 
 
@@ -230,9 +227,8 @@ def register(subparsers) -> None:
     p.add_argument("--model", default="minilm", help="encoder name or local model path (default: minilm)")
     p.add_argument("--role", choices=("query", "passage"), default="query")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--num-threads", type=int, default=None)
-    p.add_argument("--json", action="store_true", help="print a JSON summary")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_num_threads(p)
+    add_output_flags(p)
     p.set_defaults(func=_encode)
 
     idx = subparsers.add_parser("index", help="build or search a UEC index (hnswlib + exact probit rerank)")
@@ -253,10 +249,9 @@ def register(subparsers) -> None:
     b.add_argument("--M", type=int, default=32)
     b.add_argument("--ef-construction", type=int, default=200)
     b.add_argument("--rerank", type=int, default=100)
-    b.add_argument("--num-threads", type=int, default=None)
-    b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--json", action="store_true")
-    b.add_argument("--quiet", action="store_true")
+    add_num_threads(b)
+    add_seed(b, "random seed (batches, default fit split, hnswlib graph)")
+    add_output_flags(b)
     b.set_defaults(func=_index_build)
     s = isub.add_parser("search", help="search an index with text queries")
     s.add_argument("index", help="index file from `crossembed index build`")
@@ -265,7 +260,8 @@ def register(subparsers) -> None:
     s.add_argument("-k", type=int, default=10)
     s.add_argument("--exact", action="store_true", help="brute-force probit search instead of hnswlib + rerank")
     s.add_argument("--rerank", type=int, default=None, help="ANN candidates reranked per query")
-    s.add_argument("--json", action="store_true")
+    add_num_threads(s)
+    add_output_flags(s)
     s.set_defaults(func=_index_search)
     idx.set_defaults(func=lambda a: (idx.print_help(), 2)[1])
 
@@ -276,7 +272,7 @@ def register(subparsers) -> None:
     e.add_argument("--n-per-language", type=int, default=400, help="FreeDict queries per language")
     e.add_argument("--prior-precision", default="marglik", help="'marglik', 'nll' or a number")
     e.add_argument("--cache-dir", default=None, help="embedding cache (default ~/.cache/crossembed)")
-    e.add_argument("--num-threads", type=int, default=None)
+    add_num_threads(e)
     e.add_argument("--out", default=None, help="markdown report (a .json with the raw numbers goes next to it)")
     e.add_argument("--plot", default=None, help="PNG heat map of the per-language coefficients")
     e.add_argument(
@@ -285,9 +281,8 @@ def register(subparsers) -> None:
         default=[],
         help="render these saved results (the .json next to an earlier --out) instead of evaluating; repeatable",
     )
-    e.add_argument("--seed", type=int, default=0)
-    e.add_argument("--json", action="store_true")
-    e.add_argument("--quiet", action="store_true")
+    add_seed(e, "random seed (task splits, dev/test draws, Laplace batches)")
+    add_output_flags(e)
     e.set_defaults(func=_uec_eval)
 
     f = subparsers.add_parser("uec-perf", help="UEC search throughput: exact vs hnswlib + rerank")
@@ -295,9 +290,8 @@ def register(subparsers) -> None:
     f.add_argument("--queries", type=int, default=500)
     f.add_argument("--encode-models", default="", help="also time ensemble encoding with these models")
     f.add_argument("--fit-pairs", type=int, default=10000, help="also time Laplace fits on this many pairs (0: skip)")
-    f.add_argument("--num-threads", type=int, default=None)
+    add_num_threads(f)
     f.add_argument("--out", default=None, help="markdown table")
-    f.add_argument("--seed", type=int, default=0)
-    f.add_argument("--json", action="store_true")
-    f.add_argument("--quiet", action="store_true")
+    add_seed(f, "random seed (synthetic documents)")
+    add_output_flags(f)
     f.set_defaults(func=_uec_perf)

@@ -23,7 +23,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from crossembed._validation import check_random_state
+from crossembed._validation import check_int, check_random_state
 from crossembed.data.tasks import RetrievalTask
 
 __all__ = ["UECTask", "wordnet_task", "freedict_task", "dev_test_draws"]
@@ -131,8 +131,7 @@ def freedict_task(
 
 def dev_test_draws(uec_task: UECTask, n_draws: int = 3, *, seed: int = 0) -> List[Tuple[np.ndarray, np.ndarray]]:
     """``n_draws`` random (dev, test) halves of the evaluable queries, stratified by language."""
-    if isinstance(n_draws, bool) or not isinstance(n_draws, (int, np.integer)) or n_draws < 1:
-        raise ValueError(f"n_draws must be a positive integer, got {n_draws!r}")
+    n_draws = check_int(n_draws, "n_draws", low=1)
     rng = check_random_state(seed)
     langs = np.array(uec_task.task.languages)[uec_task.eval_queries]
     out = []

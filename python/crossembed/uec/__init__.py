@@ -1,21 +1,29 @@
 """UEC: uncertainty-driven embedding convolution of off-the-shelf text encoders.
 
-* :class:`LaplaceEmbedder` - post-hoc Gaussian embeddings (last-layer Laplace).
+* :class:`LaplaceEmbedder` - post-hoc Gaussian embeddings (last-layer Laplace),
+  with the posterior form a :class:`Posterior` (:class:`DiagPosterior`,
+  :class:`KronPosterior`).
 * :class:`UECEnsemble` - per-input uncertainty weights, Gaussian convolution
   (embedding or score space), probit similarity.
 * :class:`UECIndex` - hnswlib candidates + exact probit rerank, saved atomically.
-* :mod:`crossembed.uec.evaluate` / :mod:`crossembed.experiments.tasks` - the retrieval
-  harness behind ``crossembed uec-eval`` and ``docs/uec.md``.
+* :mod:`crossembed.uec.metrics` - retrieval and calibration metrics.
+
+The evaluation harness behind ``crossembed uec-eval`` and ``docs/uec.md`` is
+:mod:`crossembed.experiments.uec_eval` (this package is library only).
 """
 
 from crossembed.uec.ensemble import UECEnsemble, convolve, uncertainty_coefficients
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.index import UECIndex
 from crossembed.uec.laplace import LaplaceEmbedder
+from crossembed.uec.posteriors import DiagPosterior, KronPosterior, Posterior
 
 __all__ = [
+    "DiagPosterior",
     "GaussianEmbedding",
+    "KronPosterior",
     "LaplaceEmbedder",
+    "Posterior",
     "UECEnsemble",
     "UECIndex",
     "convolve",

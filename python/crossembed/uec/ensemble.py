@@ -38,7 +38,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from crossembed import kernels
-from crossembed._validation import as_matrix, check_positive, check_random_state
+from crossembed._validation import as_matrix, check_choice, check_positive, check_random_state
+from crossembed.uec._random import int_seed
 from crossembed.uec.gaussian import GaussianEmbedding, normalize_gaussian
 from crossembed.uec.laplace import LaplaceEmbedder
 
@@ -123,9 +124,10 @@ class UECEnsemble:
         between unrelated fit texts (:attr:`LaplaceEmbedder.score_scale_`),
         so an anisotropic model (e5: unrelated texts at ~0.78) is not drowned
         out by models with a wider score range. Measured in ``docs/uec.md``.
-    projection_seed : int
+    random_state : int, Generator or None
         Seed of the projections used when ``mixing="embedding"`` and the
-        models' dimensions differ.
+        models' dimensions differ (None or a Generator: one int seed is
+        drawn and kept, so a saved ensemble rebuilds the same projections).
     """
 
     def __init__(
@@ -138,7 +140,7 @@ class UECEnsemble:
         standardize: bool = True,
         use_variance: bool = True,
         calibrate_scores: bool = True,
-        projection_seed: int = 0,
+        random_state=0,
     ):
         embedders = list(embedders) if not isinstance(embedders, LaplaceEmbedder) else [embedders]
         if not embedders:
@@ -150,9 +152,7 @@ class UECEnsemble:
                 raise ValueError("every embedder must be fitted (call fit() or load())")
         self.embedders = embedders
         self.temperature = check_positive(temperature, "temperature")
-        if mixing not in _MIXINGS:
-            raise ValueError(f"mixing must be 'score' or 'embedding', got {mixing!r}")
-        self.mixing = mixing
+        self.mixing = check_choice(mixing, "mixing", _MIXINGS)
         if isinstance(weights, str):
             if weights not in ("uncertainty", "uniform"):
                 raise ValueError(f"weights must be 'uncertainty', 'uniform' or K numbers, got {weights!r}")
@@ -165,12 +165,12 @@ class UECEnsemble:
         self.standardize = bool(standardize)
         self.use_variance = bool(use_variance)
         self.calibrate_scores = bool(calibrate_scores)
-        self.projection_seed = int(projection_seed)
+        self.random_state = int_seed(random_state)
         dims = [e.dim for e in embedders]
         self._proj: Dict[int, np.ndarray] = {}
         if mixing == "embedding" and len(set(dims)) > 1:
             d = min(dims)
-            self._proj = {k: _projection(dk, d, self.projection_seed + k) for k, dk in enumerate(dims) if dk != d}
+            self._proj = {k: _projection(dk, d, self.random_state + k) for k, dk in enumerate(dims) if dk != d}
 
     @property
     def n_models(self) -> int:
@@ -208,8 +208,7 @@ class UECEnsemble:
         role : {"query", "passage"}
             Only matters for ``mixing="score"`` (documents stay unweighted).
         """
-        if role not in _ROLES:
-            raise ValueError(f"role must be 'query' or 'passage', got {role!r}")
+        check_choice(role, "role", _ROLES)
         comps = list(components)
         if len(comps) != self.n_models:
             raise ValueError(f"components must hold {self.n_models} GaussianEmbeddings, got {len(comps)}")
@@ -254,8 +253,7 @@ class UECEnsemble:
         self, texts, *, role: str = "query", batch_size: int = 64, show_progress_bar: bool = True
     ) -> GaussianEmbedding:
         """Encode texts with every model and convolve: ``GaussianEmbedding(mean, var, weights)``."""
-        if role not in _ROLES:
-            raise ValueError(f"role must be 'query' or 'passage', got {role!r}")
+        check_choice(role, "role", _ROLES)
         bar = tqdm(self.embedders, desc=f"UEC encode ({role})", disable=not show_progress_bar, unit="model")
         comps = [e.encode(texts, role=role, batch_size=batch_size, show_progress_bar=False) for e in bar]
         return self.combine(comps, role=role)
@@ -281,19 +279,6 @@ class UECEnsemble:
         mc, vc = self._scoring_inputs(b, "b")
         return kernels.probit_scores(mq, vq, mc, vc, num_threads=num_threads)
 
-    def index(self, docs, **kwargs):
-        """A searchable :class:`~crossembed.uec.UECIndex` over ``docs`` (texts or a passage GaussianEmbedding)."""
-        from crossembed.uec.index import UECIndex
-
-        texts = None
-        show = kwargs.pop("show_progress_bar", True)
-        if isinstance(docs, GaussianEmbedding):
-            emb = docs
-        else:
-            texts = list(docs)
-            emb = self.encode(texts, role="passage", show_progress_bar=show)
-        return UECIndex(emb, ensemble=self, texts=texts, **kwargs)
-
     # ------------------------------------------------------------------ persistence
     def get_state(self) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
         """Arrays (prefixed ``m{k}.``) and JSON metadata of the whole ensemble."""
@@ -312,7 +297,7 @@ class UECEnsemble:
             "standardize": self.standardize,
             "use_variance": self.use_variance,
             "calibrate_scores": self.calibrate_scores,
-            "projection_seed": self.projection_seed,
+            "random_state": self.random_state,
         }
         return arrays, meta
 
@@ -335,7 +320,7 @@ class UECEnsemble:
             standardize=meta["standardize"],
             use_variance=meta["use_variance"],
             calibrate_scores=meta.get("calibrate_scores", False),
-            projection_seed=meta["projection_seed"],
+            random_state=meta["random_state"] if "random_state" in meta else meta["projection_seed"],  # older files
         )
 
     def __repr__(self) -> str:

@@ -13,7 +13,6 @@ texts and the fitted ensemble (so ``index search`` can encode text queries).
 
 from __future__ import annotations
 
-import numbers
 import os
 import tempfile
 from pathlib import Path
@@ -23,7 +22,9 @@ import numpy as np
 
 from crossembed import kernels
 from crossembed._io import CorruptFileError, load_arrays, save_arrays
-from crossembed._validation import check_k, check_num_threads
+from crossembed._validation import check_int, check_k, check_num_threads
+from crossembed.uec._random import int_seed
+from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
 
 __all__ = ["UECIndex"]
@@ -38,14 +39,6 @@ def _hnswlib():
     except ImportError as exc:  # pragma: no cover - hnswlib is an optional dependency
         raise ImportError("UECIndex needs hnswlib: pip install 'crossembed[index]'") from exc
     return hnswlib
-
-
-def _check_int(value, name: str, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    return int(value)
 
 
 def _pack_texts(texts: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
@@ -69,6 +62,7 @@ class UECIndex:
         Document Gaussians (``role="passage"`` output of the ensemble).
     ensemble : UECEnsemble, optional
         Needed to search with text queries (and saved with the index).
+        :meth:`build` encodes texts with it.
     texts : sequence of str, optional
         The document texts, kept for display and saved with the index.
     M, ef_construction : int
@@ -77,8 +71,8 @@ class UECIndex:
         Default number of ANN candidates reranked exactly per query.
     use_variance : bool, optional
         Score with the variances (default: the ensemble's ``use_variance``, else True).
-    random_state : int
-        hnswlib's construction seed.
+    random_state : int, Generator or None
+        hnswlib's construction seed (None or a Generator: one is drawn and saved).
     num_threads : int, optional
         Threads for building and searching (default: all cores).
     """
@@ -87,13 +81,13 @@ class UECIndex:
         self,
         docs: GaussianEmbedding,
         *,
-        ensemble=None,
+        ensemble: Optional[UECEnsemble] = None,
         texts: Optional[Sequence[str]] = None,
         M: int = 32,
         ef_construction: int = 200,
         rerank: int = 100,
         use_variance: Optional[bool] = None,
-        random_state: int = 0,
+        random_state=0,
         num_threads: Optional[int] = None,
         _graph: Optional[bytes] = None,
     ):
@@ -101,6 +95,8 @@ class UECIndex:
             raise TypeError(f"docs must be a GaussianEmbedding, got {type(docs).__name__}")
         if len(docs) == 0:
             raise ValueError("docs must not be empty")
+        if ensemble is not None and not isinstance(ensemble, UECEnsemble):
+            raise TypeError(f"ensemble must be a UECEnsemble, got {type(ensemble).__name__}")
         if ensemble is not None and ensemble.dim != docs.dim:
             raise ValueError(f"docs have dimension {docs.dim} but the ensemble produces {ensemble.dim}")
         if texts is not None:
@@ -110,17 +106,44 @@ class UECIndex:
         self.docs = docs
         self.ensemble = ensemble
         self.texts = texts
-        self.M = _check_int(M, "M", 2)
-        self.ef_construction = _check_int(ef_construction, "ef_construction")
-        self.rerank = _check_int(rerank, "rerank")
+        self.M = check_int(M, "M", low=2)
+        self.ef_construction = check_int(ef_construction, "ef_construction", low=1)
+        self.rerank = check_int(rerank, "rerank", low=1)
         if use_variance is None:
             use_variance = True if ensemble is None else ensemble.use_variance
         self.use_variance = bool(use_variance)
-        self.random_state = int(random_state)
+        self.random_state = int_seed(random_state)
+        check_num_threads(num_threads)
         self.num_threads = num_threads
         v = docs.var if self.use_variance else np.zeros_like(docs.var)
         self._probit = kernels.ProbitDocs(docs.mean, v)
         self._graph = self._build_graph(_graph)
+
+    @classmethod
+    def build(
+        cls,
+        ensemble: UECEnsemble,
+        docs,
+        *,
+        batch_size: int = 64,
+        show_progress_bar: bool = True,
+        **kwargs,
+    ) -> UECIndex:
+        """Index ``docs`` for ``ensemble``: texts are encoded as passages (and kept), or pass
+        a passage :class:`GaussianEmbedding` from :meth:`UECEnsemble.encode`/``combine``.
+
+        ``kwargs`` are the constructor's options (``M``, ``ef_construction``,
+        ``rerank``, ``use_variance``, ``random_state``, ``num_threads``).
+        """
+        if not isinstance(ensemble, UECEnsemble):
+            raise TypeError(f"ensemble must be a UECEnsemble, got {type(ensemble).__name__}")
+        if isinstance(docs, GaussianEmbedding):
+            return cls(docs, ensemble=ensemble, **kwargs)
+        if isinstance(docs, str):
+            raise TypeError("docs must be a list of strings or a GaussianEmbedding, not one string")
+        texts = list(docs)
+        emb = ensemble.encode(texts, role="passage", batch_size=batch_size, show_progress_bar=show_progress_bar)
+        return cls(emb, ensemble=ensemble, texts=texts, **kwargs)
 
     def __len__(self) -> int:
         return len(self.docs)
@@ -184,8 +207,8 @@ class UECIndex:
     def candidates(self, queries, m: int, *, ef: Optional[int] = None, num_threads: Optional[int] = None) -> np.ndarray:
         """The hnswlib inner-product candidates ``(Q, m)`` int64 (``-1`` pads)."""
         q = self._queries(queries)
-        m = min(_check_int(m, "m"), len(self))
-        ef = max(m, _check_int(ef, "ef") if ef is not None else 2 * m)
+        m = min(check_int(m, "m", low=1), len(self))
+        ef = max(m, check_int(ef, "ef", low=1) if ef is not None else 2 * m)
         self._graph.set_ef(ef)
         threads = check_num_threads(num_threads if num_threads is not None else self.num_threads) or -1
         labels, _ = self._graph.knn_query(q.mean, k=m, num_threads=threads)
@@ -225,7 +248,7 @@ class UECIndex:
         nt = num_threads if num_threads is not None else self.num_threads
         if exact:
             return self._probit.top_k(q.mean, vq, k, num_threads=nt)
-        m = max(k, _check_int(rerank, "rerank") if rerank is not None else self.rerank)
+        m = max(k, check_int(rerank, "rerank", low=1) if rerank is not None else self.rerank)
         cand = self.candidates(q, m, ef=ef, num_threads=nt)
         return self._probit.top_k(q.mean, vq, k, candidates=cand, num_threads=nt)
 
@@ -257,7 +280,9 @@ class UECIndex:
         return save_arrays(path, _KIND, arrays, meta)
 
     @classmethod
-    def load(cls, path, *, ensemble=None, encoders=None, num_threads: Optional[int] = None) -> UECIndex:
+    def load(
+        cls, path, *, ensemble: Optional[UECEnsemble] = None, encoders=None, num_threads: Optional[int] = None
+    ) -> UECIndex:
         """Read an index written by :meth:`save`.
 
         Raises :class:`crossembed._io.CorruptFileError` (a ValueError) when the
@@ -277,8 +302,6 @@ class UECIndex:
             docs = GaussianEmbedding(arrays["mean"], arrays["var"], arrays.get("weights"))
             texts = _unpack_texts(arrays["texts"], arrays["text_offsets"]) if meta["has_texts"] else None
             if ensemble is None and meta.get("ensemble") is not None:
-                from crossembed.uec.ensemble import UECEnsemble
-
                 ens_arrays = {k[4:]: v for k, v in arrays.items() if k.startswith("ens.")}
                 ensemble = UECEnsemble.from_state(ens_arrays, meta["ensemble"], encoders=encoders)
             return cls(

@@ -11,7 +11,7 @@ on positive text pairs,
 with respect to ``W`` (at ``W = I``) gives a Gaussian posterior over ``W``
 whose push-forward through ``z = W h`` is a diagonal Gaussian embedding.
 
-Two posterior forms:
+Two posterior forms (classes in :mod:`crossembed.uec.posteriors`):
 
 ``hessian="diag"`` (the paper's form)
     diagonal curvature ``H_ij``; posterior precision ``P = H + lambda``;
@@ -34,17 +34,20 @@ All sums are closed-form matrix products (no per-pair Jacobians), float64.
 
 from __future__ import annotations
 
+import copy
 import math
-import numbers
+import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from crossembed._io import load_arrays, save_arrays
-from crossembed._validation import as_matrix, check_positive, check_random_state
+from crossembed._io import CorruptFileError, load_arrays, save_arrays
+from crossembed._validation import as_matrix, check_choice, check_int, check_positive, check_random_state
+from crossembed.uec.curvature import diag_curvature, kron_factors, normalize_rows
 from crossembed.uec.gaussian import GaussianEmbedding
+from crossembed.uec.posteriors import Posterior, posterior_class
 
 __all__ = [
     "LaplaceEmbedder",
@@ -54,119 +57,29 @@ __all__ = [
 ]
 
 _KIND = "crossembed.uec.LaplaceEmbedder"
-_HESSIANS = ("kron", "diag")
 _CURVATURES = ("ggn", "ef")
 # prior precisions searched by "marglik" / "nll" (log-spaced; refined around the best)
 _LAMBDA_GRID = np.logspace(-4, 10, 57)
+# state arrays the embedder itself keeps (the posterior form adds its own, see Posterior.array_names)
+_OWN_ARRAYS = ("dim", "prior_precision", "n_pairs", "trace_stats")
 
 
-def normalize_rows(x: np.ndarray) -> np.ndarray:
-    """L2-normalise rows (zero rows stay zero), float64."""
-    x = np.asarray(x, dtype=np.float64)
-    n = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.where(n > 0, n, 1.0)
+def _log_marginal_likelihood(posterior: Posterior, lam: float) -> float:
+    """``0.5 p log(lambda) - 0.5 sum log(h_k + lambda) - 0.5 lambda |W_MAP|^2`` (see the method)."""
+    h = posterior.curvature_eigenvalues()
+    return float(
+        0.5 * posterior.n_params * math.log(lam) - 0.5 * np.log(h + lam).sum() - 0.5 * lam * posterior.map_sq_norm
+    )
 
 
-def _softmax_rows(s: np.ndarray) -> np.ndarray:
-    s = s - s.max(axis=1, keepdims=True)
-    e = np.exp(s)
-    return e / e.sum(axis=1, keepdims=True)
-
-
-def diag_curvature(A: np.ndarray, P: np.ndarray, *, tau: float, curvature: str = "ggn") -> np.ndarray:
-    """Diagonal curvature of one in-batch InfoNCE batch w.r.t. the identity head.
-
-    Parameters
-    ----------
-    A, P : ndarray, shape (B, D)
-        Normalised anchor and positive embeddings (row ``b`` of each is a pair).
-    tau : float
-        InfoNCE temperature.
-    curvature : {"ggn", "ef"}
-
-    Returns
-    -------
-    ndarray, shape (D, D), float64
-        ``H[i, j]`` for weight ``W[i, j]`` (output ``i``, input ``j``).
-
-    Notes
-    -----
-    At ``W = I`` the logit Jacobian is ``ds_bc / dW_ij = (p_c[i] a_b[j] +
-    a_b[i] p_c[j]) / tau`` and the per-pair gradient is ``g_b a_b^T + a_b
-    g_b^T`` with ``g_b = (sum_c p_bc p_c - p_b) / tau``; both squares expand
-    into a few GEMMs.
-    """
-    A = np.asarray(A, dtype=np.float64)
-    P = np.asarray(P, dtype=np.float64)
-    probs = _softmax_rows(A @ P.T / tau)
-    if curvature == "ef":
-        g = (probs @ P - P) / tau
-        return _sym_square_sum(g, A)
-    if curvature != "ggn":
-        raise ValueError(f"curvature must be 'ggn' or 'ef', got {curvature!r}")
-    B, D = A.shape
-    # E_c[J_c^2] part: sum_c p_bc (p_c[i] a[j] + a[i] p_c[j])^2
-    m = probs @ (P * P)  # (B, D): sum_c p_bc p_c[i]^2
-    term = m.T @ (A * A)
-    first = term + term.T
-    x = (np.sqrt(probs)[:, :, None] * A[:, None, :] * P[None, :, :]).reshape(B * B, D)
-    first += 2.0 * (x.T @ x)
-    # minus (E_c[J_c])^2 with E_c[J_c] = pbar a^T + a pbar^T
-    pbar = probs @ P
-    return (first - _sym_square_sum(pbar, A)) / tau**2
-
-
-def _sym_square_sum(g: np.ndarray, a: np.ndarray) -> np.ndarray:
-    """``sum_b (g_b a_b^T + a_b g_b^T)**2`` elementwise, as GEMMs."""
-    t = (g * g).T @ (a * a)
-    ga = g * a
-    return t + t.T + 2.0 * (ga.T @ ga)
-
-
-def kron_factors(
-    A: np.ndarray, P: np.ndarray, *, tau: float, curvature: str = "ggn"
-) -> Tuple[np.ndarray, np.ndarray, int]:
-    """K-FAC factors of one InfoNCE batch for the shared head.
-
-    Both the anchors and the positives pass through the head, so each batch
-    contributes ``2B`` layer inputs.
-
-    Returns
-    -------
-    input_sum : ndarray (D, D)
-        ``sum_u h_u h_u^T`` over the ``2B`` inputs.
-    output_sum : ndarray (D, D)
-        ``sum_u G_u`` with ``G_u`` the output-side curvature of input ``u``:
-        the outer product of the loss gradient w.r.t. ``z_u`` (``"ef"``) or
-        ``J_u^T Lambda J_u`` with ``J_u = d logits / d z_u`` (``"ggn"``).
-    count : int
-        Number of inputs (``2B``).
-    """
-    A = np.asarray(A, dtype=np.float64)
-    P = np.asarray(P, dtype=np.float64)
-    probs = _softmax_rows(A @ P.T / tau)
-    input_sum = A.T @ A + P.T @ P
-    if curvature == "ef":
-        g_a = (probs @ P - P) / tau
-        resid = probs - np.eye(len(A))
-        g_p = resid.T @ A / tau
-        output_sum = g_a.T @ g_a + g_p.T @ g_p
-    elif curvature == "ggn":
-        pbar = probs @ P
-        col = probs.sum(axis=0)
-        out_a = (P * col[:, None]).T @ P - pbar.T @ pbar  # sum_b P^T (diag p_b - p_b p_b^T) P
-        w = (probs * (1.0 - probs)).sum(axis=1)  # per anchor b: sum_c p_bc (1 - p_bc)
-        out_p = (A * w[:, None]).T @ A
-        output_sum = (out_a + out_p) / tau**2
-    else:
-        raise ValueError(f"curvature must be 'ggn' or 'ef', got {curvature!r}")
-    return input_sum, output_sum, 2 * len(A)
-
-
-def _check_choice(value, name: str, choices: Sequence[str]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
-    return value
+def _select_marglik(posterior: Posterior) -> float:
+    """The grid ``lambda`` maximising the marginal likelihood, refined between its neighbours."""
+    vals = [_log_marginal_likelihood(posterior, l) for l in _LAMBDA_GRID]
+    best = int(np.argmax(vals))
+    fine = np.logspace(
+        np.log10(_LAMBDA_GRID[max(best - 1, 0)]), np.log10(_LAMBDA_GRID[min(best + 1, len(_LAMBDA_GRID) - 1)]), 41
+    )
+    return float(fine[int(np.argmax([_log_marginal_likelihood(posterior, l) for l in fine]))])
 
 
 class LaplaceEmbedder:
@@ -182,8 +95,10 @@ class LaplaceEmbedder:
     layer : {"head"}
         Where the Laplace posterior lives: an identity-initialised ``D x D``
         head on the pooled normalised embedding.
-    hessian : {"kron", "diag"}
-        Posterior form (module docstring). ``"diag"`` is the paper's form.
+    hessian : {"kron", "diag"}, Posterior subclass or instance
+        Posterior form (module docstring, :mod:`crossembed.uec.posteriors`);
+        the strings name :class:`~crossembed.uec.posteriors.KronPosterior` and
+        :class:`~crossembed.uec.posteriors.DiagPosterior`. ``"diag"`` is the paper's form.
         On the two real tasks of ``docs/uec.md`` the two tie on retrieval
         (score mixing: -0.08 and +0.09 nDCG@10, inside the std over draws);
         ``"kron"`` is the default because its traces actually vary with the
@@ -207,6 +122,8 @@ class LaplaceEmbedder:
 
     Attributes
     ----------
+    posterior_ : Posterior
+        The fitted posterior form.
     prior_precision_ : float
         The prior precision in use after :meth:`fit`.
     trace_mean_, trace_std_ : float
@@ -224,7 +141,7 @@ class LaplaceEmbedder:
         encoder=None,
         *,
         layer: str = "head",
-        hessian: str = "kron",
+        hessian: Union[str, Posterior, Type[Posterior]] = "kron",
         curvature: str = "ggn",
         prior_precision: Union[float, str] = "marglik",
         loss_temperature: float = 0.05,
@@ -237,20 +154,23 @@ class LaplaceEmbedder:
             )
         self.encoder = encoder
         self.layer = layer
-        self.hessian = _check_choice(hessian, "hessian", _HESSIANS)
-        self.curvature = _check_choice(curvature, "curvature", _CURVATURES)
+        # the string stays the public spelling (and the saved form); the class does the work
+        self._posterior_cls = posterior_class(hessian)
+        self._posterior_template = hessian if isinstance(hessian, Posterior) else None
+        self.hessian = self._posterior_cls.name
+        self.curvature = check_choice(curvature, "curvature", _CURVATURES)
         if isinstance(prior_precision, str):
-            _check_choice(prior_precision, "prior_precision", ("marglik", "nll"))
+            check_choice(prior_precision, "prior_precision", ("marglik", "nll"))
         else:
             check_positive(prior_precision, "prior_precision")
         self.prior_precision = prior_precision
         self.loss_temperature = check_positive(loss_temperature, "loss_temperature")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 2:
-            raise ValueError(f"batch_size must be an integer >= 2 (in-batch negatives), got {batch_size!r}")
-        self.batch_size = int(batch_size)
+        self.batch_size = check_int(batch_size, "batch_size (in-batch negatives)", low=2)
+        check_random_state(random_state)  # type check only; fit() draws from it
         self.random_state = random_state
         self._encoder_obj = None
-        self._state: Optional[Dict[str, np.ndarray]] = None
+        self._state: Optional[Dict[str, np.ndarray]] = None  # the embedder's own arrays (_OWN_ARRAYS, score_scale)
+        self.posterior_: Optional[Posterior] = None
 
     # ------------------------------------------------------------------ encoder plumbing
     @property
@@ -314,8 +234,6 @@ class LaplaceEmbedder:
 
     def fit_embeddings(self, anchors, positives, *, show_progress_bar: bool = False) -> LaplaceEmbedder:
         """Fit from precomputed pair embeddings (rows of ``anchors`` and ``positives`` pair up)."""
-        import time
-
         A = as_matrix(anchors, "anchors", allow_float64=True)
         P = as_matrix(positives, "positives", allow_float64=True)
         if A.shape != P.shape:
@@ -333,20 +251,19 @@ class LaplaceEmbedder:
             if n - n_hold < 2:
                 raise ValueError("prior_precision='nll' needs at least 4 pairs")
             holdout, order = order[:n_hold], order[n_hold:]
-        main = self._accumulate(A, P, order, show_progress_bar)
+        posterior = self._new_posterior()
+        main = self._accumulate(posterior, A, P, order, show_progress_bar)
         if holdout is not None:
-            extra = self._accumulate(A, P, holdout, False)
-            lam = self._select_nll(main, A[holdout], P[holdout])
+            extra = self._accumulate(posterior, A, P, holdout, False)
+            lam = self._select_nll(posterior.fit(main), A[holdout], P[holdout])
             main = {k: main[k] + extra[k] for k in main}
-        elif self.prior_precision == "marglik":
-            lam = None
-        else:
+        posterior.fit(main)
+        if self.prior_precision == "marglik":
+            lam = _select_marglik(posterior)
+        elif holdout is None:
             lam = float(self.prior_precision)
-        self._state = self._finalize(main, D)
-        if lam is None:
-            lam = self._select_marglik()
-        self._state["prior_precision"] = np.float64(lam)
-        self._state["n_pairs"] = np.int64(n)
+        self.posterior_ = posterior
+        self._state = {"dim": np.int64(D), "prior_precision": np.float64(lam), "n_pairs": np.int64(n)}
         tr = self._var(np.concatenate([A, P])).sum(axis=1)
         self._state["trace_stats"] = np.array([tr.mean(), max(tr.std(), 1e-12)])
         # Spread of this model's cosines between unrelated texts (anchors vs the
@@ -364,44 +281,22 @@ class LaplaceEmbedder:
         for i in range(n_full):  # the last partial batch joins the final full one
             yield order[i * B : (i + 1) * B] if i < n_full - 1 else order[i * B :]
 
-    def _accumulate(self, A, P, order, show_progress_bar) -> Dict[str, np.ndarray]:
-        D = A.shape[1]
+    def _new_posterior(self) -> Posterior:
+        # a given instance is a template (it may carry settings): each fit starts from a fresh copy
+        if self._posterior_template is not None:
+            return copy.deepcopy(self._posterior_template)
+        return self._posterior_cls()
+
+    def _accumulate(self, posterior: Posterior, A, P, order, show_progress_bar) -> Dict[str, np.ndarray]:
+        """Batch statistics of ``posterior`` summed over the batches of ``order``."""
         tau = self.loss_temperature
         batches = list(self._batches(order))
         it = tqdm(batches, desc=f"Laplace {self.hessian}/{self.curvature}", disable=not show_progress_bar, leave=False)
-        if self.hessian == "diag":
-            H = np.zeros((D, D))
-            for b in it:
-                H += diag_curvature(A[b], P[b], tau=tau, curvature=self.curvature)
-            return {"H": H}
-        in_sum, out_sum, count = np.zeros((D, D)), np.zeros((D, D)), 0
+        totals: Optional[Dict[str, np.ndarray]] = None
         for b in it:
-            i_s, o_s, c = kron_factors(A[b], P[b], tau=tau, curvature=self.curvature)
-            in_sum += i_s
-            out_sum += o_s
-            count += c
-        return {"in_sum": in_sum, "out_sum": out_sum, "count": np.array(float(count))}
-
-    def _finalize(self, acc: Dict[str, np.ndarray], D: int) -> Dict[str, np.ndarray]:
-        if self.hessian == "diag":
-            return {"dim": np.int64(D), "H": np.maximum(acc["H"], 0.0)}
-        # H ~ sum_u (h h^T) (x) G_u  ~  E[h h^T] (x) sum_u G_u  (K-FAC expectation split)
-        s_in, u_in = np.linalg.eigh(acc["in_sum"] / float(acc["count"]))
-        s_out, u_out = np.linalg.eigh(acc["out_sum"])
-        return {
-            "dim": np.int64(D),
-            "s_in": np.maximum(s_in, 0.0),
-            "u_in": u_in,
-            "s_out": np.maximum(s_out, 0.0),
-            "u_out": u_out,
-        }
-
-    def _curv_eigs(self) -> np.ndarray:
-        """All curvature eigenvalues (diag: the entries), for the marginal likelihood."""
-        st = self._state
-        if self.hessian == "diag":
-            return st["H"].ravel()
-        return np.outer(st["s_in"], st["s_out"]).ravel()
+            stats = posterior.batch_statistics(A[b], P[b], tau=tau, curvature=self.curvature)
+            totals = stats if totals is None else {k: totals[k] + stats[k] for k in totals}
+        return totals
 
     def log_marginal_likelihood(self, prior_precision: float) -> float:
         """Laplace log evidence up to a constant, as a function of ``lambda``.
@@ -411,28 +306,14 @@ class LaplaceEmbedder:
         ``|I|_F^2 = D`` (zero-mean prior); the data term is constant in ``lambda``.
         """
         self._require_fit()
-        lam = check_positive(prior_precision, "prior_precision")
-        h = self._curv_eigs()
-        D = int(self._state["dim"])
-        return float(0.5 * h.size * math.log(lam) - 0.5 * np.log(h + lam).sum() - 0.5 * lam * D)
+        return _log_marginal_likelihood(self.posterior_, check_positive(prior_precision, "prior_precision"))
 
-    def _select_marglik(self) -> float:
-        vals = [self.log_marginal_likelihood(l) for l in _LAMBDA_GRID]
-        best = int(np.argmax(vals))
-        fine = np.logspace(
-            np.log10(_LAMBDA_GRID[max(best - 1, 0)]), np.log10(_LAMBDA_GRID[min(best + 1, len(_LAMBDA_GRID) - 1)]), 41
-        )
-        return float(fine[int(np.argmax([self.log_marginal_likelihood(l) for l in fine]))])
-
-    def _select_nll(self, acc, A_hold, P_hold) -> float:
+    def _select_nll(self, posterior: Posterior, A_hold, P_hold) -> float:
         """Prior precision minimising the probit-InfoNCE NLL of held-out pairs."""
-        D = A_hold.shape[1]
-        self._state = self._finalize(acc, D)
         tau = self.loss_temperature
 
         def nll(lam):
-            self._state["prior_precision"] = np.float64(lam)
-            va, vp = self._var(A_hold), self._var(P_hold)
+            va, vp = posterior.predictive_variance(A_hold, lam), posterior.predictive_variance(P_hold, lam)
             total = 0.0
             for b in self._batches(np.arange(len(A_hold))):
                 a, p, qa, qp = A_hold[b], P_hold[b], va[b], vp[b]
@@ -449,13 +330,7 @@ class LaplaceEmbedder:
     # ------------------------------------------------------------------ prediction
     def _var(self, H: np.ndarray) -> np.ndarray:
         """Predictive variance of ``z = W h`` for normalised ``H`` (float64)."""
-        st = self._state
-        lam = float(st["prior_precision"])
-        if self.hessian == "diag":
-            return (H * H) @ (1.0 / (st["H"] + lam)).T
-        proj = (H @ st["u_in"]) ** 2  # (n, D): (u_a . h)^2
-        coef = 1.0 / (np.outer(st["s_in"], st["s_out"]) + lam)  # (a, g)
-        return (proj @ coef) @ (st["u_out"] ** 2).T
+        return self.posterior_.predictive_variance(H, float(self._state["prior_precision"]))
 
     def transform(self, embeddings) -> GaussianEmbedding:
         """Gaussian embeddings from raw encoder outputs ``(n, D)``.
@@ -514,7 +389,7 @@ class LaplaceEmbedder:
             "batch_size": self.batch_size,
             "encoder": self.encoder_name,
         }
-        return dict(self._state), meta
+        return {**self._state, **self.posterior_.to_arrays()}, meta
 
     @classmethod
     def from_state(cls, arrays: Dict[str, np.ndarray], meta: Dict[str, Any], encoder=None) -> LaplaceEmbedder:
@@ -528,19 +403,15 @@ class LaplaceEmbedder:
                 loss_temperature=meta["loss_temperature"],
                 batch_size=meta["batch_size"],
             )
-            need = ("H",) if obj.hessian == "diag" else ("s_in", "u_in", "s_out", "u_out")
             D = int(arrays["dim"])
-            for k in need:
-                if arrays[k].shape not in ((D,), (D, D)):
-                    raise ValueError(f"array {k} has shape {arrays[k].shape}")
-            state = {k: arrays[k] for k in ("dim", "prior_precision", "n_pairs", "trace_stats") + need}
+            posterior = obj._posterior_cls.from_arrays(arrays, D)
+            state = {k: arrays[k] for k in _OWN_ARRAYS}
             if "score_scale" in arrays:
                 state["score_scale"] = arrays["score_scale"]
         except (KeyError, TypeError) as exc:
-            from crossembed._io import CorruptFileError
-
             raise CorruptFileError(f"incomplete LaplaceEmbedder state ({exc})") from None
         obj._state = state
+        obj.posterior_ = posterior
         return obj
 
     def save(self, path) -> Path:
