@@ -68,7 +68,7 @@ def test_resume_is_exact_and_checkpoint_is_checked(tmp_path):
     for (k, a), b in zip(full.model.state_dict().items(), resumed.model.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=k)
     np.testing.assert_allclose(full.history["loss"], resumed.history["loss"], rtol=1e-5)
-    assert (tmp_path / "loss.png").stat().st_size > 1000
+    assert not (tmp_path / "loss.png").exists()  # the library writes no plots
     with pytest.raises(ValueError, match="different configuration"):
         train(_cfg("uncha", steps=5), out=tmp_path, data=data, progress=False, resume=True)
     ck = tmp_path / "checkpoint.cemb"

@@ -53,11 +53,13 @@ def _print(result, as_json: bool) -> None:
 
 
 def _cmd_train(args) -> int:
-    from crossembed.hyperbolic.train import plot_history, train
+    from crossembed.experiments.uncha_plots import plot_history
+    from crossembed.hyperbolic.train import train
 
     _threads(args.threads)
     cfg = _train_config(args)
     res = train(cfg, out=args.out, resume=args.resume, progress=not args.no_progress)
+    plot_history({cfg.model: res.history}, Path(args.out) / "loss.png")
     if args.plot:
         plot_history({cfg.model: res.history}, args.plot)
     out = {
@@ -74,7 +76,8 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_eval(args) -> int:
-    from crossembed.hyperbolic.evaluate import evaluate, make_test_set, plot_radii
+    from crossembed.experiments.uncha_plots import plot_radii
+    from crossembed.hyperbolic.evaluate import evaluate, make_test_set
     from crossembed.hyperbolic.train import load_checkpoint
 
     _threads(args.threads)
@@ -140,9 +143,9 @@ def _cmd_wordnet(args) -> int:
         max_nodes=args.max_nodes,
     )
     if args.plot:
-        from crossembed.hyperbolic.wordnet_embedding import plot_radius_by_depth
+        from crossembed.experiments.uncha_plots import plot_radius_by_depth
 
-        plot_radius_by_depth(res.pop("_embedding"), args.plot)
+        plot_radius_by_depth(*res.pop("_embedding"), args.plot)
     res.pop("_embedding", None)
     _print(res, args.json)
     return 0

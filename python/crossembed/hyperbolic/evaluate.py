@@ -15,9 +15,8 @@ result records which one ran); CLIP uses cosine similarity.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -42,9 +41,7 @@ __all__ = [
     "embed_texts",
     "top_k",
     "evaluate",
-    "benchmark_topk",
     "radii",
-    "plot_radii",
 ]
 
 TEST_SEED = 2026  # one fixed test set for every model and training seed
@@ -196,76 +193,3 @@ def evaluate(model: CompositionalModel, test: HeldOutSet, *, return_embeddings: 
     if return_embeddings:
         res["embeddings"] = {"scene_image": img, "scene_text": txt, "part_image": parts, "prompt": prompts}
     return res
-
-
-def benchmark_topk(
-    X: np.ndarray, Y: np.ndarray, k: int, *, curvature: float = 1.0, repeats: int = 3, num_threads: Optional[int] = 1
-) -> Dict[str, float]:
-    """Best-of-``repeats`` seconds of C++ ``lorentz_topk`` vs torch (stable pairwise + topk).
-
-    Both run with ``num_threads`` threads (torch via ``set_num_threads``) so
-    the ratio compares the kernels, not the core counts.
-    """
-    fn = _cpp_topk()
-    if fn is None:
-        raise ImportError("crossembed.lorentz_topk is not available in this build")
-    Xt, Yt = torch.from_numpy(X), torch.from_numpy(Y)
-    prev = torch.get_num_threads()
-    torch.set_num_threads(num_threads or prev)
-    try:
-
-        def torch_path():
-            with torch.no_grad():
-                return torch.topk(L.pairwise_distance(Xt, Yt, curvature), k, dim=1, largest=False)
-
-        def torch_fast_path():
-            with torch.no_grad():
-                return torch.topk(L.pairwise_distance(Xt, Yt, curvature, stable=False), k, dim=1, largest=False)
-
-        times = {}
-        for name, f in (
-            ("cpp", lambda: fn(X, Y, k, curvature=curvature, num_threads=num_threads)),
-            ("torch", torch_path),
-            ("torch_matmul", torch_fast_path),
-        ):
-            best = float("inf")
-            for _ in range(repeats):
-                t = time.perf_counter()
-                f()
-                best = min(best, time.perf_counter() - t)
-            times[f"{name}_s"] = best
-    finally:
-        torch.set_num_threads(prev)
-    times["speedup_vs_torch"] = times["torch_s"] / times["cpp_s"]
-    times["speedup_vs_torch_matmul"] = times["torch_matmul_s"] / times["cpp_s"]
-    return times
-
-
-def plot_radii(models: Dict[str, Tuple[CompositionalModel, Dict[str, torch.Tensor]]], path) -> None:
-    """Histogram of geodesic radii of scene/part images and texts, one panel per model."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from crossembed._io import atomic_write
-
-    fig, axes = plt.subplots(1, len(models), figsize=(3.2 * len(models), 2.8), squeeze=False)
-    for ax, (name, (model, emb)) in zip(axes[0], models.items()):
-        for key, label in (
-            ("scene_image", "scene image"),
-            ("part_image", "part image"),
-            ("scene_text", "scene text"),
-            ("prompt", "part text"),
-        ):
-            ax.hist(radii(model, emb[key]), bins=40, alpha=0.5, density=True, label=label)
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("distance to origin")
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    atomic_write(path, buf.getvalue())

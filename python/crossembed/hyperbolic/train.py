@@ -34,7 +34,6 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "make_batch",
-    "plot_history",
     "CHECKPOINT_KIND",
 ]
 
@@ -248,7 +247,7 @@ def train(
     config : TrainConfig
     out : path, optional
         Directory for ``checkpoint.cemb`` (written every ``checkpoint_every``
-        steps and at the end) and ``loss.png``.
+        steps and at the end).
     resume : bool
         Continue from ``out/checkpoint.cemb`` when it exists (its config must match).
     data : SceneSet, optional
@@ -305,35 +304,4 @@ def train(
             save_checkpoint(ckpt, model, config, step + 1, history, opt)
     seconds = time.perf_counter() - t0
     model.eval()
-    if out is not None:
-        plot_history({config.model: history}, out / "loss.png")
     return TrainResult(model, config, history, n_scenes / max(seconds, 1e-9), n_images / max(seconds, 1e-9), seconds)
-
-
-def plot_history(histories: Dict[str, Dict[str, np.ndarray]], path: Union[str, Path], *, smooth: int = 20) -> Path:
-    """Total-loss curves (moving average over ``smooth`` steps), one line per run."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from crossembed._io import atomic_write
-
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for name, hist in histories.items():
-        y = np.asarray(hist["loss"], float)
-        y = y[np.isfinite(y)]
-        if y.size == 0:
-            continue
-        k = max(1, min(smooth, y.size))
-        ax.plot(np.convolve(y, np.ones(k) / k, mode="valid"), label=name)
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss (moving average)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return atomic_write(path, buf.getvalue())

@@ -21,7 +21,6 @@ the related ones as relevant. Distances for the evaluation come from the C++
 
 from __future__ import annotations
 
-import io
 import time
 from collections import deque
 from typing import Dict, List, Optional, Tuple
@@ -40,7 +39,6 @@ __all__ = [
     "embed_hierarchy",
     "reconstruction",
     "run",
-    "plot_radius_by_depth",
 ]
 
 
@@ -299,26 +297,3 @@ def run(
         "eval_s": t3 - t2,
         "_embedding": (emb, h),
     }
-
-
-def plot_radius_by_depth(embedding: Tuple[np.ndarray, Hierarchy], path) -> None:
-    """Box plot of the geodesic radius per depth below the root."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from crossembed._io import atomic_write
-
-    emb, h = embedding
-    radius = np.arcsinh(np.linalg.norm(emb, axis=1))
-    depths = sorted(set(h.depth.tolist()))
-    fig, ax = plt.subplots(figsize=(5, 3))
-    ax.boxplot([radius[h.depth == d] for d in depths], positions=depths)
-    ax.set_xlabel("depth below the root")
-    ax.set_ylabel("distance to origin")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    atomic_write(path, buf.getvalue())
