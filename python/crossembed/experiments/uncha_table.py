@@ -71,9 +71,14 @@ def run_comparison(
     n_test: int = 1000,
     n_items: int = 2000,
     work: Optional[Path] = None,
-    progress: bool = True,
+    show_progress_bar: bool = True,
+    num_threads: Optional[int] = None,
 ) -> Dict:
-    """Train and evaluate every (model, seed); see the module docstring."""
+    """Train and evaluate every (model, seed); see the module docstring.
+
+    ``num_threads`` is for the C++ retrieval kernel (``None``: all cores); torch
+    uses whatever ``torch.set_num_threads`` says.
+    """
     base = base or TrainConfig()
     t_start = time.perf_counter()
     test = make_test_set(
@@ -82,7 +87,7 @@ def run_comparison(
     runs: List[Dict] = []
     histories: Dict[str, Dict] = {}
     embeddings: Dict[str, tuple] = {}
-    bar = tqdm(total=len(seeds) * len(models), desc="uncha-table", disable=not progress)
+    bar = tqdm(total=len(seeds) * len(models), desc="uncha-table", disable=not show_progress_bar)
     for seed in seeds:
         data = None
         for name in models:
@@ -94,7 +99,7 @@ def run_comparison(
                 model.eval()
             else:
                 data = data if data is not None else train_scenes(cfg)
-                res = train(cfg, out=run_dir, data=data, progress=False)
+                res = train(cfg, out=run_dir, data=data, show_progress_bar=False)
                 model, history = res.model, res.history
                 extra = {
                     "scenes_per_second": res.scenes_per_second,
@@ -103,7 +108,7 @@ def run_comparison(
                 }
                 if run_dir is not None:  # record throughput with the finished checkpoint
                     save_checkpoint(run_dir / CHECKPOINT_NAME, model, cfg, cfg.steps, history, extra=extra)
-            metrics = evaluate(model, test, return_embeddings=(seed == seeds[0]))
+            metrics = evaluate(model, test, return_embeddings=(seed == seeds[0]), num_threads=num_threads)
             emb = metrics.pop("embeddings", None)
             if seed == seeds[0]:
                 histories[name] = history

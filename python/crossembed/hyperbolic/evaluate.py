@@ -16,7 +16,7 @@ result records which one ran); CLIP uses cosine similarity.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -105,8 +105,18 @@ def _cpp_topk():
     return crossembed.lorentz_topk
 
 
-def top_k(model: CompositionalModel, queries: torch.Tensor, gallery: torch.Tensor, k: int) -> Tuple[np.ndarray, str]:
-    """Indices of the ``k`` best gallery rows per query, and the backend used."""
+def top_k(
+    model: CompositionalModel,
+    queries: torch.Tensor,
+    gallery: torch.Tensor,
+    k: int,
+    *,
+    num_threads: Optional[int] = None,
+) -> Tuple[np.ndarray, str]:
+    """Indices of the ``k`` best gallery rows per query, and the backend used.
+
+    ``num_threads`` is for the C++ kernel (``None``: all cores).
+    """
     k = min(k, gallery.shape[0])
     if not model.hyperbolic:
         q = torch.nn.functional.normalize(queries, dim=-1)
@@ -115,7 +125,7 @@ def top_k(model: CompositionalModel, queries: torch.Tensor, gallery: torch.Tenso
     c = float(model.curvature().detach())
     fn = _cpp_topk()
     if fn is not None:
-        _, idx = fn(queries.numpy(), gallery.numpy(), k, curvature=c)
+        _, idx = fn(queries.numpy(), gallery.numpy(), k, curvature=c, num_threads=num_threads)
         return np.asarray(idx), "cpp-lorentz_topk"
     d = L.pairwise_distance(queries, gallery, c)
     return torch.topk(d, k, dim=1, largest=False).indices.numpy(), "torch-lorentz"
@@ -143,8 +153,13 @@ def radii(model: CompositionalModel, emb: torch.Tensor) -> np.ndarray:
 
 
 @torch.no_grad()
-def evaluate(model: CompositionalModel, test: HeldOutSet, *, return_embeddings: bool = False) -> Dict:
-    """All metrics of the module docstring as a flat dict (fractions in [0, 1])."""
+def evaluate(
+    model: CompositionalModel, test: HeldOutSet, *, return_embeddings: bool = False, num_threads: Optional[int] = None
+) -> Dict:
+    """All metrics of the module docstring as a flat dict (fractions in [0, 1]).
+
+    ``num_threads`` is for the C++ retrieval kernel (``None``: all cores).
+    """
     from scipy.stats import spearmanr
 
     sc = test.scenes
@@ -152,19 +167,19 @@ def evaluate(model: CompositionalModel, test: HeldOutSet, *, return_embeddings: 
     prompts = embed_texts(model, [part_caption(k) for k in range(len(CLASS_NAMES))])
     res: Dict = {}
     for name, imgs in (("zs_crop", _resize(test.items, part_size)), ("zs_scene", _centre(test.items, canvas))):
-        idx, backend = top_k(model, embed_images(model, imgs), prompts, 1)
+        idx, backend = top_k(model, embed_images(model, imgs), prompts, 1, num_threads=num_threads)
         res[f"{name}_acc"] = float((idx[:, 0] == test.item_labels).mean())
     img = embed_images(model, sc.scenes)
     txt = embed_texts(model, sc.captions)
     cap = sc.caption_ids
-    idx, backend = top_k(model, img, txt, 5)
+    idx, backend = top_k(model, img, txt, 5, num_threads=num_threads)
     r = _recall(cap[idx] == cap[:, None])
     res["i2t_r1"], res["i2t_r5"] = r[1], r[5]
-    idx, _ = top_k(model, txt, img, 5)
+    idx, _ = top_k(model, txt, img, 5, num_threads=num_threads)
     r = _recall(cap[idx] == cap[:, None])
     res["t2i_r1"], res["t2i_r5"] = r[1], r[5]
     parts = embed_images(model, sc.parts)
-    idx, _ = top_k(model, parts, img, 5)
+    idx, _ = top_k(model, parts, img, 5, num_threads=num_threads)
     r = _recall(idx == sc.part_scene[:, None])
     res["p2s_r1"], res["p2s_r5"] = r[1], r[5]
     u = L.uncertainty(parts).numpy()
