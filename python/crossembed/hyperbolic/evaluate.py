@@ -194,7 +194,7 @@ def evaluate(
         r = entailment_loss(
             parts,
             img[torch.from_numpy(sc.part_scene)],
-            float(model.curvature().detach()),
+            L.Lorentz(float(model.curvature().detach())),
             eta=cfg.eta_intra,
             alpha=cfg.alpha,
         ).numpy()

@@ -289,7 +289,7 @@ def train(
         for g in opt.param_groups:
             g["lr"] = config.lr * _lr_factor(step, config)
         batch = make_batch(model, data, tokens, idx)
-        terms = total_loss(batch, model.config, curvature=model.curvature(), **model.temperatures())
+        terms = total_loss(batch, model.config, manifold=model.manifold(), **model.temperatures())
         opt.zero_grad(set_to_none=True)
         terms["loss"].backward()
         opt.step()

@@ -228,6 +228,7 @@ def embed_hierarchy(
         check_int(value, name, low=1)
     check_int(burn_in, "burn_in", low=0)
     seed = check_int(random_state, "random_state", low=0)
+    manifold = L.Lorentz(curvature)
     g = torch.Generator().manual_seed(seed)
     emb = torch.nn.Parameter((torch.rand(n, dim, generator=g) - 0.5) * 2e-3)
     opt = torch.optim.Adam([emb], lr=lr)
@@ -252,13 +253,13 @@ def embed_hierarchy(
             bad = np.isin(un * n + neg, keys) | (neg == un)
             cand = torch.cat([v[:, None], torch.from_numpy(neg)], 1)  # column 0 is the positive
             eu = emb[u]
-            d = L.distance(eu[:, None, :], emb[cand], curvature)
+            d = manifold.distance(eu[:, None, :], emb[cand])
             logits = (-d).masked_fill(
                 torch.from_numpy(np.concatenate([np.zeros((len(b), 1), bool), bad], 1)), float("-inf")
             )
             loss = torch.nn.functional.cross_entropy(logits, torch.zeros(len(b), dtype=torch.long))
             if entailment_weight:
-                loss = loss + entailment_weight * entailment_loss(emb[v], eu, curvature, eta=1.0, alpha=0.0).mean()
+                loss = loss + entailment_weight * entailment_loss(emb[v], eu, manifold, eta=1.0, alpha=0.0).mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
