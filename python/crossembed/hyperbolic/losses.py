@@ -18,6 +18,7 @@ from typing import Dict, Optional, Union
 import torch
 import torch.nn.functional as F
 
+from crossembed._validation import check_choice
 from crossembed.hyperbolic import lorentz as L
 
 __all__ = [
@@ -80,10 +81,8 @@ class LossConfig:
     lam: float = 0.2
 
     def __post_init__(self):
-        if self.geometry not in ("lorentz", "euclidean"):
-            raise ValueError(f"geometry must be 'lorentz' or 'euclidean', got {self.geometry!r}")
-        if self.entailment not in ("none", "global", "all"):
-            raise ValueError(f"entailment must be 'none', 'global' or 'all', got {self.entailment!r}")
+        check_choice(self.geometry, "geometry", ("lorentz", "euclidean"))
+        check_choice(self.entailment, "entailment", ("none", "global", "all"))
         if self.geometry == "euclidean" and (self.entailment != "none" or self.calibration):
             raise ValueError("entailment cones and calibration need geometry='lorentz'")
         if self.calibration and self.entailment != "all":
