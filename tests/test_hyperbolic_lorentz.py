@@ -202,3 +202,44 @@ def test_cpp_lorentz_kernels_agree_with_torch(dtype, c):
     np.testing.assert_allclose(dist, np.take_along_axis(ref, idx, 1), rtol=tol, atol=tol)
     np.testing.assert_allclose(dist, np.take_along_axis(ref, order, 1), rtol=tol, atol=tol)
     assert (np.diff(dist, axis=1) >= 0).all()
+
+
+@pytest.mark.parametrize("c", [0.5, 2.0])
+def test_lorentz_class_methods_are_the_functions_bit_for_bit(c):
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(6, 4, generator=g), torch.randn(6, 4, generator=g)
+    for curvature in (c, torch.tensor(c)):
+        m = L.Lorentz(curvature)
+        pairs = [
+            (m.time_component(x), L.time_component(x, c)),
+            (m.inner(x, y), L.inner(x, y, c)),
+            (m.pairwise_inner(x, y), L.pairwise_inner(x, y, c)),
+            (m.distance(x, y), L.distance(x, y, c)),
+            (m.pairwise_distance(x, y), L.pairwise_distance(x, y, c)),
+            (m.pairwise_distance(x, y, stable=False), L.pairwise_distance(x, y, c, stable=False)),
+            (m.expmap0(x), L.expmap0(x, c)),
+            (m.logmap0(x), L.logmap0(x, c)),
+            (m.half_aperture(x, k=0.2), L.half_aperture(x, c, k=0.2)),
+            (m.exterior_angle(x, y), L.exterior_angle(x, y, c)),
+        ]
+        for got, want in pairs:
+            assert torch.equal(got, want)
+
+
+def test_lorentz_class_learnable_curvature_and_checks():
+    log_c = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    m = L.Lorentz(log_c.exp())
+    x = torch.randn(4, 3, dtype=torch.float64)
+    m.pairwise_distance(m.expmap0(x), m.expmap0(x + 1)).sum().backward()
+    assert log_c.grad is not None and torch.isfinite(log_c.grad)
+    assert repr(L.Lorentz(2)) == "Lorentz(curvature=2)" and L.Lorentz(2).curvature == 2.0
+    with pytest.raises(ValueError, match="curvature"):
+        L.Lorentz(0.0)
+    with pytest.raises(TypeError, match="curvature"):
+        L.Lorentz("1")
+    with pytest.raises(ValueError, match="0-d"):
+        L.Lorentz(torch.ones(2))
+    from crossembed.hyperbolic.losses import entailment_loss
+
+    with pytest.raises(TypeError, match="Lorentz"):
+        entailment_loss(x, x, 1.0, eta=1.0, alpha=0.0)

@@ -51,16 +51,16 @@ def test_entailment_inside_and_outside_cone():
     p = torch.tensor([[1.0, 0.0]], dtype=D64)
     along = torch.tensor([[3.0, 0.0]], dtype=D64)  # on the cone axis: phi = 0
     side = torch.tensor([[1.0, 2.0]], dtype=D64)
-    assert entailment_loss(p, along, 1.0, eta=0.7, alpha=0.1).item() == pytest.approx(0.0, abs=1e-3)
+    assert entailment_loss(p, along, L.Lorentz(1.0), eta=0.7, alpha=0.1).item() == pytest.approx(0.0, abs=1e-3)
     phi = L.exterior_angle(p, side).item()
     omega = math.asin(0.2)  # 2K / |p| with K = 0.1
     assert phi > 0.7 * omega  # outside the (shrunk) cone: hinge active
-    r = entailment_loss(p, side, 1.0, eta=0.7, alpha=0.1).item()
+    r = entailment_loss(p, side, L.Lorentz(1.0), eta=0.7, alpha=0.1).item()
     assert r == pytest.approx(phi - 0.7 * omega + 0.1 * phi)
     # a wide cone (eta large) contains it: only the linear alpha * phi term remains
-    r_in = entailment_loss(p, side, 1.0, eta=100.0, alpha=0.1).item()
+    r_in = entailment_loss(p, side, L.Lorentz(1.0), eta=100.0, alpha=0.1).item()
     assert r_in == pytest.approx(0.1 * phi)
-    assert entailment_loss(p, side, 1.0, eta=100.0, alpha=0.0).item() == 0.0
+    assert entailment_loss(p, side, L.Lorentz(1.0), eta=100.0, alpha=0.0).item() == 0.0
 
 
 def test_calibration_minimum_at_log_r_and_entropy_value():
@@ -118,7 +118,7 @@ def test_total_loss_every_preset_is_finite_and_differentiable(name):
     b = _batch()
     c = torch.tensor(1.0, dtype=D64, requires_grad=True)
     taus = [torch.tensor(t, dtype=D64, requires_grad=True) for t in (0.07, 0.05, 0.06)]
-    out = total_loss(b, preset(name), curvature=c, tau_g=taus[0], tau_l=taus[1], tau_gl=taus[2])
+    out = total_loss(b, preset(name), manifold=L.Lorentz(c), tau_g=taus[0], tau_l=taus[1], tau_gl=taus[2])
     out["loss"].backward()
     assert torch.isfinite(out["loss"])
     assert torch.isfinite(b.image.grad).all() and torch.isfinite(b.text.grad).all()
@@ -130,7 +130,7 @@ def test_total_loss_every_preset_is_finite_and_differentiable(name):
 
 
 def test_total_loss_terms_switch_as_documented():
-    kw = dict(curvature=1.0, tau_g=0.07, tau_l=0.05, tau_gl=0.06)
+    kw = dict(manifold=L.Lorentz(1.0), tau_g=0.07, tau_l=0.05, tau_gl=0.06)
     b = _batch(1)
     full = total_loss(b, preset("uncha"), **kw)
     no_h = total_loss(b, preset("uncha-no-entropy"), **kw)
@@ -145,7 +145,7 @@ def test_total_loss_terms_switch_as_documented():
     meru = total_loss(b, preset("meru"), **kw)
     assert set(meru) == {"global", "contrastive", "entailment", "loss"}
     # MERU's entailment is the plain text->image hinge
-    r = entailment_loss(b.text, b.image, 1.0, eta=0.7, alpha=0.0).mean()
+    r = entailment_loss(b.text, b.image, L.Lorentz(1.0), eta=0.7, alpha=0.0).mean()
     assert meru["entailment"].item() == pytest.approx(r.item())
     assert meru["loss"].item() == pytest.approx((meru["global"] + 0.2 * r).item())
 

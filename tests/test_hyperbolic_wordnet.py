@@ -37,7 +37,9 @@ def test_reconstruction_perfect_and_hand_computed():
 
 def test_tiny_embedding_learns_the_star():
     h = _star()
-    emb, losses = embed_hierarchy(h, dim=3, epochs=60, batch_size=8, negatives=3, lr=0.1, burn_in=5, progress=False)
+    emb, losses = embed_hierarchy(
+        h, dim=3, epochs=60, batch_size=8, negatives=3, lr=0.1, burn_in=5, show_progress_bar=False
+    )
     assert losses[-1] < losses[0]
     assert reconstruction(emb, h)["mean_rank"] == 1.0
 

@@ -10,33 +10,34 @@ skips it, so an interrupted table resumes.
 
 from __future__ import annotations
 
-import io
 import json
 import platform
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from crossembed._io import atomic_write
+from crossembed._io import PathLike
+from crossembed.experiments._report import replace_block
+from crossembed.experiments.uncha_plots import plot_history, plot_radii, plot_uncertainty
+from crossembed.experiments.uncha_speed import benchmark_topk
 from crossembed.hyperbolic import lorentz as L
-from crossembed.hyperbolic.evaluate import benchmark_topk, evaluate, make_test_set, plot_radii
+from crossembed.hyperbolic.evaluate import evaluate, make_test_set
 from crossembed.hyperbolic.losses import MODEL_NAMES
 from crossembed.hyperbolic.train import (
     CHECKPOINT_NAME,
     TrainConfig,
     load_checkpoint,
-    plot_history,
     save_checkpoint,
     train,
     train_scenes,
 )
 
-__all__ = ["run_comparison", "write_report", "METRICS"]
+__all__ = ["run_comparison", "render_markdown", "write_plots", "write_report", "public_result", "METRICS"]
 
 METRICS = (
     ("zs_crop_acc", "zero-shot (crop)"),
@@ -49,7 +50,8 @@ METRICS = (
     ("p2s_r5", "part->scene R@5"),
     ("spearman_u_1mrep", "Spearman(u, 1-rep)"),
 )
-START, END = "<!-- uncha-table:start -->", "<!-- uncha-table:end -->"
+BLOCK = "uncha-table"  # docs/uncha.md holds <!-- uncha-table:start --> ... <!-- uncha-table:end -->
+TITLE = "UNCHA comparison on Fashion-MNIST scenes"
 
 
 def _finished(path: Path, config: TrainConfig):
@@ -69,9 +71,14 @@ def run_comparison(
     n_test: int = 1000,
     n_items: int = 2000,
     work: Optional[Path] = None,
-    progress: bool = True,
+    show_progress_bar: bool = True,
+    num_threads: Optional[int] = None,
 ) -> Dict:
-    """Train and evaluate every (model, seed); see the module docstring."""
+    """Train and evaluate every (model, seed); see the module docstring.
+
+    ``num_threads`` is for the C++ retrieval kernel (``None``: all cores); torch
+    uses whatever ``torch.set_num_threads`` says.
+    """
     base = base or TrainConfig()
     t_start = time.perf_counter()
     test = make_test_set(
@@ -80,7 +87,7 @@ def run_comparison(
     runs: List[Dict] = []
     histories: Dict[str, Dict] = {}
     embeddings: Dict[str, tuple] = {}
-    bar = tqdm(total=len(seeds) * len(models), desc="uncha-table", disable=not progress)
+    bar = tqdm(total=len(seeds) * len(models), desc="uncha-table", disable=not show_progress_bar)
     for seed in seeds:
         data = None
         for name in models:
@@ -92,7 +99,7 @@ def run_comparison(
                 model.eval()
             else:
                 data = data if data is not None else train_scenes(cfg)
-                res = train(cfg, out=run_dir, data=data, progress=False)
+                res = train(cfg, out=run_dir, data=data, show_progress_bar=False)
                 model, history = res.model, res.history
                 extra = {
                     "scenes_per_second": res.scenes_per_second,
@@ -101,7 +108,7 @@ def run_comparison(
                 }
                 if run_dir is not None:  # record throughput with the finished checkpoint
                     save_checkpoint(run_dir / CHECKPOINT_NAME, model, cfg, cfg.steps, history, extra=extra)
-            metrics = evaluate(model, test, return_embeddings=(seed == seeds[0]))
+            metrics = evaluate(model, test, return_embeddings=(seed == seeds[0]), num_threads=num_threads)
             emb = metrics.pop("embeddings", None)
             if seed == seeds[0]:
                 histories[name] = history
@@ -158,49 +165,37 @@ def _fmt(mean_std, pct=True) -> str:
     return f"{100 * m:.1f} ± {100 * s:.1f}" if pct else f"{m:.3f} ± {s:.3f}"
 
 
-def _plot_u_vs_rep(result: Dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [n for n in ("hycoclip", "uncha") if n in result["_embeddings"]]
-    if not names:
-        return
-    test = result["_test"].scenes
-    fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names), 3), squeeze=False)
-    multi = np.bincount(test.part_scene)[test.part_scene] > 1
-    for ax, name in zip(axes[0], names):
-        u = L.uncertainty(result["_embeddings"][name][1]["part_image"]).numpy()
-        ax.scatter(test.representativeness[multi], u[multi], s=3, alpha=0.3)
-        ax.set_xlabel("representativeness (area share)")
-        ax.set_ylabel("u(part image)")
-        ax.set_title(name, fontsize=9)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    atomic_write(path, buf.getvalue())
+# the two models whose uncertainty the scatter plot compares (fixed vs uncertainty-scaled temperature)
+_UNCERTAINTY_MODELS = ("hycoclip", "uncha")
 
 
-def write_report(result: Dict, out: Path, *, command: str = "") -> List[Path]:
-    """Write the markdown table (between markers when ``out`` already has them) and the plots."""
+def write_plots(result: Dict, out: PathLike) -> Dict[str, Path]:
+    """The loss, radius and uncertainty plots next to ``out`` (``STEM_loss.png`` and so on).
+
+    Returns the written files by kind (``loss``, ``radius``, ``uncertainty``);
+    the last two need hyperbolic models among the results.
+    """
     out = Path(out)
     stem = out.stem
-    written = []
-    loss_png = out.with_name(f"{stem}_loss.png")
-    plot_history(result["_histories"], loss_png)
-    written.append(loss_png)
-    if result["_embeddings"]:
-        radius_png = out.with_name(f"{stem}_radius.png")
-        plot_radii(result["_embeddings"], radius_png)
-        written.append(radius_png)
-        u_png = out.with_name(f"{stem}_uncertainty.png")
-        _plot_u_vs_rep(result, u_png)
-        written.append(u_png)
+    written = {"loss": plot_history(result["_histories"], out.with_name(f"{stem}_loss.png"))}
+    embeddings = result["_embeddings"]
+    if embeddings:
+        written["radius"] = plot_radii(embeddings, out.with_name(f"{stem}_radius.png"))
+        parts = {n: embeddings[n][1]["part_image"] for n in _UNCERTAINTY_MODELS if n in embeddings}
+        if parts:
+            written["uncertainty"] = plot_uncertainty(parts, result["_test"], out.with_name(f"{stem}_uncertainty.png"))
+    return written
+
+
+def render_markdown(result: Dict, *, command: str = "", plots: Mapping[str, str] = ()) -> str:
+    """The table, the speed line and the per-run JSON as markdown (no block markers).
+
+    ``plots`` maps a kind of :func:`write_plots` to the image's link target;
+    only those images are linked.
+    """
+    plots = dict(plots)
     cfg = result["config"]
     lines = [
-        START,
         f"Generated by `{command or 'crossembed uncha-table'}` in {result['wall_seconds'] / 60:.1f} min "
         f"({result['machine']}). Seeds {result['seeds']}; mean ± std (sample std over seeds), percentages.",
         f"Training: {cfg['steps']} steps, batch {cfg['batch_size']} scenes, {cfg['n_train']} training scenes "
@@ -228,29 +223,32 @@ def write_report(result: Dict, out: Path, *, command: str = "") -> List[Path]:
             f"{1000 * sp['torch_s']:.0f} ms (**{sp['speedup_vs_torch']:.1f}x**), torch matmul form + topk "
             f"{1000 * sp['torch_matmul_s']:.0f} ms ({sp['speedup_vs_torch_matmul']:.1f}x)."
         )
-    lines.append("")
-    lines.append(f"![loss curves]({loss_png.name})")
-    if result["_embeddings"]:
-        lines.append(
-            f"![radius distributions]({stem}_radius.png) ![uncertainty vs representativeness]({stem}_uncertainty.png)"
-        )
-    lines.append("")
-    lines.append("Per-run numbers (JSON):")
-    lines.append("")
-    lines.append("```json")
+    if "loss" in plots:
+        lines += ["", f"![loss curves]({plots['loss']})"]
+    images = [
+        f"![{alt}]({plots[kind]})"
+        for kind, alt in (("radius", "radius distributions"), ("uncertainty", "uncertainty vs representativeness"))
+        if kind in plots
+    ]
+    if images:
+        lines.append(" ".join(images))
+    lines += ["", "Per-run numbers (JSON):", "", "```json"]
     lines.append(
         json.dumps([{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in result["runs"]])
     )
     lines.append("```")
-    lines.append(END)
-    block = "\n".join(lines)
-    if out.exists() and START in (text := out.read_text()) and END in text:
-        new = text[: text.index(START)] + block + text[text.index(END) + len(END) :]
-    else:
-        new = "# UNCHA comparison on Fashion-MNIST scenes\n\n" + block + "\n"
-    atomic_write(out, new.encode())
-    written.append(out)
-    return written
+    return "\n".join(lines)
+
+
+def write_report(result: Dict, out: PathLike, *, command: str = "") -> List[Path]:
+    """Write the plots next to ``out`` and the table into ``out``'s ``uncha-table`` block.
+
+    Text outside the block is kept; a missing file is created with a title.
+    Returns the written files (plots first, ``out`` last).
+    """
+    plots = write_plots(result, out)
+    markdown = render_markdown(result, command=command, plots={k: p.name for k, p in plots.items()})
+    return [*plots.values(), replace_block(out, BLOCK, markdown, title=TITLE)]
 
 
 def public_result(result: Dict) -> Dict:

@@ -7,19 +7,22 @@
 * :mod:`~crossembed.hyperbolic.data` - compositional Fashion-MNIST scenes.
 * :mod:`~crossembed.hyperbolic.model`, :mod:`~crossembed.hyperbolic.train` -
   small encoders and the one trainer.
-* :mod:`~crossembed.hyperbolic.evaluate`, :mod:`~crossembed.experiments.uncha_table` -
-  metrics (retrieval via the C++ ``lorentz_topk``) and the comparison table.
+* :mod:`~crossembed.hyperbolic.evaluate` - metrics (retrieval via the C++
+  ``lorentz_topk``).
 * :mod:`~crossembed.hyperbolic.wordnet_embedding` - the WordNet noun
   hierarchy embedded with the same ops.
 
-torch is imported lazily so that ``import crossembed`` works without it.
+This package is the library only: the comparison table, its plots and the
+speed measurement live in :mod:`crossembed.experiments` (``uncha_table``,
+``uncha_plots``, ``uncha_speed``). torch is imported lazily so that
+``import crossembed`` works without it.
 """
 
 from __future__ import annotations
 
 import importlib
 
-__all__ = ["lorentz", "losses", "data", "model", "train", "evaluate", "table", "wordnet_embedding"]
+__all__ = ["lorentz", "losses", "data", "model", "train", "evaluate", "wordnet_embedding"]
 
 
 def __getattr__(name):

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from crossembed._validation import check_random_state
+from crossembed._validation import check_choice, check_int, check_random_state
 
 __all__ = [
     "CLASS_NAMES",
@@ -73,8 +73,7 @@ def _read_idx(path: Path) -> np.ndarray:
 
 def load_fashion_mnist(split: str = "train") -> Tuple[np.ndarray, np.ndarray]:
     """Images ``(N, 28, 28) uint8`` and labels ``(N,) int64`` of ``split`` ("train" or "test")."""
-    if split not in _FILES:
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    check_choice(split, "split", tuple(_FILES))
     d = _find_dir()
     images = _read_idx(d / _FILES[split][0])
     labels = _read_idx(d / _FILES[split][1]).astype(np.int64)
@@ -217,8 +216,7 @@ def make_scenes(
         Use these items instead of reading Fashion-MNIST (tests).
     """
     for name, v in (("n_scenes", n_scenes), ("canvas", canvas), ("part_size", part_size), ("max_items", max_items)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        check_int(v, name, low=1)
     if not 4 <= min_size <= max_size <= canvas:
         raise ValueError(f"need 4 <= min_size <= max_size <= canvas, got {min_size}, {max_size}, {canvas}")
     rng = check_random_state(random_state)

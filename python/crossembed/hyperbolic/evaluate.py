@@ -15,7 +15,6 @@ result records which one ran); CLIP uses cosine similarity.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -42,9 +41,7 @@ __all__ = [
     "embed_texts",
     "top_k",
     "evaluate",
-    "benchmark_topk",
     "radii",
-    "plot_radii",
 ]
 
 TEST_SEED = 2026  # one fixed test set for every model and training seed
@@ -108,8 +105,18 @@ def _cpp_topk():
     return crossembed.lorentz_topk
 
 
-def top_k(model: CompositionalModel, queries: torch.Tensor, gallery: torch.Tensor, k: int) -> Tuple[np.ndarray, str]:
-    """Indices of the ``k`` best gallery rows per query, and the backend used."""
+def top_k(
+    model: CompositionalModel,
+    queries: torch.Tensor,
+    gallery: torch.Tensor,
+    k: int,
+    *,
+    num_threads: Optional[int] = None,
+) -> Tuple[np.ndarray, str]:
+    """Indices of the ``k`` best gallery rows per query, and the backend used.
+
+    ``num_threads`` is for the C++ kernel (``None``: all cores).
+    """
     k = min(k, gallery.shape[0])
     if not model.hyperbolic:
         q = torch.nn.functional.normalize(queries, dim=-1)
@@ -118,7 +125,7 @@ def top_k(model: CompositionalModel, queries: torch.Tensor, gallery: torch.Tenso
     c = float(model.curvature().detach())
     fn = _cpp_topk()
     if fn is not None:
-        _, idx = fn(queries.numpy(), gallery.numpy(), k, curvature=c)
+        _, idx = fn(queries.numpy(), gallery.numpy(), k, curvature=c, num_threads=num_threads)
         return np.asarray(idx), "cpp-lorentz_topk"
     d = L.pairwise_distance(queries, gallery, c)
     return torch.topk(d, k, dim=1, largest=False).indices.numpy(), "torch-lorentz"
@@ -146,8 +153,13 @@ def radii(model: CompositionalModel, emb: torch.Tensor) -> np.ndarray:
 
 
 @torch.no_grad()
-def evaluate(model: CompositionalModel, test: HeldOutSet, *, return_embeddings: bool = False) -> Dict:
-    """All metrics of the module docstring as a flat dict (fractions in [0, 1])."""
+def evaluate(
+    model: CompositionalModel, test: HeldOutSet, *, return_embeddings: bool = False, num_threads: Optional[int] = None
+) -> Dict:
+    """All metrics of the module docstring as a flat dict (fractions in [0, 1]).
+
+    ``num_threads`` is for the C++ retrieval kernel (``None``: all cores).
+    """
     from scipy.stats import spearmanr
 
     sc = test.scenes
@@ -155,19 +167,19 @@ def evaluate(model: CompositionalModel, test: HeldOutSet, *, return_embeddings: 
     prompts = embed_texts(model, [part_caption(k) for k in range(len(CLASS_NAMES))])
     res: Dict = {}
     for name, imgs in (("zs_crop", _resize(test.items, part_size)), ("zs_scene", _centre(test.items, canvas))):
-        idx, backend = top_k(model, embed_images(model, imgs), prompts, 1)
+        idx, backend = top_k(model, embed_images(model, imgs), prompts, 1, num_threads=num_threads)
         res[f"{name}_acc"] = float((idx[:, 0] == test.item_labels).mean())
     img = embed_images(model, sc.scenes)
     txt = embed_texts(model, sc.captions)
     cap = sc.caption_ids
-    idx, backend = top_k(model, img, txt, 5)
+    idx, backend = top_k(model, img, txt, 5, num_threads=num_threads)
     r = _recall(cap[idx] == cap[:, None])
     res["i2t_r1"], res["i2t_r5"] = r[1], r[5]
-    idx, _ = top_k(model, txt, img, 5)
+    idx, _ = top_k(model, txt, img, 5, num_threads=num_threads)
     r = _recall(cap[idx] == cap[:, None])
     res["t2i_r1"], res["t2i_r5"] = r[1], r[5]
     parts = embed_images(model, sc.parts)
-    idx, _ = top_k(model, parts, img, 5)
+    idx, _ = top_k(model, parts, img, 5, num_threads=num_threads)
     r = _recall(idx == sc.part_scene[:, None])
     res["p2s_r1"], res["p2s_r5"] = r[1], r[5]
     u = L.uncertainty(parts).numpy()
@@ -182,7 +194,7 @@ def evaluate(model: CompositionalModel, test: HeldOutSet, *, return_embeddings: 
         r = entailment_loss(
             parts,
             img[torch.from_numpy(sc.part_scene)],
-            float(model.curvature().detach()),
+            L.Lorentz(float(model.curvature().detach())),
             eta=cfg.eta_intra,
             alpha=cfg.alpha,
         ).numpy()
@@ -196,76 +208,3 @@ def evaluate(model: CompositionalModel, test: HeldOutSet, *, return_embeddings: 
     if return_embeddings:
         res["embeddings"] = {"scene_image": img, "scene_text": txt, "part_image": parts, "prompt": prompts}
     return res
-
-
-def benchmark_topk(
-    X: np.ndarray, Y: np.ndarray, k: int, *, curvature: float = 1.0, repeats: int = 3, num_threads: Optional[int] = 1
-) -> Dict[str, float]:
-    """Best-of-``repeats`` seconds of C++ ``lorentz_topk`` vs torch (stable pairwise + topk).
-
-    Both run with ``num_threads`` threads (torch via ``set_num_threads``) so
-    the ratio compares the kernels, not the core counts.
-    """
-    fn = _cpp_topk()
-    if fn is None:
-        raise ImportError("crossembed.lorentz_topk is not available in this build")
-    Xt, Yt = torch.from_numpy(X), torch.from_numpy(Y)
-    prev = torch.get_num_threads()
-    torch.set_num_threads(num_threads or prev)
-    try:
-
-        def torch_path():
-            with torch.no_grad():
-                return torch.topk(L.pairwise_distance(Xt, Yt, curvature), k, dim=1, largest=False)
-
-        def torch_fast_path():
-            with torch.no_grad():
-                return torch.topk(L.pairwise_distance(Xt, Yt, curvature, stable=False), k, dim=1, largest=False)
-
-        times = {}
-        for name, f in (
-            ("cpp", lambda: fn(X, Y, k, curvature=curvature, num_threads=num_threads)),
-            ("torch", torch_path),
-            ("torch_matmul", torch_fast_path),
-        ):
-            best = float("inf")
-            for _ in range(repeats):
-                t = time.perf_counter()
-                f()
-                best = min(best, time.perf_counter() - t)
-            times[f"{name}_s"] = best
-    finally:
-        torch.set_num_threads(prev)
-    times["speedup_vs_torch"] = times["torch_s"] / times["cpp_s"]
-    times["speedup_vs_torch_matmul"] = times["torch_matmul_s"] / times["cpp_s"]
-    return times
-
-
-def plot_radii(models: Dict[str, Tuple[CompositionalModel, Dict[str, torch.Tensor]]], path) -> None:
-    """Histogram of geodesic radii of scene/part images and texts, one panel per model."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from crossembed._io import atomic_write
-
-    fig, axes = plt.subplots(1, len(models), figsize=(3.2 * len(models), 2.8), squeeze=False)
-    for ax, (name, (model, emb)) in zip(axes[0], models.items()):
-        for key, label in (
-            ("scene_image", "scene image"),
-            ("part_image", "part image"),
-            ("scene_text", "scene text"),
-            ("prompt", "part text"),
-        ):
-            ax.hist(radii(model, emb[key]), bins=40, alpha=0.5, density=True, label=label)
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("distance to origin")
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    atomic_write(path, buf.getvalue())

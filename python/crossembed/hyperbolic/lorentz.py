@@ -5,6 +5,7 @@ components ``x`` in R^n; the time component ``x_t = sqrt(1/c + |x|^2)`` is
 implied. Every ``R^n`` vector is therefore a valid point, so plain optimisers
 work without projections. ``curvature`` may be a float or a 0-d tensor (a
 learnable curvature receives gradients through every function here).
+:class:`Lorentz` binds one curvature to all of them (as geoopt's manifold does).
 
 All functions are written so that their gradients stay finite at the origin,
 at the aperture clamp and for far-away points, in float32 and float64:
@@ -19,7 +20,10 @@ from typing import Union
 
 import torch
 
+from crossembed._validation import check_positive
+
 __all__ = [
+    "Lorentz",
     "time_component",
     "inner",
     "pairwise_inner",
@@ -202,3 +206,77 @@ def exterior_angle(x: torch.Tensor, y: torch.Tensor, curvature: Curvature = 1.0,
 def uncertainty(x: torch.Tensor) -> torch.Tensor:
     """``u(x) = softplus(-|x|)`` in ``(0, ln 2]``: high near the origin (generic), low far out."""
     return torch.nn.functional.softplus(-_safe_norm(x))
+
+
+class Lorentz:
+    """The hyperboloid of curvature ``-c``: the functions of this module with ``c`` bound.
+
+    Like geoopt's ``Lorentz`` manifold, the math stays in the module-level
+    functions and this class only holds the curvature, so code that passes one
+    curvature to many operations (the losses, the model) carries one object.
+    It is a plain object, not an ``nn.Module``: a learnable curvature stays a
+    parameter of its model (and of its checkpoints), and a ``Lorentz`` built
+    from the tensor it yields passes gradients through every method.
+
+    Parameters
+    ----------
+    curvature : float or 0-d Tensor
+        ``c > 0`` (floats are checked; a tensor is used as given).
+
+    Examples
+    --------
+    >>> m = Lorentz(0.5)
+    >>> d = m.pairwise_distance(m.expmap0(torch.randn(3, 4)), m.expmap0(torch.randn(5, 4)))
+    """
+
+    __slots__ = ("curvature",)
+
+    def __init__(self, curvature: Curvature = 1.0):
+        if isinstance(curvature, torch.Tensor):
+            if curvature.ndim != 0:
+                raise ValueError(f"curvature must be a 0-d tensor, got shape {tuple(curvature.shape)}")
+        else:
+            curvature = check_positive(curvature, "curvature")
+        self.curvature = curvature
+
+    def __repr__(self) -> str:
+        c = self.curvature
+        return f"Lorentz(curvature={float(c.detach()) if isinstance(c, torch.Tensor) else c:g})"
+
+    def time_component(self, x: torch.Tensor) -> torch.Tensor:
+        """See :func:`time_component`."""
+        return time_component(x, self.curvature)
+
+    def inner(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """See :func:`inner`."""
+        return inner(x, y, self.curvature)
+
+    def pairwise_inner(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """See :func:`pairwise_inner`."""
+        return pairwise_inner(x, y, self.curvature)
+
+    def distance(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """See :func:`distance`."""
+        return distance(x, y, self.curvature)
+
+    def pairwise_distance(
+        self, x: torch.Tensor, y: torch.Tensor, *, stable: bool = True, chunk_elements: int = 1 << 22
+    ) -> torch.Tensor:
+        """See :func:`pairwise_distance`."""
+        return pairwise_distance(x, y, self.curvature, stable=stable, chunk_elements=chunk_elements)
+
+    def expmap0(self, v: torch.Tensor) -> torch.Tensor:
+        """See :func:`expmap0`."""
+        return expmap0(v, self.curvature)
+
+    def logmap0(self, x: torch.Tensor) -> torch.Tensor:
+        """See :func:`logmap0`."""
+        return logmap0(x, self.curvature)
+
+    def half_aperture(self, x: torch.Tensor, *, k: float = APERTURE_K, eps: float = 1e-6) -> torch.Tensor:
+        """See :func:`half_aperture`."""
+        return half_aperture(x, self.curvature, k=k, eps=eps)
+
+    def exterior_angle(self, x: torch.Tensor, y: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
+        """See :func:`exterior_angle`."""
+        return exterior_angle(x, y, self.curvature, eps=eps)

@@ -18,6 +18,7 @@ from typing import Dict, Optional, Union
 import torch
 import torch.nn.functional as F
 
+from crossembed._validation import check_choice
 from crossembed.hyperbolic import lorentz as L
 
 __all__ = [
@@ -80,10 +81,8 @@ class LossConfig:
     lam: float = 0.2
 
     def __post_init__(self):
-        if self.geometry not in ("lorentz", "euclidean"):
-            raise ValueError(f"geometry must be 'lorentz' or 'euclidean', got {self.geometry!r}")
-        if self.entailment not in ("none", "global", "all"):
-            raise ValueError(f"entailment must be 'none', 'global' or 'all', got {self.entailment!r}")
+        check_choice(self.geometry, "geometry", ("lorentz", "euclidean"))
+        check_choice(self.entailment, "entailment", ("none", "global", "all"))
         if self.geometry == "euclidean" and (self.entailment != "none" or self.calibration):
             raise ValueError("entailment cones and calibration need geometry='lorentz'")
         if self.calibration and self.entailment != "all":
@@ -160,15 +159,23 @@ def contrastive_loss(
     return (torch.logsumexp(logits, 1) - torch.logsumexp(pos_logits, 1)).mean()
 
 
-def entailment_loss(p: torch.Tensor, q: torch.Tensor, curvature, *, eta: float, alpha: float) -> torch.Tensor:
+def _check_manifold(manifold) -> L.Lorentz:
+    if not isinstance(manifold, L.Lorentz):
+        raise TypeError(f"manifold must be a lorentz.Lorentz (e.g. Lorentz(1.0)), got {type(manifold).__name__}")
+    return manifold
+
+
+def entailment_loss(p: torch.Tensor, q: torch.Tensor, manifold: L.Lorentz, *, eta: float, alpha: float) -> torch.Tensor:
     """Per-pair ``r(p, q) = max(0, phi(p, q) - eta * omega(p)) + alpha * phi(p, q)``.
 
     ``phi`` is the exterior angle at ``p`` towards ``q`` and ``omega`` the
-    half-aperture of ``p``'s cone; the linear ``alpha * phi`` term keeps a
-    gradient towards the cone axis even for pairs already inside the cone.
+    half-aperture of ``p``'s cone (both on ``manifold``); the linear
+    ``alpha * phi`` term keeps a gradient towards the cone axis even for pairs
+    already inside the cone.
     """
-    phi = L.exterior_angle(p, q, curvature)
-    omega = L.half_aperture(p, curvature)
+    manifold = _check_manifold(manifold)
+    phi = manifold.exterior_angle(p, q)
+    omega = manifold.half_aperture(p)
     return F.relu(phi - eta * omega) + alpha * phi
 
 
@@ -230,24 +237,29 @@ class Batch:
     scene_has: Optional[torch.Tensor] = None
 
 
-def _scores(a: torch.Tensor, b: torch.Tensor, geometry: str, curvature) -> torch.Tensor:
+def _scores(a: torch.Tensor, b: torch.Tensor, geometry: str, manifold: L.Lorentz) -> torch.Tensor:
     if geometry == "euclidean":
         return F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T
-    return -L.pairwise_distance(a, b, curvature, stable=False)  # logits: speed over last-ulp accuracy
+    return -manifold.pairwise_distance(a, b, stable=False)  # logits: speed over last-ulp accuracy
 
 
-def total_loss(batch: Batch, config: LossConfig, *, curvature, tau_g, tau_l, tau_gl) -> Dict[str, torch.Tensor]:
+def total_loss(
+    batch: Batch, config: LossConfig, *, manifold: L.Lorentz, tau_g, tau_l, tau_gl
+) -> Dict[str, torch.Tensor]:
     """All enabled terms and ``loss = L_con + lam * L_ent``.
 
-    Temperatures are tensors already clamped to ``>= MIN_TEMPERATURE``.
-    Returns a dict with ``loss`` and every computed term (for logging).
+    ``manifold`` carries the (learnable) curvature, e.g.
+    ``CompositionalModel.manifold()``; Euclidean CLIP ignores it. Temperatures
+    are tensors already clamped to ``>= MIN_TEMPERATURE``. Returns a dict with
+    ``loss`` and every computed term (for logging).
     """
+    manifold = _check_manifold(manifold)
     g = config.geometry
     out: Dict[str, torch.Tensor] = {}
     B = batch.image.shape[0]
     cap = batch.scene_caption if batch.scene_caption is not None else torch.arange(B)
     same_caption = cap[:, None] == cap[None, :]
-    s_it = _scores(batch.image, batch.text, g, curvature)
+    s_it = _scores(batch.image, batch.text, g, manifold)
     out["global"] = 0.5 * (contrastive_loss(s_it, same_caption, tau_g) + contrastive_loss(s_it.T, same_caption, tau_g))
     con = out["global"]
     need_parts = config.local or config.part_whole or config.entailment == "all"
@@ -261,7 +273,7 @@ def total_loss(batch: Batch, config: LossConfig, *, curvature, tau_g, tau_l, tau
     if config.local:
         U = tp_unique.shape[0]
         pos = pt[:, None] == torch.arange(U, device=pt.device)[None, :]
-        s_pp = _scores(ip, tp_unique, g, curvature)
+        s_pp = _scores(ip, tp_unique, g, manifold)
         out["local"] = 0.5 * (contrastive_loss(s_pp, pos, tau_l) + contrastive_loss(s_pp.T, pos.T, tau_l))
         con = con + out["local"]
     if config.part_whole:
@@ -273,14 +285,14 @@ def total_loss(batch: Batch, config: LossConfig, *, curvature, tau_g, tau_l, tau
         else:
             tau_i = tau_t = tau_gl
         out["part_whole"] = 0.5 * (
-            contrastive_loss(_scores(ip, batch.text, g, curvature), pos_it, tau_i)
-            + contrastive_loss(_scores(tp_unique, batch.image, g, curvature), pos_ti, tau_t)
+            contrastive_loss(_scores(ip, batch.text, g, manifold), pos_it, tau_i)
+            + contrastive_loss(_scores(tp_unique, batch.image, g, manifold), pos_ti, tau_t)
         )
         con = con + out["part_whole"]
     out["contrastive"] = con
     loss = con
     if config.entailment != "none":
-        c = curvature
+        c = manifold
         r_ti = entailment_loss(batch.text, batch.image, c, eta=config.eta_inter, alpha=config.alpha)
         if config.entailment == "global":
             ent = r_ti.mean()

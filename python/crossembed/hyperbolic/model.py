@@ -103,6 +103,10 @@ class CompositionalModel(nn.Module):
         """``c = exp(log_c)`` clamped to [0.1, 10]."""
         return self.log_curvature.exp().clamp(*CURVATURE_RANGE)
 
+    def manifold(self) -> L.Lorentz:
+        """The hyperboloid of the current :meth:`curvature` (gradients flow to ``log_curvature``)."""
+        return L.Lorentz(self.curvature())
+
     def temperatures(self) -> Dict[str, torch.Tensor]:
         """``tau_g, tau_l, tau_gl``, each clamped so the logit scale stays <= 100."""
         return {
@@ -114,7 +118,7 @@ class CompositionalModel(nn.Module):
             return v
         # the towers' projections output O(1) norms; transformer towers (for which the
         # 1/sqrt(dim) scaler init was chosen) output O(sqrt(dim)) norms, so match them
-        return L.expmap0(v * (math.sqrt(self.dim) * log_scale.exp()), self.curvature())
+        return self.manifold().expmap0(v * (math.sqrt(self.dim) * log_scale.exp()))
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """Scenes or part crops (N, H, W) -> embeddings (N, dim)."""

@@ -21,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from crossembed._io import load_arrays, save_arrays
+from crossembed._validation import check_int, check_positive
 from crossembed.hyperbolic.data import CLASS_NAMES, SceneSet, Vocabulary, make_scenes, part_caption
 from crossembed.hyperbolic.losses import Batch, preset, total_loss
 from crossembed.hyperbolic.model import CompositionalModel
@@ -34,7 +35,6 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "make_batch",
-    "plot_history",
     "CHECKPOINT_KIND",
 ]
 
@@ -80,16 +80,15 @@ class TrainConfig:
             "max_items",
             "checkpoint_every",
         ):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{f} must be a positive integer, got {v!r}")
+            check_int(getattr(self, f), f, low=1)
+        check_int(self.warmup, "warmup", low=0)
+        check_int(self.seed, "seed", low=0)
         if self.batch_size > self.n_train:
             raise ValueError(f"batch_size={self.batch_size} exceeds n_train={self.n_train}")
-        if self.lam is not None and not (isinstance(self.lam, (int, float)) and self.lam >= 0):
-            raise ValueError(f"lam must be a non-negative number, got {self.lam!r}")
+        if self.lam is not None:
+            check_positive(self.lam, "lam", allow_zero=True)
         for f in ("lr", "weight_decay"):
-            if not (isinstance(getattr(self, f), (int, float)) and getattr(self, f) >= 0):
-                raise ValueError(f"{f} must be a non-negative number")
+            check_positive(getattr(self, f), f, allow_zero=True)
 
     @classmethod
     def from_dict(cls, d: Dict) -> TrainConfig:
@@ -238,7 +237,7 @@ def train(
     out: Optional[Union[str, Path]] = None,
     resume: bool = False,
     data: Optional[SceneSet] = None,
-    progress: bool = True,
+    show_progress_bar: bool = True,
     max_steps: Optional[int] = None,
 ) -> TrainResult:
     """Train one model.
@@ -248,13 +247,13 @@ def train(
     config : TrainConfig
     out : path, optional
         Directory for ``checkpoint.cemb`` (written every ``checkpoint_every``
-        steps and at the end) and ``loss.png``.
+        steps and at the end).
     resume : bool
         Continue from ``out/checkpoint.cemb`` when it exists (its config must match).
     data : SceneSet, optional
         Training scenes (default: :func:`train_scenes` of ``config``; passing
         them lets several models share one generated set).
-    progress : bool
+    show_progress_bar : bool
         Show a tqdm bar.
     max_steps : int, optional
         Stop (with a checkpoint) after this many steps in this call; a later
@@ -283,14 +282,14 @@ def train(
     n_scenes = n_images = 0
     t0 = time.perf_counter()
     stop = config.steps if max_steps is None else min(config.steps, start + max_steps)
-    bar = tqdm(range(start, stop), desc=f"train {config.model}", disable=not progress, leave=False)
+    bar = tqdm(range(start, stop), desc=f"train {config.model}", disable=not show_progress_bar, leave=False)
     for step in bar:
         rng = np.random.default_rng([config.seed, step])  # batches depend on (seed, step) only: exact resume
         idx = np.sort(rng.choice(len(data), config.batch_size, replace=False))
         for g in opt.param_groups:
             g["lr"] = config.lr * _lr_factor(step, config)
         batch = make_batch(model, data, tokens, idx)
-        terms = total_loss(batch, model.config, curvature=model.curvature(), **model.temperatures())
+        terms = total_loss(batch, model.config, manifold=model.manifold(), **model.temperatures())
         opt.zero_grad(set_to_none=True)
         terms["loss"].backward()
         opt.step()
@@ -299,41 +298,10 @@ def train(
                 history[k][step] = float(terms[k].detach())
         n_scenes += len(idx)
         n_images += len(idx) + (0 if batch.image_part is None else batch.image_part.shape[0])
-        if progress and step % 10 == 0:
+        if show_progress_bar and step % 10 == 0:
             bar.set_postfix(loss=f"{history['loss'][step]:.3f}", c=f"{float(model.curvature().detach()):.2f}")
         if ckpt is not None and ((step + 1) % config.checkpoint_every == 0 or step + 1 == stop):
             save_checkpoint(ckpt, model, config, step + 1, history, opt)
     seconds = time.perf_counter() - t0
     model.eval()
-    if out is not None:
-        plot_history({config.model: history}, out / "loss.png")
     return TrainResult(model, config, history, n_scenes / max(seconds, 1e-9), n_images / max(seconds, 1e-9), seconds)
-
-
-def plot_history(histories: Dict[str, Dict[str, np.ndarray]], path: Union[str, Path], *, smooth: int = 20) -> Path:
-    """Total-loss curves (moving average over ``smooth`` steps), one line per run."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from crossembed._io import atomic_write
-
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for name, hist in histories.items():
-        y = np.asarray(hist["loss"], float)
-        y = y[np.isfinite(y)]
-        if y.size == 0:
-            continue
-        k = max(1, min(smooth, y.size))
-        ax.plot(np.convolve(y, np.ones(k) / k, mode="valid"), label=name)
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss (moving average)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return atomic_write(path, buf.getvalue())

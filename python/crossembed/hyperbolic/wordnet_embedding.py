@@ -21,7 +21,6 @@ the related ones as relevant. Distances for the evaluation come from the C++
 
 from __future__ import annotations
 
-import io
 import time
 from collections import deque
 from typing import Dict, List, Optional, Tuple
@@ -30,6 +29,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from crossembed._validation import check_int
 from crossembed.hyperbolic import lorentz as L
 from crossembed.hyperbolic.losses import entailment_loss
 
@@ -40,7 +40,6 @@ __all__ = [
     "embed_hierarchy",
     "reconstruction",
     "run",
-    "plot_radius_by_depth",
 ]
 
 
@@ -124,8 +123,7 @@ def load_hierarchy(root: str = "mammal.n.01", *, max_nodes: Optional[int] = None
                 order.append(ch)
                 queue.append(ch)
     if max_nodes is not None:
-        if max_nodes < 2:
-            raise ValueError(f"max_nodes must be >= 2, got {max_nodes}")
+        check_int(max_nodes, "max_nodes", low=2)
         order = order[:max_nodes]
     index = {o: i for i, o in enumerate(order)}
     # ancestors within the node set, by memoised DFS up the hypernym pointers
@@ -148,27 +146,35 @@ def load_hierarchy(root: str = "mammal.n.01", *, max_nodes: Optional[int] = None
     return Hierarchy(names, np.array(order, np.int64), closure, np.array([depth_of[o] for o in order], np.int64))
 
 
-def _pairwise(X: np.ndarray, Y: np.ndarray, c: float) -> np.ndarray:
+def _pairwise(X: np.ndarray, Y: np.ndarray, c: float, num_threads: Optional[int]) -> np.ndarray:
     import crossembed
 
     try:
-        return crossembed.lorentz_pairwise(X, Y, curvature=c)
+        return crossembed.lorentz_pairwise(X, Y, curvature=c, num_threads=num_threads)
     except (AttributeError, ImportError):  # build without the Lorentz kernels
         with torch.no_grad():
             return L.pairwise_distance(torch.from_numpy(X), torch.from_numpy(Y), c).numpy()
 
 
 def reconstruction(
-    emb: np.ndarray, hierarchy: Hierarchy, *, curvature: float = 1.0, chunk: int = 512
+    emb: np.ndarray,
+    hierarchy: Hierarchy,
+    *,
+    curvature: float = 1.0,
+    chunk: int = 512,
+    num_threads: Optional[int] = None,
 ) -> Dict[str, float]:
-    """Mean rank and MAP of reconstructing the closure from distances (see module docstring)."""
+    """Mean rank and MAP of reconstructing the closure from distances (see module docstring).
+
+    ``num_threads`` is for the C++ distance kernel (``None``: all cores).
+    """
     emb = np.ascontiguousarray(emb, np.float32)
     rel = hierarchy.related()
     n = len(hierarchy)
     ranks: List[np.ndarray] = []
     aps: List[float] = []
     for s in range(0, n, chunk):
-        D = _pairwise(emb[s : s + chunk], emb, curvature).astype(np.float64)
+        D = _pairwise(emb[s : s + chunk], emb, curvature, num_threads).astype(np.float64)
         for r, u in enumerate(range(s, min(n, s + chunk))):
             nb = rel[u]
             if nb.size == 0:
@@ -204,17 +210,25 @@ def embed_hierarchy(
     entailment_weight: float = 0.0,
     curvature: float = 1.0,
     burn_in: int = 20,
-    seed: int = 0,
-    progress: bool = True,
+    random_state: int = 0,
+    show_progress_bar: bool = True,
 ) -> Tuple[np.ndarray, List[float]]:
     """Train the embedding; returns ``(space components (N, dim), loss per epoch)``.
 
     The first ``burn_in`` epochs use a 10x smaller learning rate (as in
     Nickel & Kiela) so that the initial angular layout forms near the origin.
+
+    ``random_state`` is an int seed only: it seeds both the torch
+    initialisation and the numpy sampling of batches and negatives.
     """
     n, E = len(hierarchy), len(hierarchy.closure)
     if E == 0:
         raise ValueError("the hierarchy has no edges (a leaf root?)")
+    for name, value in (("dim", dim), ("epochs", epochs), ("batch_size", batch_size), ("negatives", negatives)):
+        check_int(value, name, low=1)
+    check_int(burn_in, "burn_in", low=0)
+    seed = check_int(random_state, "random_state", low=0)
+    manifold = L.Lorentz(curvature)
     g = torch.Generator().manual_seed(seed)
     emb = torch.nn.Parameter((torch.rand(n, dim, generator=g) - 0.5) * 2e-3)
     opt = torch.optim.Adam([emb], lr=lr)
@@ -226,7 +240,7 @@ def embed_hierarchy(
     keys = np.unique(keys)
     rng = np.random.default_rng(seed)
     losses = []
-    for epoch in tqdm(range(epochs), desc="embed-wordnet", disable=not progress, leave=False):
+    for epoch in tqdm(range(epochs), desc="embed-wordnet", disable=not show_progress_bar, leave=False):
         for grp in opt.param_groups:
             grp["lr"] = lr / 10 if epoch < burn_in else lr
         perm = torch.from_numpy(rng.permutation(E))
@@ -239,13 +253,13 @@ def embed_hierarchy(
             bad = np.isin(un * n + neg, keys) | (neg == un)
             cand = torch.cat([v[:, None], torch.from_numpy(neg)], 1)  # column 0 is the positive
             eu = emb[u]
-            d = L.distance(eu[:, None, :], emb[cand], curvature)
+            d = manifold.distance(eu[:, None, :], emb[cand])
             logits = (-d).masked_fill(
                 torch.from_numpy(np.concatenate([np.zeros((len(b), 1), bool), bad], 1)), float("-inf")
             )
             loss = torch.nn.functional.cross_entropy(logits, torch.zeros(len(b), dtype=torch.long))
             if entailment_weight:
-                loss = loss + entailment_weight * entailment_loss(emb[v], eu, curvature, eta=1.0, alpha=0.0).mean()
+                loss = loss + entailment_weight * entailment_loss(emb[v], eu, manifold, eta=1.0, alpha=0.0).mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -262,9 +276,10 @@ def run(
     negatives: int = 50,
     lr: float = 0.1,
     entailment_weight: float = 0.0,
-    seed: int = 0,
+    random_state: int = 0,
     max_nodes: Optional[int] = None,
-    progress: bool = True,
+    show_progress_bar: bool = True,
+    num_threads: Optional[int] = None,
 ) -> Dict:
     """Load, embed and score one hierarchy; returns metrics, sizes and timings."""
     t0 = time.perf_counter()
@@ -277,11 +292,11 @@ def run(
         negatives=negatives,
         lr=lr,
         entailment_weight=entailment_weight,
-        seed=seed,
-        progress=progress,
+        random_state=random_state,
+        show_progress_bar=show_progress_bar,
     )
     t2 = time.perf_counter()
-    rec = reconstruction(emb, h)
+    rec = reconstruction(emb, h, num_threads=num_threads)
     t3 = time.perf_counter()
     radius = np.arcsinh(np.linalg.norm(emb, axis=1))
     depth_corr = float(np.corrcoef(h.depth, radius)[0, 1]) if len(h) > 2 else float("nan")
@@ -299,26 +314,3 @@ def run(
         "eval_s": t3 - t2,
         "_embedding": (emb, h),
     }
-
-
-def plot_radius_by_depth(embedding: Tuple[np.ndarray, Hierarchy], path) -> None:
-    """Box plot of the geodesic radius per depth below the root."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from crossembed._io import atomic_write
-
-    emb, h = embedding
-    radius = np.arcsinh(np.linalg.norm(emb, axis=1))
-    depths = sorted(set(h.depth.tolist()))
-    fig, ax = plt.subplots(figsize=(5, 3))
-    ax.boxplot([radius[h.depth == d] for d in depths], positions=depths)
-    ax.set_xlabel("depth below the root")
-    ax.set_ylabel("distance to origin")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    atomic_write(path, buf.getvalue())
