@@ -1,0 +1,140 @@
+"""The package is a downward stack: cli -> experiments -> methods -> kernels/encoders/data -> _validation/_io.
+
+Checked statically from the source (every ``import``, also the ones inside
+functions), so a lazy import cannot hide a cycle or a library module that
+reaches up into the research harness.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import crossembed
+
+ROOT = Path(crossembed.__file__).resolve().parent
+
+# layer of each top-level part; a module may import its own layer (no cycles) or lower ones
+LAYERS = {
+    "cli": 5,
+    "__main__": 5,
+    "experiments": 4,
+    "uec": 3,
+    "linking": 3,
+    "hyperbolic": 3,
+    "distributed": 3,
+    "kernels": 2,
+    "reference": 2,
+    "baselines": 2,
+    "encoders": 2,
+    "data": 2,
+    "_validation": 1,
+    "_io": 1,
+    "_core": 1,
+    "__init__": 6,  # the package root re-exports
+}
+LIBRARY = ("uec", "linking", "hyperbolic", "kernels", "encoders", "data", "distributed", "_validation", "_io")
+HARNESS_ONLY = ("argparse", "matplotlib")
+
+
+def _modules():
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        yield "crossembed." + ".".join(parts) if parts != ["__init__"] else "crossembed", path
+
+
+def _imports(name, path):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            yield mod
+            for alias in node.names:  # `from crossembed import kernels` imports a module
+                yield f"{mod}.{alias.name}"
+
+
+MODULES = dict(_modules())
+
+
+def _internal_edges():
+    edges = {}
+    for name, path in MODULES.items():
+        targets = set()
+        for mod in _imports(name, path):
+            while mod and mod not in MODULES:
+                mod = mod.rpartition(".")[0]
+            if mod and mod != name and mod != "crossembed":
+                targets.add(mod)
+        edges[name] = targets
+    return edges
+
+
+def _part(name):
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_every_module_has_a_layer():
+    assert {_part(m) for m in MODULES} <= set(LAYERS), sorted({_part(m) for m in MODULES} - set(LAYERS))
+
+
+def test_imports_only_point_down():
+    bad = [
+        f"{src} -> {dst}"
+        for src, dsts in _internal_edges().items()
+        for dst in dsts
+        if LAYERS[_part(dst)] > LAYERS[_part(src)]
+    ]
+    assert not bad, bad
+
+
+def test_no_import_cycle():
+    edges = _internal_edges()
+    state = {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == "open":
+                pytest.fail("import cycle: " + " -> ".join(stack[stack.index(nxt) :] + [nxt]))
+            if nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node, [node])
+
+
+@pytest.mark.parametrize("part", LIBRARY)
+def test_library_has_no_harness_imports(part):
+    offenders = [
+        f"{name} imports {mod}"
+        for name, path in MODULES.items()
+        if _part(name) == part
+        for mod in _imports(name, path)
+        if mod.split(".")[0] in HARNESS_ONLY
+    ]
+    assert not offenders, offenders
+
+
+@pytest.mark.parametrize("part", LIBRARY)
+def test_library_has_no_docs_default_paths(part):
+    offenders = [
+        str(path.relative_to(ROOT))
+        for name, path in MODULES.items()
+        if _part(name) == part and ('"docs/' in path.read_text() or "'docs/" in path.read_text())
+    ]
+    assert not offenders, offenders
