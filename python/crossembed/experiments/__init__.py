@@ -6,9 +6,11 @@ CLI; nothing in the library imports it.
 
 * :mod:`~crossembed.experiments.tasks`, :mod:`~crossembed.experiments.corpora`
   - the real retrieval tasks and gloss corpora the evaluations use.
-* :mod:`~crossembed.experiments.uec_eval` - ``crossembed uec-eval`` / ``uec-perf``.
+* :mod:`~crossembed.experiments.uec_eval`, :mod:`~crossembed.experiments.uec_perf`
+  - ``crossembed uec-eval`` / ``uec-perf``.
 * :mod:`~crossembed.experiments.link_table`, :mod:`~crossembed.experiments.link_scale`
   - ``crossembed link-table`` / ``link-scale``.
-* :mod:`~crossembed.experiments.uncha_table` - ``crossembed uncha-table``.
+* :mod:`~crossembed.experiments.uncha_table`, :mod:`~crossembed.experiments.uncha_plots`,
+  :mod:`~crossembed.experiments.uncha_speed` - ``crossembed uncha-table``.
 * :mod:`~crossembed.experiments.kernel_bench` - ``crossembed bench``.
 """
