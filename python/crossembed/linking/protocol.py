@@ -14,6 +14,7 @@ from typing import Dict
 import numpy as np
 
 from crossembed._validation import as_int_matrix, check_fraction, check_int, check_random_state
+from crossembed.linking.pairs import contains
 
 __all__ = ["OverlapSplit", "make_partial_overlap", "evaluate_links"]
 
@@ -96,8 +97,8 @@ def evaluate_links(links, truth) -> Dict[str, float]:
         raise ValueError("links and truth must have shape (n, 2)")
     if len(truth) == 0:
         raise ValueError("truth must not be empty")
-    true_set = set(map(tuple, truth.tolist()))
-    correct = sum(1 for p in map(tuple, links.tolist()) if p in true_set)
+    n_b = int(max(links[:, 1].max(initial=0), truth[:, 1].max(initial=0))) + 1
+    correct = int(contains(truth, links, n_b).sum())
     precision = correct / len(links) if len(links) else 0.0
     recall = correct / len(truth)
     f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
