@@ -12,9 +12,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <numeric>
+#include <limits>
 #include <vector>
 
+#include "greedy.hpp"
 #include "parallel.hpp"
 #include "simd.hpp"
 #include "topk.hpp"
@@ -110,28 +111,36 @@ inline double mean_best(TopK& heap, std::size_t kc) {
   return s / double(kc);
 }
 
-struct MutualPair {
-  float score;
-  std::int64_t i, j;
+// Pairs (i, j) with j in row i's top-k and i in column j's, scored by the
+// row side (both sides hold the same value: see csls_value).
+struct MutualPairs {
+  std::vector<std::int64_t> pairs;  // (P, 2)
+  std::vector<float> scores;
+  void add_mutual(std::size_t i, const std::vector<Scored>& row, const std::vector<TopK>& cols) {
+    for (const Scored& sj : row) {
+      const auto& back = cols[std::size_t(sj.index)].items();
+      if (std::any_of(back.begin(), back.end(), [&](const Scored& si) { return si.index == std::int64_t(i); })) {
+        pairs.push_back(std::int64_t(i));
+        pairs.push_back(sj.index);
+        scores.push_back(sj.score);
+      }
+    }
+  }
 };
 
-// Greedy one-to-one by score (ties: lower i, then lower j). Row ids are
-// mapped through id_a / id_b when given (compacted active rows).
-inline CslsResult greedy_mutual(std::vector<MutualPair>& mutual, std::size_t na, std::size_t nb,
-                                const std::int64_t* id_a, const std::int64_t* id_b) {
-  std::sort(mutual.begin(), mutual.end(), [](const MutualPair& a, const MutualPair& b) {
-    if (a.score != b.score) return a.score > b.score;
-    if (a.i != b.i) return a.i < b.i;
-    return a.j < b.j;
-  });
+// Greedy one-to-one by CSLS. Row ids are mapped through id_a / id_b when
+// given (compacted active rows; the maps are increasing, so ties break alike).
+inline CslsResult greedy_mutual(const MutualPairs& m, std::size_t na, std::size_t nb, const std::int64_t* id_a,
+                                const std::int64_t* id_b) {
+  RowSet used_a(na), used_b(nb);
+  const std::vector<std::size_t> taken = greedy_one_to_one(m.pairs.data(), m.scores.data(), m.scores.size(),
+                                                           -std::numeric_limits<float>::infinity(), used_a, used_b);
   CslsResult res;
-  std::vector<char> used_a(na, 0), used_b(nb, 0);
-  for (const MutualPair& c : mutual) {
-    if (used_a[std::size_t(c.i)] || used_b[std::size_t(c.j)]) continue;
-    used_a[std::size_t(c.i)] = used_b[std::size_t(c.j)] = 1;
-    res.pairs.push_back(id_a ? id_a[c.i] : c.i);
-    res.pairs.push_back(id_b ? id_b[c.j] : c.j);
-    res.scores.push_back(c.score);
+  for (std::size_t t : taken) {
+    const std::int64_t i = m.pairs[2 * t], j = m.pairs[2 * t + 1];
+    res.pairs.push_back(id_a ? id_a[i] : i);
+    res.pairs.push_back(id_b ? id_b[j] : j);
+    res.scores.push_back(m.scores[t]);
   }
   return res;
 }
@@ -170,13 +179,8 @@ inline CslsResult csls_mutual_topk(const float* SA, std::size_t na_all, const fl
       [&](float s, std::size_t i, std::size_t j) { return detail::csls_value(s, ra[i], rb[j]); }, rows, cols);
 
   // Mutual pairs, then greedy one-to-one by CSLS.
-  std::vector<detail::MutualPair> mutual;
-  for (std::size_t i = 0; i < na; ++i)
-    for (const Scored& sj : rows[i].items()) {
-      const auto& back = cols[std::size_t(sj.index)].items();
-      if (std::any_of(back.begin(), back.end(), [&](const Scored& si) { return si.index == std::int64_t(i); }))
-        mutual.push_back({sj.score, std::int64_t(i), sj.index});
-    }
+  detail::MutualPairs mutual;
+  for (std::size_t i = 0; i < na; ++i) mutual.add_mutual(i, rows[i].items(), cols);
   return detail::greedy_mutual(mutual, na, nb, ia.data(), ib.data());
 }
 
@@ -230,13 +234,8 @@ inline CslsResult csls_mutual_topk_candidates(const float* SA, std::size_t na, c
     return out;
   };
   std::vector<TopK> ta = top(la, ra, rb, true), tb = top(lb, rb, ra, false);
-  std::vector<detail::MutualPair> mutual;
-  for (std::size_t i = 0; i < na; ++i)
-    for (const Scored& sj : ta[i].items()) {
-      const auto& back = tb[std::size_t(sj.index)].items();
-      if (std::any_of(back.begin(), back.end(), [&](const Scored& si) { return si.index == std::int64_t(i); }))
-        mutual.push_back({sj.score, std::int64_t(i), sj.index});
-    }
+  detail::MutualPairs mutual;
+  for (std::size_t i = 0; i < na; ++i) mutual.add_mutual(i, ta[i].items(), tb);
   return detail::greedy_mutual(mutual, na, nb, nullptr, nullptr);
 }
 
