@@ -33,7 +33,9 @@ namespace simd {
 #define CE_LOADD(p) _mm512_loadu_pd(p)
 #define CE_FMAF(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define CE_FMAD(a, b, c) _mm512_fmadd_pd(a, b, c)
-#define CE_SQRTF(a) _mm512_sqrt_ps(a)
+// Masked form with every lane on: _mm512_sqrt_ps passes _mm512_undefined_ps(),
+// which GCC 12 flags as maybe-uninitialized at -O1 (the sanitizer build).
+#define CE_SQRTF(a) _mm512_mask_sqrt_ps(a, __mmask16(-1), a)
 #define CE_MR 8
 #define CE_NRV 2
 #include "detail/isa_impl.hpp"
