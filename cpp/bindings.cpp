@@ -13,6 +13,7 @@
 #include <string>
 
 #include "crossembed/csls.hpp"
+#include "crossembed/greedy.hpp"
 #include "crossembed/lorentz.hpp"
 #include "crossembed/probit.hpp"
 #include "crossembed/signatures.hpp"
@@ -227,10 +228,17 @@ PYBIND11_MODULE(_core, m) {
                                 const CArray<std::int64_t>& ex_a, const CArray<std::int64_t>& ex_b, std::int64_t limit) {
     if (pairs.ndim() != 2 || (pairs.size() && pairs.shape(1) != 2)) throw py::value_error("pairs must be (P, 2)");
     if (scores.size() != pairs.shape(0)) throw py::value_error("scores must have one entry per pair");
-    std::vector<std::int64_t> ea(ex_a.data(), ex_a.data() + ex_a.size()), eb(ex_b.data(), ex_b.data() + ex_b.size());
-    auto out = greedy_one_to_one(pairs.data(), scores.data(), std::size_t(scores.size()), threshold, ea, eb, limit);
-    py::array_t<std::int64_t> arr({py::ssize_t(out.size() / 2), py::ssize_t(2)});
-    std::copy(out.begin(), out.end(), arr.mutable_data());
+    RowSet used_a, used_b;
+    for (py::ssize_t t = 0; t < ex_a.size(); ++t) used_a.insert(ex_a.data()[t]);
+    for (py::ssize_t t = 0; t < ex_b.size(); ++t) used_b.insert(ex_b.data()[t]);
+    const std::int64_t* pp = pairs.data();
+    const auto taken = greedy_one_to_one(pp, scores.data(), std::size_t(scores.size()), threshold, used_a, used_b, limit);
+    py::array_t<std::int64_t> arr({py::ssize_t(taken.size()), py::ssize_t(2)});
+    std::int64_t* out = arr.mutable_data();
+    for (std::size_t r = 0; r < taken.size(); ++r) {
+      out[2 * r] = pp[2 * taken[r]];
+      out[2 * r + 1] = pp[2 * taken[r] + 1];
+    }
     return arr;
   });
 

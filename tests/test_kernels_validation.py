@@ -92,6 +92,51 @@ def test_probit_empty_and_none():
         ce.probit_topk(MU, VAR, ce.ProbitDocs(DOCS, DVAR), DVAR, 1)
 
 
+_BAD_DOCS = {
+    "nan mean": (_with(DOCS, (1, 2), np.nan), DVAR),
+    "inf variance": (DOCS, _with(DVAR, (1, 2), np.inf)),
+    "negative variance": (DOCS, _with(DVAR, (0, 0), -1e-6)),
+    "shape mismatch": (DOCS, DVAR[:8]),
+    "1-d means": (DOCS[0], DVAR[0]),
+    "3-d means": (DOCS[None], DVAR[None]),
+    "bool means": (np.ones((9, 6), bool), DVAR),
+    "complex variances": (DOCS, np.ones((9, 6), complex)),
+    "string means": (np.full((9, 6), "a"), DVAR),
+    "no rows": (DOCS[:0], DVAR[:0]),
+    "no columns": (DOCS[:, :0], DVAR[:, :0]),
+    "no variances": (DOCS, None),
+    "no means": (None, DVAR),
+    "float32 overflow": (_with(DOCS, (2, 3), 1e18), DVAR),
+    "float32 overflow of variances": (DOCS, _with(DVAR, (2, 3), 1e18)),
+}
+
+
+def _error(call):
+    with pytest.raises((TypeError, ValueError)) as info:
+        call()
+    return info.type, str(info.value)
+
+
+@pytest.mark.parametrize("docs", list(_BAD_DOCS.values()), ids=list(_BAD_DOCS))
+def test_probit_docs_constructor_validates_like_the_functions(docs):
+    mu_c, v_c = docs
+    expected = _error(lambda: ce.ProbitDocs(mu_c, v_c))
+    assert _error(lambda: ce.probit_topk(MU, VAR, mu_c, v_c, 1)) == expected
+    assert _error(lambda: ce.probit_scores(MU, VAR, mu_c, v_c)) == expected
+
+
+def test_probit_docs_moment_overflow_matches_the_functions():
+    # Each value passes the magnitude check; their float32 moments would not.
+    big_mu = np.full((9, 6), 1e17, np.float32)
+    docs = ce.ProbitDocs(big_mu, DVAR)
+    big_v = np.full_like(VAR, 100.0)
+    expected = _error(lambda: ce.probit_topk(MU, big_v, big_mu, DVAR, 1))
+    assert "too large for float32" in expected[1]
+    assert _error(lambda: docs.top_k(MU, big_v, 1)) == expected
+    assert _error(lambda: docs.scores(MU, big_v)) == expected
+    assert _error(lambda: ce.probit_scores(MU, big_v, big_mu, DVAR)) == expected
+
+
 @pytest.mark.parametrize(
     "cand,match",
     [

@@ -77,6 +77,22 @@ def _check_magnitude(arr: np.ndarray, name: str, limit: float = _FLOAT32_SAFE) -
 
 
 # --------------------------------------------------------------------------- probit similarity
+def _probit_docs(mu_c, v_c) -> Tuple[np.ndarray, np.ndarray]:
+    """Validated candidate means and variances: the document checks of every probit entry point.
+
+    Shape, dtype, finiteness, non-empty, non-negative variances and the float32
+    magnitude limit; the moment limit depends on the queries too and is checked
+    per query batch (``ProbitDocs._queries``).
+    """
+    mu_c = as_matrix(mu_c, "mu_c")
+    v_c = as_matrix(v_c, "v_c", nonnegative=True)
+    if v_c.shape != mu_c.shape:
+        raise ValueError(f"v_c has shape {v_c.shape} but mu_c has shape {mu_c.shape}")
+    _check_magnitude(mu_c, "mu_c")
+    _check_magnitude(v_c, "v_c")
+    return mu_c, v_c
+
+
 class ProbitDocs:
     """Candidate Gaussians prepared once for repeated probit scoring.
 
@@ -93,12 +109,7 @@ class ProbitDocs:
     """
 
     def __init__(self, mu_c, v_c):
-        mu_c = as_matrix(mu_c, "mu_c")
-        v_c = as_matrix(v_c, "v_c", nonnegative=True)
-        if v_c.shape != mu_c.shape:
-            raise ValueError(f"v_c has shape {v_c.shape} but mu_c has shape {mu_c.shape}")
-        _check_magnitude(mu_c, "mu_c")
-        _check_magnitude(v_c, "v_c")
+        mu_c, v_c = _probit_docs(mu_c, v_c)
         self._handle = _core_module().ProbitDocs(mu_c, v_c)
         self.n, self.dim = mu_c.shape
         self._max_mu = float(np.abs(mu_c).max())

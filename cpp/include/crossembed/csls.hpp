@@ -3,7 +3,8 @@
 //   s_ij = <SA_i, SB_j>,  CSLS(i, j) = 2 s_ij - r_A(i) - r_B(j)
 //   r_A(i) = mean of row i's csls_k largest s_ij (r_B per column likewise)
 //
-// Two tiled GEMM sweeps over A rows x B panels: the first keeps the csls_k
+// Two passes of the shared tiled sweep (sweep.hpp) over A rows x B panels, each
+// with the BestPerRowAndColumn handler: the first keeps the csls_k
 // best similarities per row and per column (giving r_A, r_B), the second the
 // k best CSLS values per row and per column. Column heaps are per thread and
 // merged exactly, so nothing N_A x N_B is allocated and the result does not
@@ -12,11 +13,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <numeric>
+#include <limits>
 #include <vector>
 
+#include "greedy.hpp"
 #include "parallel.hpp"
 #include "simd.hpp"
+#include "sweep.hpp"
 #include "topk.hpp"
 
 namespace crossembed {
@@ -28,74 +31,76 @@ struct CslsResult {
 
 namespace detail {
 
-// Row-vs-all similarity sweep: calls on_tile(row_begin, row_end, col_begin,
-// col_end, tile, ld, thread) for every tile of rows(q) x panel columns.
-template <class OnTile>
-void similarity_sweep(const std::vector<const float*>& q, const simd::Panels<float>& c, int num_threads,
-                      OnTile&& on_tile) {
-  constexpr std::size_t kRows = 64, kCols = 256;  // kCols: a multiple of every panel width
-  const std::size_t nblocks = (q.size() + kRows - 1) / kRows;
-  parallel_for(std::int64_t(nblocks), num_threads, [&](std::int64_t b, int tid) {
-    const std::size_t r0 = std::size_t(b) * kRows, r1 = std::min(q.size(), r0 + kRows);
-    std::vector<float> tile((r1 - r0) * kCols);
-    for (std::size_t c0 = 0; c0 < c.n; c0 += kCols) {
-      const std::size_t c1 = std::min(c.n, c0 + kCols);
-      simd::gemm(q.data() + r0, r1 - r0, c, c0, c1 - c0, tile.data(), kCols);
-      on_tile(r0, r1, c0, c1, tile.data(), kCols, tid);
-    }
-  });
-}
-
 // CSLS in one symmetric expression, so the A-side and B-side rankings agree
 // on every pair's value to the last bit.
 inline float csls_value(float s, double r_a, double r_b) { return float(2.0 * s - (r_a + r_b)); }
 
-// One sweep keeping the best `k_row` values per row and `k_col` per column of
-// value(s, i, j). Column heaps are per thread (with cached admission
-// thresholds, so the hot loop is one compare per entry) and merged exactly.
+// Tile handler keeping the best `k_row` values per row and `k_col` per column
+// of value(s, i, j). Row heaps belong to the task's rows; column heaps are per
+// worker slot (with cached admission thresholds, so the hot loop is one
+// compare per entry) and merged exactly afterwards.
 template <class Value>
-void best_per_row_and_column(const std::vector<const float*>& xa, const simd::Panels<float>& pb, std::size_t k_row,
-                             std::size_t k_col, int num_threads, Value&& value, std::vector<TopK>& rows,
-                             std::vector<TopK>& cols) {
-  constexpr std::size_t kFilter = 16;
-  const std::size_t na = xa.size(), nb = pb.n;
-  const int slots = worker_slots(std::int64_t((na + 63) / 64), num_threads);
-  rows.assign(na, TopK(k_row));
-  std::vector<std::vector<TopK>> col_heaps(static_cast<std::size_t>(slots), std::vector<TopK>(nb, TopK(k_col)));
-  std::vector<std::vector<float>> col_thr(static_cast<std::size_t>(slots), std::vector<float>(nb, -INFINITY));
-  similarity_sweep(xa, pb, num_threads, [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1,
-                                            const float* tile, std::size_t ld, int tid) {
-    auto& ch = col_heaps[std::size_t(tid)];
-    float* cthr = col_thr[std::size_t(tid)].data();
-    float vals[kFilter];
-    for (std::size_t i = r0; i < r1; ++i) {
-      const float* row = tile + (i - r0) * ld;
-      TopK& rh = rows[i];
-      float rthr = rh.threshold();
-      // Most entries enter neither heap: test a short block at once (a loop
-      // the compiler vectorises) and only walk the blocks that have a hit.
-      for (std::size_t j0 = c0; j0 < c1; j0 += kFilter) {
-        const std::size_t nj = std::min(kFilter, c1 - j0);
-        int hit = 0;
-        for (std::size_t t = 0; t < nj; ++t) {
-          vals[t] = value(row[j0 - c0 + t], i, j0 + t);
-          hit |= int(vals[t] >= rthr) | int(vals[t] >= cthr[j0 + t]);
-        }
-        if (!hit) continue;
-        for (std::size_t t = 0; t < nj; ++t) {
-          const std::size_t j = j0 + t;
-          if (vals[t] >= rthr) {
-            rh.push(vals[t], std::int64_t(j));
-            rthr = rh.threshold();
+struct BestPerRowAndColumn {
+  static constexpr std::size_t kFilter = 16;
+  const Value& value;
+  std::vector<TopK>& rows;
+  std::vector<std::vector<TopK>>& col_heaps;  // [slot][column]
+  std::vector<std::vector<float>>& col_thr;   // [slot][column]
+
+  struct OnBlock : BlockHandlerBase<float> {
+    const BestPerRowAndColumn& h;
+    Block b;
+    OnBlock(const BestPerRowAndColumn& h_, const Block& b_) : h(h_), b(b_) {}
+    void add_tile(std::size_t c0, std::size_t c1, const float* tile, std::size_t ld) {
+      auto& ch = h.col_heaps[std::size_t(b.tid)];
+      float* cthr = h.col_thr[std::size_t(b.tid)].data();
+      float vals[kFilter];
+      for (std::size_t i = b.r0; i < b.r1; ++i) {
+        const float* row = tile + (i - b.r0) * ld;
+        TopK& rh = h.rows[i];
+        float rthr = rh.threshold();
+        // Most entries enter neither heap: test a short block at once (a loop
+        // the compiler vectorises) and only walk the blocks that have a hit.
+        for (std::size_t j0 = c0; j0 < c1; j0 += kFilter) {
+          const std::size_t nj = std::min(kFilter, c1 - j0);
+          int hit = 0;
+          for (std::size_t t = 0; t < nj; ++t) {
+            vals[t] = h.value(row[j0 - c0 + t], i, j0 + t);
+            hit |= int(vals[t] >= rthr) | int(vals[t] >= cthr[j0 + t]);
           }
-          if (vals[t] >= cthr[j]) {
-            ch[j].push(vals[t], std::int64_t(i));
-            cthr[j] = ch[j].threshold();
+          if (!hit) continue;
+          for (std::size_t t = 0; t < nj; ++t) {
+            const std::size_t j = j0 + t;
+            if (vals[t] >= rthr) {
+              rh.push(vals[t], std::int64_t(j));
+              rthr = rh.threshold();
+            }
+            if (vals[t] >= cthr[j]) {
+              ch[j].push(vals[t], std::int64_t(i));
+              cthr[j] = ch[j].threshold();
+            }
           }
         }
       }
     }
-  });
+  };
+  OnBlock begin_block(const Block& b) const { return OnBlock(*this, b); }
+};
+
+// One sweep of A rows x B panels through BestPerRowAndColumn.
+template <class Value>
+void best_per_row_and_column(const std::vector<const float*>& xa, const simd::Panels<float>& pb, std::size_t k_row,
+                             std::size_t k_col, int num_threads, const Value& value, std::vector<TopK>& rows,
+                             std::vector<TopK>& cols) {
+  constexpr std::size_t kRows = 64, kCols = 256;  // kCols: a multiple of every panel width
+  const std::size_t na = xa.size(), nb = pb.n;
+  const SweepPlan plan(na, nb, kRows, kCols);
+  const std::size_t slots = std::size_t(plan.slots(num_threads));
+  rows.assign(na, TopK(k_row));
+  std::vector<std::vector<TopK>> col_heaps(slots, std::vector<TopK>(nb, TopK(k_col)));
+  std::vector<std::vector<float>> col_thr(slots, std::vector<float>(nb, -INFINITY));
+  BestPerRowAndColumn<Value> h{value, rows, col_heaps, col_thr};
+  sweep(xa.data(), pb, plan, num_threads, h);
   cols = std::move(col_heaps[0]);
   for (std::size_t t = 1; t < col_heaps.size(); ++t)
     for (std::size_t j = 0; j < nb; ++j)
@@ -110,28 +115,36 @@ inline double mean_best(TopK& heap, std::size_t kc) {
   return s / double(kc);
 }
 
-struct MutualPair {
-  float score;
-  std::int64_t i, j;
+// Pairs (i, j) with j in row i's top-k and i in column j's, scored by the
+// row side (both sides hold the same value: see csls_value).
+struct MutualPairs {
+  std::vector<std::int64_t> pairs;  // (P, 2)
+  std::vector<float> scores;
+  void add_mutual(std::size_t i, const std::vector<Scored>& row, const std::vector<TopK>& cols) {
+    for (const Scored& sj : row) {
+      const auto& back = cols[std::size_t(sj.index)].items();
+      if (std::any_of(back.begin(), back.end(), [&](const Scored& si) { return si.index == std::int64_t(i); })) {
+        pairs.push_back(std::int64_t(i));
+        pairs.push_back(sj.index);
+        scores.push_back(sj.score);
+      }
+    }
+  }
 };
 
-// Greedy one-to-one by score (ties: lower i, then lower j). Row ids are
-// mapped through id_a / id_b when given (compacted active rows).
-inline CslsResult greedy_mutual(std::vector<MutualPair>& mutual, std::size_t na, std::size_t nb,
-                                const std::int64_t* id_a, const std::int64_t* id_b) {
-  std::sort(mutual.begin(), mutual.end(), [](const MutualPair& a, const MutualPair& b) {
-    if (a.score != b.score) return a.score > b.score;
-    if (a.i != b.i) return a.i < b.i;
-    return a.j < b.j;
-  });
+// Greedy one-to-one by CSLS. Row ids are mapped through id_a / id_b when
+// given (compacted active rows; the maps are increasing, so ties break alike).
+inline CslsResult greedy_mutual(const MutualPairs& m, std::size_t na, std::size_t nb, const std::int64_t* id_a,
+                                const std::int64_t* id_b) {
+  RowSet used_a(na), used_b(nb);
+  const std::vector<std::size_t> taken = greedy_one_to_one(m.pairs.data(), m.scores.data(), m.scores.size(),
+                                                           -std::numeric_limits<float>::infinity(), used_a, used_b);
   CslsResult res;
-  std::vector<char> used_a(na, 0), used_b(nb, 0);
-  for (const MutualPair& c : mutual) {
-    if (used_a[std::size_t(c.i)] || used_b[std::size_t(c.j)]) continue;
-    used_a[std::size_t(c.i)] = used_b[std::size_t(c.j)] = 1;
-    res.pairs.push_back(id_a ? id_a[c.i] : c.i);
-    res.pairs.push_back(id_b ? id_b[c.j] : c.j);
-    res.scores.push_back(c.score);
+  for (std::size_t t : taken) {
+    const std::int64_t i = m.pairs[2 * t], j = m.pairs[2 * t + 1];
+    res.pairs.push_back(id_a ? id_a[i] : i);
+    res.pairs.push_back(id_b ? id_b[j] : j);
+    res.scores.push_back(m.scores[t]);
   }
   return res;
 }
@@ -170,13 +183,8 @@ inline CslsResult csls_mutual_topk(const float* SA, std::size_t na_all, const fl
       [&](float s, std::size_t i, std::size_t j) { return detail::csls_value(s, ra[i], rb[j]); }, rows, cols);
 
   // Mutual pairs, then greedy one-to-one by CSLS.
-  std::vector<detail::MutualPair> mutual;
-  for (std::size_t i = 0; i < na; ++i)
-    for (const Scored& sj : rows[i].items()) {
-      const auto& back = cols[std::size_t(sj.index)].items();
-      if (std::any_of(back.begin(), back.end(), [&](const Scored& si) { return si.index == std::int64_t(i); }))
-        mutual.push_back({sj.score, std::int64_t(i), sj.index});
-    }
+  detail::MutualPairs mutual;
+  for (std::size_t i = 0; i < na; ++i) mutual.add_mutual(i, rows[i].items(), cols);
   return detail::greedy_mutual(mutual, na, nb, ia.data(), ib.data());
 }
 
@@ -230,13 +238,8 @@ inline CslsResult csls_mutual_topk_candidates(const float* SA, std::size_t na, c
     return out;
   };
   std::vector<TopK> ta = top(la, ra, rb, true), tb = top(lb, rb, ra, false);
-  std::vector<detail::MutualPair> mutual;
-  for (std::size_t i = 0; i < na; ++i)
-    for (const Scored& sj : ta[i].items()) {
-      const auto& back = tb[std::size_t(sj.index)].items();
-      if (std::any_of(back.begin(), back.end(), [&](const Scored& si) { return si.index == std::int64_t(i); }))
-        mutual.push_back({sj.score, std::int64_t(i), sj.index});
-    }
+  detail::MutualPairs mutual;
+  for (std::size_t i = 0; i < na; ++i) mutual.add_mutual(i, ta[i].items(), tb);
   return detail::greedy_mutual(mutual, na, nb, nullptr, nullptr);
 }
 

@@ -15,6 +15,7 @@
 
 #include "parallel.hpp"
 #include "simd.hpp"
+#include "sweep.hpp"
 #include "topk.hpp"
 
 namespace crossembed {
@@ -78,51 +79,79 @@ void lorentz_row(const LorentzSide<T>& X, const LorentzSide<T>& Y, std::size_t i
   }
 }
 
-// For every row block x column tile: distances of row i against columns
-// [c0, c1) are written to dest(i, c0, scratch) (the output itself for the
-// dense kernel, a scratch row for top-k), then on_row(i, c0, c1, that pointer).
-template <class T, class Dest, class OnRow>
+// Tile handler: turns each tile's dot products into distances, row by row,
+// into sink.row(i, c0, scratch) (the output itself for the dense kernel, a
+// scratch row for top-k), then calls sink.take(i, c0, c1, that row).
+template <class T, class Sink>
+struct LorentzHandler {
+  const LorentzSide<T>& X;
+  const LorentzSide<T>& Y;
+  std::size_t d;
+  double c;
+  std::size_t width;  // columns per tile (the scratch row)
+  Sink& sink;
+
+  struct OnBlock : BlockHandlerBase<T> {
+    const LorentzHandler& h;
+    Block b;
+    std::vector<T> scratch;
+    OnBlock(const LorentzHandler& h_, const Block& b_, std::size_t width) : h(h_), b(b_), scratch(width) {}
+    void add_tile(std::size_t c0, std::size_t c1, const T* tile, std::size_t ld) {
+      for (std::size_t i = b.r0; i < b.r1; ++i) {
+        T* out = h.sink.row(i, c0, scratch.data());
+        lorentz_row(h.X, h.Y, i, c0, c1, tile + (i - b.r0) * ld, h.d, h.c, out);
+        h.sink.take(i, c0, c1, static_cast<const T*>(out));
+      }
+    }
+  };
+  OnBlock begin_block(const Block& b) const { return OnBlock(*this, b, width); }
+};
+
+template <class T, class Sink>
 void lorentz_sweep(const T* x, std::size_t nx, const T* y, std::size_t ny, std::size_t d, double c,
-                   int num_threads, Dest&& dest, OnRow&& on_row) {
+                   int num_threads, Sink& sink) {
   const LorentzSide<T> X(x, nx, d, c), Y(y, ny, d, c);
   const simd::Panels<T> py(Y.rows.data(), ny, d);
   constexpr std::size_t kRows = 32, kCols = 512;  // kCols: a multiple of every panel width
-  const std::size_t nblocks = (nx + kRows - 1) / kRows;
-  parallel_for(std::int64_t(nblocks), num_threads, [&](std::int64_t b, int) {
-    const std::size_t r0 = std::size_t(b) * kRows, r1 = std::min(nx, r0 + kRows);
-    std::vector<T> tile((r1 - r0) * kCols), scratch(kCols);
-    for (std::size_t c0 = 0; c0 < ny; c0 += kCols) {
-      const std::size_t c1 = std::min(ny, c0 + kCols);
-      simd::gemm(X.rows.data() + r0, r1 - r0, py, c0, c1 - c0, tile.data(), kCols);
-      for (std::size_t i = r0; i < r1; ++i) {
-        T* out = dest(i, c0, scratch.data());
-        lorentz_row(X, Y, i, c0, c1, tile.data() + (i - r0) * kCols, d, c, out);
-        on_row(i, c0, c1, out);
-      }
-    }
-  });
+  const SweepPlan plan(nx, ny, kRows, kCols);
+  LorentzHandler<T, Sink> h{X, Y, d, c, kCols, sink};
+  sweep(X.rows.data(), py, plan, num_threads, h);
 }
+
+template <class T>
+struct DenseSink {
+  T* out;
+  std::size_t ny;
+  T* row(std::size_t i, std::size_t c0, T*) const { return out + i * ny + c0; }
+  void take(std::size_t, std::size_t, std::size_t, const T*) const {}
+};
+
+// Heaps rank by -distance, kept in double so float64 distances lose nothing.
+template <class T>
+struct TopKSink {
+  std::vector<BasicTopK<double>>& heaps;
+  T* row(std::size_t, std::size_t, T* scratch) const { return scratch; }
+  void take(std::size_t i, std::size_t c0, std::size_t c1, const T* dist) const {
+    for (std::size_t j = c0; j < c1; ++j) heaps[i].push(-double(dist[j - c0]), std::int64_t(j));
+  }
+};
 
 }  // namespace detail
 
 template <class T>
 void lorentz_pairwise(const T* x, std::size_t nx, const T* y, std::size_t ny, std::size_t d, double c, T* out,
                       int num_threads) {
-  detail::lorentz_sweep(
-      x, nx, y, ny, d, c, num_threads, [&](std::size_t i, std::size_t c0, T*) { return out + i * ny + c0; },
-      [](std::size_t, std::size_t, std::size_t, const T*) {});
+  detail::DenseSink<T> sink{out, ny};
+  detail::lorentz_sweep(x, nx, y, ny, d, c, num_threads, sink);
 }
 
 // Smallest-distance-first; ties to the lower index.
 template <class T>
 void lorentz_topk(const T* x, std::size_t nx, const T* y, std::size_t ny, std::size_t d, std::size_t k, double c,
                   T* out_dist, std::int64_t* out_idx, int num_threads) {
-  // Heaps rank by -distance, kept in double so float64 distances lose nothing.
   std::vector<BasicTopK<double>> heaps(nx, BasicTopK<double>(k));
-  detail::lorentz_sweep(x, nx, y, ny, d, c, num_threads, [](std::size_t, std::size_t, T* scratch) { return scratch; },
-                        [&](std::size_t i, std::size_t c0, std::size_t c1, const T* dist) {
-                          for (std::size_t j = c0; j < c1; ++j) heaps[i].push(-double(dist[j - c0]), std::int64_t(j));
-                        });
+  detail::TopKSink<T> sink{heaps};
+  detail::lorentz_sweep(x, nx, y, ny, d, c, num_threads, sink);
   for (std::size_t i = 0; i < nx; ++i) {
     const auto& items = heaps[i].sorted();
     for (std::size_t r = 0; r < k; ++r) {

@@ -6,8 +6,8 @@
 //
 // The doc side is prepared once (ProbitDocs): means packed into GEMM panels, the stacked variance block
 // [v_c | mu_c^2 + v_c] (so sig2_s is one 2D-long dot with [mu_q^2 | v_q]) and
-// per-doc bounds. top_k tiles the candidates, computes mu_s for a tile with the
-// register-blocked GEMM, and only evaluates sig2_s for candidates whose score
+// per-doc bounds. top_k sweeps (query block x doc tile) tiles (sweep.hpp),
+// computes mu_s for a tile with the register-blocked GEMM, and only evaluates sig2_s for candidates whose score
 // upper bound (from min/max variances) can still enter the query's heap. The
 // pruning is exact: a skipped candidate provably scores below the k-th best.
 // All paths (top_k, rerank, dense) compute mu_s with the same micro-kernel and
@@ -19,6 +19,7 @@
 
 #include "parallel.hpp"
 #include "simd.hpp"
+#include "sweep.hpp"
 #include "topk.hpp"
 
 namespace crossembed {
@@ -28,11 +29,13 @@ constexpr double kProbitScale = 0.39269908169872414;  // pi / 8
 struct ProbitQueries {
   std::size_t q = 0, d = 0;
   const float* mu = nullptr;     // (q, d), caller-owned
+  std::vector<const float*> rows;  // row pointers into mu, for the sweep
   std::vector<float> stacked;    // (q, 2d): [mu^2 | v]
   std::vector<double> norm2;     // |mu|^2
   std::vector<double> vmin, vmax;
 
   ProbitQueries(const float* mu_q, const float* v_q, std::size_t q_, std::size_t d_) : q(q_), d(d_), mu(mu_q) {
+    rows = simd::Panels<float>::row_pointers(mu_q, q, d);
     stacked.resize(q * 2 * d);
     norm2.resize(q);
     vmin.resize(q);
@@ -112,45 +115,14 @@ class ProbitDocs {
             std::int64_t* out_idx, int num_threads) const {
     if (q == 0) return;
     const ProbitQueries Q(mu_q, v_q, q, d_);
-    constexpr std::size_t kQueryBlock = 64, kDocTile = 256;  // kDocTile: a multiple of every panel width
-    const std::size_t n_qblocks = (q + kQueryBlock - 1) / kQueryBlock;
-    const int nt = resolve_threads(num_threads);
+    SweepPlan plan(q, n_, kQueryBlock, kDocTile);
     // Few query blocks: also split the docs so every core has work; partial
     // heaps merge exactly under the total order, so the result is unchanged.
-    std::size_t n_chunks = 1;
-    if (n_qblocks < std::size_t(2 * nt)) {
-      const std::size_t want = (std::size_t(4 * nt) + n_qblocks - 1) / n_qblocks;
-      n_chunks = std::max<std::size_t>(1, std::min(want, (n_ + 4095) / 4096));
-    }
-    const std::size_t chunk = ((n_ + n_chunks - 1) / n_chunks + kDocTile - 1) / kDocTile * kDocTile;
+    plan.split_columns(4096, num_threads);
+    const std::size_t n_chunks = plan.n_chunks();
     std::vector<TopK> partial(q * n_chunks);
-
-    parallel_for(std::int64_t(n_qblocks * n_chunks), num_threads, [&](std::int64_t task, int) {
-      const std::size_t qb = std::size_t(task) / n_chunks, ch = std::size_t(task) % n_chunks;
-      const std::size_t q0 = qb * kQueryBlock, q1 = std::min(q, q0 + kQueryBlock);
-      const std::size_t c0 = ch * chunk, c1 = std::min(n_, c0 + chunk);
-      std::vector<const float*> qrows(q1 - q0);
-      for (std::size_t i = q0; i < q1; ++i) qrows[i - q0] = Q.mu + i * d_;
-      std::vector<float> tile((q1 - q0) * kDocTile);
-      for (std::size_t i = q0; i < q1; ++i) partial[i * n_chunks + ch].reset(k);
-      for (std::size_t t0 = c0; t0 < c1; t0 += kDocTile) {
-        const std::size_t nt_ = std::min(kDocTile, c1 - t0);
-        simd::gemm(qrows.data(), q1 - q0, means_, t0, nt_, tile.data(), kDocTile);
-        for (std::size_t i = q0; i < q1; ++i) {
-          TopK& heap = partial[i * n_chunks + ch];
-          const float* row = tile.data() + (i - q0) * kDocTile;
-          float thr = heap.threshold();
-          for (std::size_t j = 0; j < nt_; ++j) {
-            const std::size_t ci = t0 + j;
-            // Cheap test first: the denominator is >= 1, so a positive score is <= mu_s.
-            if (row[j] > 0 && double(row[j]) * (1.0 + 1e-6) < thr) continue;
-            if (heap.full() && score_upper_bound(Q, i, ci, row[j]) < thr) continue;
-            heap.push(score_pair(Q, i, ci, row[j]), std::int64_t(ci));
-            thr = heap.threshold();
-          }
-        }
-      }
-    });
+    TopKHandler h{*this, Q, k, n_chunks, partial};
+    sweep(Q.rows.data(), means_, plan, num_threads, h);
     parallel_for(std::int64_t(q), num_threads, [&](std::int64_t i, int) {
       TopK& merged = partial[std::size_t(i) * n_chunks];
       for (std::size_t ch = 1; ch < n_chunks; ++ch)
@@ -190,29 +162,75 @@ class ProbitDocs {
               int num_threads) const {
     if (q == 0 || n_ == 0) return;
     const ProbitQueries Q(mu_q, v_q, q, d_);
-    constexpr std::size_t kQB = 64, kTile = 256;
-    const std::size_t nqb = (q + kQB - 1) / kQB, ntiles = (n_ + kTile - 1) / kTile;
-    parallel_for(std::int64_t(nqb * ntiles), num_threads, [&](std::int64_t task, int) {
-      const std::size_t qb = std::size_t(task) / ntiles, tb = std::size_t(task) % ntiles;
-      const std::size_t q0 = qb * kQB, q1 = std::min(q, q0 + kQB);
-      const std::size_t t0 = tb * kTile, t1 = std::min(n_, t0 + kTile);
-      std::vector<const float*> qm(q1 - q0);
-      for (std::size_t i = q0; i < q1; ++i) qm[i - q0] = Q.mu + i * d_;
-      std::vector<float> mus((q1 - q0) * kTile);
-      simd::gemm(qm.data(), q1 - q0, means_, t0, t1 - t0, mus.data(), kTile);
-      const auto& I = simd::isa();
-      for (std::size_t i = q0; i < q1; ++i)
-        for (std::size_t j = t0; j < t1; ++j) {
-          const float a = mus[(i - q0) * kTile + j - t0];
-          const float b = I.dot_f32(Q.stacked.data() + i * 2 * d_, stacked(j), 2 * d_);
-          out[i * n_ + j] = score_from(a, b);
-          if (out_mu) out_mu[i * n_ + j] = a;
-          if (out_sig2) out_sig2[i * n_ + j] = b;
-        }
-    });
+    // One doc tile per task: dense output needs no per-row state across tiles.
+    const SweepPlan plan(q, n_, kQueryBlock, kDocTile, kDocTile);
+    DenseHandler h{*this, Q, out, out_mu, out_sig2};
+    sweep(Q.rows.data(), means_, plan, num_threads, h);
   }
 
  private:
+  static constexpr std::size_t kQueryBlock = 64, kDocTile = 256;  // kDocTile: a multiple of every panel width
+
+  // top_k: one heap per (query, doc chunk). The cheap bound (a positive score
+  // is <= mu_s) and the exact one (score_upper_bound) skip the variance dot
+  // for candidates that cannot enter the heap.
+  struct TopKHandler {
+    const ProbitDocs& D;
+    const ProbitQueries& Q;
+    std::size_t k, n_chunks;
+    std::vector<TopK>& partial;
+
+    struct OnBlock : BlockHandlerBase<float> {
+      const TopKHandler& h;
+      Block b;
+      OnBlock(const TopKHandler& h_, const Block& b_) : h(h_), b(b_) {
+        for (std::size_t i = b.r0; i < b.r1; ++i) h.partial[i * h.n_chunks + b.chunk].reset(h.k);
+      }
+      void add_tile(std::size_t t0, std::size_t t1, const float* tile, std::size_t ld) {
+        for (std::size_t i = b.r0; i < b.r1; ++i) {
+          TopK& heap = h.partial[i * h.n_chunks + b.chunk];
+          const float* row = tile + (i - b.r0) * ld;
+          float thr = heap.threshold();
+          for (std::size_t j = 0; j < t1 - t0; ++j) {
+            const std::size_t ci = t0 + j;
+            // Cheap test first: the denominator is >= 1, so a positive score is <= mu_s.
+            if (row[j] > 0 && double(row[j]) * (1.0 + 1e-6) < thr) continue;
+            if (heap.full() && h.D.score_upper_bound(h.Q, i, ci, row[j]) < thr) continue;
+            heap.push(h.D.score_pair(h.Q, i, ci, row[j]), std::int64_t(ci));
+            thr = heap.threshold();
+          }
+        }
+      }
+    };
+    OnBlock begin_block(const Block& b) const { return OnBlock(*this, b); }
+  };
+
+  // scores: every (query, doc) gets its variance term and score.
+  struct DenseHandler {
+    const ProbitDocs& D;
+    const ProbitQueries& Q;
+    float *out, *out_mu, *out_sig2;
+
+    struct OnBlock : BlockHandlerBase<float> {
+      const DenseHandler& h;
+      Block b;
+      OnBlock(const DenseHandler& h_, const Block& b_) : h(h_), b(b_) {}
+      void add_tile(std::size_t t0, std::size_t t1, const float* tile, std::size_t ld) {
+        const auto& I = simd::isa();
+        const std::size_t n = h.D.n_, d = h.D.d_;
+        for (std::size_t i = b.r0; i < b.r1; ++i)
+          for (std::size_t j = t0; j < t1; ++j) {
+            const float a = tile[(i - b.r0) * ld + j - t0];
+            const float s2 = I.dot_f32(h.Q.stacked.data() + i * 2 * d, h.D.stacked(j), 2 * d);
+            h.out[i * n + j] = score_from(a, s2);
+            if (h.out_mu) h.out_mu[i * n + j] = a;
+            if (h.out_sig2) h.out_sig2[i * n + j] = s2;
+          }
+      }
+    };
+    OnBlock begin_block(const Block& b) const { return OnBlock(*this, b); }
+  };
+
   std::size_t n_, d_;
   simd::Panels<float> means_;  // mu_c packed for the GEMM micro-kernel
   std::vector<float> stacked_;

@@ -4,8 +4,8 @@
 //
 // The shift by the row's smallest distance cancels in the normalisation but
 // keeps exp() from underflowing to an all-zero row for tiny sigma. Fused: one
-// tile of cosines (register-blocked GEMM against pre-normalised anchors), then
-// exp and normalisation while the tile is still in cache.
+// tile of cosines per row block (the shared sweep, GEMM against pre-normalised
+// anchors), then exp and normalisation while the tile is still in cache.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -14,6 +14,7 @@
 
 #include "parallel.hpp"
 #include "simd.hpp"
+#include "sweep.hpp"
 
 namespace crossembed {
 
@@ -51,30 +52,52 @@ inline double median_anchor_distance(const float* anchors, std::size_t a, std::s
   return med > 1e-6 ? med : 1.0;  // float32 rounding leaves ~1e-8 for identical anchors
 }
 
+namespace detail {
+
+// Cosines land in the output rows themselves (one tile spans every anchor),
+// then exp and normalisation run in place.
+struct SignatureHandler {
+  const float* x;
+  std::size_t a, d;
+  float inv_sigma;
+  float* out;
+
+  struct OnBlock : BlockHandlerBase<float> {
+    const SignatureHandler& h;
+    Block b;
+    std::vector<float> inv_norm;
+    OnBlock(const SignatureHandler& h_, const Block& b_) : h(h_), b(b_), inv_norm(b.r1 - b.r0) {
+      for (std::size_t i = b.r0; i < b.r1; ++i) {
+        const float* xi = h.x + i * h.d;
+        double s = 0;  // in double: float squares of huge rows would overflow
+        for (std::size_t t = 0; t < h.d; ++t) s += double(xi[t]) * xi[t];
+        inv_norm[i - b.r0] = s > 0 ? float(1.0 / std::sqrt(s)) : 0.0f;
+      }
+    }
+    float* tile_buffer(std::size_t c0, std::size_t& ld) {
+      ld = h.a;
+      return h.out + b.r0 * h.a + c0;
+    }
+    void add_tile(std::size_t, std::size_t, const float*, std::size_t) {
+      simd::isa().signature_rows(h.out + b.r0 * h.a, b.r1 - b.r0, h.a, inv_norm.data(), h.inv_sigma);
+    }
+  };
+  OnBlock begin_block(const Block& b) const { return OnBlock(*this, b); }
+};
+
+}  // namespace detail
+
 // out (n, a) float32.
 inline void anchor_signatures(const float* x, std::size_t n, const float* anchors, std::size_t a, std::size_t d,
                               double sigma, float* out, int num_threads) {
   if (n == 0) return;
   const std::vector<float> ua = unit_rows(anchors, a, d);
   const simd::Panels<float> panels(ua.data(), a, d);
-  const auto& I = simd::isa();
+  const auto rows = simd::Panels<float>::row_pointers(x, n, d);
   constexpr std::size_t kRows = 32;
-  const std::size_t nblocks = (n + kRows - 1) / kRows;
-  const float inv_sigma = float(1.0 / sigma);
-  parallel_for(std::int64_t(nblocks), num_threads, [&](std::int64_t b, int) {
-    const std::size_t r0 = std::size_t(b) * kRows, r1 = std::min(n, r0 + kRows);
-    std::vector<const float*> xrows(r1 - r0);
-    std::vector<float> inv_norm(r1 - r0);
-    for (std::size_t i = r0; i < r1; ++i) {
-      xrows[i - r0] = x + i * d;
-      double s = 0;  // in double: float squares of huge rows would overflow
-      for (std::size_t t = 0; t < d; ++t) s += double(x[i * d + t]) * x[i * d + t];
-      inv_norm[i - r0] = s > 0 ? float(1.0 / std::sqrt(s)) : 0.0f;
-    }
-    float* tile = out + r0 * a;  // the output rows double as the tile
-    simd::gemm(xrows.data(), r1 - r0, panels, 0, a, tile, a);
-    I.signature_rows(tile, r1 - r0, a, inv_norm.data(), inv_sigma);
-  });
+  const SweepPlan plan(n, a, kRows, a);  // one tile of all anchors per row block
+  detail::SignatureHandler h{x, a, d, float(1.0 / sigma), out};
+  sweep(rows.data(), panels, plan, num_threads, h);
 }
 
 }  // namespace crossembed

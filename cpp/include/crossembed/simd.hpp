@@ -1,9 +1,12 @@
 // Run-time instruction-set dispatch.
 //
 // The shipped build targets the x86-64 baseline (no -march=native); the same
-// primitives (detail/isa_impl.hpp) are compiled three times inside
-// `#pragma GCC target` regions - AVX-512, AVX2+FMA and generic - and
-// `isa()` picks the best one the CPU supports, once. Only the innermost loops
+// primitives (detail/isa_impl.hpp, templates over float/double) are compiled
+// three times, each in its own namespace inside a `#pragma GCC target` region
+// - AVX-512, AVX2+FMA and generic - and `isa()` picks the best table the CPU
+// supports, once. (Including one file per ISA is the form GCC guarantees: a
+// target attribute cannot depend on a template parameter, and an intrinsic
+// cannot be inlined into code compiled without its target.) Only the innermost loops
 // live there; all kernel logic (tiling, heaps, threading) is ISA-free.
 #pragma once
 #include <immintrin.h>
@@ -23,81 +26,6 @@
 namespace crossembed {
 namespace simd {
 
-#if defined(CROSSEMBED_X86)
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")
-#define CE_NS avx512
-#define CE_VF __m512
-#define CE_VD __m512d
-#define CE_LOADF(p) _mm512_loadu_ps(p)
-#define CE_LOADD(p) _mm512_loadu_pd(p)
-#define CE_FMAF(a, b, c) _mm512_fmadd_ps(a, b, c)
-#define CE_FMAD(a, b, c) _mm512_fmadd_pd(a, b, c)
-#define CE_SQRTF(a) _mm512_sqrt_ps(a)
-#define CE_MR 8
-#define CE_NRV 2
-#include "detail/isa_impl.hpp"
-#undef CE_NS
-#undef CE_VF
-#undef CE_VD
-#undef CE_LOADF
-#undef CE_LOADD
-#undef CE_FMAF
-#undef CE_FMAD
-#undef CE_SQRTF
-#undef CE_MR
-#undef CE_NRV
-#pragma GCC pop_options
-
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#define CE_NS avx2
-#define CE_VF __m256
-#define CE_VD __m256d
-#define CE_LOADF(p) _mm256_loadu_ps(p)
-#define CE_LOADD(p) _mm256_loadu_pd(p)
-#define CE_FMAF(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define CE_FMAD(a, b, c) _mm256_fmadd_pd(a, b, c)
-#define CE_SQRTF(a) _mm256_sqrt_ps(a)
-#define CE_MR 6
-#define CE_NRV 2
-#include "detail/isa_impl.hpp"
-#undef CE_NS
-#undef CE_VF
-#undef CE_VD
-#undef CE_LOADF
-#undef CE_LOADD
-#undef CE_FMAF
-#undef CE_FMAD
-#undef CE_SQRTF
-#undef CE_MR
-#undef CE_NRV
-#pragma GCC pop_options
-#endif
-
-// Generic: SSE2 on x86-64 (no FMA: multiply then add).
-#define CE_NS generic
-#define CE_VF __m128
-#define CE_VD __m128d
-#define CE_LOADF(p) _mm_loadu_ps(p)
-#define CE_LOADD(p) _mm_loadu_pd(p)
-#define CE_FMAF(a, b, c) ((a) * (b) + (c))
-#define CE_FMAD(a, b, c) ((a) * (b) + (c))
-#define CE_SQRTF(a) _mm_sqrt_ps(a)
-#define CE_MR 4
-#define CE_NRV 2
-#include "detail/isa_impl.hpp"
-#undef CE_NS
-#undef CE_VF
-#undef CE_VD
-#undef CE_LOADF
-#undef CE_LOADD
-#undef CE_FMAF
-#undef CE_FMAD
-#undef CE_SQRTF
-#undef CE_MR
-#undef CE_NRV
-
 // The primitives a kernel may call, as one table per instruction set.
 struct Isa {
   const char* name;
@@ -113,40 +41,69 @@ struct Isa {
   void (*lorentz_row_from_dots)(const float*, std::size_t, float, float, const float*, const float*, float, float*);
 };
 
-#define CE_ISA_TABLE(ns)                                                                          \
-  Isa {                                                                                           \
-    #ns, static_cast<float (*)(const float*, const float*, std::size_t)>(&ns::dot),               \
-        static_cast<double (*)(const double*, const double*, std::size_t)>(&ns::dot),             \
-        &ns::panel_width_f32, &ns::panel_width_f64,                                               \
-        static_cast<void (*)(const float* const*, std::size_t, std::size_t, float*)>(&ns::pack_panels), \
-        static_cast<void (*)(const double* const*, std::size_t, std::size_t, double*)>(&ns::pack_panels), \
-        static_cast<void (*)(const float* const*, std::size_t, const float*, std::size_t, std::size_t, \
-                             float*, std::size_t)>(&ns::gemm_panel),                              \
-        static_cast<void (*)(const double* const*, std::size_t, const double*, std::size_t, std::size_t, \
-                             double*, std::size_t)>(&ns::gemm_panel),                             \
-        &ns::signature_rows, &ns::lorentz_row_from_dots                                              \
-  }
+// One namespace per instruction set: what differs, then the shared
+// implementation compiled under that ISA's target flags.
+#if defined(CROSSEMBED_X86)
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")
+namespace avx512 {
+constexpr const char* kName = "avx512";
+using VF = __m512;
+using VD = __m512d;
+constexpr int kMR = 8, kNRV = 2;
+static inline VF vfma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
+static inline VD vfma(VD a, VD b, VD c) { return _mm512_fmadd_pd(a, b, c); }
+// Masked form with every lane on: _mm512_sqrt_ps passes _mm512_undefined_ps(),
+// which GCC 12 flags as maybe-uninitialized at -O1 (the sanitizer build).
+static inline VF vsqrt(VF a) { return _mm512_mask_sqrt_ps(a, __mmask16(-1), a); }
+#include "detail/isa_impl.hpp"
+}  // namespace avx512
+#pragma GCC pop_options
 
-inline const Isa& select_isa() {
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2 {
+constexpr const char* kName = "avx2";
+using VF = __m256;
+using VD = __m256d;
+constexpr int kMR = 6, kNRV = 2;
+static inline VF vfma(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
+static inline VD vfma(VD a, VD b, VD c) { return _mm256_fmadd_pd(a, b, c); }
+static inline VF vsqrt(VF a) { return _mm256_sqrt_ps(a); }
+#include "detail/isa_impl.hpp"
+}  // namespace avx2
+#pragma GCC pop_options
+#endif
+
+// Generic: SSE2 on x86-64 (no FMA: multiply, round, add).
+namespace generic {
+constexpr const char* kName = "generic";
+using VF = __m128;
+using VD = __m128d;
+constexpr int kMR = 4, kNRV = 2;
+static inline VF vfma(VF a, VF b, VF c) { return a * b + c; }
+static inline VD vfma(VD a, VD b, VD c) { return a * b + c; }
+static inline VF vsqrt(VF a) { return _mm_sqrt_ps(a); }
+#include "detail/isa_impl.hpp"
+}  // namespace generic
+
+inline Isa select_isa() {
 #if defined(CROSSEMBED_X86)
   // CROSSEMBED_SIMD=generic|avx2|avx512 caps the level (tests, reproducibility).
   const char* cap = std::getenv("CROSSEMBED_SIMD");
   const int cap_level = !cap ? 2 : std::strcmp(cap, "generic") == 0 ? 0 : std::strcmp(cap, "avx2") == 0 ? 1 : 2;
   __builtin_cpu_init();
-  static const Isa t512 = CE_ISA_TABLE(avx512);
-  static const Isa t2 = CE_ISA_TABLE(avx2);
   if (cap_level >= 2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
-    return t512;
-  if (cap_level >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return t2;
+    return avx512::table();
+  if (cap_level >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return avx2::table();
 #endif
-  static const Isa tg = CE_ISA_TABLE(generic);
-  return tg;
+  return generic::table();
 }
-#undef CE_ISA_TABLE
 
+// Chosen once, on first use; kernels then call through the table.
 inline const Isa& isa() {
-  static const Isa& chosen = select_isa();
+  static const Isa chosen = select_isa();
   return chosen;
 }
 

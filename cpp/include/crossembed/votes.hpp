@@ -1,5 +1,5 @@
 // Vote bookkeeping for GEH: a hash map from pair (i, j) to its vote count,
-// Otsu's threshold and greedy one-to-one promotion.
+// Otsu's threshold. (Promotion is greedy_one_to_one in greedy.hpp.)
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -87,34 +87,6 @@ inline double otsu_threshold(const double* v, std::size_t n, int bins) {
     }
   }
   return lo + (best_b + 1) * width;
-}
-
-// Greedy one-to-one: pairs by descending score (ties: lower i, then lower j),
-// keeping those with score > threshold whose i and j are both still free.
-inline std::vector<std::int64_t> greedy_one_to_one(const std::int64_t* pairs, const double* scores, std::size_t p,
-                                                   double threshold, const std::vector<std::int64_t>& exclude_a,
-                                                   const std::vector<std::int64_t>& exclude_b, std::int64_t limit) {
-  std::vector<std::size_t> order;
-  order.reserve(p);
-  for (std::size_t t = 0; t < p; ++t)
-    if (scores[t] > threshold) order.push_back(t);
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    if (scores[a] != scores[b]) return scores[a] > scores[b];
-    if (pairs[2 * a] != pairs[2 * b]) return pairs[2 * a] < pairs[2 * b];
-    return pairs[2 * a + 1] < pairs[2 * b + 1];
-  });
-  std::unordered_set<std::int64_t> used_a(exclude_a.begin(), exclude_a.end()), used_b(exclude_b.begin(), exclude_b.end());
-  std::vector<std::int64_t> out;
-  for (std::size_t t : order) {
-    if (limit >= 0 && std::int64_t(out.size() / 2) >= limit) break;
-    const std::int64_t i = pairs[2 * t], j = pairs[2 * t + 1];
-    if (used_a.count(i) || used_b.count(j)) continue;
-    used_a.insert(i);
-    used_b.insert(j);
-    out.push_back(i);
-    out.push_back(j);
-  }
-  return out;
 }
 
 }  // namespace crossembed

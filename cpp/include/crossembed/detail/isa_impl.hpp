@@ -1,28 +1,46 @@
-// Per-ISA primitives. This file has no include guard on purpose: simd.hpp
-// includes it once per instruction set inside `#pragma GCC target` regions,
-// with CE_NS naming the namespace and CE_* macros naming the vector type and
-// its load/FMA intrinsics. Everything here is plain functions on raw pointers.
+// Per-ISA primitives. No include guard on purpose: simd.hpp includes this file
+// once per instruction set, each time inside that ISA's namespace and inside
+// its `#pragma GCC target` region, after defining there only what differs:
+//   kName, VF / VD (float / double vectors), kMR x kNRV (micro-kernel shape),
+//   vfma(a, b, c) = a * b + c (one rounding where the ISA has FMA), vsqrt(VF).
+// Everything below - templates too - is defined inside the region, so every
+// instantiation carries that ISA's target flags (GCC refuses to build an
+// intrinsic or a wide vector operation into a function without them, so a
+// slip would not compile). Plain functions on raw pointers only.
 //
 // Reproducibility: every primitive computes each output from its own inputs in
 // a fixed order, independent of tiling and threads, so kernel results do not
 // depend on num_threads.
 
-namespace CE_NS {
-
-using VF = CE_VF;
-using VD = CE_VD;
+template <class T>
+struct VecOf;
+template <>
+struct VecOf<float> {
+  using type = VF;
+};
+template <>
+struct VecOf<double> {
+  using type = VD;
+};
+template <class T>
+using Vec = typename VecOf<T>::type;
+template <class T>
+constexpr std::size_t kWidth = sizeof(Vec<T>) / sizeof(T);  // lanes
+constexpr std::size_t WF = kWidth<float>;
 typedef int VI __attribute__((vector_size(sizeof(VF))));
-constexpr std::size_t WF = sizeof(VF) / sizeof(float);
-constexpr std::size_t WD = sizeof(VD) / sizeof(double);
 
-static inline VF loadf(const float* p) { return CE_LOADF(p); }
-static inline VD loadd(const double* p) { return CE_LOADD(p); }
-static inline VF fmaf_(VF a, VF b, VF c) { return CE_FMAF(a, b, c); }
-static inline VD fmad_(VD a, VD b, VD c) { return CE_FMAD(a, b, c); }
+template <class V, class T>
+static inline V load(const T* p) {  // unaligned
+  V v;
+  __builtin_memcpy(&v, p, sizeof(V));
+  return v;
+}
+template <class V, class T>
+static inline V splat(T x) {
+  return V{} + x;
+}
+static inline VF splatf(float x) { return splat<VF>(x); }
 static inline VF zerof() { return VF{}; }
-static inline VD zerod() { return VD{}; }
-static inline VF splatf(float x) { return zerof() + x; }
-static inline VD splatd(double x) { return zerod() + x; }
 
 template <class V, class S>
 static inline S hsum(V v) {
@@ -32,90 +50,78 @@ static inline S hsum(V v) {
 }
 
 // ----------------------------------------------------------------- dot products
-static inline float dot(const float* a, const float* b, std::size_t d) {
-  const std::size_t dv = d - d % WF;
-  VF acc = zerof();
-  for (std::size_t i = 0; i < dv; i += WF) acc = fmaf_(loadf(a + i), loadf(b + i), acc);
-  float tail = 0.0f;
+template <class T>
+static T dot(const T* a, const T* b, std::size_t d) {
+  using V = Vec<T>;
+  constexpr std::size_t W = kWidth<T>;
+  const std::size_t dv = d - d % W;
+  V acc = V{};
+  for (std::size_t i = 0; i < dv; i += W) acc = vfma(load<V>(a + i), load<V>(b + i), acc);
+  T tail = 0;
   for (std::size_t i = dv; i < d; ++i) tail += a[i] * b[i];
-  return hsum<VF, float>(acc) + tail;
-}
-
-static inline double dot(const double* a, const double* b, std::size_t d) {
-  const std::size_t dv = d - d % WD;
-  VD acc = zerod();
-  for (std::size_t i = 0; i < dv; i += WD) acc = fmad_(loadd(a + i), loadd(b + i), acc);
-  double tail = 0.0;
-  for (std::size_t i = dv; i < d; ++i) tail += a[i] * b[i];
-  return hsum<VD, double>(acc) + tail;
+  return hsum<V, T>(acc) + tail;
 }
 
 // ----------------------------------------------------------------- panel GEMM
 // The right-hand rows of a product are packed once into column panels of
-// NR = CE_NRV vectors: panel p stores, for each k, the k-th entries of rows
+// NR = kNRV vectors: panel p stores, for each k, the k-th entries of rows
 // p*NR .. p*NR+NR-1 side by side (zero-padded). The micro-kernel broadcasts
-// one left-hand entry and multiplies it into CE_NRV vectors, so it needs no
+// one left-hand entry and multiplies it into kNRV vectors, so it needs no
 // horizontal sums: out[i][j] is one FMA chain over k = 0..d-1 in order,
 // whatever the tile, panel or thread - results are reproducible bit for bit.
-#define CE_PACK_BODY(T, W)                                                             \
-  const std::size_t nr = CE_NRV * W;                                                   \
-  for (std::size_t p0 = 0; p0 < n; p0 += nr) {                                         \
-    T* P = dst + (p0 / nr) * d * nr;                                                   \
-    for (std::size_t l = 0; l < nr; ++l) {                                             \
-      const T* r = p0 + l < n ? rows[p0 + l] : nullptr;                                \
-      for (std::size_t k = 0; k < d; ++k) P[k * nr + l] = r ? r[k] : T(0);             \
-    }                                                                                  \
+template <class T>
+static std::size_t panel_width() {
+  return kNRV * kWidth<T>;
+}
+
+template <class T>
+static void pack_panels(const T* const* rows, std::size_t n, std::size_t d, T* dst) {
+  const std::size_t nr = panel_width<T>();
+  for (std::size_t p0 = 0; p0 < n; p0 += nr) {
+    T* P = dst + (p0 / nr) * d * nr;
+    for (std::size_t l = 0; l < nr; ++l) {
+      const T* r = p0 + l < n ? rows[p0 + l] : nullptr;
+      for (std::size_t k = 0; k < d; ++k) P[k * nr + l] = r ? r[k] : T(0);
+    }
   }
-
-#define CE_GEMM_BODY(T, V, W, LOAD, FMA, ZERO, SPLAT, MR)                              \
-  const std::size_t nr = CE_NRV * W;                                                   \
-  for (std::size_t p0 = 0; p0 < nc; p0 += nr) {                                        \
-    const T* P = panels + (p0 / nr) * d * nr;                                          \
-    const std::size_t ncols = std::min(nr, nc - p0);                                   \
-    for (std::size_t i0 = 0; i0 < nq; i0 += MR) {                                      \
-      const T* qp[MR];                                                                 \
-      for (int a = 0; a < MR; ++a) qp[a] = q[std::min<std::size_t>(i0 + a, nq - 1)];   \
-      V acc[MR][CE_NRV];                                                               \
-      for (int a = 0; a < MR; ++a)                                                     \
-        for (int v = 0; v < CE_NRV; ++v) acc[a][v] = ZERO();                           \
-      for (std::size_t k = 0; k < d; ++k) {                                            \
-        V b[CE_NRV];                                                                   \
-        for (int v = 0; v < CE_NRV; ++v) b[v] = LOAD(P + k * nr + v * W);              \
-        for (int a = 0; a < MR; ++a) {                                                 \
-          const V qa = SPLAT(qp[a][k]);                                                \
-          for (int v = 0; v < CE_NRV; ++v) acc[a][v] = FMA(qa, b[v], acc[a][v]);       \
-        }                                                                              \
-      }                                                                                \
-      for (int a = 0; a < MR && i0 + a < nq; ++a) {                                    \
-        T* o = out + (i0 + a) * ld + p0;                                               \
-        if (ncols == nr) {                                                             \
-          __builtin_memcpy(o, acc[a], sizeof(acc[a]));                                 \
-        } else {                                                                       \
-          T tmp[CE_NRV * W];                                                           \
-          __builtin_memcpy(tmp, acc[a], sizeof(acc[a]));                               \
-          for (std::size_t j = 0; j < ncols; ++j) o[j] = tmp[j];                       \
-        }                                                                              \
-      }                                                                                \
-    }                                                                                  \
-  }
-
-static std::size_t panel_width_f32() { return CE_NRV * WF; }
-static std::size_t panel_width_f64() { return CE_NRV * WD; }
-
-static void pack_panels(const float* const* rows, std::size_t n, std::size_t d, float* dst) { CE_PACK_BODY(float, WF) }
-static void pack_panels(const double* const* rows, std::size_t n, std::size_t d, double* dst) { CE_PACK_BODY(double, WD) }
+}
 
 // out[i * ld + j] = <q[i], column j of the panels> for i < nq, j < nc.
-static void gemm_panel(const float* const* q, std::size_t nq, const float* panels, std::size_t nc, std::size_t d,
-                       float* out, std::size_t ld) {
-  CE_GEMM_BODY(float, VF, WF, loadf, fmaf_, zerof, splatf, CE_MR)
+template <class T>
+static void gemm_panel(const T* const* q, std::size_t nq, const T* panels, std::size_t nc, std::size_t d, T* out,
+                       std::size_t ld) {
+  using V = Vec<T>;
+  constexpr std::size_t W = kWidth<T>, nr = kNRV * W;
+  for (std::size_t p0 = 0; p0 < nc; p0 += nr) {
+    const T* P = panels + (p0 / nr) * d * nr;
+    const std::size_t ncols = std::min(nr, nc - p0);
+    for (std::size_t i0 = 0; i0 < nq; i0 += kMR) {
+      const T* qp[kMR];
+      for (int a = 0; a < kMR; ++a) qp[a] = q[std::min<std::size_t>(i0 + a, nq - 1)];
+      V acc[kMR][kNRV];
+      for (int a = 0; a < kMR; ++a)
+        for (int v = 0; v < kNRV; ++v) acc[a][v] = V{};
+      for (std::size_t k = 0; k < d; ++k) {
+        V b[kNRV];
+        for (int v = 0; v < kNRV; ++v) b[v] = load<V>(P + k * nr + v * W);
+        for (int a = 0; a < kMR; ++a) {
+          const V qa = splat<V>(qp[a][k]);
+          for (int v = 0; v < kNRV; ++v) acc[a][v] = vfma(qa, b[v], acc[a][v]);
+        }
+      }
+      for (int a = 0; a < kMR && i0 + a < nq; ++a) {
+        T* o = out + (i0 + a) * ld + p0;
+        if (ncols == nr) {
+          __builtin_memcpy(o, acc[a], sizeof(acc[a]));
+        } else {
+          T tmp[nr];
+          __builtin_memcpy(tmp, acc[a], sizeof(acc[a]));
+          for (std::size_t j = 0; j < ncols; ++j) o[j] = tmp[j];
+        }
+      }
+    }
+  }
 }
-static void gemm_panel(const double* const* q, std::size_t nq, const double* panels, std::size_t nc, std::size_t d,
-                       double* out, std::size_t ld) {
-  CE_GEMM_BODY(double, VD, WD, loadd, fmad_, zerod, splatd, CE_MR)
-}
-#undef CE_PACK_BODY
-#undef CE_GEMM_BODY
 
 // ----------------------------------------------------------------- vector math
 // exp(x) for x <= 88 (inputs below -87 return exp(-87) ~ 1.6e-38, never 0 or a
@@ -170,7 +176,7 @@ static inline VF vlog(VF x) {
 static inline VF vasinh_pos(VF z) {
   VF z2 = z * z;
   VF s = z2 + 1.0f;
-  const VF sq = CE_SQRTF(s);
+  const VF sq = vsqrt(s);
   const VF u = z + z2 / (sq + 1.0f);
   const VF w = u + 1.0f;
   const VF wm1 = w - 1.0f;
@@ -189,7 +195,7 @@ static void signature_rows(float* rows, std::size_t n, std::size_t a, const floa
     const float sc = row_scale[i];
     VF vmax = splatf(-INFINITY);
     for (std::size_t j = 0; j < av; j += WF) {
-      const VF v = loadf(r + j) * sc;
+      const VF v = load<VF>(r + j) * sc;
       vmax = v > vmax ? v : vmax;
     }
     float cmax = -INFINITY;
@@ -197,9 +203,9 @@ static void signature_rows(float* rows, std::size_t n, std::size_t a, const floa
     for (std::size_t j = av; j < a; ++j) cmax = std::max(cmax, r[j] * sc);
     VF ss = zerof();
     for (std::size_t j = 0; j < av; j += WF) {
-      const VF e = vexp((loadf(r + j) * sc - cmax) * inv_sigma);
+      const VF e = vexp((load<VF>(r + j) * sc - cmax) * inv_sigma);
       __builtin_memcpy(r + j, &e, sizeof(VF));
-      ss = fmaf_(e, e, ss);
+      ss = vfma(e, e, ss);
     }
     float tail = 0.0f;
     for (std::size_t j = av; j < a; ++j) {
@@ -208,7 +214,7 @@ static void signature_rows(float* rows, std::size_t n, std::size_t a, const floa
     }
     const float inv = 1.0f / std::sqrt(hsum<VF, float>(ss) + tail);
     for (std::size_t j = 0; j < av; j += WF) {
-      const VF v = loadf(r + j) * inv;
+      const VF v = load<VF>(r + j) * inv;
       __builtin_memcpy(r + j, &v, sizeof(VF));
     }
     for (std::size_t j = av; j < a; ++j) r[j] *= inv;
@@ -225,13 +231,13 @@ static void lorentz_row_from_dots(const float* dots, std::size_t n, float nx, fl
   const std::size_t nv = n - n % WF;
   const VF nan = splatf(__builtin_nanf(""));
   for (std::size_t j = 0; j < nv; j += WF) {
-    const VF dd = (nx + loadf(ny + j)) - 2.0f * loadf(dots + j);
-    const VF dt = (nx - loadf(ny + j)) / (xt + loadf(yt + j));
+    const VF dd = (nx + load<VF>(ny + j)) - 2.0f * load<VF>(dots + j);
+    const VF dt = (nx - load<VF>(ny + j)) / (xt + load<VF>(yt + j));
     VF q = dd - dt * dt;
     q = q < zerof() ? zerof() : q;
-    const VF z = CE_SQRTF(q);
+    const VF z = vsqrt(q);
     VF dist = two_over_sqrt_c * vasinh_pos(half_sqrt_c * z);
-    dist = dd < 0.05f * (nx + loadf(ny + j)) ? nan : dist;
+    dist = dd < 0.05f * (nx + load<VF>(ny + j)) ? nan : dist;
     __builtin_memcpy(out + j, &dist, sizeof(VF));
   }
   for (std::size_t j = nv; j < n; ++j) {
@@ -247,4 +253,10 @@ static void lorentz_row_from_dots(const float* dots, std::size_t n, float nx, fl
   }
 }
 
-}  // namespace CE_NS
+// This ISA's entry points. Its code may use the ISA's instructions: call it
+// only once the CPU is known to support them (select_isa).
+static Isa table() {
+  return Isa{kName,          &dot<float>,         &dot<double>,         &panel_width<float>, &panel_width<double>,
+             &pack_panels<float>, &pack_panels<double>, &gemm_panel<float>, &gemm_panel<double>, &signature_rows,
+             &lorentz_row_from_dots};
+}
