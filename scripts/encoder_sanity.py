@@ -42,7 +42,7 @@ def hits_at_k(q: np.ndarray, d: np.ndarray, relevant, k: int = 10, block: int = 
 def build(task_name: str) -> RetrievalTask:
     if task_name == "wordnet":
         return example_gloss_task(synsets_with_examples("noun"))
-    return translation_task(("en", "de", "fr", "es"), n_per_language=300, seed=0)
+    return translation_task(("en", "de", "fr", "es"), n_per_language=300, random_state=0)
 
 
 def main() -> int:

@@ -75,14 +75,14 @@ def test_pairs_and_task(wndir):
 
 def test_split_disjoint_deterministic(wndir):
     syn = [wn.Synset(i, "noun", (f"w{i}",), f"g{i}", (f"e{i}",), ()) for i in range(100)]
-    a = wn.split_synsets(syn, fit_fraction=0.5, dev_fraction=0.2, seed=3)
-    b = wn.split_synsets(list(reversed(syn)), fit_fraction=0.5, dev_fraction=0.2, seed=3)
+    a = wn.split_synsets(syn, fit_fraction=0.5, dev_fraction=0.2, random_state=3)
+    b = wn.split_synsets(list(reversed(syn)), fit_fraction=0.5, dev_fraction=0.2, random_state=3)
     assert [len(p) for p in a] == [50, 20, 30]
     ids = [{s.offset for s in part} for part in a]
     assert not (ids[0] & ids[1]) and not (ids[0] & ids[2]) and not (ids[1] & ids[2])
     assert set().union(*ids) == set(range(100))
     assert a == b  # independent of the input order
-    c = wn.split_synsets(syn, fit_fraction=0.5, dev_fraction=0.2, seed=4)
+    c = wn.split_synsets(syn, fit_fraction=0.5, dev_fraction=0.2, random_state=4)
     assert a.fit != c.fit
     with pytest.raises(ValueError, match="fit_fraction"):
         wn.split_synsets(syn, fit_fraction=0.9, dev_fraction=0.2)
@@ -249,7 +249,7 @@ def test_bundled_wordnet():
     assert len(syn) == 1500
     assert all(isinstance(s, wn.Synset) and s.pos == "noun" and s.gloss and s.examples and s.lemmas for s in syn)
     assert [s.offset for s in syn] == sorted({s.offset for s in syn})
-    split = wn.split_synsets(syn, fit_fraction=0.5, dev_fraction=0.1, seed=0)
+    split = wn.split_synsets(syn, fit_fraction=0.5, dev_fraction=0.1, random_state=0)
     assert [len(p) for p in split] == [750, 150, 600]
     from importlib import resources
 
@@ -276,13 +276,13 @@ def test_retrieval_task_split_and_pairs():
     t = RetrievalTask(
         "t", [f"q{i}" for i in range(40)], ["d0", "d1"], [(i % 2,) for i in range(40)], ["en"] * 20 + ["de"] * 20
     )
-    fit, dev, test = t.split(fit_fraction=0.5, dev_fraction=0.25, seed=1)
+    fit, dev, test = t.split(fit_fraction=0.5, dev_fraction=0.25, random_state=1)
     assert [len(p) for p in (fit, dev, test)] == [20, 10, 10]
     assert fit.languages.count("de") == 10 and dev.languages.count("en") == 5  # stratified by language
     qs = [set(p.queries) for p in (fit, dev, test)]
     assert not (qs[0] & qs[1] or qs[0] & qs[2] or qs[1] & qs[2]) and set().union(*qs) == set(t.queries)
     assert fit.documents == t.documents
-    assert t.split(fit_fraction=0.5, dev_fraction=0.25, seed=1)[0] == fit
+    assert t.split(fit_fraction=0.5, dev_fraction=0.25, random_state=1)[0] == fit
     assert t.pairs()[:2] == [("q0", "d0"), ("q1", "d1")]
     with pytest.raises(ValueError, match="fit_fraction"):
         t.split(fit_fraction=0.8, dev_fraction=0.3)

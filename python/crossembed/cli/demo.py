@@ -63,7 +63,7 @@ def run(args) -> int:
         raise ValueError("--models must name at least two encoders")
     t_start = time.perf_counter()
     synsets = load_bundled_wordnet()
-    split = split_synsets(synsets, fit_fraction=args.fit_fraction, dev_fraction=0.0, seed=args.seed)
+    split = split_synsets(synsets, fit_fraction=args.fit_fraction, dev_fraction=0.0, random_state=args.seed)
     examples = [s.examples[0] for s in synsets]
     glosses = [s.gloss for s in synsets]
     pos = {(s.pos, s.offset): i for i, s in enumerate(synsets)}

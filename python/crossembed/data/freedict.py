@@ -329,7 +329,7 @@ def translation_task(
     n_per_language: int = 300,
     max_senses: int = 2,
     n_distractors: int = 2000,
-    seed=0,
+    random_state=0,
     dictd_dir: Optional[PathLike] = None,
     wordnet_dir: Optional[PathLike] = None,
 ) -> RetrievalTask:
@@ -351,7 +351,7 @@ def translation_task(
         Queries sampled per language (fewer if the dictionary has fewer).
     n_distractors : int
         Extra random noun glosses added to the document pool.
-    seed : int or numpy Generator
+    random_state : None, int or numpy Generator
         Sampling is deterministic for a fixed seed.
 
     Returns
@@ -371,7 +371,7 @@ def translation_task(
             raise TypeError(f"{name} must be an integer, got {type(val).__name__}")
         if val < (0 if name == "n_distractors" else 1):
             raise ValueError(f"{name} must be >= {0 if name == 'n_distractors' else 1}, got {val}")
-    rng = check_random_state(seed)
+    rng = check_random_state(random_state)
     senses = _english_noun_senses(wordnet_dir)
     usable = {w for w, s in senses.items() if len(s) <= max_senses and _single_word(w)}
 

@@ -80,14 +80,14 @@ class RetrievalTask:
         return [(q, self.documents[j]) for q, rel in zip(self.queries, self.relevant) for j in rel]
 
     def split(
-        self, *, fit_fraction: float = 0.4, dev_fraction: float = 0.1, seed=0
+        self, *, fit_fraction: float = 0.4, dev_fraction: float = 0.1, random_state=0
     ) -> Tuple[RetrievalTask, RetrievalTask, RetrievalTask]:
         """Disjoint (by query) fit / dev / test tasks sharing the document pool.
 
         Stratified by language, so every part keeps the language mix.
         """
         check_split_fractions(fit_fraction, dev_fraction)
-        rng = check_random_state(seed)
+        rng = check_random_state(random_state)
         parts: Tuple[List[int], List[int], List[int]] = ([], [], [])
         for lang in sorted(set(self.languages)):
             idx = [i for i, g in enumerate(self.languages) if g == lang]

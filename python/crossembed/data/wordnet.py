@@ -288,11 +288,11 @@ def split_synsets(
     *,
     fit_fraction: float = 0.4,
     dev_fraction: float = 0.1,
-    seed=0,
+    random_state=0,
 ) -> SynsetSplit:
     """Deterministic split into disjoint fit / dev / test parts.
 
-    The order is a permutation (from ``seed``) of the synsets sorted by
+    The order is a permutation (from ``random_state``) of the synsets sorted by
     ``(pos, offset)``, so the result does not depend on the input order.
     The test part gets the remainder ``1 - fit_fraction - dev_fraction``.
     """
@@ -305,7 +305,7 @@ def split_synsets(
     if len(keys) != len(synsets):
         raise ValueError("synsets holds duplicates (same pos and offset)")
     ordered = sorted(synsets, key=lambda s: (s.pos, s.offset))
-    perm = check_random_state(seed).permutation(len(ordered))
+    perm = check_random_state(random_state).permutation(len(ordered))
     n_fit = int(round(fit_fraction * len(ordered)))
     n_dev = min(int(round(dev_fraction * len(ordered))), len(ordered) - n_fit)
     pick = [ordered[i] for i in perm]

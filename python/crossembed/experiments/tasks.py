@@ -62,7 +62,7 @@ def wordnet_task(*, fit_fraction: float = 0.4, seed: int = 0, wordnet_dir=None) 
 
     synsets = [s for s in synsets_with_examples("noun", wordnet_dir=wordnet_dir) if s.examples and s.gloss]
     task = example_gloss_task(synsets)
-    split = split_synsets(synsets, fit_fraction=fit_fraction, dev_fraction=0.0, seed=seed)
+    split = split_synsets(synsets, fit_fraction=fit_fraction, dev_fraction=0.0, random_state=seed)
     row = {(s.pos, s.offset): i for i, s in enumerate(synsets)}
     fit_rows = sorted(row[(s.pos, s.offset)] for s in split.fit)
     fit = set(fit_rows)
@@ -88,7 +88,7 @@ def freedict_task(
         languages,
         n_per_language=n_per_language,
         n_distractors=n_distractors,
-        seed=seed,
+        random_state=seed,
         dictd_dir=dictd_dir,
         wordnet_dir=wordnet_dir,
     )
