@@ -138,3 +138,19 @@ def test_library_has_no_docs_default_paths(part):
         if _part(name) == part and ('"docs/' in path.read_text() or "'docs/" in path.read_text())
     ]
     assert not offenders, offenders
+
+
+def test_no_cli_default_writes_a_file():
+    """Outputs go only where the user points: no command has a default path."""
+    import argparse
+
+    from crossembed.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    offenders = []
+    for name, parser in sub.choices.items():
+        for action in parser._actions:
+            d = action.default
+            if isinstance(d, str) and ("/" in d or d.rsplit(".", 1)[-1] in ("md", "json", "png", "npy", "csv", "cemb")):
+                offenders.append(f"{name} {action.option_strings}: {d!r}")
+    assert not offenders, offenders
