@@ -22,7 +22,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from crossembed.cli._common import add_num_threads
+from crossembed.cli._common import add_num_threads, add_output_flags, add_seed
 
 _DEFAULT_MODELS = "minilm,minilm-l3,e5"
 
@@ -35,9 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--models", default=_DEFAULT_MODELS, help=f"comma-separated encoders (default {_DEFAULT_MODELS})")
     p.add_argument("--fit-fraction", type=float, default=0.4, help="share of synsets used to fit the posteriors")
-    p.add_argument("--seed", type=int, default=0, help="random seed (splits, seeds, linking)")
+    add_seed(p, "random seed (splits, seeds, linking)")
     add_num_threads(p)
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    add_output_flags(p)
     p.set_defaults(func=run)
 
 
@@ -74,8 +74,8 @@ def run(args) -> int:
     ex_emb, gl_emb = {}, {}
     for name in models:
         enc = load_encoder(name) if args.num_threads is None else load_encoder(name, num_threads=args.num_threads)
-        ex_emb[name] = encode_cached(enc, examples, role="query", show_progress_bar=True)
-        gl_emb[name] = encode_cached(enc, glosses, role="passage", show_progress_bar=True)
+        ex_emb[name] = encode_cached(enc, examples, role="query", show_progress_bar=not args.quiet)
+        gl_emb[name] = encode_cached(enc, glosses, role="passage", show_progress_bar=not args.quiet)
 
     # ---- UEC: fit the head posteriors on the fit split, search the test split
     embedders = [LaplaceEmbedder(name).fit_embeddings(ex_emb[name][fit], gl_emb[name][fit]) for name in models]
