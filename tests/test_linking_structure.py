@@ -7,6 +7,7 @@ import pytest
 
 from _linking_data import linking_problem
 from crossembed import reference
+from crossembed.baselines import numpy_greedy_one_to_one
 from crossembed.linking import (
     CappedPromotion,
     GEHLinker,
@@ -129,6 +130,10 @@ def test_greedy_one_to_one_matches_the_reference(seed):
     np.testing.assert_array_equal(got, reference.greedy_one_to_one(pairs, scores, 0.5, [3], [5, 7], 6))
     with pytest.raises(ValueError, match="limit"):
         greedy_one_to_one(pairs, scores, limit=-1)
+    # the numpy baseline of the benchmarks is the same matcher
+    np.testing.assert_array_equal(
+        numpy_greedy_one_to_one(pairs, scores), reference.greedy_one_to_one(pairs, scores, -np.inf)
+    )
 
 
 def test_mutual_nearest_needs_both_directions():

@@ -25,6 +25,7 @@ import numpy as np
 
 __all__ = [
     "numpy_csls_mutual_topk",
+    "numpy_greedy_one_to_one",
     "numpy_lorentz",
     "numpy_lorentz_topk",
     "numpy_probit_docs",
@@ -120,6 +121,14 @@ def _greedy_one_to_one(i: np.ndarray, j: np.ndarray, score: np.ndarray, na: int,
             used_a[i[p]] = used_b[j[p]] = True
             keep.append(p)
     return np.stack([i[keep], j[keep]], axis=1), score[keep]
+
+
+def numpy_greedy_one_to_one(pairs: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """Greedy one-to-one selection as a numpy user writes it: lexsort, then one pass over the order."""
+    pairs = np.asarray(pairs, dtype=np.int64)
+    i, j = pairs[:, 0], pairs[:, 1]
+    chosen, _ = _greedy_one_to_one(i, j, np.asarray(scores, dtype=np.float64), int(i.max()) + 1, int(j.max()) + 1)
+    return chosen
 
 
 def numpy_csls_mutual_topk(
