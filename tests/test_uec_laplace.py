@@ -293,3 +293,17 @@ def test_score_scale_of_orthogonal_unrelated_texts_is_the_floor():
     A = np.eye(12)
     emb = LaplaceEmbedder(None, prior_precision=1.0, batch_size=4).fit_embeddings(A, A.copy())
     assert emb.score_scale_ == pytest.approx(1e-12)
+
+
+def test_a_loaded_encoder_is_saved_under_its_name(tmp_path):
+    from crossembed.encoders import CallableEncoder
+
+    enc = CallableEncoder(lambda t: np.ones((len(t), 4)), name="toy-name", dim=4)
+    rng = np.random.default_rng(0)
+    lap = LaplaceEmbedder(enc, hessian="diag", prior_precision=1.0).fit_embeddings(
+        rng.standard_normal((8, 4)), rng.standard_normal((8, 4))
+    )
+    assert lap.encoder_name == "toy-name"
+    path = lap.save(tmp_path / "lap.cemb")
+    assert LaplaceEmbedder.load(path).encoder == "toy-name"
+    assert LaplaceEmbedder(lambda t: t).encoder_name is None  # a bare callable has no stable name

@@ -80,10 +80,10 @@ def _index_build(args) -> int:
         enc = _load_encoder(name, args.num_threads)
         A = encode_cached(enc, [a for a, _ in pairs], role="query", show_progress_bar=not args.quiet)
         P = encode_cached(enc, [p for _, p in pairs], role="passage", show_progress_bar=not args.quiet)
+        # the loaded model is reused for the documents; its name is what the index file records
         lap = LaplaceEmbedder(
-            name, hessian=args.hessian, prior_precision=_prior(args.prior_precision), random_state=args.seed
+            enc, hessian=args.hessian, prior_precision=_prior(args.prior_precision), random_state=args.seed
         ).fit_embeddings(A, P)
-        lap._encoder_obj = enc  # reuse the loaded model for the documents
         embedders.append(lap)
     ens = UECEnsemble(embedders, temperature=args.temperature, mixing=args.mixing)
     index = UECIndex.build(

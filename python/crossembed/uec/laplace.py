@@ -175,7 +175,11 @@ class LaplaceEmbedder:
     # ------------------------------------------------------------------ encoder plumbing
     @property
     def encoder_name(self) -> Optional[str]:
-        return self.encoder if isinstance(self.encoder, str) else None
+        """The name saved with the posterior: the string given, or a loaded encoder's ``name``."""
+        if isinstance(self.encoder, str):
+            return self.encoder
+        name = getattr(self.encoder, "name", None)
+        return name if isinstance(name, str) and name else None
 
     def _get_encoder(self):
         if self._encoder_obj is None:
