@@ -78,6 +78,9 @@ class FitState:
         SB = self.signature_fn(self.B, self.B[anchors[:, 1]], num_threads=self.num_threads)
         return SA, SB
 
-    def view(self, pool: np.ndarray, size: int, subset: Optional[np.ndarray] = None) -> np.ndarray:
-        """Pool positions of one view's anchors (see :class:`~crossembed.linking.views.ViewSampler`)."""
-        return self.view_sampler(self.A[pool[:, 0]], self.n_seeds, size, self.rng, subset)
+    def view(self, pool_a: np.ndarray, size: int, subset: Optional[np.ndarray] = None) -> np.ndarray:
+        """Pool positions of one view's anchors (see :class:`~crossembed.linking.views.ViewSampler`).
+
+        ``pool_a`` is ``A[pool[:, 0]]``, gathered once per round by the caller.
+        """
+        return self.view_sampler(pool_a, self.n_seeds, size, self.rng, subset)

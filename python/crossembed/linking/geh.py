@@ -144,8 +144,6 @@ class GEHLinker:
         self.max_iter = check_int(max_iter, "max_iter", low=1)
         self.k = check_int(k, "k", low=1)
         self.csls_k = check_int(csls_k, "csls_k", low=1)
-        if not isinstance(promotion, (str, PromotionRule)):
-            raise TypeError(f"promotion must be a rule name or a PromotionRule, got {type(promotion).__name__}")
         self.promotion = make_rule(promotion)
         self.patience = check_int(patience, "patience", low=1)
         self.tol = check_positive(tol, "tol", allow_zero=True)

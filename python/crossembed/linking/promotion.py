@@ -95,8 +95,9 @@ class PaperPromotion(PromotionRule):
             for _ in range(m):
                 yield np.arange(P)
         else:
+            pool_a = fit.A[pool[:, 0]]
             for _ in range(m):  # FPS view, seeds always kept
-                yield np.union1d(fit.view(pool, size), np.arange(S))
+                yield np.union1d(fit.view(pool_a, size), np.arange(S))
 
     def grow(self, fit: FitState, propose: Proposer) -> Info:
         pool = fit.pool()
@@ -178,9 +179,10 @@ class CappedPromotion(PaperPromotion):
             return
         m, _ = fit.schedule(P)
         subset_size = max(2, math.ceil(self.subsample * P))
+        pool_a = fit.A[pool[:, 0]]
         for _ in range(max(m, self.min_views)):
             sub = fit.rng.choice(P, size=subset_size, replace=False)
-            yield fit.view(pool, subset_size, sub)
+            yield fit.view(pool_a, subset_size, sub)
 
 
 class ValidatedPromotion(PromotionRule):
@@ -244,9 +246,10 @@ class ValidatedPromotion(PromotionRule):
         seed_pos_a = _positions_of(fit.seeds[:, 0], fit.n_a)
         seed_pos_b = _positions_of(fit.seeds[:, 1], fit.n_b)
         pos_a, pos_b = _positions_of(pool[:, 0], fit.n_a), _positions_of(pool[:, 1], fit.n_b)
+        pool_a = fit.A[pool[:, 0]]
         for v in range(m):
             sub = fit.rng.choice(P, size=sub_size, replace=False)
-            view = fit.view(pool, size, sub)
+            view = fit.view(pool_a, size, sub)
             in_view[v, view] = True
             sizes.append(len(view))
             SA, SB = fit.signatures(pool[view])
@@ -378,4 +381,6 @@ def make_rule(promotion: Union[str, PromotionRule]) -> PromotionRule:
     """A rule object from its name (``"paper"``, ``"capped"``, ``"validated"``) or the object itself."""
     if isinstance(promotion, PromotionRule):
         return promotion
+    if not isinstance(promotion, str):
+        raise TypeError(f"promotion must be a rule name or a PromotionRule, got {type(promotion).__name__}")
     return _RULES[check_choice(promotion, "promotion", PROMOTIONS)]()
