@@ -113,6 +113,8 @@ def test_pair_helpers():
     np.testing.assert_allclose(mean, [2.0, 4.0, 2.0])
     np.testing.assert_array_equal(votes, [1, 1, 2])
     np.testing.assert_array_equal(positions(uniq, np.array([[2, 1], [0, 3]]), 5), [2, 0])
+    shuffled = uniq[[2, 0, 1]]  # any order: the positions refer to the array as given
+    np.testing.assert_array_equal(positions(shuffled, np.array([[2, 1], [0, 3], [1, 0]]), 5), [0, 1, 2])
     np.testing.assert_array_equal(pair_keys(uniq, 5), [3, 5, 11])
     assert count_new(np.array([[0, 3], [4, 4]]), uniq, 5) == 1
     # rank_by: primary desc, then secondary desc

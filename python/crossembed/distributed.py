@@ -26,7 +26,7 @@ import numpy as np
 
 from crossembed._validation import check_int
 from crossembed.linking._inputs import active_rows
-from crossembed.linking.pairs import greedy_one_to_one, pair_keys, positions
+from crossembed.linking.pairs import greedy_one_to_one, positions
 
 __all__ = ["DaskProposer", "sharded_csls_mutual_topk"]
 
@@ -104,8 +104,7 @@ def sharded_csls_mutual_topk(
     pairs = np.stack([rows[a], cols[b]], axis=1).astype(np.int64)
     # the same greedy one-to-one step as the C++ kernel: score desc, ties to the lower (a, b)
     chosen = greedy_one_to_one(pairs, s)
-    by_key = np.argsort(pair_keys(pairs, len(SB)), kind="stable")
-    return chosen, s[by_key[positions(pairs[by_key], chosen, len(SB))]]
+    return chosen, s[positions(pairs, chosen, len(SB))]
 
 
 def _row_lexsort(vals: np.ndarray, pos: np.ndarray) -> np.ndarray:

@@ -40,9 +40,17 @@ def merge_views(
     return _from_keys(ukey, n_b), mean, counts.astype(np.int64)
 
 
-def positions(sorted_pairs: np.ndarray, pairs: np.ndarray, n_b: int) -> np.ndarray:
-    """Positions of ``pairs`` inside ``sorted_pairs`` (sorted by (a, b), e.g. from :func:`merge_views`)."""
-    return np.searchsorted(pair_keys(sorted_pairs, n_b), pair_keys(pairs, n_b))
+def positions(pairs: np.ndarray, query: np.ndarray, n_b: int) -> np.ndarray:
+    """Positions of the ``query`` pairs inside ``pairs`` (every query pair must be in ``pairs``).
+
+    ``pairs`` sorted by (a, b), as :func:`merge_views` returns them, is searched
+    directly; any other order is sorted first.
+    """
+    keys = pair_keys(pairs, n_b)
+    if len(keys) < 2 or (keys[1:] >= keys[:-1]).all():
+        return np.searchsorted(keys, pair_keys(query, n_b))
+    order = np.argsort(keys, kind="stable")
+    return order[np.searchsorted(keys[order], pair_keys(query, n_b))]
 
 
 def contains(pairs: np.ndarray, query: np.ndarray, n_b: int) -> np.ndarray:

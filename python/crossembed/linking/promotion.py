@@ -38,7 +38,7 @@ import numpy as np
 from crossembed import kernels
 from crossembed._validation import check_choice, check_fraction, check_int
 from crossembed.linking._fit import FitState
-from crossembed.linking.pairs import contains, count_new, greedy_one_to_one, merge_views, pair_keys, positions, rank_by
+from crossembed.linking.pairs import contains, count_new, greedy_one_to_one, merge_views, positions, rank_by
 from crossembed.linking.proposers import Proposer
 
 __all__ = ["PROMOTIONS", "CappedPromotion", "PaperPromotion", "PromotionRule", "ValidatedPromotion", "make_rule"]
@@ -345,8 +345,7 @@ class ValidatedPromotion(PromotionRule):
         final = greedy_one_to_one(uniq[keep], rank, exclude_a=fit.seeds[:, 0], exclude_b=fit.seeds[:, 1])
         # a confirmed link keeps its round posterior and votes; a new one gets its fold share
         confirmed = contains(links, final, fit.n_b)
-        order = np.argsort(pair_keys(links, fit.n_b))
-        at_link = order[positions(links[order], final[confirmed], fit.n_b)]
+        at_link = positions(links, final[confirmed], fit.n_b)
         post = votes[positions(uniq, final, fit.n_b)] / folds
         post[confirmed] = fit.link_post[at_link]
         vts = np.zeros(len(final), np.int64)

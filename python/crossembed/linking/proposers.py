@@ -128,7 +128,6 @@ class AnnProposer:
         if len(pairs) == 0:
             return pairs.reshape(0, 2), scores.astype(np.float32)
         chosen = greedy_one_to_one(pairs, scores)
-        # rows and cols ascend and (ei, ej) come from sorted keys, so pairs are sorted by (a, b)
         return chosen, scores[positions(pairs, chosen, len(SB))].astype(np.float32)
 
 
