@@ -9,6 +9,7 @@ interrupted table keeps what it measured and a rerun skips finished runs.
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from pathlib import Path
@@ -18,13 +19,10 @@ import numpy as np
 
 from crossembed._io import atomic_write
 from crossembed.linking import (
-    CappedPromotion,
     FarthestPointViews,
     GEHLinker,
     LinkResult,
-    PaperPromotion,
     RandomViews,
-    ValidatedPromotion,
     bootstrap_procrustes_link,
     cosine_signatures,
     evaluate_links,
@@ -33,28 +31,12 @@ from crossembed.linking import (
     procrustes_link,
     relative_link,
 )
+from crossembed.linking.promotion import rule_class
 
 __all__ = ["DEFAULT_PAIRS", "METHODS", "geh_config", "render_markdown", "run_method", "run_table"]
 
 # (encoder A, encoder B, corpus size): mpnet encodes ~46 sentences/s, so its pair uses 3,000 glosses
 DEFAULT_PAIRS = (("minilm", "mpnet", 3000), ("minilm", "e5", 10000), ("minilm", "use", 10000))
-
-
-# The ablation switches of the experiments, and which rule option each one sets.
-_RULE_OPTIONS = {
-    "paper": ("small_pool", "posterior", "vote_fraction"),
-    "capped": ("small_pool", "subsample", "min_views", "posterior", "vote_fraction"),
-    "validated": (
-        "subsample",
-        "min_views",
-        "max_view_anchors",
-        "posterior",
-        "vote_fraction",
-        "final_pass",
-        "score_filter",
-        "folds",
-    ),
-}
 
 
 def geh_config(*, promotion: str = "validated", kernel: bool = True, sampling: str = "fps", **options) -> GEHLinker:
@@ -64,8 +46,8 @@ def geh_config(*, promotion: str = "validated", kernel: bool = True, sampling: s
     views; options of the rule (``posterior``, ``min_views``, ...) go to the
     rule object, everything else to the linker.
     """
-    rule_cls = {"paper": PaperPromotion, "capped": CappedPromotion, "validated": ValidatedPromotion}[promotion]
-    rule_kw = {k: options.pop(k) for k in _RULE_OPTIONS[promotion] if k in options}
+    rule_cls = rule_class(promotion)
+    rule_kw = {k: options.pop(k) for k in inspect.signature(rule_cls).parameters if k in options}
     if sampling not in ("fps", "random"):
         raise ValueError(f"sampling must be 'fps' or 'random', got {sampling!r}")
     return GEHLinker(

@@ -41,7 +41,15 @@ from crossembed.linking._fit import FitState
 from crossembed.linking.pairs import contains, count_new, greedy_one_to_one, merge_views, positions, rank_by
 from crossembed.linking.proposers import Proposer
 
-__all__ = ["PROMOTIONS", "CappedPromotion", "PaperPromotion", "PromotionRule", "ValidatedPromotion", "make_rule"]
+__all__ = [
+    "PROMOTIONS",
+    "CappedPromotion",
+    "PaperPromotion",
+    "PromotionRule",
+    "ValidatedPromotion",
+    "make_rule",
+    "rule_class",
+]
 
 Info = Dict[str, Any]
 
@@ -376,10 +384,13 @@ _RULES = {"paper": PaperPromotion, "capped": CappedPromotion, "validated": Valid
 PROMOTIONS = tuple(_RULES)
 
 
+def rule_class(name: str) -> type:
+    """The rule class called ``name`` (``"paper"``, ``"capped"``, ``"validated"``)."""
+    if not isinstance(name, str):
+        raise TypeError(f"promotion must be a rule name or a PromotionRule, got {type(name).__name__}")
+    return _RULES[check_choice(name, "promotion", PROMOTIONS)]
+
+
 def make_rule(promotion: Union[str, PromotionRule]) -> PromotionRule:
-    """A rule object from its name (``"paper"``, ``"capped"``, ``"validated"``) or the object itself."""
-    if isinstance(promotion, PromotionRule):
-        return promotion
-    if not isinstance(promotion, str):
-        raise TypeError(f"promotion must be a rule name or a PromotionRule, got {type(promotion).__name__}")
-    return _RULES[check_choice(promotion, "promotion", PROMOTIONS)]()
+    """A rule object from its name (with the rule's defaults) or the object itself."""
+    return promotion if isinstance(promotion, PromotionRule) else rule_class(promotion)()
