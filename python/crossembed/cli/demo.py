@@ -16,13 +16,12 @@ cached on disk, so a second run takes seconds.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Dict, List
 
 import numpy as np
 
-from crossembed.cli._common import add_num_threads, add_output_flags, add_seed
+from crossembed.cli._common import add_num_threads, add_output_flags, add_seed, print_result
 
 _DEFAULT_MODELS = "minilm,minilm-l3,e5"
 
@@ -146,7 +145,7 @@ def run(args) -> int:
         "seconds": time.perf_counter() - t_start,
     }
     if args.json:
-        print(json.dumps(out, indent=2))
+        print_result(out, True)
         return 0
     print(f"\ncrossembed demo  (bundled WordNet sample: {len(synsets)} noun synsets; kernels: {out['simd']})\n")
     print(

@@ -20,6 +20,7 @@ from crossembed.cli._common import (
     add_seed,
     parse_ints,
     parse_tuples,
+    print_result,
     split_list,
 )
 
@@ -135,11 +136,12 @@ def _link(args) -> int:
         res = bootstrap_procrustes_link(A, B, seeds)
     if args.out:
         res.to_csv(args.out)
-    if args.json:
-        print(json.dumps(res.as_dict()))
-    else:
-        where = f" -> {args.out}" if args.out else ""
-        print(f"{len(res)} links from {len(seeds)} seeds ({len(res.history)} rounds){where}")
+    where = f" -> {args.out}" if args.out else ""
+    print_result(
+        res.as_dict(),
+        args.json,
+        lambda _: f"{len(res)} links from {len(seeds)} seeds ({len(res.history)} rounds){where}",
+    )
     return 0
 
 
@@ -176,7 +178,7 @@ def _link_table(args) -> int:
     md = render_markdown(records)
     if args.out:
         replace_block(args.out, "link-table", md, title="GEH vector linking")
-    print(json.dumps(records) if args.json else md)
+    print_result(records, args.json, lambda _: md)
     return 0
 
 
@@ -193,5 +195,5 @@ def _link_scale(args) -> int:
     )
     if args.plot:
         plot_scaling(records, args.plot)
-    print(json.dumps(records) if args.json else "\n".join(map(str, records)))
+    print_result(records, args.json, lambda rs: "\n".join(map(str, rs)))
     return 0
