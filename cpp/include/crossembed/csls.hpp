@@ -104,7 +104,7 @@ void best_per_row_and_column(const std::vector<const float*>& xa, const simd::Pa
   cols = std::move(col_heaps[0]);
   for (std::size_t t = 1; t < col_heaps.size(); ++t)
     for (std::size_t j = 0; j < nb; ++j)
-      for (const Scored& s : col_heaps[t][j].items()) cols[j].push(s.score, s.index);
+      cols[j].merge(col_heaps[t][j]);
 }
 
 // Mean of the `kc` best similarities of a heap (summed best-first, in double).

@@ -126,7 +126,7 @@ class ProbitDocs {
     parallel_for(std::int64_t(q), num_threads, [&](std::int64_t i, int) {
       TopK& merged = partial[std::size_t(i) * n_chunks];
       for (std::size_t ch = 1; ch < n_chunks; ++ch)
-        for (const Scored& s : partial[std::size_t(i) * n_chunks + ch].items()) merged.push(s.score, s.index);
+        merged.merge(partial[std::size_t(i) * n_chunks + ch]);
       write_topk(merged, k, out_scores + std::size_t(i) * k, out_idx + std::size_t(i) * k);
     });
   }

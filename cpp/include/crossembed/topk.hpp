@@ -58,6 +58,10 @@ class BasicTopK {
       std::push_heap(items_.begin(), items_.end(), Better<S>{});
     }
   }
+  // Add every item of `other` (heaps of disjoint parts merge exactly under the total order).
+  void merge(const BasicTopK& other) {
+    for (const Scored& s : other.items_) push(s.score, s.index);
+  }
   // Best first. Leaves the heap empty.
   std::vector<Scored>& sorted() {
     std::sort(items_.begin(), items_.end(), Better<S>{});
