@@ -81,9 +81,9 @@ def test_validated_round_from_the_definition():
     # held-out seeds: one right (2, 2), one wrong (0, 16); held-out (view, seed) cells: 3
     assert info["holdout_precision"] == 0.5
     assert info["holdout_recall"] == round(1 / 3, 4)
-    # growth: precision 0.5 did not fall (best was 0), so by max(seeds, ceil(0.5 * pool))
+    # growth: no earlier rounds to drop from, so by max(seeds, ceil(0.5 * pool))
     assert info["limit"] == len(LINKS) + max(3, 3)
-    assert fit.best_precision == 0.5
+    assert (fit.holdout_hits, fit.holdout_trials) == (1, 2)
 
 
 def test_validated_equal_posteriors_promote_nothing():
@@ -95,13 +95,32 @@ def test_validated_equal_posteriors_promote_nothing():
 
 def test_validated_growth_stops_when_the_precision_falls():
     fit = _fit([[0, 1, 3, 4]])
-    fit.best_precision = 0.9
-    # held-out seed 2 proposed wrong: precision 0 < 0.9, so the link count may not grow
+    fit.holdout_hits, fit.holdout_trials = 18.0, 20.0
+    # held-out seed 2 proposed wrong 3 times: 0/3 against a smoothed 18/20 is a significant
+    # drop, so the link count may not grow
     proposals = [[(10, 10), (11, 11), (2, 9)], [(10, 10), (2, 9)], [(10, 10), (12, 12)]]
     info = ValidatedPromotion(min_views=3).grow(fit, ScriptedProposer(proposals))
     assert info["holdout_precision"] == 0.0
     assert info["limit"] == len(LINKS)
     assert len(fit.links) <= len(LINKS)
+
+
+def test_validated_growth_survives_a_noisy_dip():
+    # 96/100 after 100/100 is within noise (the 6k-object freeze): growth continues
+    from crossembed.linking.promotion import _significant_drop
+
+    assert not _significant_drop(96, 100, 100, 100)
+    assert _significant_drop(80, 100, 100, 100)
+    assert _significant_drop(0, 3, 18, 20)
+    assert not _significant_drop(0, 0, 18, 20) and not _significant_drop(5, 10, 0, 0)
+
+
+def test_validated_smoothing_discounts_earlier_rounds():
+    fit = _fit([[0, 1, 3, 4]])
+    fit.holdout_hits, fit.holdout_trials = 10.0, 10.0
+    proposals = [[(10, 10), (2, 2)], [(10, 10), (2, 2)], [(10, 10)]]
+    ValidatedPromotion(min_views=3, smoothing=0.5).grow(fit, ScriptedProposer(proposals))
+    assert (fit.holdout_hits, fit.holdout_trials) == (0.5 * 10 + 2, 0.5 * 10 + 2)
 
 
 def test_paper_promotes_equal_posteriors_capped_caps_them():

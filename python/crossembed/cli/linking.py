@@ -48,14 +48,14 @@ def register(subparsers) -> None:
     t = subparsers.add_parser("link-table", help="rerun the real-encoder linking table (markdown)")
     t.add_argument(
         "--pairs",
-        default="minilm:mpnet:3000,minilm:e5:10000,minilm:use:10000",
-        help="comma list of encA:encB:corpus_size",
+        default=None,
+        help="comma list of encA:encB:corpus_size (default: the five pairs of docs/linking.md, 20,000 glosses)",
     )
     t.add_argument("--settings", default="0.3:15", help="comma list of alpha:n_seeds")
-    t.add_argument("--methods", default=None, help="comma list (default: all)")
+    t.add_argument("--methods", default=None, help="comma list (default: baselines, paper, capped, validated)")
     t.add_argument("--draws", type=int, default=5)
-    t.add_argument("--n-objects", type=int, default=1000, help="glosses sampled per draw")
-    t.add_argument("--max-iter", type=int, default=15)
+    t.add_argument("--n-objects", type=int, default=10_000, help="glosses sampled per draw")
+    t.add_argument("--max-iter", type=int, default=30)
     t.add_argument("--results", default=None, help="resumable JSON of every run (default: in the cache directory)")
     t.add_argument(
         "--out", default=None, help="markdown file whose link-table block is replaced (e.g. docs/linking.md)"
@@ -155,7 +155,7 @@ def _default_results(name: str) -> Path:
 
 def _link_table(args) -> int:
     from crossembed.experiments._report import replace_block
-    from crossembed.experiments.link_table import METHODS, render_markdown, run_table
+    from crossembed.experiments.link_table import DEFAULT_PAIRS, SUMMARY, render_markdown, run_table
 
     results = Path(args.results) if args.results else _default_results("link_table.json")
     if args.render_only:
@@ -163,9 +163,9 @@ def _link_table(args) -> int:
             raise FileNotFoundError(f"results file {str(results)!r} does not exist")
         records = json.loads(results.read_text())
     else:
-        methods = tuple(split_list(args.methods, "methods")) if args.methods else tuple(METHODS)
+        methods = tuple(split_list(args.methods, "methods")) if args.methods else SUMMARY
         records = run_table(
-            pairs=parse_tuples(args.pairs, "pairs", (str, str, int)),
+            pairs=parse_tuples(args.pairs, "pairs", (str, str, int)) if args.pairs else DEFAULT_PAIRS,
             settings=parse_tuples(args.settings, "settings", (float, int)),
             methods=methods,
             n_draws=args.draws,

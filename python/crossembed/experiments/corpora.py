@@ -1,57 +1,57 @@
-"""Real linking corpora: WordNet glosses embedded by two cached encoders.
+"""Real linking corpora: WordNet glosses of every part of speech, embedded by cached encoders.
 
-The corpus is the 8,727 noun glosses of :func:`crossembed.data.wordnet.example_gloss_task`
-(the list the other parts of crossembed already cache) followed by verb
-glosses up to ``n_texts``; duplicate texts are dropped (two objects with the
-same text are not distinguishable by any encoder). e5 sees every text as a
-``passage``.
+The corpus is every unique gloss of the noun, verb, adjective and adverb
+synsets (about 115k texts), put in one fixed random order (seed 0) so that
+any prefix mixes the parts of speech the way the whole does. Duplicate texts
+are dropped (two objects with the same text are not distinguishable by any
+encoder). Embeddings are cached in chunks of :data:`CHUNK` texts of that
+order, so growing ``n_texts`` encodes only the new chunks. e5 sees every
+text as a ``passage``.
 """
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List
 
 import numpy as np
 
-__all__ = ["gloss_corpus", "embed_corpus"]
+__all__ = ["CHUNK", "gloss_corpus", "embed_corpus"]
+
+#: texts per cache chunk; a corpus of n texts encodes ceil(n / CHUNK) chunks
+CHUNK = 5_000
+_POS = ("noun", "verb", "adj", "adv")
 
 
-def gloss_corpus(n_texts: int = 10_000) -> Tuple[List[List[str]], np.ndarray]:
-    """Text blocks (noun glosses, verb glosses) and the row indices of the unique first ``n_texts``.
+def gloss_corpus(n_texts: int = 10_000) -> List[str]:
+    """The first ``n_texts`` unique glosses of the fixed mixed-POS order."""
+    from crossembed.data.wordnet import read_synsets
 
-    The blocks are returned whole so that each block's cache key stays the
-    same whatever ``n_texts`` is; ``keep`` selects rows of their concatenation.
-    """
-    from crossembed.data.wordnet import example_gloss_task, read_synsets
-
-    nouns = list(example_gloss_task(pos="noun").documents)
-    verbs = [s.gloss for s in read_synsets("verb") if s.gloss]
-    blocks = [nouns] if n_texts <= len(nouns) else [nouns, verbs]
-    seen, keep = set(), []
-    for i, text in enumerate(t for b in blocks for t in b):
-        if text not in seen:
-            seen.add(text)
-            keep.append(i)
-        if len(keep) == n_texts:
-            break
-    if len(keep) < n_texts:
-        raise ValueError(f"only {len(keep)} unique glosses available, asked for {n_texts}")
-    # encode only the texts we need (keeps slow encoders cheap); a full noun block keeps its shared cache key
-    last = max(keep) + 1
-    if len(blocks) == 1:
-        blocks[0] = nouns[:last]
-    else:
-        blocks[1] = verbs[: last - len(nouns)]
-    return blocks, np.asarray(keep, dtype=np.int64)
+    if isinstance(n_texts, bool) or not isinstance(n_texts, (int, np.integer)) or n_texts < 1:
+        raise ValueError(f"n_texts must be a positive int, got {n_texts!r}")
+    texts = sorted({s.gloss for pos in _POS for s in read_synsets(pos) if s.gloss})
+    order = np.random.default_rng(0).permutation(len(texts))
+    if n_texts > len(texts):
+        raise ValueError(f"only {len(texts)} unique glosses available, asked for n_texts={n_texts}")
+    return [texts[i] for i in order[:n_texts]]
 
 
-def embed_corpus(encoder_name: str, n_texts: int = 10_000, *, num_threads: int = 1) -> np.ndarray:
-    """(n_texts, dim) float32 embeddings of :func:`gloss_corpus`, cached on disk per block."""
+def embed_corpus(
+    encoder_name: str, n_texts: int = 10_000, *, num_threads: int = 1, show_progress_bar: bool = False
+) -> np.ndarray:
+    """(n_texts, dim) float32 embeddings of :func:`gloss_corpus`, cached on disk per chunk."""
     from crossembed.encoders import encode_cached, load_encoder
 
-    blocks, keep = gloss_corpus(n_texts)
+    n_chunks = -(-int(n_texts) // CHUNK)
+    texts = gloss_corpus(min(n_chunks * CHUNK, _n_available()))
     enc = load_encoder(encoder_name, num_threads=num_threads)
     parts = []
-    for block in blocks:
-        parts.append(encode_cached(enc, block, role="passage", batch_size=64, show_progress_bar=False))
-    return np.concatenate(parts)[keep]
+    for start in range(0, len(texts), CHUNK):
+        chunk = texts[start : start + CHUNK]
+        parts.append(encode_cached(enc, chunk, role="passage", batch_size=64, show_progress_bar=show_progress_bar))
+    return np.concatenate(parts)[:n_texts]
+
+
+def _n_available() -> int:
+    from crossembed.data.wordnet import read_synsets
+
+    return len({s.gloss for pos in _POS for s in read_synsets(pos) if s.gloss})

@@ -41,7 +41,9 @@ class FitState:
     link_post: np.ndarray = field(default_factory=lambda: np.zeros(0))
     link_votes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     table: kernels.VoteTable = field(default_factory=kernels.VoteTable)
-    best_precision: float = 0.0
+    #: discounted held-out seed hits and trials of the rounds so far (ValidatedPromotion)
+    holdout_hits: float = 0.0
+    holdout_trials: float = 0.0
 
     @property
     def n_a(self) -> int:

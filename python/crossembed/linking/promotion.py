@@ -20,8 +20,9 @@ Dask), which it passes in; a rule never builds one.
     random ``subsample`` of the pool; a pair only collects votes in views
     where neither of its rows is an anchor (no link can vote for itself);
     held-out seeds measure the proposal precision, which sets how fast the
-    pool may grow; a cross-validated final pass links the remaining rows
-    with the whole pool.
+    pool may grow (growth pauses only on a significant drop against the
+    smoothed precision of earlier rounds); a final pass relinks every row
+    through a ridge map fitted on the pool (:mod:`crossembed.linking.refine`).
 
 ``posterior=False`` (every rule) is the fixed-vote ablation: promote pairs
 proposed by at least ``vote_fraction`` of the views instead of the
@@ -36,10 +37,11 @@ from typing import Any, Dict, Optional, Union
 import numpy as np
 
 from crossembed import kernels
-from crossembed._validation import check_choice, check_fraction, check_int
+from crossembed._validation import check_choice, check_fraction, check_int, check_positive
 from crossembed.linking._fit import FitState
 from crossembed.linking.pairs import contains, count_new, greedy_one_to_one, merge_views, positions, rank_by
 from crossembed.linking.proposers import Proposer
+from crossembed.linking.refine import map_links
 
 __all__ = [
     "PROMOTIONS",
@@ -52,6 +54,9 @@ __all__ = [
 ]
 
 Info = Dict[str, Any]
+
+#: the final passes of :class:`ValidatedPromotion`
+FINAL_PASSES = ("map", "folds", "none")
 
 
 class PromotionRule:
@@ -206,14 +211,23 @@ class ValidatedPromotion(PromotionRule):
         Anchors per view at most (farthest-point sampling thins larger views).
     posterior, vote_fraction
         As for :class:`PaperPromotion`.
-    final_pass : bool
-        Link the rows left over with the whole pool after the last round.
+    final_pass : {"map", "folds", "none"} or bool
+        After the last round: ``"map"`` (default, ``True``) relinks every row
+        through a ridge map fitted on the pool
+        (:func:`~crossembed.linking.refine.map_links`); ``"folds"`` is the
+        earlier cross-validated relinking with signatures (:meth:`finish`);
+        ``"none"`` (``False``) keeps the pool.
     score_filter : bool
         In the final pass drop links whose CSLS score falls in the lower Otsu
         class (rows whose object is missing on the other side still find a
         mutual neighbour, with lower scores).
     folds : int
-        Folds of the final pass's cross-validation.
+        Folds of the ``"folds"`` final pass.
+    map_lam : float
+        Ridge penalty of the ``"map"`` final pass.
+    smoothing : float
+        Discount of earlier rounds in the smoothed held-out precision that a
+        round's precision is tested against (growth pauses on a significant drop).
     """
 
     name = "validated"
@@ -226,16 +240,22 @@ class ValidatedPromotion(PromotionRule):
         max_view_anchors: int = 256,
         posterior: bool = True,
         vote_fraction: float = 0.5,
-        final_pass: bool = True,
+        final_pass: Union[str, bool] = "map",
         score_filter: bool = True,
         folds: int = 3,
+        map_lam: float = 1.0,
+        smoothing: float = 0.5,
     ):
+        self.smoothing = check_fraction(smoothing, "smoothing", allow_zero=True)
         self.subsample = check_fraction(subsample, "subsample")
         self.min_views = check_int(min_views, "min_views", low=1)
         self.max_view_anchors = check_int(max_view_anchors, "max_view_anchors", low=2)
         self.posterior = bool(posterior)
         self.vote_fraction = check_fraction(vote_fraction, "vote_fraction")
-        self.final_pass = bool(final_pass)
+        if isinstance(final_pass, (bool, np.bool_)):
+            final_pass = "map" if final_pass else "none"
+        self.final_pass = check_choice(final_pass, "final_pass", FINAL_PASSES)
+        self.map_lam = check_positive(map_lam, "map_lam")
         self.score_filter = bool(score_filter)
         self.folds = check_int(folds, "folds", low=2)
 
@@ -296,11 +316,14 @@ class ValidatedPromotion(PromotionRule):
         else:
             thr = self.vote_fraction
             keep = votes >= self.vote_fraction * np.maximum(n_elig, 1)
-        # growth follows the measured precision: grow by (precision x pool) while the held-out
-        # precision does not fall; when it falls, keep the size and only re-rank (swap links)
-        improving = est_precision >= fit.best_precision
-        fit.best_precision = max(fit.best_precision, est_precision)
-        limit = len(fit.links) + (max(S, math.ceil(est_precision * P)) if improving else 0)
+        # growth follows the measured precision: grow by (precision x pool) unless this round's
+        # held-out precision fell significantly below the smoothed one of the earlier rounds; then
+        # keep the size and only re-rank (swap links). Comparing with the running maximum instead
+        # froze growth for good on one noisy dip (1.0 -> 0.96 at 6k objects).
+        holding = _significant_drop(correct, correct + wrong, fit.holdout_hits, fit.holdout_trials)
+        fit.holdout_hits = self.smoothing * fit.holdout_hits + correct
+        fit.holdout_trials = self.smoothing * fit.holdout_trials + correct + wrong
+        limit = len(fit.links) + (0 if holding else max(S, math.ceil(est_precision * P)))
         new = greedy_one_to_one(
             uniq[keep],
             rank_by(post[keep], mean_csls[keep]),
@@ -316,9 +339,51 @@ class ValidatedPromotion(PromotionRule):
 
     @property
     def has_final_pass(self) -> bool:
-        return self.final_pass
+        return self.final_pass != "none"
 
     def finish(self, fit: FitState, propose: Proposer) -> Optional[Info]:
+        """The final pass chosen by ``final_pass`` (None for ``"none"`` or an empty pool)."""
+        if self.final_pass == "none" or not len(fit.links):
+            return None
+        if self.final_pass == "map":
+            return self._map_pass(fit)
+        return self._fold_pass(fit, propose)
+
+    def _map_pass(self, fit: FitState) -> Info:
+        """Relink every row through a ridge map fitted on the pool (:mod:`crossembed.linking.refine`)."""
+        links = fit.links
+        final, _, thr = map_links(
+            fit.A,
+            fit.B,
+            fit.pool(),
+            exclude_a=fit.seeds[:, 0],
+            exclude_b=fit.seeds[:, 1],
+            lam=self.map_lam,
+            score_filter=self.score_filter,
+            num_threads=fit.num_threads,
+        )
+        confirmed = contains(links, final, fit.n_b)
+        at_link = positions(links, final[confirmed], fit.n_b)
+        # a confirmed link keeps its round posterior and votes; a new one has no votes
+        post = np.full(len(final), 0.5)
+        post[confirmed] = fit.link_post[at_link]
+        vts = np.zeros(len(final), np.int64)
+        vts[confirmed] = fit.link_votes[at_link]
+        n_confirmed = int(confirmed.sum())
+        info: Info = {
+            "pool": len(links) + fit.n_seeds,
+            "views": 1,
+            "anchors": len(links) + fit.n_seeds,
+            "proposals": len(final),
+            "final_pass": "map",
+            "threshold": thr,
+            "promoted": len(final) - n_confirmed,
+            "dropped": len(links) - n_confirmed,
+        }
+        fit.set_links(final, post, vts)
+        return info
+
+    def _fold_pass(self, fit: FitState, propose: Proposer) -> Info:
         """Cross-validated relinking with the whole pool.
 
         The pool links are split into ``folds`` parts; view ``f`` uses every
@@ -327,8 +392,6 @@ class ValidatedPromotion(PromotionRule):
         survive. Rows outside the pool are judged by all views and linked
         when a majority proposes the same partner.
         """
-        if not self.final_pass or not len(fit.links):
-            return None
         folds, S, links = self.folds, fit.n_seeds, fit.links
         fold = fit.rng.permutation(len(links)) % folds
         proposals, fold_scores = [], []
@@ -364,13 +427,26 @@ class ValidatedPromotion(PromotionRule):
             "views": folds,
             "anchors": int(len(links) * (folds - 1) / folds) + S,
             "proposals": len(uniq),
-            "final_pass": True,
+            "final_pass": "folds",
             "threshold": float(thr),
             "promoted": len(final) - n_confirmed,
             "dropped": len(links) - n_confirmed,
         }
         fit.set_links(final, post, vts)
         return info
+
+
+def _significant_drop(hits: float, trials: float, ref_hits: float, ref_trials: float, *, z: float = 2.0) -> bool:
+    """Whether ``hits / trials`` is below the reference rate by more than ``z`` standard errors.
+
+    Both rates get a Beta(1, 1) prior, so a reference of 100/100 is 0.99, not
+    a certainty that any miss contradicts.
+    """
+    if trials <= 0 or ref_trials <= 0:
+        return False
+    p, q = (hits + 1) / (trials + 2), (ref_hits + 1) / (ref_trials + 2)
+    se = math.sqrt(p * (1 - p) / (trials + 2) + q * (1 - q) / (ref_trials + 2))
+    return q - p > z * se
 
 
 def _positions_of(rows: np.ndarray, n: int) -> np.ndarray:

@@ -1,0 +1,95 @@
+"""GEH's map pass: fit a linear map on the pool, then link every row through it.
+
+Signatures see each object only through its similarities to a few hundred
+anchors; once the pool holds hundreds of (mostly right) links, a ridge map
+``W = argmin ||A_pool W - B_pool||^2 + lam ||W||^2`` from A's space to B's
+uses every coordinate instead. Rows are then linked by mutual nearest
+neighbours under CSLS between ``A W`` and ``B``, and links whose CSLS score
+falls in the lower Otsu class are dropped: rows whose object is absent on
+the other side still find a mutual neighbour, with lower scores. The map is
+refitted once on the links it kept (a cleaner pool) and applied again.
+
+On minilm <-> USE at 10k objects this raised F1 from 0.75 (the pool) to 0.83;
+the fold-validated relinking it replaces as the default gave 0.68
+(docs/linking.md).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import numpy as np
+
+from crossembed import kernels
+
+__all__ = ["ridge_map", "map_links"]
+
+
+def ridge_map(X: np.ndarray, Y: np.ndarray, *, lam: float = 1.0) -> np.ndarray:
+    """``(D_X, D_Y)`` float32 ridge solution of ``X W ~ Y`` (float64 normal equations)."""
+    X64, Y64 = np.asarray(X, np.float64), np.asarray(Y, np.float64)
+    gram = X64.T @ X64
+    gram[np.diag_indices_from(gram)] += lam
+    return np.linalg.solve(gram, X64.T @ Y64).astype(np.float32)
+
+
+def _propose(A, B, W, *, csls_k, exclude_a, exclude_b, num_threads):
+    P = A @ W
+    norms = np.linalg.norm(P, axis=1, keepdims=True)
+    P = np.ascontiguousarray(P / np.where(norms > 0, norms, 1.0), dtype=np.float32)
+    return kernels.csls_mutual_topk(
+        P, B, k=1, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=num_threads
+    )
+
+
+def map_links(
+    A: np.ndarray,
+    B: np.ndarray,
+    anchors: np.ndarray,
+    *,
+    exclude_a: np.ndarray,
+    exclude_b: np.ndarray,
+    lam: float = 1.0,
+    csls_k: int = 10,
+    refits: int = 1,
+    score_filter: bool = True,
+    num_threads: Optional[int] = None,
+) -> Tuple[np.ndarray, np.ndarray, float]:
+    """One-to-one links ``(L, 2)``, their CSLS scores and the score threshold (-inf: none)
+    from a ridge map fitted on ``anchors``.
+
+    Parameters
+    ----------
+    A, B : ndarray
+        Unit rows of both sides (dimensions may differ).
+    anchors : ndarray, shape (P, 2)
+        Pairs the first map is fitted on (seeds and pool links).
+    exclude_a, exclude_b : ndarray of int
+        Rows that take no part (the seeds).
+    lam : float
+        Ridge penalty.
+    csls_k : int
+        Neighbours of the CSLS hubness terms.
+    refits : int
+        Times the map is refitted on ``fixed anchors + kept links`` and reapplied.
+    score_filter : bool
+        Drop links in the lower Otsu class of scores.
+    """
+    fixed = np.stack([exclude_a, exclude_b], axis=1) if len(exclude_a) else np.zeros((0, 2), np.int64)
+    fit_on = anchors
+    pairs = np.zeros((0, 2), np.int64)
+    scores = np.zeros(0, np.float32)
+    thr = -np.inf
+    for _ in range(refits + 1):
+        W = ridge_map(A[fit_on[:, 0]], B[fit_on[:, 1]], lam=lam)
+        pairs, scores = _propose(
+            A, B, W, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=num_threads
+        )
+        if score_filter and len(pairs) > 1:
+            thr = kernels.otsu_threshold(scores.astype(np.float64))
+            keep = scores > thr
+            pairs, scores = pairs[keep], scores[keep]
+        if len(pairs) == 0:
+            break
+        fit_on = np.concatenate([fixed, pairs])
+    return pairs, scores, float(thr)
