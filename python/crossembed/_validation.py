@@ -68,8 +68,15 @@ def as_matrix(
     return arr
 
 
-def as_int_matrix(x, name: str, *, ndim: int = 2, low: int = 0, high: Optional[int] = None) -> np.ndarray:
-    """Return ``x`` as C-contiguous int64 with every entry in ``[low, high)``."""
+def as_int_matrix(
+    x, name: str, *, ndim: int = 2, low: int = 0, high: Optional[int] = None, copy: bool = False
+) -> np.ndarray:
+    """Return ``x`` as C-contiguous int64 with every entry in ``[low, high)``.
+
+    With ``copy=True`` the result never shares memory with ``x``: the checks
+    run on (and the kernels later read) a private snapshot, so another thread
+    rewriting ``x`` cannot invalidate them.
+    """
     if x is None:
         raise TypeError(f"{name} must be an integer array, got None")
     arr = np.asarray(x)
@@ -79,7 +86,7 @@ def as_int_matrix(x, name: str, *, ndim: int = 2, low: int = 0, high: Optional[i
         raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
     if arr.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-dimensional, got shape {arr.shape}")
-    arr = np.ascontiguousarray(arr, dtype=np.int64)
+    arr = np.array(arr, dtype=np.int64, order="C", copy=True) if copy else np.ascontiguousarray(arr, dtype=np.int64)
     if arr.size:
         if arr.min() < low:
             raise ValueError(f"{name} has an entry {arr.min()} below {low}")

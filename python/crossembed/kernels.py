@@ -149,7 +149,7 @@ class ProbitDocs:
         if candidates is None:
             k = check_k(k, self.n)
             return self._handle.topk(mu_q, v_q, k, nt)
-        cand = as_int_matrix(candidates, "candidates", low=-1, high=self.n)
+        cand = as_int_matrix(candidates, "candidates", low=-1, high=self.n, copy=True)
         if cand.shape[0] != mu_q.shape[0]:
             raise ValueError(f"candidates has {cand.shape[0]} rows but there are {mu_q.shape[0]} queries")
         k = check_k(k, cand.shape[1])
@@ -339,7 +339,7 @@ def csls_mutual_topk(
 
 
 def _candidate_lists(cand, n_rows: int, n_other: int, name: str) -> np.ndarray:
-    cand = as_int_matrix(cand, name, low=-1, high=n_other)
+    cand = as_int_matrix(cand, name, low=-1, high=n_other, copy=True)
     if cand.shape[0] != n_rows:
         raise ValueError(f"{name} has {cand.shape[0]} rows but there are {n_rows}")
     if cand.size:
