@@ -505,8 +505,10 @@ def lorentz_pairwise(X, Y, *, curvature: float = 1.0, num_threads: Optional[int]
     """Geodesic distances in the Lorentz model between all rows of X and Y.
 
     Rows are space components; the time component is ``sqrt(1/c + |x|^2)``.
-    Uses the cancellation-free ``asinh`` form, so distances between nearby
-    points keep full relative precision. float32 and float64 (output dtype
+    Uses the ``asinh`` form with ``q = -<x - y, x - y>_L`` written as a sum of
+    non-negative terms (see :func:`crossembed.reference.lorentz_pairwise`), so
+    nearby points, and points at different radii along nearly one direction,
+    keep their relative precision. float32 and float64 (output dtype
     follows the input; mixed inputs compute in float64).
 
     Returns

@@ -377,7 +377,10 @@ def lorentz_pairwise(X, Y, *, curvature: float = 1.0, num_threads: Optional[int]
     ``x_t - y_t = dr (|x| + |y|) / (x_t + y_t)``, hence
     ``q = |x| |y| |xh - yh|^2 + dr^2 (T - R)(T + R) / T^2`` with
     ``T = x_t + y_t``, ``R = |x| + |y|`` and
-    ``T - R = (1/c) (1 / (x_t + |x|) + 1 / (y_t + |y|))``.
+    ``T - R = (1/c) (1 / (x_t + |x|) + 1 / (y_t + |y|))``. ``dr`` is formed as
+    ``(x - y).(x + y) / (|x| + |y|)`` and the tangential term as
+    ``|x - y|^2 - dr^2`` instead where that rounds less (tangential separation
+    dominates), as the C++ kernel and the torch ``distance`` do.
     """
     ld = np.longdouble
     c = ld(curvature)
@@ -390,10 +393,16 @@ def lorentz_pairwise(X, Y, *, curvature: float = 1.0, num_threads: Optional[int]
     out = np.empty((X.shape[0], Y.shape[0]), dtype=np.float64)
     for i in range(X.shape[0]):  # one row at a time: longdouble has no BLAS and (NX, NY, D) can be large
         chord2 = ((hx[i][None, :] - hy) ** 2).sum(1)
-        dr = rx[i] - ry
+        diff = X[i][None, :] - Y
+        sq = (diff * diff).sum(1)
         big_t, big_r = tx[i] + ty, rx[i] + ry
+        # dr from (x-y).(x+y): no cancellation for nearly equal radii
+        dr = np.divide((diff * (X[i][None, :] + Y)).sum(1), big_r, out=np.zeros_like(big_r), where=big_r > 0)
+        # |x||y| |xh - yh|^2 = |x - y|^2 - dr^2: the subtraction where it rounds less
+        sub = sq - dr * dr
+        q_tan = np.where(sq * sq <= 4 * rx[i] * ry * np.maximum(sub, 0), sub, rx[i] * ry * chord2)
         t_minus_r = (1 / (tx[i] + rx[i]) + 1 / (ty + ry)) / c
-        q = rx[i] * ry * chord2 + dr * dr * t_minus_r * (big_t + big_r) / (big_t * big_t)
+        q = np.maximum(q_tan, 0) + dr * dr * t_minus_r * (big_t + big_r) / (big_t * big_t)
         out[i] = (2 / np.sqrt(c)) * np.arcsinh(np.sqrt(c) * np.sqrt(q) / 2)
     return out
 

@@ -1,16 +1,28 @@
 // Kernel 4: geodesic distances in the Lorentz model (curvature -c).
 //
-// Points are space components x; x_t = sqrt(1/c + |x|^2). Distances use the
-// cancellation-free form
-//   d = (2/sqrt c) asinh( sqrt(c) sqrt(|x-y|^2 - (x_t-y_t)^2) / 2 ),
-//   x_t - y_t = (|x|^2 - |y|^2) / (x_t + y_t),
-// with |x-y|^2 from the Gram trick (one GEMM) for well-separated pairs and
-// from the coordinates, in double, for pairs whose Gram form would cancel
-// (|x-y|^2 < 5% of |x|^2 + |y|^2). float32 uses vectorised asinh; float64
-// is scalar.
+// Points are space components x; x_t = sqrt(1/c + |x|^2). Distances are
+//   d = (2/sqrt c) asinh( sqrt(c q) / 2 ),  q = |x-y|^2 - (x_t-y_t)^2 >= 0,
+// with q written as a sum of two non-negative terms, so that it keeps its
+// relative precision for every input (nearby points, points far out along
+// one ray at different radii, points at the origin):
+//   q = Q_tan + dr^2 (T - R)(T + R) / T^2,
+//   Q_tan = |x-y|^2 - dr^2 = 2 (|x||y| - x.y) = |x||y| |x/|x| - y/|y||^2,
+//   dr = |x| - |y| = (x-y).(x+y) / (|x| + |y|),
+//   T = x_t + y_t, R = |x| + |y|, T - R = (1/c) (1/(x_t+|x|) + 1/(y_t+|y|)).
+// (Subtracting (x_t-y_t)^2 from |x-y|^2 directly cancels catastrophically
+// when |x| != |y| along nearly one direction: [1e4, 0] vs [2e4, 0] is ln 2.)
+// Fast path: Q_tan = 2 (|x||y| - x.y) from the Gram matrix (one GEMM), valid
+// while x.y <= 0.95 |x||y|. Other pairs are recomputed from the coordinates
+// in double: Q_tan = |x-y|^2 - dr^2 where tangential separation dominates,
+// else |x||y| |xh - yh|^2 from the unit vectors (radial separation dominates;
+// whichever form rounds less). float32 uses vectorised asinh;
+// float64 is scalar.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "parallel.hpp"
@@ -23,35 +35,66 @@ namespace detail {
 
 template <class T>
 struct LorentzSide {
-  std::vector<double> norm2, time;  // |x|^2, x_t (double for the exact path)
-  std::vector<T> norm2_t, time_t;   // the same in T for the fast path
+  std::vector<double> norm, time, inv_tr, inv_norm;  // |x|, x_t, 1/(x_t+|x|), 1/|x| (0 at 0)
+  std::vector<T> norm_t, time_t, inv_tr_t;           // the same in T for the fast path
   std::vector<const T*> rows;
   LorentzSide(const T* x, std::size_t n, std::size_t d, double c)
-      : norm2(n), time(n), norm2_t(n), time_t(n), rows(n) {
+      : norm(n), time(n), inv_tr(n), inv_norm(n), norm_t(n), time_t(n), inv_tr_t(n), rows(n) {
     for (std::size_t i = 0; i < n; ++i) {
       double s = 0;
       for (std::size_t j = 0; j < d; ++j) s += double(x[i * d + j]) * double(x[i * d + j]);
-      norm2[i] = s;
+      norm[i] = std::sqrt(s);
       time[i] = std::sqrt(1.0 / c + s);
-      norm2_t[i] = T(s);
+      inv_tr[i] = 1.0 / (time[i] + norm[i]);
+      inv_norm[i] = norm[i] > 0 ? 1.0 / norm[i] : 0.0;
+      norm_t[i] = T(norm[i]);
       time_t[i] = T(time[i]);
+      inv_tr_t[i] = T(inv_tr[i]);
       rows[i] = x + i * d;
     }
   }
 };
 
+// q's radial term dr^2 (T - R)(T + R) / T^2, ordered so that nothing overflows.
+inline double lorentz_radial(double dr, double rx, double ry, double tx, double ty, double ax, double ay, double c) {
+  const double big_t = tx + ty, big_r = rx + ry;
+  return dr * dr * ((ax + ay) / c) * ((big_t + big_r) / big_t / big_t);
+}
+
+inline double lorentz_from_q(double q, double c) { return 2.0 / std::sqrt(c) * std::asinh(std::sqrt(c * q) / 2.0); }
+
+// From the coordinates, in double (see the header comment).
 template <class T>
-double lorentz_exact(const T* x, const T* y, std::size_t d, double xt, double yt, double c) {
-  // |x-y|^2 and |x|^2 - |y|^2 = (x-y).(x+y) from the coordinates: no cancellation.
-  double sq = 0, ndiff = 0;
+double lorentz_exact(const LorentzSide<T>& X, const LorentzSide<T>& Y, std::size_t i, std::size_t j, std::size_t d,
+                     double c) {
+  const T* x = X.rows[i];
+  const T* y = Y.rows[j];
+  const double rx = X.norm[i], ry = Y.norm[j], ix = X.inv_norm[i], iy = Y.inv_norm[j];
+  double sq = 0, ndiff = 0, chord = 0;
   for (std::size_t t = 0; t < d; ++t) {
-    const double diff = double(x[t]) - double(y[t]);
+    const double xv = double(x[t]), yv = double(y[t]);
+    const double diff = xv - yv;
+    double h;
+    if constexpr (std::is_same<T, double>::value) {
+      // x/|x| - y/|y| with both products error-free (fma): the difference of
+      // nearly equal unit vectors keeps its relative precision
+      const double px = xv * ix, py = yv * iy;
+      h = (px - py) + (std::fma(xv, ix, -px) - std::fma(yv, iy, -py));
+    } else {
+      h = xv * ix - yv * iy;  // float inputs: double products are exact enough
+    }
     sq += diff * diff;
-    ndiff += diff * (double(x[t]) + double(y[t]));
+    ndiff += diff * (xv + yv);
+    chord += h * h;
   }
-  const double dt = ndiff / (xt + yt);
-  const double q = std::max(0.0, sq - dt * dt);
-  return 2.0 / std::sqrt(c) * std::asinh(std::sqrt(c * q) / 2.0);
+  const double big_r = rx + ry;
+  const double dr = big_r > 0 ? ndiff / big_r : 0.0;
+  const double sub = sq - dr * dr;
+  // Each form's rounding error is ~eps times sq (difference) or
+  // 2 sqrt(|x||y| Q_tan) (unit-vector chord): take the smaller.
+  const double q_tan = sq * sq <= 4.0 * rx * ry * std::max(0.0, sub) ? sub : rx * ry * chord;
+  const double q = std::max(0.0, q_tan) + lorentz_radial(dr, rx, ry, X.time[i], Y.time[j], X.inv_tr[i], Y.inv_tr[j], c);
+  return lorentz_from_q(q, c);
 }
 
 // Distances of x-row i against y columns [c0, c1), given their dot products.
@@ -59,22 +102,20 @@ template <class T>
 void lorentz_row(const LorentzSide<T>& X, const LorentzSide<T>& Y, std::size_t i, std::size_t c0, std::size_t c1,
                  const T* dots, std::size_t d, double c, T* out) {
   if constexpr (std::is_same<T, float>::value) {
-    simd::isa().lorentz_row_from_dots(dots, c1 - c0, X.norm2_t[i], X.time_t[i], Y.norm2_t.data() + c0,
-                                      Y.time_t.data() + c0, float(c), out);
+    simd::isa().lorentz_row_from_dots(dots, c1 - c0, X.norm_t[i], X.time_t[i], X.inv_tr_t[i], Y.norm_t.data() + c0,
+                                      Y.time_t.data() + c0, Y.inv_tr_t.data() + c0, float(c), out);
     for (std::size_t j = c0; j < c1; ++j)
-      if (std::isnan(out[j - c0]))
-        out[j - c0] = float(lorentz_exact(X.rows[i], Y.rows[j], d, X.time[i], Y.time[j], c));
+      if (!std::isfinite(out[j - c0])) out[j - c0] = float(lorentz_exact(X, Y, i, j, d, c));
   } else {
     for (std::size_t j = c0; j < c1; ++j) {
-      const double nsum = X.norm2[i] + Y.norm2[j];
-      const double dd = nsum - 2.0 * dots[j - c0];
-      if (dd < 0.05 * nsum) {
-        out[j - c0] = lorentz_exact(X.rows[i], Y.rows[j], d, X.time[i], Y.time[j], c);
-      } else {
-        const double dt = (X.norm2[i] - Y.norm2[j]) / (X.time[i] + Y.time[j]);
-        const double q = std::max(0.0, dd - dt * dt);
-        out[j - c0] = 2.0 / std::sqrt(c) * std::asinh(std::sqrt(c * q) / 2.0);
+      const double rx = X.norm[i], ry = Y.norm[j], dot = dots[j - c0];
+      double dist = std::numeric_limits<double>::quiet_NaN();
+      if (dot <= 0.95 * rx * ry && rx + ry >= 1e-140) {
+        const double q = std::max(0.0, 2.0 * (rx * ry - dot)) +
+                         lorentz_radial(rx - ry, rx, ry, X.time[i], Y.time[j], X.inv_tr[i], Y.inv_tr[j], c);
+        dist = lorentz_from_q(q, c);
       }
+      out[j - c0] = std::isfinite(dist) ? dist : lorentz_exact(X, Y, i, j, d, c);
     }
   }
 }

@@ -58,6 +58,17 @@ def _safe_norm(x: torch.Tensor) -> torch.Tensor:
     return torch.sqrt(_sq_norm(x).clamp_min(_TINY))
 
 
+def _nonzero(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with zeros replaced by 1 (a safe divisor where the numerator is 0 too)."""
+    return torch.where(t > 0, t, torch.ones_like(t))
+
+
+def _norm0(x: torch.Tensor) -> torch.Tensor:
+    """``|x|``, exactly 0 at the origin, with gradient 0 there (not NaN)."""
+    n2 = _sq_norm(x)
+    return torch.where(n2 > 0, torch.sqrt(_nonzero(n2)), torch.zeros_like(n2))
+
+
 def time_component(x: torch.Tensor, curvature: Curvature = 1.0) -> torch.Tensor:
     """``x_t = sqrt(1/c + |x|^2)`` for space components ``x`` of shape (..., n)."""
     c = _c(curvature, x)
@@ -76,15 +87,35 @@ def pairwise_inner(x: torch.Tensor, y: torch.Tensor, curvature: Curvature = 1.0)
     return x @ y.transpose(-1, -2) - xt.unsqueeze(-1) * yt.unsqueeze(-2)
 
 
-def _chord_sq(x: torch.Tensor, y: torch.Tensor, xt: torch.Tensor, yt: torch.Tensor) -> torch.Tensor:
-    """``|x-y|^2 - (x_t-y_t)^2`` (the squared Minkowski chord), free of cancellation.
+def _chord_sq(x: torch.Tensor, y: torch.Tensor, xt: torch.Tensor, yt: torch.Tensor, c: Curvature) -> torch.Tensor:
+    """``|x-y|^2 - (x_t-y_t)^2`` (the squared Minkowski chord) as a sum of two non-negative terms.
 
-    ``x_t - y_t`` is formed as ``(x-y).(x+y) / (x_t+y_t)``, which keeps full
-    relative precision when the points are close (SPEC 2.4).
+    With ``r = |x|``, ``dr = r_x - r_y = (x-y).(x+y) / (r_x + r_y)``, ``T = x_t + y_t``
+    and ``R = r_x + r_y`` (``T - R = (1/(x_t + r_x) + 1/(y_t + r_y)) / c``):
+    ``q = Q_tan + dr^2 (T - R)(T + R) / T^2`` with the tangential part
+    ``Q_tan = |x-y|^2 - dr^2`` or ``r_x r_y |x/r_x - y/r_y|^2``, whichever has the
+    smaller rounding error here. Nothing cancels for nearby points,
+    nor for points at different radii along nearly one direction (where
+    ``|x-y|^2 - (x_t-y_t)^2`` computed directly loses everything: ``[1e4, 0]``
+    vs ``[2e4, 0]`` is ``ln 2``, not 0). The same decomposition as
+    ``crossembed.reference.lorentz_pairwise`` and the C++ kernel.
     """
+    c = _c(c, x)
     diff = x - y
-    dt = (diff * (x + y)).sum(-1) / (xt + yt)
-    return (_sq_norm(diff) - dt * dt).clamp_min(0.0)
+    rx, ry = _norm0(x), _norm0(y)
+    big_r = rx + ry
+    sq = _sq_norm(diff)
+    dr = (diff * (x + y)).sum(-1) / _nonzero(big_r)
+    sub = sq - dr * dr
+    chord = _sq_norm(x / _nonzero(rx).unsqueeze(-1) - y / _nonzero(ry).unsqueeze(-1))
+    # each form's absolute error is ~eps times: sq for the difference, 2 sqrt(r_x r_y Q_tan)
+    # for the unit-vector chord; take the smaller (Q_tan estimated by sub)
+    rxy = rx * ry
+    use_sub = sq * sq <= 4.0 * rxy * sub.clamp_min(0.0)
+    q_tan = torch.where(use_sub, sub, rxy * chord).clamp_min(0.0)
+    big_t = xt + yt
+    t_minus_r = (1.0 / (xt + rx) + 1.0 / (yt + ry)) / c
+    return q_tan + dr * dr * t_minus_r * ((big_t + big_r) / big_t / big_t)
 
 
 def _dist_from_chord(q: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
@@ -106,7 +137,7 @@ def distance(x: torch.Tensor, y: torch.Tensor, curvature: Curvature = 1.0) -> to
     c = _c(curvature, x)
     xt = time_component(x, c)
     yt = time_component(y, c)
-    return _dist_from_chord(_chord_sq(x, y, xt, yt), c)
+    return _dist_from_chord(_chord_sq(x, y, xt, yt, c), c)
 
 
 def pairwise_distance(
@@ -136,7 +167,7 @@ def pairwise_distance(
     out = []
     for s in range(0, x.shape[0], rows):
         xs, xts = x[s : s + rows].unsqueeze(1), xt[s : s + rows].unsqueeze(1)
-        out.append(_dist_from_chord(_chord_sq(xs, y.unsqueeze(0), xts, yt.unsqueeze(0)), c))
+        out.append(_dist_from_chord(_chord_sq(xs, y.unsqueeze(0), xts, yt.unsqueeze(0), c), c))
     if not out:
         return x.new_zeros((0, y.shape[0]))
     return torch.cat(out, 0)
@@ -193,7 +224,7 @@ def exterior_angle(x: torch.Tensor, y: torch.Tensor, curvature: Curvature = 1.0,
     c = _c(curvature, x)
     xt = time_component(x, c)
     yt = time_component(y, c)
-    q = _chord_sq(x, y, xt, yt)
+    q = _chord_sq(x, y, xt, yt, c)
     a = 1.0 + c * q / 2.0  # = -c <x, y>_L >= 1
     den_sq = (c * q / 2.0) * (c * q / 2.0 + 2.0)
     # floor the denominator well above float32's underflow so d(num/den)/d(den)
