@@ -346,8 +346,8 @@ class UECIndex:
                 num_threads=num_threads,
                 _graph=arrays["graph"].tobytes(),
             )
-        except (KeyError, UnicodeDecodeError) as exc:
-            raise CorruptFileError(f"{path}: incomplete UECIndex ({exc})") from None
+        except (KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+            raise CorruptFileError(f"{path}: incomplete UECIndex ({type(exc).__name__}: {exc})") from None
 
     def __repr__(self) -> str:
         return f"UECIndex(n={len(self)}, dim={self.dim}, M={self.M}, rerank={self.rerank})"
