@@ -265,6 +265,9 @@ PYBIND11_MODULE(_core, m) {
       .def("votes",
            [](const VoteTable& t, const CArray<std::int64_t>& pairs) {
              if (pairs.ndim() != 2 || (pairs.size() && pairs.shape(1) != 2)) throw py::value_error("pairs must be (P, 2)");
+             const std::int64_t* p = pairs.data();
+             for (py::ssize_t i = 0; i < pairs.size(); ++i)  // larger ids would alias another pair's key
+               if (p[i] < 0 || p[i] >= (std::int64_t(1) << 32)) throw py::value_error("pair indices must be in [0, 2^32)");
              py::array_t<std::int64_t> out(pairs.shape(0));
              for (py::ssize_t i = 0; i < pairs.shape(0); ++i)
                out.mutable_data()[i] = t.votes(pairs.data()[2 * i], pairs.data()[2 * i + 1]);

@@ -274,27 +274,27 @@ def otsu_threshold(values, *, bins: int = 100) -> float:
     lo, hi = float(v.min()), float(v.max())
     if hi == lo:
         return lo
-    width = (hi - lo) / bins
-    index = np.minimum(np.floor((v - lo) / (hi - lo) * bins).astype(np.int64), bins - 1)
+    # scale-free: v * s (s = 1/2 near the top of the range, so hi - lo stays finite),
+    # class means in bin units (centre of bin b is b + 1/2), exact sums
+    s = 0.5 if max(abs(lo), abs(hi)) > 1e300 else 1.0
+    los, span = lo * s, hi * s - lo * s
+    index = np.clip(np.floor((v * s - los) / span * bins), 0, bins - 1).astype(np.int64)
     counts = np.bincount(index, minlength=bins).astype(np.float64)
-    centres = lo + (np.arange(bins) + 0.5) * width
-    total = counts.sum()
+    weighted = counts * (np.arange(bins) + 0.5)
 
-    weighted = counts * centres
     best_t, best_var = 0, -1.0
     for t in range(bins - 1):
         n0, n1 = counts[: t + 1].sum(), counts[t + 1 :].sum()
         if n0 == 0 or n1 == 0:
-            var = 0.0
-        else:
-            # fsum is exactly rounded, so empty bins never change a class mean
-            # and equal splits compare equal (the first one wins)
-            m0 = math.fsum(weighted[: t + 1]) / n0
-            m1 = math.fsum(weighted[t + 1 :]) / n1
-            var = (n0 / total) * (n1 / total) * (m0 - m1) ** 2
+            continue
+        # fsum is exactly rounded, so empty bins never change a class mean
+        # and equal splits compare equal (the first one wins)
+        m0 = math.fsum(weighted[: t + 1]) / n0
+        m1 = math.fsum(weighted[t + 1 :]) / n1
+        var = n0 * n1 * (m0 - m1) ** 2
         if var > best_var:
             best_t, best_var = t, var
-    return lo + (best_t + 1) * width
+    return (los + (best_t + 1) * (span / bins)) / s
 
 
 def greedy_one_to_one(

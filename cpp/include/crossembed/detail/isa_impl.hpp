@@ -187,7 +187,10 @@ static inline VF vasinh_pos(VF z) {
 
 // Anchor-signature rows in place: row i holds dot products with unit anchors;
 // cos = row * row_scale[i], k = exp((cos - max cos) * inv_sigma), then the
-// row is divided by its L2 norm (>= 1: the max entry is exp(0)).
+// row is divided by its L2 norm (>= 1: the max entry is exp(0)). The cosines
+// are stored before the max is taken, so the largest one gives exactly
+// exp(0) = 1 (a product contracted into an fma with the subtraction would
+// leave its rounding error, which a tiny sigma blows up to an all-zero row).
 static void signature_rows(float* rows, std::size_t n, std::size_t a, const float* row_scale, float inv_sigma) {
   const std::size_t av = a - a % WF;
   for (std::size_t i = 0; i < n; ++i) {
@@ -196,20 +199,25 @@ static void signature_rows(float* rows, std::size_t n, std::size_t a, const floa
     VF vmax = splatf(-INFINITY);
     for (std::size_t j = 0; j < av; j += WF) {
       const VF v = load<VF>(r + j) * sc;
+      __builtin_memcpy(r + j, &v, sizeof(VF));
       vmax = v > vmax ? v : vmax;
     }
     float cmax = -INFINITY;
     for (std::size_t l = 0; l < WF; ++l) cmax = vmax[l] > cmax ? vmax[l] : cmax;
-    for (std::size_t j = av; j < a; ++j) cmax = std::max(cmax, r[j] * sc);
+    for (std::size_t j = av; j < a; ++j) {
+      volatile float v = r[j] * sc;  // rounded and stored: no contraction below
+      r[j] = v;
+      cmax = std::max(cmax, r[j]);
+    }
     VF ss = zerof();
     for (std::size_t j = 0; j < av; j += WF) {
-      const VF e = vexp((load<VF>(r + j) * sc - cmax) * inv_sigma);
+      const VF e = vexp((load<VF>(r + j) - cmax) * inv_sigma);
       __builtin_memcpy(r + j, &e, sizeof(VF));
       ss = vfma(e, e, ss);
     }
     float tail = 0.0f;
     for (std::size_t j = av; j < a; ++j) {
-      r[j] = std::exp(std::max(-87.0f, (r[j] * sc - cmax) * inv_sigma));
+      r[j] = std::exp(std::max(-87.0f, (r[j] - cmax) * inv_sigma));
       tail += r[j] * r[j];
     }
     const float inv = 1.0f / std::sqrt(hsum<VF, float>(ss) + tail);
