@@ -309,8 +309,8 @@ def greedy_one_to_one(
     """
     pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     scores = _f64(scores).reshape(-1)
-    used_a = set(int(i) for i in np.asarray(exclude_a, dtype=np.int64).reshape(-1))
-    used_b = set(int(j) for j in np.asarray(exclude_b, dtype=np.int64).reshape(-1))
+    used_a = set(int(i) for i in np.asarray(() if exclude_a is None else exclude_a, dtype=np.int64).reshape(-1))
+    used_b = set(int(j) for j in np.asarray(() if exclude_b is None else exclude_b, dtype=np.int64).reshape(-1))
     order = sorted(range(len(scores)), key=lambda p: (-scores[p], pairs[p, 0], pairs[p, 1]))
     out = []
     for p in order:
@@ -400,7 +400,8 @@ def lorentz_pairwise(X, Y, *, curvature: float = 1.0, num_threads: Optional[int]
         dr = np.divide((diff * (X[i][None, :] + Y)).sum(1), big_r, out=np.zeros_like(big_r), where=big_r > 0)
         # |x||y| |xh - yh|^2 = |x - y|^2 - dr^2: the subtraction where it rounds less
         sub = sq - dr * dr
-        q_tan = np.where(sq * sq <= 4 * rx[i] * ry * np.maximum(sub, 0), sub, rx[i] * ry * chord2)
+        rxy = rx[i] * ry
+        q_tan = np.where(sq <= 2 * np.sqrt(rxy * np.maximum(sub, 0)) + np.finfo(ld).eps * rxy, sub, rxy * chord2)
         t_minus_r = (1 / (tx[i] + rx[i]) + 1 / (ty + ry)) / c
         q = np.maximum(q_tan, 0) + dr * dr * t_minus_r * (big_t + big_r) / (big_t * big_t)
         out[i] = (2 / np.sqrt(c)) * np.arcsinh(np.sqrt(c) * np.sqrt(q) / 2)

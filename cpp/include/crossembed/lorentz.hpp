@@ -13,9 +13,9 @@
 // when |x| != |y| along nearly one direction: [1e4, 0] vs [2e4, 0] is ln 2.)
 // Fast path: Q_tan = 2 (|x||y| - x.y) from the Gram matrix (one GEMM), valid
 // while x.y <= 0.95 |x||y|. Other pairs are recomputed from the coordinates
-// in double: Q_tan = |x-y|^2 - dr^2 where tangential separation dominates,
-// else |x||y| |xh - yh|^2 from the unit vectors (radial separation dominates;
-// whichever form rounds less). float32 uses vectorised asinh;
+// in double (long double for float64 inputs): Q_tan = |x-y|^2 - dr^2 where
+// tangential separation dominates, else |x||y| |xh - yh|^2 from the unit
+// vectors (radial separation dominates; whichever form rounds less). float32 uses vectorised asinh;
 // float64 is scalar.
 #pragma once
 #include <algorithm>
@@ -35,18 +35,17 @@ namespace detail {
 
 template <class T>
 struct LorentzSide {
-  std::vector<double> norm, time, inv_tr, inv_norm;  // |x|, x_t, 1/(x_t+|x|), 1/|x| (0 at 0)
+  std::vector<double> norm, time, inv_tr;  // |x|, x_t, 1/(x_t+|x|)
   std::vector<T> norm_t, time_t, inv_tr_t;           // the same in T for the fast path
   std::vector<const T*> rows;
   LorentzSide(const T* x, std::size_t n, std::size_t d, double c)
-      : norm(n), time(n), inv_tr(n), inv_norm(n), norm_t(n), time_t(n), inv_tr_t(n), rows(n) {
+      : norm(n), time(n), inv_tr(n), norm_t(n), time_t(n), inv_tr_t(n), rows(n) {
     for (std::size_t i = 0; i < n; ++i) {
       double s = 0;
       for (std::size_t j = 0; j < d; ++j) s += double(x[i * d + j]) * double(x[i * d + j]);
       norm[i] = std::sqrt(s);
       time[i] = std::sqrt(1.0 / c + s);
       inv_tr[i] = 1.0 / (time[i] + norm[i]);
-      inv_norm[i] = norm[i] > 0 ? 1.0 / norm[i] : 0.0;
       norm_t[i] = T(norm[i]);
       time_t[i] = T(time[i]);
       inv_tr_t[i] = T(inv_tr[i]);
@@ -56,45 +55,50 @@ struct LorentzSide {
 };
 
 // q's radial term dr^2 (T - R)(T + R) / T^2, ordered so that nothing overflows.
-inline double lorentz_radial(double dr, double rx, double ry, double tx, double ty, double ax, double ay, double c) {
-  const double big_t = tx + ty, big_r = rx + ry;
+template <class W>
+W lorentz_radial(W dr, W rx, W ry, W tx, W ty, W ax, W ay, W c) {
+  const W big_t = tx + ty, big_r = rx + ry;
   return dr * dr * ((ax + ay) / c) * ((big_t + big_r) / big_t / big_t);
 }
 
-inline double lorentz_from_q(double q, double c) { return 2.0 / std::sqrt(c) * std::asinh(std::sqrt(c * q) / 2.0); }
+template <class W>
+W lorentz_from_q(W q, W c) {
+  return W(2) / std::sqrt(c) * std::asinh(std::sqrt(c * q) / W(2));
+}
 
-// From the coordinates, in double (see the header comment).
+// From the coordinates (see the header comment), in W: double for float
+// inputs (their 24-bit products are exact there), long double for double
+// inputs, because the two forms of Q_tan each leave ~eps |x||y| or ~eps |x-y|^2
+// and q itself can be ~|x-y|^2 / (c |x|^2) (nearby points far out on one ray).
 template <class T>
-double lorentz_exact(const LorentzSide<T>& X, const LorentzSide<T>& Y, std::size_t i, std::size_t j, std::size_t d,
-                     double c) {
-  const T* x = X.rows[i];
-  const T* y = Y.rows[j];
-  const double rx = X.norm[i], ry = Y.norm[j], ix = X.inv_norm[i], iy = Y.inv_norm[j];
-  double sq = 0, ndiff = 0, chord = 0;
+double lorentz_exact(const T* x, const T* y, std::size_t d, double c_in) {
+  using W = typename std::conditional<std::is_same<T, double>::value, long double, double>::type;
+  const W c = W(c_in), eps = std::numeric_limits<W>::epsilon();
+  W sx = 0, sy = 0;
   for (std::size_t t = 0; t < d; ++t) {
-    const double xv = double(x[t]), yv = double(y[t]);
-    const double diff = xv - yv;
-    double h;
-    if constexpr (std::is_same<T, double>::value) {
-      // x/|x| - y/|y| with both products error-free (fma): the difference of
-      // nearly equal unit vectors keeps its relative precision
-      const double px = xv * ix, py = yv * iy;
-      h = (px - py) + (std::fma(xv, ix, -px) - std::fma(yv, iy, -py));
-    } else {
-      h = xv * ix - yv * iy;  // float inputs: double products are exact enough
-    }
+    sx += W(x[t]) * W(x[t]);
+    sy += W(y[t]) * W(y[t]);
+  }
+  const W rx = std::sqrt(sx), ry = std::sqrt(sy);
+  const W ix = rx > 0 ? 1 / rx : W(0), iy = ry > 0 ? 1 / ry : W(0);
+  W sq = 0, ndiff = 0, chord = 0;
+  for (std::size_t t = 0; t < d; ++t) {
+    const W xv = W(x[t]), yv = W(y[t]);
+    const W diff = xv - yv, h = xv * ix - yv * iy;
     sq += diff * diff;
     ndiff += diff * (xv + yv);
     chord += h * h;
   }
-  const double big_r = rx + ry;
-  const double dr = big_r > 0 ? ndiff / big_r : 0.0;
-  const double sub = sq - dr * dr;
-  // Each form's rounding error is ~eps times sq (difference) or
-  // 2 sqrt(|x||y| Q_tan) (unit-vector chord): take the smaller.
-  const double q_tan = sq * sq <= 4.0 * rx * ry * std::max(0.0, sub) ? sub : rx * ry * chord;
-  const double q = std::max(0.0, q_tan) + lorentz_radial(dr, rx, ry, X.time[i], Y.time[j], X.inv_tr[i], Y.inv_tr[j], c);
-  return lorentz_from_q(q, c);
+  const W big_r = rx + ry;
+  const W dr = big_r > 0 ? ndiff / big_r : W(0);
+  const W sub = sq - dr * dr;
+  // Rounding error of each form, over eps: sq for the difference;
+  // 2 sqrt(|x||y| Q_tan) + eps |x||y| for the unit-vector chord. Take the smaller.
+  const W rxy = rx * ry, pos = sub > 0 ? sub : W(0);
+  const W q_tan = sq <= 2 * std::sqrt(rxy * pos) + eps * rxy ? sub : rxy * chord;
+  const W tx = std::sqrt(1 / c + sx), ty = std::sqrt(1 / c + sy);
+  const W q = (q_tan > 0 ? q_tan : W(0)) + lorentz_radial<W>(dr, rx, ry, tx, ty, 1 / (tx + rx), 1 / (ty + ry), c);
+  return double(lorentz_from_q<W>(q, c));
 }
 
 // Distances of x-row i against y columns [c0, c1), given their dot products.
@@ -105,17 +109,17 @@ void lorentz_row(const LorentzSide<T>& X, const LorentzSide<T>& Y, std::size_t i
     simd::isa().lorentz_row_from_dots(dots, c1 - c0, X.norm_t[i], X.time_t[i], X.inv_tr_t[i], Y.norm_t.data() + c0,
                                       Y.time_t.data() + c0, Y.inv_tr_t.data() + c0, float(c), out);
     for (std::size_t j = c0; j < c1; ++j)
-      if (!std::isfinite(out[j - c0])) out[j - c0] = float(lorentz_exact(X, Y, i, j, d, c));
+      if (!std::isfinite(out[j - c0])) out[j - c0] = float(lorentz_exact(X.rows[i], Y.rows[j], d, c));
   } else {
     for (std::size_t j = c0; j < c1; ++j) {
       const double rx = X.norm[i], ry = Y.norm[j], dot = dots[j - c0];
       double dist = std::numeric_limits<double>::quiet_NaN();
       if (dot <= 0.95 * rx * ry && rx + ry >= 1e-140) {
         const double q = std::max(0.0, 2.0 * (rx * ry - dot)) +
-                         lorentz_radial(rx - ry, rx, ry, X.time[i], Y.time[j], X.inv_tr[i], Y.inv_tr[j], c);
-        dist = lorentz_from_q(q, c);
+                         lorentz_radial<double>(rx - ry, rx, ry, X.time[i], Y.time[j], X.inv_tr[i], Y.inv_tr[j], c);
+        dist = lorentz_from_q<double>(q, c);
       }
-      out[j - c0] = std::isfinite(dist) ? dist : lorentz_exact(X, Y, i, j, d, c);
+      out[j - c0] = std::isfinite(dist) ? dist : lorentz_exact(X.rows[i], Y.rows[j], d, c);
     }
   }
 }

@@ -135,9 +135,9 @@ def _chord_sq(x: torch.Tensor, y: torch.Tensor, xt: torch.Tensor, yt: torch.Tens
     sub = sq - dr * dr
     chord = _sq_norm(x / _nonzero(rx).unsqueeze(-1) - y / _nonzero(ry).unsqueeze(-1))
     # each form's absolute error is ~eps times: sq for the difference, 2 sqrt(r_x r_y Q_tan)
-    # for the unit-vector chord; take the smaller (Q_tan estimated by sub)
+    # + eps r_x r_y for the unit-vector chord; take the smaller (Q_tan estimated by sub)
     rxy = rx * ry
-    use_sub = sq * sq <= 4.0 * rxy * sub.clamp_min(0.0)
+    use_sub = sq <= 2.0 * torch.sqrt(rxy * sub.clamp_min(0.0)) + torch.finfo(x.dtype).eps * rxy
     q_tan = torch.where(use_sub, sub, rxy * chord).clamp_min(0.0)
     big_t = xt + yt
     t_minus_r = (1.0 / (xt + rx) + 1.0 / (yt + ry)) / c
