@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "crossembed/csls.hpp"
 #include "crossembed/greedy.hpp"
@@ -39,6 +40,16 @@ void require_same_dim(const CArray<T>& a, const CArray<T>& b, const char* an, co
 }
 
 py::array_t<float> new_f32(py::ssize_t r, py::ssize_t c) { return py::array_t<float>({r, c}); }
+
+// Index arrays are copied (with the GIL held) and the copy is range-checked:
+// the kernels read the copy after the GIL is released, so another Python
+// thread rewriting the caller's array cannot make them read out of bounds.
+std::vector<std::int64_t> checked_indices(const CArray<std::int64_t>& a, std::int64_t hi, const char* name) {
+  std::vector<std::int64_t> out(a.data(), a.data() + a.size());
+  for (const std::int64_t v : out)
+    if (v < -1 || v >= hi) throw py::value_error(std::string(name) + " out of range");
+  return out;
+}
 
 struct PyProbitDocs {
   ProbitDocs docs;
@@ -74,9 +85,8 @@ struct PyProbitDocs {
     if (cand.shape(0) != mu.shape(0)) throw py::value_error("candidates must have one row per query");
     const std::size_t m = std::size_t(cand.shape(1));
     if (k < 1 || k > m) throw py::value_error("k must be in [1, M]");
-    const std::int64_t* cp = cand.data();
-    for (py::ssize_t t = 0; t < cand.size(); ++t)
-      if (cp[t] < -1 || cp[t] >= std::int64_t(docs.size())) throw py::value_error("candidates out of range");
+    const std::vector<std::int64_t> cv = checked_indices(cand, std::int64_t(docs.size()), "candidates");
+    const std::int64_t* cp = cv.data();
     const auto q = mu.shape(0);
     auto s = new_f32(q, py::ssize_t(k));
     py::array_t<std::int64_t> idx({q, py::ssize_t(k)});
@@ -205,16 +215,14 @@ PYBIND11_MODULE(_core, m) {
           if (ca.shape(0) != sa.shape(0) || cb.shape(0) != sb.shape(0))
             throw py::value_error("cand_a / cand_b must have one row per row of SA / SB");
           if (ma.size() != sa.shape(0) || mb.size() != sb.shape(0)) throw py::value_error("exclusion masks have the wrong length");
-          for (py::ssize_t t = 0; t < ca.size(); ++t)
-            if (ca.data()[t] < -1 || ca.data()[t] >= sb.shape(0)) throw py::value_error("cand_a out of range");
-          for (py::ssize_t t = 0; t < cb.size(); ++t)
-            if (cb.data()[t] < -1 || cb.data()[t] >= sa.shape(0)) throw py::value_error("cand_b out of range");
+          const std::vector<std::int64_t> cav = checked_indices(ca, sb.shape(0), "cand_a");
+          const std::vector<std::int64_t> cbv = checked_indices(cb, sa.shape(0), "cand_b");
           if (k < 1 || csls_k < 1) throw py::value_error("k and csls_k must be >= 1");
           CslsResult r;
           {
             py::gil_scoped_release release;
             r = csls_mutual_topk_candidates(sa.data(), std::size_t(sa.shape(0)), sb.data(), std::size_t(sb.shape(0)),
-                                            std::size_t(sa.shape(1)), ca.data(), std::size_t(ca.shape(1)), cb.data(),
+                                            std::size_t(sa.shape(1)), cav.data(), std::size_t(ca.shape(1)), cbv.data(),
                                             std::size_t(cb.shape(1)), k, csls_k, ma.data(), mb.data(), nt);
           }
           return csls_result_to_python(r);
@@ -257,6 +265,9 @@ PYBIND11_MODULE(_core, m) {
       .def("votes",
            [](const VoteTable& t, const CArray<std::int64_t>& pairs) {
              if (pairs.ndim() != 2 || (pairs.size() && pairs.shape(1) != 2)) throw py::value_error("pairs must be (P, 2)");
+             const std::int64_t* p = pairs.data();
+             for (py::ssize_t i = 0; i < pairs.size(); ++i)  // larger ids would alias another pair's key
+               if (p[i] < 0 || p[i] >= (std::int64_t(1) << 32)) throw py::value_error("pair indices must be in [0, 2^32)");
              py::array_t<std::int64_t> out(pairs.shape(0));
              for (py::ssize_t i = 0; i < pairs.shape(0); ++i)
                out.mutable_data()[i] = t.votes(pairs.data()[2 * i], pairs.data()[2 * i + 1]);

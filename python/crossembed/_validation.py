@@ -28,7 +28,17 @@ __all__ = [
     "resolve_num_threads",
 ]
 
-_FLOAT_KINDS = "fiu"  # float, signed and unsigned int convert losslessly enough
+_FLOAT_KINDS = "fiu"
+MAX_THREADS = 2**31 - 1  # the C++ side takes an int  # float, signed and unsigned int convert losslessly enough
+
+
+def _asarray(x, name: str) -> np.ndarray:
+    """``np.asarray(x)``, with numpy's complaint about ragged nested lists naming the argument."""
+    try:
+        return np.asarray(x)
+    except (ValueError, TypeError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"{name} must be a rectangular array (rows of equal length): {msg}") from None
 
 
 def as_matrix(
@@ -52,7 +62,7 @@ def as_matrix(
         raise TypeError(f"{name} must be an array, got None")
     if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch tensor without importing torch
         x = x.detach().cpu().numpy()
-    arr = np.asarray(x)
+    arr = _asarray(x, name)
     if arr.dtype.kind not in _FLOAT_KINDS or arr.dtype == np.bool_:
         raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
     if arr.ndim != ndim:
@@ -68,18 +78,25 @@ def as_matrix(
     return arr
 
 
-def as_int_matrix(x, name: str, *, ndim: int = 2, low: int = 0, high: Optional[int] = None) -> np.ndarray:
-    """Return ``x`` as C-contiguous int64 with every entry in ``[low, high)``."""
+def as_int_matrix(
+    x, name: str, *, ndim: int = 2, low: int = 0, high: Optional[int] = None, copy: bool = False
+) -> np.ndarray:
+    """Return ``x`` as C-contiguous int64 with every entry in ``[low, high)``.
+
+    With ``copy=True`` the result never shares memory with ``x``: the checks
+    run on (and the kernels later read) a private snapshot, so another thread
+    rewriting ``x`` cannot invalidate them.
+    """
     if x is None:
         raise TypeError(f"{name} must be an integer array, got None")
-    arr = np.asarray(x)
+    arr = _asarray(x, name)
     if arr.size == 0:
         arr = arr.astype(np.int64)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
     if arr.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-dimensional, got shape {arr.shape}")
-    arr = np.ascontiguousarray(arr, dtype=np.int64)
+    arr = np.array(arr, dtype=np.int64, order="C", copy=True) if copy else np.ascontiguousarray(arr, dtype=np.int64)
     if arr.size:
         if arr.min() < low:
             raise ValueError(f"{name} has an entry {arr.min()} below {low}")
@@ -156,6 +173,8 @@ def resolve_num_threads(num_threads) -> int:
         raise TypeError(f"num_threads must be an integer or None, got {type(num_threads).__name__}")
     if num_threads < 1:
         raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+    if num_threads > MAX_THREADS:
+        raise ValueError(f"num_threads must be <= {MAX_THREADS}, got {num_threads}")
     return int(num_threads)
 
 

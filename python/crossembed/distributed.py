@@ -24,7 +24,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from crossembed._validation import check_int
+from crossembed._validation import as_int_matrix, as_matrix, check_int
 from crossembed.linking._inputs import active_rows
 from crossembed.linking.pairs import greedy_one_to_one, positions
 
@@ -54,6 +54,13 @@ def _pass_two(SA, SB_shard, r_a, r_b, k: int, offset: int):
     return row_val, row_pos + offset, col_top
 
 
+def _exclusions(exclude, n: int, name: str) -> Optional[np.ndarray]:
+    """Excluded rows as validated int64 (integers in ``[0, n)``: no NaN, float or negative index)."""
+    if exclude is None:
+        return None
+    return as_int_matrix(np.asarray(exclude).reshape(-1), name, ndim=1, high=n)
+
+
 def sharded_csls_mutual_topk(
     client, SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None, n_shards: Optional[int] = None
 ):
@@ -61,13 +68,13 @@ def sharded_csls_mutual_topk(
 
     Returns ``pairs`` (P, 2) int64 sorted by descending score and ``scores`` (P,) float64.
     """
-    SA = np.ascontiguousarray(SA, dtype=np.float64)
-    SB = np.ascontiguousarray(SB, dtype=np.float64)
-    if SA.ndim != 2 or SB.ndim != 2 or SA.shape[1] != SB.shape[1]:
+    SA = as_matrix(SA, "SA", dtype=np.float64, allow_empty=True)
+    SB = as_matrix(SB, "SB", dtype=np.float64, allow_empty=True)
+    if SA.shape[1] != SB.shape[1]:
         raise ValueError(f"SA and SB must be 2-D with the same width, got {SA.shape} and {SB.shape}")
     k, csls_k = check_int(k, "k", low=1), check_int(csls_k, "csls_k", low=1)
-    rows = active_rows(exclude_a, len(SA))
-    cols = active_rows(exclude_b, len(SB))
+    rows = active_rows(_exclusions(exclude_a, len(SA), "exclude_a"), len(SA))
+    cols = active_rows(_exclusions(exclude_b, len(SB), "exclude_b"), len(SB))
     if rows.size == 0 or cols.size == 0:
         return np.zeros((0, 2), np.int64), np.zeros(0)
     if n_shards is None:

@@ -12,6 +12,7 @@ Plain float64 numpy versions of every kernel live in :mod:`crossembed.reference`
 
 from __future__ import annotations
 
+import numbers
 from typing import Optional, Tuple
 
 import numpy as np
@@ -149,7 +150,7 @@ class ProbitDocs:
         if candidates is None:
             k = check_k(k, self.n)
             return self._handle.topk(mu_q, v_q, k, nt)
-        cand = as_int_matrix(candidates, "candidates", low=-1, high=self.n)
+        cand = as_int_matrix(candidates, "candidates", low=-1, high=self.n, copy=True)
         if cand.shape[0] != mu_q.shape[0]:
             raise ValueError(f"candidates has {cand.shape[0]} rows but there are {mu_q.shape[0]} queries")
         k = check_k(k, cand.shape[1])
@@ -339,7 +340,7 @@ def csls_mutual_topk(
 
 
 def _candidate_lists(cand, n_rows: int, n_other: int, name: str) -> np.ndarray:
-    cand = as_int_matrix(cand, name, low=-1, high=n_other)
+    cand = as_int_matrix(cand, name, low=-1, high=n_other, copy=True)
     if cand.shape[0] != n_rows:
         raise ValueError(f"{name} has {cand.shape[0]} rows but there are {n_rows}")
     if cand.size:
@@ -409,6 +410,10 @@ def otsu_threshold(values, *, bins: int = 100) -> float:
     return float(_core_module().otsu_threshold(v, int(bins)))
 
 
+# VoteTable keys a pair as (i << 32) | j: larger ids would alias other pairs.
+_ID_LIMIT = 2**32
+
+
 class VoteTable:
     """Votes per candidate pair across views, with a Beta-Bernoulli posterior.
 
@@ -421,8 +426,10 @@ class VoteTable:
         self._t = _core_module().VoteTable()
 
     def add(self, pairs) -> None:
-        """Record one view's proposals (``(P, 2)`` int64, P may be 0)."""
-        pairs = as_int_matrix(np.asarray(pairs).reshape(-1, 2) if np.size(pairs) == 0 else pairs, "pairs")
+        """Record one view's proposals (``(P, 2)`` int64 ids in ``[0, 2**32)``, P may be 0)."""
+        pairs = as_int_matrix(
+            np.asarray(pairs).reshape(-1, 2) if np.size(pairs) == 0 else pairs, "pairs", high=_ID_LIMIT
+        )
         if pairs.shape[1] != 2:
             raise ValueError(f"pairs must have shape (P, 2), got {pairs.shape}")
         self._t.add(pairs)
@@ -440,7 +447,12 @@ class VoteTable:
 
     def votes(self, pairs) -> np.ndarray:
         """Vote counts of the given pairs (0 for unseen)."""
-        return self._t.votes(as_int_matrix(pairs, "pairs"))
+        pairs = as_int_matrix(
+            np.asarray(pairs).reshape(-1, 2) if np.size(pairs) == 0 else pairs, "pairs", high=_ID_LIMIT
+        )
+        if pairs.shape[1] != 2:
+            raise ValueError(f"pairs must have shape (P, 2), got {pairs.shape}")
+        return self._t.votes(pairs)
 
     def posterior_mean(self, pairs=None) -> np.ndarray:
         """``(1 + v) / (2 + n)`` for ``pairs`` (default: all pairs in :meth:`items` order)."""
@@ -459,8 +471,10 @@ class VoteTable:
 
 
 def _row_set(rows, name: str) -> np.ndarray:
-    rows = np.asarray(rows if rows is not None else [], dtype=np.int64).reshape(-1)
-    return np.unique(as_int_matrix(rows, name, ndim=1))
+    if rows is None:
+        return np.zeros(0, np.int64)
+    rows = np.asarray(rows)  # no dtype here: 1.7 must be rejected, not truncated to 1
+    return np.unique(as_int_matrix(rows.reshape(-1), name, ndim=1))
 
 
 def greedy_one_to_one(
@@ -481,6 +495,8 @@ def greedy_one_to_one(
     scores = as_matrix(scores, "scores", ndim=1, dtype=np.float64, allow_empty=True)
     if pairs.shape[0] != scores.shape[0] or (pairs.size and pairs.shape[1] != 2):
         raise ValueError("pairs must be (P, 2) and scores (P,)")
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or np.isnan(threshold):
+        raise ValueError(f"threshold must be a real number (not NaN), got {threshold!r}")
     lim = -1 if limit is None else check_int(limit, "limit", low=0)
     ex_a, ex_b = _row_set(exclude_a, "exclude_a"), _row_set(exclude_b, "exclude_b")
     return _core_module().greedy_one_to_one(pairs.reshape(-1, 2), scores, float(threshold), ex_a, ex_b, lim)
@@ -505,8 +521,10 @@ def lorentz_pairwise(X, Y, *, curvature: float = 1.0, num_threads: Optional[int]
     """Geodesic distances in the Lorentz model between all rows of X and Y.
 
     Rows are space components; the time component is ``sqrt(1/c + |x|^2)``.
-    Uses the cancellation-free ``asinh`` form, so distances between nearby
-    points keep full relative precision. float32 and float64 (output dtype
+    Uses the ``asinh`` form with ``q = -<x - y, x - y>_L`` written as a sum of
+    non-negative terms (see :func:`crossembed.reference.lorentz_pairwise`), so
+    nearby points, and points at different radii along nearly one direction,
+    keep their relative precision. float32 and float64 (output dtype
     follows the input; mixed inputs compute in float64).
 
     Returns

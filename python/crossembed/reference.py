@@ -274,27 +274,27 @@ def otsu_threshold(values, *, bins: int = 100) -> float:
     lo, hi = float(v.min()), float(v.max())
     if hi == lo:
         return lo
-    width = (hi - lo) / bins
-    index = np.minimum(np.floor((v - lo) / (hi - lo) * bins).astype(np.int64), bins - 1)
+    # scale-free: v * s (s = 1/2 near the top of the range, so hi - lo stays finite),
+    # class means in bin units (centre of bin b is b + 1/2), exact sums
+    s = 0.5 if max(abs(lo), abs(hi)) > 1e300 else 1.0
+    los, span = lo * s, hi * s - lo * s
+    index = np.clip(np.floor((v * s - los) / span * bins), 0, bins - 1).astype(np.int64)
     counts = np.bincount(index, minlength=bins).astype(np.float64)
-    centres = lo + (np.arange(bins) + 0.5) * width
-    total = counts.sum()
+    weighted = counts * (np.arange(bins) + 0.5)
 
-    weighted = counts * centres
     best_t, best_var = 0, -1.0
     for t in range(bins - 1):
         n0, n1 = counts[: t + 1].sum(), counts[t + 1 :].sum()
         if n0 == 0 or n1 == 0:
-            var = 0.0
-        else:
-            # fsum is exactly rounded, so empty bins never change a class mean
-            # and equal splits compare equal (the first one wins)
-            m0 = math.fsum(weighted[: t + 1]) / n0
-            m1 = math.fsum(weighted[t + 1 :]) / n1
-            var = (n0 / total) * (n1 / total) * (m0 - m1) ** 2
+            continue
+        # fsum is exactly rounded, so empty bins never change a class mean
+        # and equal splits compare equal (the first one wins)
+        m0 = math.fsum(weighted[: t + 1]) / n0
+        m1 = math.fsum(weighted[t + 1 :]) / n1
+        var = n0 * n1 * (m0 - m1) ** 2
         if var > best_var:
             best_t, best_var = t, var
-    return lo + (best_t + 1) * width
+    return (los + (best_t + 1) * (span / bins)) / s
 
 
 def greedy_one_to_one(
@@ -309,8 +309,8 @@ def greedy_one_to_one(
     """
     pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     scores = _f64(scores).reshape(-1)
-    used_a = set(int(i) for i in np.asarray(exclude_a, dtype=np.int64).reshape(-1))
-    used_b = set(int(j) for j in np.asarray(exclude_b, dtype=np.int64).reshape(-1))
+    used_a = set(int(i) for i in np.asarray(() if exclude_a is None else exclude_a, dtype=np.int64).reshape(-1))
+    used_b = set(int(j) for j in np.asarray(() if exclude_b is None else exclude_b, dtype=np.int64).reshape(-1))
     order = sorted(range(len(scores)), key=lambda p: (-scores[p], pairs[p, 0], pairs[p, 1]))
     out = []
     for p in order:
@@ -377,7 +377,10 @@ def lorentz_pairwise(X, Y, *, curvature: float = 1.0, num_threads: Optional[int]
     ``x_t - y_t = dr (|x| + |y|) / (x_t + y_t)``, hence
     ``q = |x| |y| |xh - yh|^2 + dr^2 (T - R)(T + R) / T^2`` with
     ``T = x_t + y_t``, ``R = |x| + |y|`` and
-    ``T - R = (1/c) (1 / (x_t + |x|) + 1 / (y_t + |y|))``.
+    ``T - R = (1/c) (1 / (x_t + |x|) + 1 / (y_t + |y|))``. ``dr`` is formed as
+    ``(x - y).(x + y) / (|x| + |y|)`` and the tangential term as
+    ``|x - y|^2 - dr^2`` instead where that rounds less (tangential separation
+    dominates), as the C++ kernel and the torch ``distance`` do.
     """
     ld = np.longdouble
     c = ld(curvature)
@@ -390,10 +393,17 @@ def lorentz_pairwise(X, Y, *, curvature: float = 1.0, num_threads: Optional[int]
     out = np.empty((X.shape[0], Y.shape[0]), dtype=np.float64)
     for i in range(X.shape[0]):  # one row at a time: longdouble has no BLAS and (NX, NY, D) can be large
         chord2 = ((hx[i][None, :] - hy) ** 2).sum(1)
-        dr = rx[i] - ry
+        diff = X[i][None, :] - Y
+        sq = (diff * diff).sum(1)
         big_t, big_r = tx[i] + ty, rx[i] + ry
+        # dr from (x-y).(x+y): no cancellation for nearly equal radii
+        dr = np.divide((diff * (X[i][None, :] + Y)).sum(1), big_r, out=np.zeros_like(big_r), where=big_r > 0)
+        # |x||y| |xh - yh|^2 = |x - y|^2 - dr^2: the subtraction where it rounds less
+        sub = sq - dr * dr
+        rxy = rx[i] * ry
+        q_tan = np.where(sq <= 2 * np.sqrt(rxy * np.maximum(sub, 0)) + np.finfo(ld).eps * rxy, sub, rxy * chord2)
         t_minus_r = (1 / (tx[i] + rx[i]) + 1 / (ty + ry)) / c
-        q = rx[i] * ry * chord2 + dr * dr * t_minus_r * (big_t + big_r) / (big_t * big_t)
+        q = np.maximum(q_tan, 0) + dr * dr * t_minus_r * (big_t + big_r) / (big_t * big_t)
         out[i] = (2 / np.sqrt(c)) * np.arcsinh(np.sqrt(c) * np.sqrt(q) / 2)
     return out
 

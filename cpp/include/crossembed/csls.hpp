@@ -225,7 +225,8 @@ inline CslsResult csls_mutual_topk_candidates(const float* SA, std::size_t na, c
   // CSLS top-k per row among its candidates (lists are sorted best-first now).
   auto top = [&](std::vector<TopK>& lists, const std::vector<double>& r_self, const std::vector<double>& r_other,
                  bool a_side) {
-    std::vector<TopK> out(lists.size(), TopK(k));
+    // No row has more than max(M_A, M_B) candidates: clip k before reserving.
+    std::vector<TopK> out(lists.size(), TopK(std::min(k, std::max(ma, mb))));
     parallel_for(std::int64_t(lists.size()), num_threads, [&](std::int64_t ii, int) {
       const std::size_t i = std::size_t(ii);
       for (const Scored& s : lists[i].items()) {

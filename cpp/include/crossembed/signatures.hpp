@@ -18,15 +18,22 @@
 
 namespace crossembed {
 
-// Rows scaled to unit norm; zero rows stay zero (cosine 0 to everything).
+inline double row_norm2(const float* x, std::size_t d) {
+  double s = 0;  // in double: squares of |x| ~ 3e38 or of subnormals stay finite and non-zero
+  for (std::size_t j = 0; j < d; ++j) s += double(x[j]) * x[j];
+  return s;
+}
+
+// Row i of x scaled to unit norm into out (in double: 1/|x| of a subnormal
+// row overflows float); a zero row stays zero (cosine 0 to everything).
+inline void unit_row(const float* x, std::size_t d, double norm2, float* out) {
+  const double inv = norm2 > 0 ? 1.0 / std::sqrt(norm2) : 0.0;
+  for (std::size_t j = 0; j < d; ++j) out[j] = float(double(x[j]) * inv);
+}
+
 inline std::vector<float> unit_rows(const float* x, std::size_t n, std::size_t d) {
-  std::vector<float> out(x, x + n * d);
-  for (std::size_t i = 0; i < n; ++i) {
-    double s = 0;
-    for (std::size_t j = 0; j < d; ++j) s += double(x[i * d + j]) * x[i * d + j];
-    const float inv = s > 0 ? float(1.0 / std::sqrt(s)) : 0.0f;
-    for (std::size_t j = 0; j < d; ++j) out[i * d + j] *= inv;
-  }
+  std::vector<float> out(n * d);
+  for (std::size_t i = 0; i < n; ++i) unit_row(x + i * d, d, row_norm2(x + i * d, d), out.data() + i * d);
   return out;
 }
 
@@ -57,29 +64,21 @@ namespace detail {
 // Cosines land in the output rows themselves (one tile spans every anchor),
 // then exp and normalisation run in place.
 struct SignatureHandler {
-  const float* x;
-  std::size_t a, d;
+  const float* row_scale;  // 1/|x| per row (1 for rows given pre-normalised)
+  std::size_t a;
   float inv_sigma;
   float* out;
 
   struct OnBlock : BlockHandlerBase<float> {
     const SignatureHandler& h;
     Block b;
-    std::vector<float> inv_norm;
-    OnBlock(const SignatureHandler& h_, const Block& b_) : h(h_), b(b_), inv_norm(b.r1 - b.r0) {
-      for (std::size_t i = b.r0; i < b.r1; ++i) {
-        const float* xi = h.x + i * h.d;
-        double s = 0;  // in double: float squares of huge rows would overflow
-        for (std::size_t t = 0; t < h.d; ++t) s += double(xi[t]) * xi[t];
-        inv_norm[i - b.r0] = s > 0 ? float(1.0 / std::sqrt(s)) : 0.0f;
-      }
-    }
+    OnBlock(const SignatureHandler& h_, const Block& b_) : h(h_), b(b_) {}
     float* tile_buffer(std::size_t c0, std::size_t& ld) {
       ld = h.a;
       return h.out + b.r0 * h.a + c0;
     }
     void add_tile(std::size_t, std::size_t, const float*, std::size_t) {
-      simd::isa().signature_rows(h.out + b.r0 * h.a, b.r1 - b.r0, h.a, inv_norm.data(), h.inv_sigma);
+      simd::isa().signature_rows(h.out + b.r0 * h.a, b.r1 - b.r0, h.a, h.row_scale + b.r0, h.inv_sigma);
     }
   };
   OnBlock begin_block(const Block& b) const { return OnBlock(*this, b); }
@@ -93,10 +92,32 @@ inline void anchor_signatures(const float* x, std::size_t n, const float* anchor
   if (n == 0) return;
   const std::vector<float> ua = unit_rows(anchors, a, d);
   const simd::Panels<float> panels(ua.data(), a, d);
-  const auto rows = simd::Panels<float>::row_pointers(x, n, d);
+  auto rows = simd::Panels<float>::row_pointers(x, n, d);
+  // Rows whose norm is far from 1 (subnormal entries, |x| ~ 3e38) would
+  // overflow the float dot products or their 1/|x|: those are normalised
+  // (in double) into a side buffer first and scored with scale 1.
+  std::vector<float> scale(n), unit;
+  std::vector<std::size_t> extreme;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double s2 = row_norm2(x + i * d, d);
+    if (s2 > 0 && (s2 < 1e-30 || s2 > 1e30)) {
+      extreme.push_back(i);
+      scale[i] = 1.0f;
+    } else {
+      scale[i] = s2 > 0 ? float(1.0 / std::sqrt(s2)) : 0.0f;
+    }
+  }
+  unit.resize(extreme.size() * d);
+  for (std::size_t e = 0; e < extreme.size(); ++e) {
+    const float* xi = x + extreme[e] * d;
+    unit_row(xi, d, row_norm2(xi, d), unit.data() + e * d);
+    rows[extreme[e]] = unit.data() + e * d;
+  }
   constexpr std::size_t kRows = 32;
   const SweepPlan plan(n, a, kRows, a);  // one tile of all anchors per row block
-  detail::SignatureHandler h{x, a, d, float(1.0 / sigma), out};
+  // 1/sigma capped at the float range: sigma = 1e-40 must not turn 0 * inf into NaN
+  const float inv_sigma = float(std::min(1.0 / sigma, 3.0e38));
+  detail::SignatureHandler h{scale.data(), a, inv_sigma, out};
   sweep(rows.data(), panels, plan, num_threads, h);
 }
 

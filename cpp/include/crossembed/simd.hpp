@@ -38,7 +38,8 @@ struct Isa {
   void (*gemm_f32)(const float* const*, std::size_t, const float*, std::size_t, std::size_t, float*, std::size_t);
   void (*gemm_f64)(const double* const*, std::size_t, const double*, std::size_t, std::size_t, double*, std::size_t);
   void (*signature_rows)(float*, std::size_t, std::size_t, const float*, float);
-  void (*lorentz_row_from_dots)(const float*, std::size_t, float, float, const float*, const float*, float, float*);
+  void (*lorentz_row_from_dots)(const float*, std::size_t, float, float, float, const float*, const float*,
+                                const float*, float, float*);
 };
 
 // One namespace per instruction set: what differs, then the shared

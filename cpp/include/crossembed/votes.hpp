@@ -60,23 +60,28 @@ inline double otsu_threshold(const double* v, std::size_t n, int bins) {
   if (n == 0) return 0.0;
   const double lo = *std::min_element(v, v + n), hi = *std::max_element(v, v + n);
   if (!(hi > lo)) return lo;
-  const double width = (hi - lo) / bins;
+  // Scale-free: bins are found on v * s (s = 1/2 near the top of the double
+  // range, so that hi - lo cannot overflow) and the class means are taken in
+  // bin units (centre of bin b = b + 1/2). Those sums are exact, so nothing
+  // over- or underflows at 1e+-300 and equal splits compare equal.
+  const double s = std::max(std::fabs(lo), std::fabs(hi)) > 1e300 ? 0.5 : 1.0;
+  const double los = lo * s, span = hi * s - los;
   std::vector<double> hist(std::size_t(bins), 0.0);
   for (std::size_t t = 0; t < n; ++t) {
-    int b = int((v[t] - lo) / width);
-    b = std::min(std::max(b, 0), bins - 1);
+    const double u = std::floor((v[t] * s - los) / span * bins);
+    const int b = u < 0 ? 0 : (u >= bins ? bins - 1 : int(u));
     hist[std::size_t(b)] += 1.0;
   }
   double total_mass = 0, total_sum = 0;
   for (int b = 0; b < bins; ++b) {
     total_mass += hist[std::size_t(b)];
-    total_sum += hist[std::size_t(b)] * (lo + (b + 0.5) * width);
+    total_sum += hist[std::size_t(b)] * (b + 0.5);
   }
   double w0 = 0, s0 = 0, best = -1.0;
   int best_b = 0;
   for (int b = 0; b < bins - 1; ++b) {
     w0 += hist[std::size_t(b)];
-    s0 += hist[std::size_t(b)] * (lo + (b + 0.5) * width);
+    s0 += hist[std::size_t(b)] * (b + 0.5);
     const double w1 = total_mass - w0;
     if (w0 == 0 || w1 == 0) continue;
     const double m0 = s0 / w0, m1 = (total_sum - s0) / w1;
@@ -86,7 +91,7 @@ inline double otsu_threshold(const double* v, std::size_t n, int bins) {
       best_b = b;
     }
   }
-  return lo + (best_b + 1) * width;
+  return (los + (best_b + 1) * (span / bins)) / s;
 }
 
 }  // namespace crossembed

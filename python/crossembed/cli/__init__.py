@@ -14,7 +14,7 @@ import importlib
 import sys
 from typing import List, Optional
 
-from crossembed.cli._common import Parser, is_user_error
+from crossembed.cli._common import Parser, check_output_paths, is_user_error
 
 _COMMAND_MODULES = (
     "crossembed.cli.demo",
@@ -47,6 +47,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.print_help()
         return 2
     try:
+        check_output_paths(args)
         result = args.func(args)
     except KeyboardInterrupt:
         print("crossembed: interrupted", file=sys.stderr)

@@ -11,6 +11,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 import crossembed
 
 _PACKAGE_DIR = str(Path(crossembed.__file__).resolve().parent)
@@ -36,8 +38,12 @@ def is_user_error(exc: BaseException) -> bool:
     are bugs: the CLI builds every argument itself, so a wrong type is never
     the user's.
     """
-    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ImportError)):
+    if isinstance(
+        exc, (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError, ImportError)
+    ):
         return True
+    if isinstance(exc, OSError) and getattr(exc, "filename", None) is not None:
+        return True  # about one of the user's paths (disk full, read-only, name too long, ...)
     if isinstance(exc, ValueError):
         frames = traceback.extract_tb(exc.__traceback__)
         if not frames:
@@ -46,6 +52,83 @@ def is_user_error(exc: BaseException) -> bool:
         ours = str(Path(last.filename).resolve()).startswith(_PACKAGE_DIR)
         return ours and (last.line or "").lstrip().startswith("raise")
     return False
+
+
+# --------------------------------------------------------------------------- output paths
+#: Options that name a file the command writes, and ones that name a directory;
+#: a sub-command whose ``--out`` is a directory says so with
+#: ``set_defaults(output_dirs=("out",))``.
+OUTPUT_FILES = ("out", "output", "plot", "results")
+OUTPUT_DIRS = ("work", "cache_dir")
+
+
+def _file_ancestor(path: Path) -> Optional[Path]:
+    """The nearest existing ancestor of ``path`` that is not a directory (None if there is none)."""
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
+def check_output_paths(args: argparse.Namespace) -> None:
+    """Refuse, before any work is done, output paths that can never be written.
+
+    A file option naming an existing directory, a directory option naming an
+    existing file, and any path below a regular file raise a ValueError that
+    names the option.
+    """
+    dirs = set(getattr(args, "output_dirs", ())) | set(OUTPUT_DIRS)
+    for attr in set(OUTPUT_FILES) | dirs:
+        value = getattr(args, attr, None)
+        if not isinstance(value, (str, Path)) or not str(value):
+            continue
+        opt, path = "--" + attr.replace("_", "-"), Path(value)
+        blocker = _file_ancestor(path)
+        if blocker is not None:
+            raise ValueError(f"{opt}: {str(blocker)!r} is a file, so {str(path)!r} cannot be created below it")
+        if attr in dirs:
+            if path.exists() and not path.is_dir():
+                raise ValueError(f"{opt}: {str(path)!r} is an existing file, not a directory")
+        elif path.is_dir():
+            raise ValueError(f"{opt}: {str(path)!r} is a directory; name a file")
+
+
+# --------------------------------------------------------------------------- input arrays
+def load_npy(path: str, name: str) -> np.ndarray:
+    """A ``.npy`` array whose header is checked against the file before anything is allocated.
+
+    A header that claims more data than the file holds (a truncated or forged
+    file: e.g. a 4 PiB shape) is a ValueError, not a MemoryError.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{name} file {path!r} does not exist")
+    try:
+        with open(p, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+            offset = fh.tell()
+    except (ValueError, OSError, EOFError, SyntaxError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"{name} file {path!r} is not a readable .npy array ({msg})") from None
+    if dtype.hasobject:
+        raise ValueError(f"{name} file {path!r} holds Python objects; only numeric arrays are read")
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    need, have = count * dtype.itemsize, p.stat().st_size - offset
+    if need != have:
+        raise ValueError(
+            f"{name} file {path!r}: its header claims shape {tuple(shape)} of {dtype} ({need} bytes) "
+            f"but the file holds {have} bytes of data"
+        )
+    try:
+        return np.load(p, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ValueError(f"{name} file {path!r} is not a readable .npy array ({str(exc).splitlines()[0]})") from None
 
 
 # --------------------------------------------------------------------------- common options

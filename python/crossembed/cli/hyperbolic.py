@@ -182,7 +182,7 @@ def register(subparsers) -> None:
     p.add_argument("--plot", help="also save the loss curve to this PNG")
     _add_train_options(p)
     _add_common(p)
-    p.set_defaults(func=_cmd_train)
+    p.set_defaults(func=_cmd_train, output_dirs=("out",))
 
     p = subparsers.add_parser(
         "eval-uncha",

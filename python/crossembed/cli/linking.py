@@ -18,6 +18,7 @@ from crossembed.cli._common import (
     add_num_threads,
     add_output_flags,
     add_seed,
+    load_npy,
     parse_ints,
     parse_tuples,
     print_result,
@@ -77,13 +78,7 @@ def register(subparsers) -> None:
 
 
 def _load_matrix(path: str, name: str) -> np.ndarray:
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"{name} file {path!r} does not exist")
-    try:
-        arr = np.load(p, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise ValueError(f"{name} file {path!r} is not a readable .npy array ({str(exc).splitlines()[0]})") from None
+    arr = load_npy(path, name)
     if not isinstance(arr, np.ndarray) or arr.ndim != 2:
         raise ValueError(f"{name} file {path!r} must hold a 2-D array, got shape {getattr(arr, 'shape', None)}")
     return arr

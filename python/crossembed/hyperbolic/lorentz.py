@@ -45,8 +45,34 @@ APERTURE_K = 0.1
 
 
 def _c(curvature: Curvature, like: torch.Tensor) -> torch.Tensor:
-    c = torch.as_tensor(curvature, dtype=like.dtype, device=like.device)
-    return c
+    """``curvature`` as a tensor like ``like``; ``c > 0`` is checked for numbers and CPU tensors
+    (a CUDA curvature is not read back: that would synchronise every call)."""
+    if isinstance(curvature, torch.Tensor):
+        if curvature.device.type == "cpu" and curvature.numel() == 1 and not bool(curvature.detach() > 0):
+            raise ValueError(f"curvature must be > 0, got {float(curvature.detach())}")
+    else:
+        check_positive(curvature, "curvature")
+    return torch.as_tensor(curvature, dtype=like.dtype, device=like.device)
+
+
+def _norm_dir(x: torch.Tensor):
+    """``(|x|, x / |x|)`` without over- or underflow: rows are divided by their largest entry first.
+
+    ``|x|`` may still be inf when it exceeds the dtype's range (entries near
+    its maximum); the direction is always finite, 0 at the origin, and both
+    have finite gradients there.
+    """
+    m = x.abs().amax(-1, keepdim=True)
+    xs = x / torch.where(m > 0, m, torch.ones_like(m))
+    ns = torch.sqrt(_sq_norm(xs).clamp_min(_TINY))
+    return m.squeeze(-1) * ns, xs / ns.unsqueeze(-1), m.squeeze(-1), ns
+
+
+def _wide(x: torch.Tensor) -> torch.dtype:
+    """float64 for narrower floats (where the device has it): the dtype formulas with r^3 terms run in."""
+    if x.dtype in (torch.float16, torch.bfloat16, torch.float32) and x.device.type != "mps":
+        return torch.float64
+    return x.dtype
 
 
 def _sq_norm(x: torch.Tensor) -> torch.Tensor:
@@ -56,6 +82,17 @@ def _sq_norm(x: torch.Tensor) -> torch.Tensor:
 def _safe_norm(x: torch.Tensor) -> torch.Tensor:
     # the gradient of |x| at 0 is 0/0; flooring the square keeps it at 0 instead of NaN
     return torch.sqrt(_sq_norm(x).clamp_min(_TINY))
+
+
+def _nonzero(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with zeros replaced by 1 (a safe divisor where the numerator is 0 too)."""
+    return torch.where(t > 0, t, torch.ones_like(t))
+
+
+def _norm0(x: torch.Tensor) -> torch.Tensor:
+    """``|x|``, exactly 0 at the origin, with gradient 0 there (not NaN)."""
+    n2 = _sq_norm(x)
+    return torch.where(n2 > 0, torch.sqrt(_nonzero(n2)), torch.zeros_like(n2))
 
 
 def time_component(x: torch.Tensor, curvature: Curvature = 1.0) -> torch.Tensor:
@@ -76,15 +113,35 @@ def pairwise_inner(x: torch.Tensor, y: torch.Tensor, curvature: Curvature = 1.0)
     return x @ y.transpose(-1, -2) - xt.unsqueeze(-1) * yt.unsqueeze(-2)
 
 
-def _chord_sq(x: torch.Tensor, y: torch.Tensor, xt: torch.Tensor, yt: torch.Tensor) -> torch.Tensor:
-    """``|x-y|^2 - (x_t-y_t)^2`` (the squared Minkowski chord), free of cancellation.
+def _chord_sq(x: torch.Tensor, y: torch.Tensor, xt: torch.Tensor, yt: torch.Tensor, c: Curvature) -> torch.Tensor:
+    """``|x-y|^2 - (x_t-y_t)^2`` (the squared Minkowski chord) as a sum of two non-negative terms.
 
-    ``x_t - y_t`` is formed as ``(x-y).(x+y) / (x_t+y_t)``, which keeps full
-    relative precision when the points are close (SPEC 2.4).
+    With ``r = |x|``, ``dr = r_x - r_y = (x-y).(x+y) / (r_x + r_y)``, ``T = x_t + y_t``
+    and ``R = r_x + r_y`` (``T - R = (1/(x_t + r_x) + 1/(y_t + r_y)) / c``):
+    ``q = Q_tan + dr^2 (T - R)(T + R) / T^2`` with the tangential part
+    ``Q_tan = |x-y|^2 - dr^2`` or ``r_x r_y |x/r_x - y/r_y|^2``, whichever has the
+    smaller rounding error here. Nothing cancels for nearby points,
+    nor for points at different radii along nearly one direction (where
+    ``|x-y|^2 - (x_t-y_t)^2`` computed directly loses everything: ``[1e4, 0]``
+    vs ``[2e4, 0]`` is ``ln 2``, not 0). The same decomposition as
+    ``crossembed.reference.lorentz_pairwise`` and the C++ kernel.
     """
+    c = _c(c, x)
     diff = x - y
-    dt = (diff * (x + y)).sum(-1) / (xt + yt)
-    return (_sq_norm(diff) - dt * dt).clamp_min(0.0)
+    rx, ry = _norm0(x), _norm0(y)
+    big_r = rx + ry
+    sq = _sq_norm(diff)
+    dr = (diff * (x + y)).sum(-1) / _nonzero(big_r)
+    sub = sq - dr * dr
+    chord = _sq_norm(x / _nonzero(rx).unsqueeze(-1) - y / _nonzero(ry).unsqueeze(-1))
+    # each form's absolute error is ~eps times: sq for the difference, 2 sqrt(r_x r_y Q_tan)
+    # + eps r_x r_y for the unit-vector chord; take the smaller (Q_tan estimated by sub)
+    rxy = rx * ry
+    use_sub = sq <= 2.0 * torch.sqrt(rxy * sub.clamp_min(0.0)) + torch.finfo(x.dtype).eps * rxy
+    q_tan = torch.where(use_sub, sub, rxy * chord).clamp_min(0.0)
+    big_t = xt + yt
+    t_minus_r = (1.0 / (xt + rx) + 1.0 / (yt + ry)) / c
+    return q_tan + dr * dr * t_minus_r * ((big_t + big_r) / big_t / big_t)
 
 
 def _dist_from_chord(q: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
@@ -106,7 +163,7 @@ def distance(x: torch.Tensor, y: torch.Tensor, curvature: Curvature = 1.0) -> to
     c = _c(curvature, x)
     xt = time_component(x, c)
     yt = time_component(y, c)
-    return _dist_from_chord(_chord_sq(x, y, xt, yt), c)
+    return _dist_from_chord(_chord_sq(x, y, xt, yt, c), c)
 
 
 def pairwise_distance(
@@ -136,7 +193,7 @@ def pairwise_distance(
     out = []
     for s in range(0, x.shape[0], rows):
         xs, xts = x[s : s + rows].unsqueeze(1), xt[s : s + rows].unsqueeze(1)
-        out.append(_dist_from_chord(_chord_sq(xs, y.unsqueeze(0), xts, yt.unsqueeze(0)), c))
+        out.append(_dist_from_chord(_chord_sq(xs, y.unsqueeze(0), xts, yt.unsqueeze(0), c), c))
     if not out:
         return x.new_zeros((0, y.shape[0]))
     return torch.cat(out, 0)
@@ -146,28 +203,40 @@ def expmap0(v: torch.Tensor, curvature: Curvature = 1.0) -> torch.Tensor:
     """Exponential map at the origin: tangent ``v`` -> space components.
 
     ``sinh(sqrt(c)|v|) v / (sqrt(c)|v|)``, with ``sqrt(c)|v|`` clamped to
-    ``asinh(2**15)`` and the Taylor series ``1 + z^2/6`` near 0.
+    ``asinh(2**15)`` and the Taylor series ``1 + z^2/6`` near 0. Written as
+    ``sinh(z) / sqrt(c)`` times the unit direction of ``v``, so huge tangents
+    (``|v| = 1e20`` in float32) land on the clamp instead of 0.
     """
     c = _c(curvature, v)
-    z2 = c * _sq_norm(v)
-    small = z2 < _SERIES**2
-    z = torch.sqrt(torch.where(small, torch.ones_like(z2), z2))  # safe: never 0 in the used branch
-    zc = z.clamp_max(_MAX_ARG)
-    ratio = torch.where(small, 1.0 + z2 / 6.0, torch.sinh(zc) / z)
-    return v * ratio.unsqueeze(-1)
+    norm, direction, _, _ = _norm_dir(v)
+    z = torch.sqrt(c) * norm
+    small = z < _SERIES
+    z2 = torch.where(small, z * z, torch.zeros_like(z))  # the series branch only sees small z
+    zc = torch.where(small, torch.ones_like(z), z).clamp_max(_MAX_ARG)  # safe: never 0 in the used branch
+    far = direction * (torch.sinh(zc) / torch.sqrt(c)).unsqueeze(-1)
+    return torch.where(small.unsqueeze(-1), v * (1.0 + z2 / 6.0).unsqueeze(-1), far)
 
 
 def logmap0(x: torch.Tensor, curvature: Curvature = 1.0) -> torch.Tensor:
     """Logarithmic map at the origin (inverse of :func:`expmap0` below the clamp).
 
-    ``asinh(sqrt(c)|x|) x / (sqrt(c)|x|)``, series ``1 - z^2/6`` near 0.
+    ``asinh(sqrt(c)|x|) x / (sqrt(c)|x|)``, series ``1 - z^2/6`` near 0;
+    ``asinh(z) / sqrt(c)`` times the unit direction of ``x``, with
+    ``asinh(z) = ln 2 + ln z`` (from logs of the scaled norm) where ``z``
+    would overflow, so every finite ``x`` maps to a finite tangent.
     """
     c = _c(curvature, x)
-    z2 = c * _sq_norm(x)
-    small = z2 < _SERIES**2
-    z = torch.sqrt(torch.where(small, torch.ones_like(z2), z2))
-    ratio = torch.where(small, 1.0 - z2 / 6.0, torch.asinh(z) / z)
-    return x * ratio.unsqueeze(-1)
+    norm, direction, m, ns = _norm_dir(x)
+    z = torch.sqrt(c) * norm
+    small = z < _SERIES
+    z2 = torch.where(small, z * z, torch.zeros_like(z))
+    huge = z > 1e18  # asinh(z) = ln(2z) to float precision; ln z from the scaled norm never overflows
+    safe_m = torch.where(huge, m, torch.ones_like(m))
+    log_z = 0.5 * torch.log(c) + torch.log(safe_m) + torch.log(ns)
+    zs = torch.where(small | huge, torch.ones_like(z), z)
+    asinh_z = torch.where(huge, math.log(2.0) + log_z, torch.asinh(zs))
+    far = direction * (asinh_z / torch.sqrt(c)).unsqueeze(-1)
+    return torch.where(small.unsqueeze(-1), x * (1.0 - z2 / 6.0).unsqueeze(-1), far)
 
 
 def half_aperture(
@@ -190,17 +259,20 @@ def exterior_angle(x: torch.Tensor, y: torch.Tensor, curvature: Curvature = 1.0,
     ``[-1+eps, 1-eps]``. ``(c<x,y>_L)^2 - 1`` is formed from the stable chord
     ``q`` as ``(c q/2)(c q/2 + 2)`` so it is exact for nearby points.
     """
+    out_dtype = x.dtype
+    # its terms grow like |x|^3: in float64 (for float32 and narrower inputs) every finite x, y fits
+    x, y = x.to(_wide(x)), y.to(_wide(x))
     c = _c(curvature, x)
     xt = time_component(x, c)
     yt = time_component(y, c)
-    q = _chord_sq(x, y, xt, yt)
+    q = _chord_sq(x, y, xt, yt, c)
     a = 1.0 + c * q / 2.0  # = -c <x, y>_L >= 1
     den_sq = (c * q / 2.0) * (c * q / 2.0 + 2.0)
     # floor the denominator well above float32's underflow so d(num/den)/d(den)
     # stays finite (the clamp below then zeroes it) at the origin and for x == y
     den = (_safe_norm(x) * torch.sqrt(den_sq.clamp_min(_TINY))).clamp_min(1e-12)
     num = yt - xt * a
-    return torch.acos((num / den).clamp(-1.0 + eps, 1.0 - eps))
+    return torch.acos((num / den).clamp(-1.0 + eps, 1.0 - eps)).to(out_dtype)
 
 
 def uncertainty(x: torch.Tensor) -> torch.Tensor:

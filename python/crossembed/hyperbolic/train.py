@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from crossembed._io import load_arrays, save_arrays
+from crossembed._io import CorruptFileError, load_arrays, save_arrays
 from crossembed._validation import check_int, check_positive
 from crossembed.hyperbolic.data import CLASS_NAMES, SceneSet, Vocabulary, make_scenes, part_caption
 from crossembed.hyperbolic.losses import Batch, preset, total_loss
@@ -213,12 +213,16 @@ def load_checkpoint(path: Union[str, Path], *, optimizer: bool = False):
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
     arrays, meta = load_arrays(path, CHECKPOINT_KIND)
-    config = TrainConfig.from_dict(meta["config"])
-    model = build_model(config)
-    state = {k[len("model/") :]: torch.from_numpy(v) for k, v in arrays.items() if k.startswith("model/")}
-    model.load_state_dict(state)
+    try:
+        config = TrainConfig.from_dict(meta["config"])
+        step = int(meta["step"])
+        model = build_model(config)
+        state = {k[len("model/") :]: torch.from_numpy(v) for k, v in arrays.items() if k.startswith("model/")}
+        model.load_state_dict(state)
+    except (KeyError, TypeError, AttributeError, RuntimeError) as exc:
+        raise CorruptFileError(f"{path}: incomplete checkpoint ({type(exc).__name__}: {exc})") from None
     history = {k[len("history/") :]: v for k, v in arrays.items() if k.startswith("history/")}
-    out = [model, config, int(meta["step"]), history, meta]
+    out = [model, config, step, history, meta]
     if optimizer:
         opt = _optimizer(model, config)
         sd = opt.state_dict()

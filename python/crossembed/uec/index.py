@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
@@ -117,6 +118,7 @@ class UECIndex:
         self.num_threads = num_threads
         v = docs.var if self.use_variance else np.zeros_like(docs.var)
         self._probit = kernels.ProbitDocs(docs.mean, v)
+        self._graph_lock = threading.Lock()  # set_ef + knn_query as one step (see candidates)
         self._graph = self._build_graph(_graph)
 
     @classmethod
@@ -180,7 +182,8 @@ class UECIndex:
         fd, tmp = tempfile.mkstemp(suffix=".hnsw")
         os.close(fd)
         try:
-            self._graph.save_index(tmp)
+            with self._graph_lock:
+                self._graph.save_index(tmp)
             return Path(tmp).read_bytes()
         finally:
             os.unlink(tmp)
@@ -205,14 +208,37 @@ class UECIndex:
         return q
 
     def candidates(self, queries, m: int, *, ef: Optional[int] = None, num_threads: Optional[int] = None) -> np.ndarray:
-        """The hnswlib inner-product candidates ``(Q, m)`` int64 (``-1`` pads)."""
+        """The hnswlib inner-product candidates ``(Q, m)`` int64 (``-1`` pads).
+
+        Safe to call from several threads at once: the graph's search breadth
+        (``set_ef``) is shared state, so setting it and querying happen under
+        one lock per index, and every call sees its own ``ef``. Queries for
+        which hnswlib cannot return ``m`` neighbours (a sparse graph, many
+        identical documents) get their candidates by exact inner product.
+        """
         q = self._queries(queries)
         m = min(check_int(m, "m", low=1), len(self))
         ef = max(m, check_int(ef, "ef", low=1) if ef is not None else 2 * m)
-        self._graph.set_ef(ef)
         threads = check_num_threads(num_threads if num_threads is not None else self.num_threads) or -1
-        labels, _ = self._graph.knn_query(q.mean, k=m, num_threads=threads)
-        return labels.astype(np.int64)
+        with self._graph_lock:
+            self._graph.set_ef(ef)
+            try:
+                labels, _ = self._graph.knn_query(q.mean, k=m, num_threads=threads)
+                return labels.astype(np.int64)
+            except RuntimeError:  # "Cannot return the results in a contiguous 2D array..."
+                pass
+            rows = []
+            for row in q.mean:  # find the queries hnswlib fails on; the others keep its answer
+                try:
+                    rows.append(self._graph.knn_query(row[None, :], k=m, num_threads=1)[0][0].astype(np.int64))
+                except RuntimeError:
+                    rows.append(None)
+        return np.stack([r if r is not None else self._exact_candidates(row, m) for r, row in zip(rows, q.mean)])
+
+    def _exact_candidates(self, query: np.ndarray, m: int) -> np.ndarray:
+        """The ``m`` documents of largest inner product with ``query`` (ties: lower index)."""
+        ip = self.docs.mean.astype(np.float64) @ query.astype(np.float64)
+        return np.lexsort((np.arange(len(ip)), -ip))[:m].astype(np.int64)
 
     def search(
         self,
@@ -225,6 +251,10 @@ class UECIndex:
         num_threads: Optional[int] = None,
     ) -> Tuple[np.ndarray, np.ndarray]:
         """Top-``k`` documents per query by probit similarity.
+
+        Thread-safe: any number of threads may search one index at once, with
+        different ``k``/``rerank``/``ef``, and each gets exactly what the same
+        call alone would return.
 
         Parameters
         ----------
@@ -316,8 +346,8 @@ class UECIndex:
                 num_threads=num_threads,
                 _graph=arrays["graph"].tobytes(),
             )
-        except (KeyError, UnicodeDecodeError) as exc:
-            raise CorruptFileError(f"{path}: incomplete UECIndex ({exc})") from None
+        except (KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+            raise CorruptFileError(f"{path}: incomplete UECIndex ({type(exc).__name__}: {exc})") from None
 
     def __repr__(self) -> str:
         return f"UECIndex(n={len(self)}, dim={self.dim}, M={self.M}, rerank={self.rerank})"

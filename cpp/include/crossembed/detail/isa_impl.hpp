@@ -187,7 +187,10 @@ static inline VF vasinh_pos(VF z) {
 
 // Anchor-signature rows in place: row i holds dot products with unit anchors;
 // cos = row * row_scale[i], k = exp((cos - max cos) * inv_sigma), then the
-// row is divided by its L2 norm (>= 1: the max entry is exp(0)).
+// row is divided by its L2 norm (>= 1: the max entry is exp(0)). The cosines
+// are stored before the max is taken, so the largest one gives exactly
+// exp(0) = 1 (a product contracted into an fma with the subtraction would
+// leave its rounding error, which a tiny sigma blows up to an all-zero row).
 static void signature_rows(float* rows, std::size_t n, std::size_t a, const float* row_scale, float inv_sigma) {
   const std::size_t av = a - a % WF;
   for (std::size_t i = 0; i < n; ++i) {
@@ -196,20 +199,25 @@ static void signature_rows(float* rows, std::size_t n, std::size_t a, const floa
     VF vmax = splatf(-INFINITY);
     for (std::size_t j = 0; j < av; j += WF) {
       const VF v = load<VF>(r + j) * sc;
+      __builtin_memcpy(r + j, &v, sizeof(VF));
       vmax = v > vmax ? v : vmax;
     }
     float cmax = -INFINITY;
     for (std::size_t l = 0; l < WF; ++l) cmax = vmax[l] > cmax ? vmax[l] : cmax;
-    for (std::size_t j = av; j < a; ++j) cmax = std::max(cmax, r[j] * sc);
+    for (std::size_t j = av; j < a; ++j) {
+      volatile float v = r[j] * sc;  // rounded and stored: no contraction below
+      r[j] = v;
+      cmax = std::max(cmax, r[j]);
+    }
     VF ss = zerof();
     for (std::size_t j = 0; j < av; j += WF) {
-      const VF e = vexp((load<VF>(r + j) * sc - cmax) * inv_sigma);
+      const VF e = vexp((load<VF>(r + j) - cmax) * inv_sigma);
       __builtin_memcpy(r + j, &e, sizeof(VF));
       ss = vfma(e, e, ss);
     }
     float tail = 0.0f;
     for (std::size_t j = av; j < a; ++j) {
-      r[j] = std::exp(std::max(-87.0f, (r[j] * sc - cmax) * inv_sigma));
+      r[j] = std::exp(std::max(-87.0f, (r[j] - cmax) * inv_sigma));
       tail += r[j] * r[j];
     }
     const float inv = 1.0f / std::sqrt(hsum<VF, float>(ss) + tail);
@@ -222,33 +230,43 @@ static void signature_rows(float* rows, std::size_t n, std::size_t a, const floa
 }
 
 // Lorentz distances of one row x against many y from their dot products.
-// Writes NaN where the points are too close for the Gram form (the caller
-// recomputes those from coordinates).
-static void lorentz_row_from_dots(const float* dots, std::size_t n, float nx, float xt, const float* ny,
-                                  const float* yt, float c, float* out) {
+// Distances of one x point to a row of y points from their dot products, with
+// the cancellation-free decomposition of q = |x-y|^2 - (x_t-y_t)^2
+// (r = |x|, dr = r_x - r_y, T = x_t + y_t, R = r_x + r_y):
+//   q = 2 (r_x r_y - x.y) + dr^2 (T - R)(T + R) / T^2,
+//   T - R = (1/c) (a_x + a_y),  a = 1 / (x_t + |x|).
+// Both terms are >= 0, so nothing cancels between them; the only cancellation
+// left is r_x r_y - x.y for nearly parallel x and y, so pairs with
+// x.y > 0.95 r_x r_y (and pairs next to the origin, whose squares would be
+// subnormal) get NaN: the caller recomputes those from coordinates.
+static void lorentz_row_from_dots(const float* dots, std::size_t n, float rx, float tx, float ax, const float* ry,
+                                  const float* ty, const float* ay, float c, float* out) {
   const float two_over_sqrt_c = 2.0f / std::sqrt(c);
   const float half_sqrt_c = 0.5f * std::sqrt(c);
+  const float inv_c = 1.0f / c;
   const std::size_t nv = n - n % WF;
   const VF nan = splatf(__builtin_nanf(""));
   for (std::size_t j = 0; j < nv; j += WF) {
-    const VF dd = (nx + load<VF>(ny + j)) - 2.0f * load<VF>(dots + j);
-    const VF dt = (nx - load<VF>(ny + j)) / (xt + load<VF>(yt + j));
-    VF q = dd - dt * dt;
-    q = q < zerof() ? zerof() : q;
-    const VF z = vsqrt(q);
-    VF dist = two_over_sqrt_c * vasinh_pos(half_sqrt_c * z);
-    dist = dd < 0.05f * (nx + load<VF>(ny + j)) ? nan : dist;
+    const VF dot = load<VF>(dots + j), r = load<VF>(ry + j);
+    const VF rxy = rx * r;
+    VF q1 = 2.0f * (rxy - dot);
+    q1 = q1 < zerof() ? zerof() : q1;
+    const VF dr = rx - r, big_t = tx + load<VF>(ty + j), big_r = rx + r;
+    const VF q = q1 + dr * dr * ((ax + load<VF>(ay + j)) * inv_c) * ((big_t + big_r) / big_t / big_t);
+    VF dist = two_over_sqrt_c * vasinh_pos(half_sqrt_c * vsqrt(q));
+    dist = dot > 0.95f * rxy ? nan : dist;
+    dist = big_r < 1e-18f ? nan : dist;
     __builtin_memcpy(out + j, &dist, sizeof(VF));
   }
   for (std::size_t j = nv; j < n; ++j) {
-    const float dd = (nx + ny[j]) - 2.0f * dots[j];
-    if (dd < 0.05f * (nx + ny[j])) {
+    const float rxy = rx * ry[j];
+    if (dots[j] > 0.95f * rxy || rx + ry[j] < 1e-18f) {
       out[j] = __builtin_nanf("");
       continue;
     }
-    const float dt = (nx - ny[j]) / (xt + yt[j]);
-    float q = dd - dt * dt;
-    q = q < 0.0f ? 0.0f : q;
+    const float q1 = std::max(0.0f, 2.0f * (rxy - dots[j]));
+    const float dr = rx - ry[j], big_t = tx + ty[j], big_r = rx + ry[j];
+    const float q = q1 + dr * dr * ((ax + ay[j]) * inv_c) * ((big_t + big_r) / big_t / big_t);
     out[j] = two_over_sqrt_c * std::asinh(half_sqrt_c * std::sqrt(q));
   }
 }
