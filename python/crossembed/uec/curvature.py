@@ -154,19 +154,20 @@ def _logit_jacobian_parts(A: Linearised, P: Linearised, tau: float):
     return probs, r, q
 
 
-def _row_square_sum(alpha, g, q, Xa, Xp) -> np.ndarray:
-    """``sum_b (g_b x_{a_b}^T + sum_c alpha_bc q_bc x_{p_c}^T)**2`` elementwise, as GEMMs."""
-    B = len(Xa)
-    out = (g * g).T @ (Xa * Xa)
-    cross = (alpha[:, :, None] * g[:, None, :] * q).reshape(B * B, -1)
-    xx = (Xa[:, None, :] * Xp[None, :, :]).reshape(B * B, -1)  # [b, c] -> x_{a_b} * x_{p_c}
-    out += 2.0 * (cross.T @ xx)
-    # sum_b Z_b**2 with Z_b = sum_c alpha_bc q_bc x_c^T:  sum_{c,k} S_ck (x_c * x_k)^T,
-    # S_ck = sum_b alpha_bc alpha_bk q_bc * q_bk (batched over the output dimension)
-    aq = (alpha[:, :, None] * q).transpose(2, 0, 1)  # (D_out, B, c)
+def _pair_products(Xa: np.ndarray, Xp: np.ndarray) -> np.ndarray:
+    """``(B*B, D_in)``: row ``b*B + c`` is ``Xa[b] * Xp[c]``."""
+    return (Xa[:, None, :] * Xp[None, :, :]).reshape(len(Xa) * len(Xp), -1)
+
+
+def _column_square_sum(alpha: np.ndarray, q: np.ndarray, Xp: np.ndarray) -> np.ndarray:
+    """``sum_b (sum_c alpha_bc q_bc x_c^T)**2`` elementwise = ``sum_{c,k} S_ck (x_c * x_k)^T``.
+
+    ``S_ck = sum_b alpha_bc alpha_bk q_bc * q_bk``, batched over the output dimension.
+    """
+    B = len(Xp)
+    aq = np.ascontiguousarray((alpha[:, :, None] * q).transpose(2, 0, 1))  # (D_out, b, c)
     S = np.matmul(aq.transpose(0, 2, 1), aq).transpose(1, 2, 0).reshape(B * B, -1)  # [c, k] -> (D_out,)
-    pp = (Xp[:, None, :] * Xp[None, :, :]).reshape(B * B, -1)
-    return out + S.T @ pp
+    return S.T @ _pair_products(Xp, Xp)
 
 
 def linearised_diag_curvature(A: Linearised, P: Linearised, *, tau: float, curvature: str = "ggn") -> np.ndarray:
@@ -184,23 +185,34 @@ def linearised_diag_curvature(A: Linearised, P: Linearised, *, tau: float, curva
     Returns
     -------
     ndarray (D_out, D_in), float64
+
+    Notes
+    -----
+    With ``tau J_bc = r_bc x_{a_b}^T + q_bc x_{p_c}^T`` both forms are
+    ``sum_b (g_b x_{a_b}^T + sum_c alpha_bc q_bc x_{p_c}^T)**2`` (EF: ``alpha =
+    p - I``, ``g_b = sum_c alpha_bc r_bc``), the GGN minus it with ``alpha = p``
+    after ``E_c[J_bc**2]``; the ``x_a * x_p`` cross terms share one GEMM, the
+    ``x_p * x_p`` terms another.
     """
     if curvature not in ("ggn", "ef"):
         raise ValueError(f"curvature must be 'ggn' or 'ef', got {curvature!r}")
     probs, r, q = _logit_jacobian_parts(A, P, tau)
     Xa, Xp = np.asarray(A.inputs, dtype=np.float64), np.asarray(P.inputs, dtype=np.float64)
-    if curvature == "ef":
-        alpha = probs - np.eye(len(probs))
-        return _row_square_sum(alpha, np.einsum("bc,bcd->bd", alpha, r), q, Xa, Xp) / tau**2
-    # E_c[J_bc**2]: r^2 x_a^2 + 2 r q x_a x_p + q^2 x_p^2, minus (E_c J_bc)^2
-    rbar = np.einsum("bc,bcd->bd", probs, r)
-    first = np.einsum("bc,bcd->bd", probs, r * r).T @ (Xa * Xa)
-    first += np.einsum("bc,bcd->cd", probs, q * q).T @ (Xp * Xp)
     B = len(Xa)
-    cross = (probs[:, :, None] * r * q).reshape(B * B, -1)
-    xx = (Xa[:, None, :] * Xp[None, :, :]).reshape(B * B, -1)
-    first += 2.0 * (cross.T @ xx)
-    return (first - _row_square_sum(probs, rbar, q, Xa, Xp)) / tau**2
+    if curvature == "ef":
+        alpha = probs - np.eye(B)
+        g = np.einsum("bc,bcd->bd", alpha, r)
+        out = (g * g).T @ (Xa * Xa)
+        cross = (alpha[:, :, None] * g[:, None, :] * q).reshape(B * B, -1)
+        out += 2.0 * (cross.T @ _pair_products(Xa, Xp))
+        return (out + _column_square_sum(alpha, q, Xp)) / tau**2
+    # E_c[J_bc**2] = r^2 x_a^2 + 2 r q x_a x_p + q^2 x_p^2, minus (E_c J_bc)^2 = (rbar x_a^T + sum_c p q x_p^T)^2
+    rbar = np.einsum("bc,bcd->bd", probs, r)
+    out = (np.einsum("bc,bcd->bd", probs, r * r) - rbar * rbar).T @ (Xa * Xa)
+    out += np.einsum("bc,bcd->cd", probs, q * q).T @ (Xp * Xp)
+    cross = (probs[:, :, None] * (r - rbar[:, None, :]) * q).reshape(B * B, -1)
+    out += 2.0 * (cross.T @ _pair_products(Xa, Xp))
+    return (out - _column_square_sum(probs, q, Xp)) / tau**2
 
 
 def linearised_kron_factors(

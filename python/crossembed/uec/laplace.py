@@ -166,6 +166,8 @@ class LaplaceEmbedder:
         divides each model's similarity by it (``calibrate_scores``).
     n_pairs_ : int
     fit_seconds_ : float
+        Seconds :meth:`fit` / :meth:`fit_embeddings` took (for ``layer="last_dense"``
+        including the forward passes, which ``fit_forward_seconds_`` reports alone).
     """
 
     def __init__(
@@ -312,6 +314,7 @@ class LaplaceEmbedder:
             t0 = time.perf_counter()
             A = self._linearise([a for a, _ in pairs], show_progress_bar, batch_size)
             P = self._linearise([p for _, p in pairs], show_progress_bar, batch_size)
+            self.fit_forward_seconds_ = time.perf_counter() - t0
             self._fit_inputs(A, P, show_progress_bar)
             self.fit_seconds_ = time.perf_counter() - t0  # includes the forward passes
             return self

@@ -39,8 +39,6 @@ import numpy as np
 
 __all__ = ["PooledLinearisation"]
 
-_CHUNK = 32  # inputs whose (D, D) Jacobians are formed at once in propagate()
-
 
 @dataclass(frozen=True)
 class PooledLinearisation:
@@ -110,38 +108,63 @@ class PooledLinearisation:
         )
 
     # ------------------------------------------------------------------ the Jacobian M = K diag(gamma) Pi
-    def _pi(self, Y: np.ndarray, dirs: np.ndarray) -> np.ndarray:
-        """``Pi y`` along the last axis of ``Y`` (n, k, D) (``Pi`` is symmetric)."""
-        Y = Y - Y.mean(axis=-1, keepdims=True)
-        return Y - np.einsum("nrd,nkr->nkd", dirs, np.einsum("nrd,nkd->nkr", dirs, Y))
+    def _k(self, Z: np.ndarray, axis: int) -> np.ndarray:
+        """``K z = (z - e (e . z)) / |m|`` along ``axis`` (1 or 2) of ``Z`` (n, ., .)."""
+        e = self.embeddings
+        if axis == 2:
+            return (Z - e[:, None, :] * np.matmul(Z, e[:, :, None])) / self.norms[:, None, None]
+        return (Z - e[:, :, None] * np.matmul(e[:, None, :], Z)) / self.norms[:, None, None]
 
     def rmatvec(self, V: np.ndarray) -> np.ndarray:
         """``M_u^T v`` for every vector ``V[u, k]`` (shape (n, k, D)): the gradient w.r.t. the layer output."""
-        V = np.asarray(V, dtype=np.float64)
-        e = self.embeddings[:, None, :]
-        Y = (V - e * np.sum(e * V, axis=-1, keepdims=True)) / self.norms[:, None, None]
-        return self._pi(Y * self.ln_weight, self.ln_dirs)
+        Y = self._k(np.asarray(V, dtype=np.float64), 2) * self.ln_weight
+        Y -= Y.mean(axis=-1, keepdims=True)
+        dirs = np.ascontiguousarray(self.ln_dirs)
+        return Y - np.matmul(np.matmul(Y, np.ascontiguousarray(dirs.transpose(0, 2, 1))), dirs)  # Pi is symmetric
 
     def jacobian(self, basis: Optional[np.ndarray] = None) -> np.ndarray:
         """``M_u @ basis`` for every input (shape (n, D, D')); ``basis=None`` gives ``M_u`` itself."""
-        D = self.dim
+        n, D = self.embeddings.shape
         U = np.eye(D) if basis is None else np.asarray(basis, dtype=np.float64)
-        # Pi U, columns as vectors: (n, D', D) -> transpose at the end
-        Z = self._pi(np.broadcast_to(U.T, (len(self),) + U.T.shape), self.ln_dirs)
-        Z = Z * self.ln_weight  # diag(gamma) Pi U
-        e = self.embeddings[:, None, :]
-        Z = (Z - e * np.sum(e * Z, axis=-1, keepdims=True)) / self.norms[:, None, None]
-        return np.ascontiguousarray(Z.transpose(0, 2, 1))
+        r = self.ln_dirs.shape[1]
+        dU = (np.ascontiguousarray(self.ln_dirs).reshape(n * r, D) @ U).reshape(n, r, -1)  # dirs U
+        Z = np.matmul(np.ascontiguousarray(self.ln_dirs.transpose(0, 2, 1)), dU)  # dirs^T dirs U
+        np.subtract(U - U.mean(axis=0, keepdims=True), Z, out=Z)  # Pi U
+        Z *= self.ln_weight[None, :, None]
+        return self._k(Z, 1)
 
     def propagate(self, basis: Optional[np.ndarray], weights: np.ndarray) -> np.ndarray:
         """Diagonal of ``M_u C_u M_u^T`` for ``C_u = basis diag(weights[u]) basis^T`` (identity basis if None).
 
         ``C_u`` is the covariance of ``dW x_u``; the result is the variance of the
         normalised embedding, shape (n, D).
+
+        Notes
+        -----
+        With ``Q = Pi U = Ubar - V^T (V U)`` (``Ubar`` = ``U`` with centred
+        columns, shared; ``V`` the ``r`` LayerNorm directions) and
+        ``c = (e * gamma)^T Q``, ``(M U)_kg = (gamma_k Q_kg - e_k c_g) / |m|``, so
+        ``|m|^2 v_k = gamma_k^2 sum_g w_g Q_kg^2 - 2 gamma_k e_k sum_g w_g c_g Q_kg
+        + e_k^2 sum_g w_g c_g^2``; every sum is a GEMM over all inputs or
+        ``O(r D)`` per input (``M`` is never formed).
         """
-        weights = np.asarray(weights, dtype=np.float64)
-        out = np.empty((len(self), self.dim))
-        for s in range(0, len(self), _CHUNK):
-            J = self[s : s + _CHUNK].jacobian(basis)  # (c, D, D')
-            out[s : s + _CHUNK] = np.einsum("ndk,nk->nd", J * J, weights[s : s + _CHUNK])
-        return out
+        w = np.asarray(weights, dtype=np.float64)
+        n, D = self.embeddings.shape
+        U = np.eye(D) if basis is None else np.asarray(basis, dtype=np.float64)
+        Ub = U - U.mean(axis=0, keepdims=True)
+        V = np.ascontiguousarray(self.ln_dirs)  # (n, r, D)
+        r = V.shape[1]
+        dU = (V.reshape(n * r, D) @ U).reshape(n, r, -1)  # V U, (n, r, D')
+        wdU = w[:, None, :] * dU
+        # sum_g w_g Q_kg^2 = (Ubar^2 w)_k - 2 sum_r V_rk (Ubar (w dU_r))_k + sum_rs V_rk V_sk (dU_r . w dU_s)
+        q2 = w @ (Ub * Ub).T
+        q2 -= 2.0 * np.einsum("nrk,nrk->nk", V, (wdU.reshape(n * r, -1) @ Ub.T).reshape(n, r, D))
+        G = np.matmul(dU, wdU.transpose(0, 2, 1))  # (n, r, r)
+        q2 += np.einsum("nrk,nrk->nk", V, np.matmul(G, V))
+        eg = self.embeddings * self.ln_weight
+        c = eg @ Ub - np.einsum("nr,nrg->ng", np.einsum("nrk,nk->nr", V, eg), dU)  # (n, D')
+        wc = w * c
+        cq = wc @ Ub.T - np.einsum("nrk,nr->nk", V, np.einsum("nrg,ng->nr", dU, wc))  # sum_g w_g c_g Q_kg
+        e, g = self.embeddings, self.ln_weight
+        var = g * g * q2 - 2.0 * g * e * cq + e * e * np.sum(wc * c, axis=1, keepdims=True)
+        return var / (self.norms**2)[:, None]
