@@ -38,7 +38,16 @@ Two posterior forms (classes in :mod:`crossembed.uec.posteriors`):
     same InfoNCE loss through this linearisation, and the embedding variance
     is ``diag(M Cov(dW x) M^T)``. The official code instead takes
     ``(mean_t a_t)^2 @ Var(W)^T`` as the variance and drops LayerNorm and the
-    normalisation. The mean is the pretrained embedding.
+    normalisation. The mean is the pretrained embedding. Measured on minilm:
+    sampling ``[W b]`` from the posterior and running the real model gives
+    per-input variance traces within 2% of the predicted ones (400 draws,
+    ``lambda = 3e4``); on 10k WordNet pairs the marginal likelihood picks
+    ``lambda ~ 35-50``, whose traces (~4-5 for a unit vector) lie far outside
+    the range where any linearisation holds: read them as relative
+    uncertainties (their relative spread over inputs is 0.21 diag / 0.29
+    kron, against 0.003 / 0.07 for the head). The fit takes ~5 min on one
+    loaded core, two thirds of it the forward passes
+    (``scripts/last_dense_fit_time.py``).
 
 ``curvature="ggn"`` uses the generalised Gauss-Newton matrix (the softmax
 Hessian ``diag(p) - p p^T`` pulled back through the logit Jacobians);

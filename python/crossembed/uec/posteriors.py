@@ -254,7 +254,12 @@ class LastDenseDiagPosterior(_LastDense, DiagPosterior):
 
 
 class LastDenseKronPosterior(_LastDense, KronPosterior):
-    """:class:`KronPosterior` over the last FFN output dense: input factor (D_ff + 1)^2, output D^2."""
+    """:class:`KronPosterior` over the last FFN output dense: input factor (D_ff + 1)^2, output D^2.
+
+    The bias is the input's constant last coordinate, so it shares the K-FAC
+    block of ``W`` (laplace-torch keeps a bias in a block of its own; without
+    a bias the two agree, see tests/test_uec_laplace_torch.py).
+    """
 
     array_names = ("s_in", "u_in", "s_out", "u_out", "weight_sq_norm")
 
