@@ -232,7 +232,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="curvature"):
         LaplaceEmbedder(None, curvature="hessian")
     with pytest.raises(ValueError, match="layer"):
-        LaplaceEmbedder(None, layer="last_dense")
+        LaplaceEmbedder(None, layer="middle")
     with pytest.raises(ValueError, match="prior_precision"):
         LaplaceEmbedder(None, prior_precision=-1.0)
     with pytest.raises(ValueError, match="prior_precision"):
