@@ -225,6 +225,13 @@ class ValidatedPromotion(PromotionRule):
         Folds of the ``"folds"`` final pass.
     map_lam : float
         Ridge penalty of the ``"map"`` final pass.
+    decoy_fraction : float
+        Fraction of each view's held-out pool pairs used as decoys: their B
+        row is hidden, so what their A row is proposed with is a false link
+        of a row without a partner; ``0`` (default) turns the null off.
+    fdr : float
+        Target false-discovery rate of a view's proposals under the decoy
+        null: proposals scoring below the threshold it sets cast no vote.
     smoothing : float
         Discount of earlier rounds in the smoothed held-out precision that a
         round's precision is tested against (growth pauses on a significant drop).
@@ -245,7 +252,11 @@ class ValidatedPromotion(PromotionRule):
         folds: int = 3,
         map_lam: float = 1.0,
         smoothing: float = 0.5,
+        decoy_fraction: float = 0.0,
+        fdr: float = 0.1,
     ):
+        self.decoy_fraction = check_fraction(decoy_fraction, "decoy_fraction", allow_zero=True)
+        self.fdr = check_fraction(fdr, "fdr")
         self.smoothing = check_fraction(smoothing, "smoothing", allow_zero=True)
         self.subsample = check_fraction(subsample, "subsample")
         self.min_views = check_int(min_views, "min_views", low=1)
@@ -269,8 +280,9 @@ class ValidatedPromotion(PromotionRule):
         sub_size = max(2, math.ceil(self.subsample * P))
         size = min(sub_size, max(self.max_view_anchors, S))
         in_view = np.zeros((m, P), bool)
-        kept_pairs, kept_scores, sizes = [], [], []
-        correct = wrong = 0
+        decoy = np.zeros((m, P), bool)
+        kept_pairs, kept_scores, sizes, decoy_scores = [], [], [], []
+        correct = wrong = n_trials = 0
         seed_pos_a = _positions_of(fit.seeds[:, 0], fit.n_a)
         seed_pos_b = _positions_of(fit.seeds[:, 1], fit.n_b)
         pos_a, pos_b = _positions_of(pool[:, 0], fit.n_a), _positions_of(pool[:, 1], fit.n_b)
@@ -280,34 +292,61 @@ class ValidatedPromotion(PromotionRule):
             view = fit.view(pool_a, size, sub)
             in_view[v, view] = True
             sizes.append(len(view))
+            # decoys: held-out pool pairs whose B row is hidden, so their A row is an object with
+            # no partner - exactly what 70% of the rows are at alpha 0.3, and what held-out seeds
+            # (always present on both sides) cannot show. What they are proposed with is the null.
+            # Off by default: at 10k objects the early pools were already mostly false links that
+            # the few decoy trials could not see, and later the null emptied the pool (docs/linking.md).
+            if self.decoy_fraction > 0:
+                out = np.flatnonzero(~in_view[v])
+                decoy[v, out[fit.rng.random(len(out)) < self.decoy_fraction]] = True
             SA, SB = fit.signatures(pool[view])
             pairs, scores = propose(
-                SA, SB, k=fit.k, csls_k=fit.csls_k, exclude_a=pool[view, 0], exclude_b=pool[view, 1]
+                SA,
+                SB,
+                k=fit.k,
+                csls_k=fit.csls_k,
+                exclude_a=pool[view, 0],
+                exclude_b=np.concatenate([pool[view, 1], pool[decoy[v], 1]]),
             )
+            is_decoy = np.zeros(fit.n_a, bool)
+            is_decoy[pool[decoy[v], 0]] = True
+            hit = is_decoy[pairs[:, 0]]
+            decoy_scores.append(scores[hit])
+            n_trials += int(decoy[v].sum())
             # held-out seeds: a proposal touching a seed row is right only if it is the seed pair
             sa, sb = seed_pos_a[pairs[:, 0]], seed_pos_b[pairs[:, 1]]
-            touch = (sa >= 0) | (sb >= 0)
+            touch = ((sa >= 0) | (sb >= 0)) & ~hit
             ok = touch & (sa == sb)
             correct += int(ok.sum())
             wrong += int((touch & ~ok).sum())
-            kept_pairs.append(pairs[~touch])
-            kept_scores.append(scores[~touch])
+            kept_pairs.append(pairs[~touch & ~hit])
+            kept_scores.append(scores[~touch & ~hit])
+        null_thr = _null_threshold(
+            kept_scores, np.concatenate(decoy_scores), n_trials, fit.n_a - float(np.mean(sizes)), self.fdr
+        )
+        for v in range(m):
+            keep_v = kept_scores[v] >= null_thr
+            kept_pairs[v], kept_scores[v] = kept_pairs[v][keep_v], kept_scores[v][keep_v]
         uniq, mean_csls, votes = merge_views(kept_pairs, kept_scores, fit.n_b)
         est_precision = correct / (correct + wrong) if correct + wrong else 0.0
+        out_of_play = in_view | decoy
         info: Info = {
             "pool": P,
             "views": m,
             "anchors": int(np.median(sizes)),
             "proposals": len(uniq),
             "holdout_precision": round(est_precision, 4),
-            "holdout_recall": round(float(correct / max(1, (~in_view[:, :S]).sum())), 4),
+            "holdout_recall": round(float(correct / max(1, (~out_of_play[:, :S]).sum())), 4),
+            "null_threshold": float(null_thr),
+            "decoy_rate": round(sum(map(len, decoy_scores)) / max(n_trials, 1), 4),
         }
         if len(uniq) == 0:
             info.update(promoted=0, threshold=None)
             return info
-        # views in which a pair could vote: neither of its rows was an anchor there
+        # views in which a pair could vote: neither of its rows was an anchor or a decoy there
         pa, pb = pos_a[uniq[:, 0]], pos_b[uniq[:, 1]]
-        blocked = (in_view[:, np.maximum(pa, 0)] & (pa >= 0)) | (in_view[:, np.maximum(pb, 0)] & (pb >= 0))
+        blocked = (out_of_play[:, np.maximum(pa, 0)] & (pa >= 0)) | (out_of_play[:, np.maximum(pb, 0)] & (pb >= 0))
         n_elig = m - blocked.sum(axis=0)
         post = (1.0 + votes) / (2.0 + n_elig)
         if self.posterior:
@@ -434,6 +473,28 @@ class ValidatedPromotion(PromotionRule):
         }
         fit.set_links(final, post, vts)
         return info
+
+
+def _null_threshold(view_scores, decoy_scores: np.ndarray, n_trials: int, n_rows: float, fdr: float) -> float:
+    """The lowest per-view score whose estimated false-discovery rate is at most ``fdr``.
+
+    At threshold ``t`` a view proposes ``N(t)`` pairs on average (over
+    ``view_scores``, one array per view); a row without a partner is proposed
+    at ``>= t`` with the decoys' rate ``#(decoy_scores >= t) / n_trials``, so
+    the ``n_rows`` active rows (all taken as partnerless: the conservative
+    pi_0 = 1) give ``n_rows * rate(t)`` false ones. Returns -inf without
+    decoy trials (nothing to estimate from) and +inf when no threshold passes.
+    """
+    if n_trials == 0:
+        return -np.inf
+    scores = np.sort(np.concatenate(view_scores))[::-1] if len(view_scores) else np.zeros(0)
+    if len(scores) == 0:
+        return np.inf
+    decoys = np.sort(np.asarray(decoy_scores, np.float64))
+    n_at = np.arange(1, len(scores) + 1) / len(view_scores)  # proposals per view at >= scores[i]
+    false_at = n_rows * (len(decoys) - np.searchsorted(decoys, scores, side="left")) / n_trials
+    ok = np.flatnonzero(false_at <= fdr * n_at)
+    return float(scores[ok[-1]]) if len(ok) else np.inf
 
 
 def _significant_drop(hits: float, trials: float, ref_hits: float, ref_trials: float, *, z: float = 2.0) -> bool:
