@@ -193,3 +193,33 @@ def test_validated_decoys_hide_their_partner_and_set_the_null():
     fit = _fit(views)
     ValidatedPromotion(min_views=2, decoy_fraction=0.0).grow(fit, RecordingProposer(proposals))
     assert (11, 11) in {tuple(p) for p in fit.links.tolist()}
+
+
+class _ConstantRule:
+    """A rule that keeps the same links every round; ``held`` says whether its limit binds."""
+
+    name = "constant"
+    has_final_pass = False
+
+    def __init__(self, held):
+        self.held = held
+
+    def grow(self, fit, propose):
+        fit.set_links(np.array([[5, 5], [6, 6]]), np.full(2, 0.9), np.full(2, 3))
+        limit = 2 if self.held else 10
+        return {"pool": len(fit.pool()), "promoted": 2, "limit": limit}
+
+    def finish(self, fit, propose):
+        return None
+
+
+def test_stop_rule_waits_while_the_rule_holds_its_size():
+    from crossembed.linking import GEHLinker, PromotionRule
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 8)).astype(np.float32)
+    for held, rounds in ((False, 4), (True, 12)):
+        rule = type("R", (_ConstantRule, PromotionRule), {})(held)
+        res = GEHLinker(promotion=rule, patience=3, max_iter=12, show_progress_bar=False).link(X, X, SEEDS)
+        # free to grow but stable: round 0 changes the count, then 3 stable rounds; held: never converged
+        assert len(res.history) == rounds, (held, len(res.history))
