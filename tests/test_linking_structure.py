@@ -152,3 +152,11 @@ def test_mutual_nearest_needs_both_directions():
     big = np.random.default_rng(0).standard_normal((50, 8)).astype(np.float32)
     other = big + 0.3 * np.random.default_rng(1).standard_normal((50, 8)).astype(np.float32)
     np.testing.assert_array_equal(mutual_nearest(big, other, tile=7)[0], mutual_nearest(big, other)[0])
+
+
+def test_small_fits_run_on_one_thread_by_default(monkeypatch):
+    # a 300-row fit with all cores was 8x slower than one thread on a loaded machine
+    monkeypatch.delenv("CROSSEMBED_NUM_THREADS", raising=False)
+    assert GEHLinker().fit_threads(300, 300) == 1
+    assert GEHLinker().fit_threads(5000, 5000) is None  # large: the kernels' all-cores default
+    assert GEHLinker(num_threads=2).fit_threads(300, 300) == 2  # an explicit choice wins
