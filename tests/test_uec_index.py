@@ -56,6 +56,7 @@ def test_save_load_round_trip(tmp_path, setup):
             LaplaceEmbedder("e5", batch_size=10, hessian="diag").fit_embeddings(P, A),
         ],
         temperature=0.5,
+        uncertainty="laplace",
     )
     comps = [e.transform(rng.normal(size=(200, 12))) for e in ens.embedders]
     d = ens.combine(comps, role="passage")

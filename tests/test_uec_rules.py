@@ -5,8 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from crossembed.uec import GaussianEmbedding, LaplaceEmbedder, UECEnsemble, UECIndex
-from crossembed.uec import rules
+from crossembed.uec import GaussianEmbedding, LaplaceEmbedder, UECEnsemble, UECIndex, rules
 from crossembed.uec.laplace import normalize_rows
 
 
@@ -94,7 +93,7 @@ def test_retrieval_gap_and_confidence_variance_match_numpy():
 # --------------------------------------------------------------------------- the ensemble
 def test_official_weights_are_the_precision_sum_softmax(duo):
     comps = [e.transform(np.random.default_rng(5 + k).normal(size=(6, 8))) for k, e in enumerate(duo)]
-    ens = UECEnsemble(duo, rules="official", temperature=50.0, mixing="embedding")
+    ens = UECEnsemble(duo, rules="official", uncertainty="laplace", temperature=50.0, mixing="embedding")
     out = ens.combine(comps, role="query")
     P = []
     for c in comps:
@@ -143,9 +142,28 @@ def test_a_confident_model_gets_the_higher_weight():
     u = ens.confidence_variance([e.transform(x) for e, x in zip(embs, (q0, q1))])
     ref = (1 / u) / (1 / u).sum(axis=1, keepdims=True)
     np.testing.assert_allclose(w, ref, rtol=1e-4)
-    # ... and the confidence variance enters the query Gaussian (score mixing: pi_k^2 c_k^2 sigma_k^2 more)
+    # with confidence_in_similarity the variance enters the query Gaussian: + (pi_k c_k)^2 sigma_k^2 per dim
+    both = UECEnsemble(embs, uncertainty="confidence", temperature=1.0, confidence_in_similarity=True)
+    both.set_reference(d_comps)
+    qb = both.combine([embs[0].transform(q0), embs[1].transform(q1)], role="query")
+    wc = (w.astype(np.float64) * ens._score_scales()[None, :]) ** 2
+    extra = np.concatenate([np.repeat(wc[:, k : k + 1] * u[:, k : k + 1], 16, axis=1) for k in range(2)], axis=1)
+    np.testing.assert_allclose(qb.var - q.var, extra, rtol=1e-3, atol=1e-7)
+    np.testing.assert_array_equal(qb.weights, q.weights)
+    # centred per model: log sigma^2 minus its mean over calibration queries
+    cen = UECEnsemble(embs, uncertainty="confidence", temperature=1.0, center_confidence=True)
+    with pytest.raises(ValueError, match="calibration"):
+        cen.set_reference(d_comps).combine([embs[0].transform(q0), embs[1].transform(q1)])
+    cal = [embs[0].transform(q0[::2]), embs[1].transform(q1[::2])]
+    cen.set_reference(d_comps, queries=cal)
+    cu = np.log(ens.confidence_variance([c.normalized() for c in cal])).mean(axis=0)
+    np.testing.assert_allclose(cen.confidence_center_, cu, rtol=1e-6)
+    z = -(np.log(u) - cu[None, :])
+    ref_c = np.exp(z - z.max(axis=1, keepdims=True))
+    got = cen.combine([embs[0].transform(q0), embs[1].transform(q1)]).weights
+    np.testing.assert_allclose(got, ref_c / ref_c.sum(axis=1, keepdims=True), rtol=1e-4)
     lap = UECEnsemble(embs, weights=w.astype(np.float64).mean(axis=0))
-    assert q.var.sum() > 0 and q.mean.shape == (60, 32)
+    assert q.mean.shape == (60, 32)
     # routing beats the uniform mix on this task
     d = ens.combine(d_comps, role="passage")
     hits = (ens.topk(q, d, 1)[1][:, 0] == target).mean()
@@ -163,9 +181,7 @@ def test_confidence_times_laplace_and_documents(duo):
     comps = [duo[0].transform(q0), duo[1].transform(q1)]
     pi = ens.combine(comps, role="query").weights.astype(np.float64)
     u = ens.confidence_variance([c.normalized() for c in comps])
-    tr = np.stack(
-        [(c.normalized().var.astype(np.float64) + u[:, k : k + 1]).sum(axis=1) for k, c in enumerate(comps)], 1
-    )
+    tr = np.stack([c.normalized().var.astype(np.float64).sum(axis=1) for c in comps], axis=1)
     t = np.log(u) + np.log(tr / np.array([e.trace_mean_ for e in duo]))
     ref = np.exp(-t / 2.0 - (-t / 2.0).max(axis=1, keepdims=True))
     np.testing.assert_allclose(pi, ref / ref.sum(axis=1, keepdims=True), rtol=1e-4)
@@ -179,10 +195,19 @@ def test_confidence_times_laplace_and_documents(duo):
 
 def test_state_round_trip_with_rules_and_reference(duo):
     docs, (q0, q1), _ = _expert_world(D=8)
-    ens = UECEnsemble(duo, rules="official", uncertainty="confidence", beta=0.3, confidence_top=5, temperature=0.7)
-    ens.set_reference([e.transform(docs) for e in duo])
+    ens = UECEnsemble(
+        duo,
+        rules="official",
+        uncertainty="confidence",
+        beta=0.3,
+        confidence_top=5,
+        temperature=0.7,
+        center_confidence=True,
+    )
+    ens.set_reference([e.transform(docs) for e in duo], queries=[duo[0].transform(q0), duo[1].transform(q1)])
     arrays, meta = ens.get_state()
     back = UECEnsemble.from_state(arrays, meta)
+    np.testing.assert_array_equal(back.confidence_center_, ens.confidence_center_)
     assert (back.rules, back.uncertainty, back.beta, back.confidence_top, back.temperature) == (
         "official",
         "confidence",

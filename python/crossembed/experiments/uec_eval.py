@@ -120,10 +120,15 @@ def rank(
     q_comps: List[GaussianEmbedding],
     d_comps: List[GaussianEmbedding],
     relevant: Sequence[Sequence[int]],
+    calibration: Optional[List[GaussianEmbedding]] = None,
 ) -> Ranking:
-    """Score every query against every document with the ensemble's own similarity (exact top-k)."""
+    """Score every query against every document with the ensemble's own similarity (exact top-k).
+
+    Confidence routing is measured over the searched documents; ``calibration``
+    (per-model query Gaussians, e.g. the fit anchors) centres it when asked.
+    """
     if ens.needs_reference and ens.reference_ is None:
-        ens.set_reference(d_comps)  # confidence over the searched collection
+        ens.set_reference(d_comps, queries=calibration if ens.center_confidence else None)
     q = ens.combine(q_comps, role="query")
     d = ens.combine(d_comps, role="passage")
     top = min(TOP, len(d))
@@ -198,6 +203,20 @@ def row_specs(models: Sequence[str]) -> List[RowSpec]:
             "confidence (kron variances, score mixing)",
             "kron",
             {**score, "uncertainty": "confidence"},
+            grid="confidence",
+            variant=True,
+        ),
+        RowSpec(
+            "confidence, sigma^2 also in the probit",
+            "kron",
+            {**score, "uncertainty": "confidence", "confidence_in_similarity": True},
+            grid="confidence",
+            variant=True,
+        ),
+        RowSpec(
+            "confidence, centred per model (fit anchors)",
+            "kron",
+            {**score, "uncertainty": "confidence", "center_confidence": True},
             grid="confidence",
             variant=True,
         ),
@@ -361,7 +380,10 @@ def evaluate_task(
         if spec.models:
             k = models.index(spec.models[0])
             lst, qc, dc = [lst[k]], [qc[k]], [dc[k]]
-        return rank(UECEnsemble(lst, **{**spec.kwargs, **over}), qc, dc, relevant)
+        cal = None
+        if spec.kwargs.get("center_confidence"):
+            cal = [e.transform(emb.fit_anchors[m]) for e, m in zip(lst, spec.models or models)]
+        return rank(UECEnsemble(lst, **{**spec.kwargs, **over}), qc, dc, relevant, cal)
 
     def grid(spec: RowSpec) -> List[Dict[str, float]]:
         if spec.grid == "std":

@@ -49,10 +49,15 @@ Which uncertainty drives the query coefficients (``uncertainty=``):
     indexed documents): the calibrated gap ``g_k(q)`` between its top-1
     cosine and the mean of the next ``confidence_top - 1``, turned into the
     score variance ``sigma_k^2(q) = (c_k / g_k(q))^2`` (``c_k`` the model's
-    unrelated-pair cosine spread). It is added isotropically to the query's
-    Gaussian, so it enters ``sig2_s`` of the same probit score, and the
-    coefficients are ``softmax_k(-log sigma_k^2(q) / T)`` (``∝ sigma^(-2/T)``,
-    T = 1 is inverse-variance weighting). Documents carry no retrieval
+    unrelated-pair cosine spread). The coefficients are
+    ``softmax_k(-log sigma_k^2(q) / T)`` (``∝ sigma^(-2/T)``, T = 1 is
+    inverse-variance weighting), optionally with ``log sigma_k^2`` centred
+    by its mean over calibration queries (``center_confidence``). The
+    scored Gaussians keep their Laplace variances; with
+    ``confidence_in_similarity=True`` ``sigma_k^2(q)`` is also added
+    isotropically to the query's Gaussian, so it enters ``sig2_s`` of the
+    probit (measured to cost nDCG, ``docs/uec.md``: the isotropic term also
+    multiplies every document's trace). Documents carry no retrieval
     confidence: their coefficients are uniform (they only matter for
     embedding mixing).
 ``"confidence*laplace"``
@@ -83,7 +88,7 @@ _UNCERTAINTIES = ("laplace", "confidence", "confidence*laplace")
 DEFAULT_TEMPERATURES = {
     ("paper", "laplace"): 10.0,
     ("official", "laplace"): 1000.0,
-    ("paper", "confidence"): 1.0,
+    ("paper", "confidence"): 2.0,
     ("official", "confidence"): 1.0,
     ("paper", "confidence*laplace"): 1.0,
     ("official", "confidence*laplace"): 1.0,
@@ -177,6 +182,12 @@ class UECEnsemble:
     confidence_top : int
         The gap compares the top-1 cosine with the mean of the next
         ``confidence_top - 1`` (default 20: the next 19).
+    center_confidence : bool
+        Subtract each model's mean ``log sigma^2`` over the calibration
+        queries given to :meth:`set_reference` (removes a model's overall
+        confidence level, keeps its per-query variation).
+    confidence_in_similarity : bool
+        Also add ``sigma_k^2(q)`` to the query Gaussian (enters the probit).
     random_state : int, Generator or None
         Seed of the projections used when ``mixing="embedding"`` and the
         models' dimensions differ (None or a Generator: one int seed is
@@ -194,9 +205,11 @@ class UECEnsemble:
         use_variance: bool = True,
         calibrate_scores: bool = True,
         rules: str = "paper",
-        uncertainty: str = "laplace",
+        uncertainty: str = "confidence",
         beta: float = 1.0,
         confidence_top: int = 20,
+        center_confidence: bool = False,
+        confidence_in_similarity: bool = False,
         random_state=0,
     ):
         embedders = list(embedders) if not isinstance(embedders, LaplaceEmbedder) else [embedders]
@@ -215,7 +228,10 @@ class UECEnsemble:
         self.temperature = check_positive(temperature, "temperature")
         self.beta = check_positive(beta, "beta", allow_zero=True)
         self.confidence_top = check_int(confidence_top, "confidence_top", low=2)
+        self.center_confidence = bool(center_confidence)
+        self.confidence_in_similarity = bool(confidence_in_similarity)
         self.reference_: Optional[List[np.ndarray]] = None
+        self.confidence_center_: Optional[np.ndarray] = None
         self.mixing = check_choice(mixing, "mixing", _MIXINGS)
         if isinstance(weights, str):
             if weights not in ("uncertainty", "uniform"):
@@ -252,13 +268,15 @@ class UECEnsemble:
         """True when the coefficients use retrieval confidence (a reference collection)."""
         return isinstance(self.weights, str) and self.weights == "uncertainty" and self.uncertainty != "laplace"
 
-    def set_reference(self, documents) -> UECEnsemble:
+    def set_reference(self, documents, *, queries=None) -> UECEnsemble:
         """The collection the retrieval confidence is measured over (K items, one per model).
 
         Each item is model ``k``'s documents as a :class:`GaussianEmbedding`
         (e.g. :meth:`LaplaceEmbedder.transform` of cached embeddings) or an
         ``(N, D_k)`` array; only the L2-normalised means are kept (and saved).
-        Needs ``N >= confidence_top``. Returns ``self``.
+        Needs ``N >= confidence_top``. ``queries`` (K items of the same kinds,
+        e.g. the Laplace fit anchors) calibrate ``center_confidence``: the mean
+        ``log sigma_k^2`` over them is kept. Returns ``self``.
         """
         if isinstance(documents, (GaussianEmbedding, np.ndarray)):
             raise TypeError("documents must be a sequence of K GaussianEmbeddings or arrays (one per model)")
@@ -281,6 +299,19 @@ class UECEnsemble:
         if len({r.shape[0] for r in ref}) != 1:
             raise ValueError("documents must hold the same number of rows for every model")
         self.reference_ = ref
+        self.confidence_center_ = None
+        if queries is not None:
+            if isinstance(queries, (GaussianEmbedding, np.ndarray)) or len(queries) != self.n_models:
+                raise ValueError(f"queries must hold {self.n_models} items (one per model)")
+            qs = []
+            for k, q in enumerate(queries):
+                m = as_matrix(q.mean if isinstance(q, GaussianEmbedding) else q, f"queries[{k}]")
+                if m.shape[1] != self.embedders[k].dim:
+                    raise ValueError(
+                        f"queries[{k}] has dimension {m.shape[1]} but embedder {k} has {self.embedders[k].dim}"
+                    )
+                qs.append(GaussianEmbedding(m, np.zeros_like(m)))
+            self.confidence_center_ = np.log(self.confidence_variance(qs)).mean(axis=0)
         return self
 
     def confidence_variance(self, components: Sequence[GaussianEmbedding], *, num_threads=None) -> np.ndarray:
@@ -333,6 +364,12 @@ class UECEnsemble:
             return _rules.softmax_rows(self._laplace_logits(components) / self.temperature)
         u = self.confidence_variance(components) if confidence_var is None else np.asarray(confidence_var)
         t = np.log(u)
+        if self.center_confidence:
+            if self.confidence_center_ is None:
+                raise ValueError(
+                    "center_confidence=True needs calibration queries: set_reference(documents, queries=...)"
+                )
+            t = t - self.confidence_center_[None, :]
         if self.uncertainty == "confidence*laplace":
             tr = np.stack([c.trace() for c in components], axis=1)
             t = t + np.log(np.maximum(tr, 1e-300) / np.array([e.trace_mean_ for e in self.embedders])[None, :])
@@ -373,10 +410,10 @@ class UECEnsemble:
         u = None
         if role == "query" and self.needs_reference:
             u = self.confidence_variance(comps)
-            # the score variance enters the query Gaussian isotropically: + sigma_k^2 to sig2_s of a unit document
-            comps = [
-                GaussianEmbedding(c.mean, (c.var + u[:, k : k + 1]).astype(np.float32)) for k, c in enumerate(comps)
-            ]
+            if self.confidence_in_similarity:  # isotropic: + sigma_k^2 to sig2_s of a unit document
+                comps = [
+                    GaussianEmbedding(c.mean, (c.var + u[:, k : k + 1]).astype(np.float32)) for k, c in enumerate(comps)
+                ]
         pi = self.coefficients(comps, role=role, confidence_var=u)
         if self.mixing == "score":
             w = pi * self._score_scales()[None, :] if role == "query" else np.ones_like(pi)
@@ -435,10 +472,13 @@ class UECEnsemble:
         Strings are encoded first (``a`` as queries, ``b`` as passages). With
         ``use_variance=False`` this is the dot product of the means.
         """
+        if isinstance(b, (list, tuple)) and (not b or isinstance(b[0], str)):
+            comps = self.encode_components(list(b), role="passage", show_progress_bar=False)
+            if self.needs_reference and self.reference_ is None and len(b) >= self.confidence_top:
+                self.set_reference(comps)  # confidence over the documents scored against
+            b = self.combine(comps, role="passage")
         if isinstance(a, (list, tuple)) and (not a or isinstance(a[0], str)):
             a = self.encode(list(a), role="query", show_progress_bar=False)
-        if isinstance(b, (list, tuple)) and (not b or isinstance(b[0], str)):
-            b = self.encode(list(b), role="passage", show_progress_bar=False)
         mq, vq = self._scoring_inputs(a, "a")
         mc, vc = self._scoring_inputs(b, "b")
         if self.rules == "official":
@@ -474,6 +514,8 @@ class UECEnsemble:
             metas.append(meta)
         if self.reference_ is not None:
             arrays.update({f"ref{k}": r for k, r in enumerate(self.reference_)})
+        if self.confidence_center_ is not None:
+            arrays["confidence_center"] = self.confidence_center_
         weights = self.weights if isinstance(self.weights, str) else [float(x) for x in self.weights]
         meta = {
             "embedders": metas,
@@ -487,6 +529,8 @@ class UECEnsemble:
             "uncertainty": self.uncertainty,
             "beta": self.beta,
             "confidence_top": self.confidence_top,
+            "center_confidence": self.center_confidence,
+            "confidence_in_similarity": self.confidence_in_similarity,
             "has_reference": self.reference_ is not None,
             "random_state": self.random_state,
         }
@@ -515,6 +559,8 @@ class UECEnsemble:
             uncertainty=meta.get("uncertainty", "laplace"),
             beta=meta.get("beta", 1.0),
             confidence_top=meta.get("confidence_top", 20),
+            center_confidence=meta.get("center_confidence", False),
+            confidence_in_similarity=meta.get("confidence_in_similarity", False),
             random_state=meta["random_state"] if "random_state" in meta else meta["projection_seed"],  # older files
         )
         if meta.get("has_reference"):
@@ -522,6 +568,8 @@ class UECEnsemble:
             if missing:
                 raise ValueError(f"ensemble state lacks its reference arrays {missing}")
             ens.set_reference([arrays[f"ref{k}"] for k in range(len(metas))])
+            if "confidence_center" in arrays:
+                ens.confidence_center_ = np.asarray(arrays["confidence_center"], dtype=np.float64)
         return ens
 
     def __repr__(self) -> str:
