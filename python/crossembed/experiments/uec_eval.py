@@ -518,31 +518,54 @@ off-the-shelf encoders, each given a post-hoc Laplace posterior
 (`LaplaceEmbedder`: identity head on the normalised embedding, GGN of an
 in-batch InfoNCE loss with tau = 0.05 on the task's fit pairs, prior
 precision by marginal likelihood; `last_dense` rows: the posterior on the
-last transformer FFN output dense where the model is a torch model).
+last transformer FFN output dense where the model is a torch model, run
+only when that variant is available).
+
+## The rules and the routing being compared
+
+Per query q (or document) and model k, with unit mean mu_k and diagonal
+variance v_k (`crossembed/uec/rules.py`, `crossembed/uec/ensemble.py`):
+
+| choice | paper (`rules="paper"`) | official code (`rules="official"`) |
+|---|---|---|
+| variance normalisation | v / \\|mu\\|^2 (the Gaussian of x / \\|mu\\|) | v / \\|v\\|_2^2 |
+| Laplace coefficients | softmax_k(-tr(Sigma_k) / T) | softmax_k(sum_d (1 / v_kd) / T) (precision sum) |
+| similarity | mu_s / sqrt(1 + (pi/8) sig2_s) (probit) | cos(mu_q, mu_c) / (1 + beta sig2_s / pi) |
+
+with sig2_s = <mu_q^2, v_c> + <mu_c^2, v_q> + <v_q, v_c>. Retrieval
+confidence (`uncertainty="confidence"`, the default): over the searched
+collection, model k's cosines s_(1) >= s_(2) >= ... give the calibrated gap
+g_k(q) = (s_(1) - mean(s_(2..20))) / c_k, c_k the model's cosine spread
+between unrelated fit texts; the per-query score variance is
+sigma_k^2(q) = (c_k / g_k(q))^2 and the coefficients are
+softmax_k(-log sigma_k^2(q) / T), i.e. pi_k ∝ sigma_k^(-2/T). It is computed
+at encode time over a reference collection held by the ensemble
+(`UECEnsemble.set_reference`; `UECIndex.build` sets it to the indexed
+documents), so an index search and the probit score stay one pipeline; the
+scored Gaussians keep their Laplace variances.
 
 Rows:
 
 * single models and the baselines rank by the cosine of the means;
   *uniform ensemble (mean of scores)*: average of the K cosines;
-  *(calibrated scores)*: each cosine first divided by the model's spread
-  between unrelated fit texts (`calibrate_scores`); *weighted ensemble*:
-  fixed weights proportional to each model's dev nDCG@10;
-* *paper*: coefficients softmax(-tr(Sigma) / T) (raw traces for the paper's
-  own form with embedding mixing, otherwise standardised per model), means
-  and variances normalised together, probit similarity;
-* *official* (the MLAI-Yonsei/UEC code): v / |v|^2 variance normalisation,
-  softmax(sum_d 1/v_d / T) precision-sum coefficients, cos / (1 + beta
-  sig2 / pi); *embedding mixing* is the code's own Gaussian convolution of
-  the vectors, *score mixing* keeps the K spaces side by side
-  (`crossembed/uec/ensemble.py`);
-* *confidence*: each model's retrieval confidence over the searched
-  collection, g = (top-1 cosine - mean of the next 19) / the model's
-  unrelated-pair spread, as the per-query score variance (c / g)^2 that is
-  added to the query Gaussian and weights pi ∝ sigma^(-2/T); *x Laplace*
-  multiplies it by the Laplace trace relative to its fit-set mean;
+  *(calibrated scores)*: each cosine first divided by c_k
+  (`calibrate_scores`, the default of every score-mixing row below);
+  *weighted ensemble*: fixed weights proportional to each model's dev nDCG@10;
+* *paper*: the paper's rules (raw traces for its own form with embedding
+  mixing, otherwise traces standardised per model);
+* *official*: the official code's rules; *embedding mixing* is the code's
+  own Gaussian convolution of the vectors, *score mixing* keeps the K spaces
+  side by side (the coefficients mix per-model scores);
+* *confidence*: the routing above (kron head variances in the probit);
+  *sigma^2 also in the probit*: sigma_k^2(q) is in addition added to the
+  query Gaussian isotropically (`confidence_in_similarity=True`);
+  *centred per model*: log sigma_k^2 minus its mean over the Laplace fit
+  anchors (`center_confidence=True`); *x Laplace*: sigma_k^2 times the
+  Laplace trace relative to its fit-set mean;
 * *UEC default (as shipped)*: `UECEnsemble(embedders)` with every default
-  (T not tuned), and its ablations (*- Unc Sim*: rank by the mean score
-  without the variance; *- Unc Conv*: uniform coefficients).
+  (confidence routing, T = 2, not tuned here), and its ablations (*- Unc
+  Sim*: rank by the mean score without the variance; *- Unc Conv*: uniform
+  coefficients).
 
 Settings tuned per draw on the dev half (column *chosen*): T from {T_GRID}
 (standardised traces; times the mean raw trace std for the paper's raw
