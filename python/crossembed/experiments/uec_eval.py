@@ -286,9 +286,10 @@ def last_dense_components(
             head_for.append(m)
         try:
             e.fit(uec_task.fit_pairs, show_progress_bar=show_progress_bar)
-        except (NotImplementedError, TypeError, ValueError) as exc:
-            if not isinstance(exc, NotImplementedError) and "last_dense" not in str(exc):
+        except (NotImplementedError, TypeError, ValueError):
+            if e.layer == "head":
                 raise
+            # this model cannot take the last_dense posterior (not a torch model): head posterior instead
             e = LaplaceEmbedder(m, hessian=hessian, prior_precision=prior_precision, random_state=seed)
             e.fit(uec_task.fit_pairs, show_progress_bar=show_progress_bar)
             head_for.append(m)
@@ -354,7 +355,10 @@ def evaluate_task(
             [e.transform(emb.docs[m]) for e, m in zip(lst, models)],
         )
     if last_dense:
-        got, note = last_dense_components(uec_task, models, prior_precision=prior_precision, seed=seed)
+        try:
+            got, note = last_dense_components(uec_task, models, prior_precision=prior_precision, seed=seed)
+        except Exception as exc:  # the variant comes from another branch: never lose the rest of the table
+            got, note = None, f"layer='last_dense' failed ({type(exc).__name__}: {exc})"
         if got is None:
             skipped["last_dense"] = note
         else:
