@@ -98,7 +98,7 @@ def test_evaluate_task_end_to_end():
         "paper: kron, score mixing",
         "official: diag, embedding mixing",
         "official: kron, score mixing",
-        "confidence (kron variances, score mixing)",
+        "confidence (sigma^2 in the probit, score mixing)",
         "UEC default (as shipped)",
         "UEC default - Unc Conv",
     }
@@ -112,7 +112,7 @@ def test_evaluate_task_end_to_end():
     assert rows["a"]["ndcg@10[en]"][0] > rows["b"]["ndcg@10[en]"][0]
     assert rows["b"]["ndcg@10[de]"][0] > rows["a"]["ndcg@10[de]"][0]
     # confidence routing sends the 'de' queries to b (its expert) more than the 'en' ones
-    conf = rows["confidence (kron variances, score mixing)"]
+    conf = rows["confidence (sigma^2 in the probit, score mixing)"]
     assert conf["w_multi[foreign]"][0] > conf["w_multi[en]"][0] + 0.1
     assert conf["ndcg@10"][0] > rows["uniform ensemble (calibrated scores)"]["ndcg@10"][0]
     assert res["best_dev_variant"] in rows

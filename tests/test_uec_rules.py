@@ -130,7 +130,7 @@ def _expert_world(seed=0, n_docs=200, D=16):
 def test_a_confident_model_gets_the_higher_weight():
     docs, (q0, q1), target = _expert_world()
     embs = [_embedder(16, 7), _embedder(16, 8)]
-    ens = UECEnsemble(embs, uncertainty="confidence", temperature=1.0)
+    ens = UECEnsemble(embs, uncertainty="confidence", temperature=1.0, confidence_scoring="laplace")
     d_comps = [e.transform(docs) for e in embs]
     with pytest.raises(ValueError, match="reference"):
         ens.combine([embs[0].transform(q0), embs[1].transform(q1)])
@@ -142,8 +142,8 @@ def test_a_confident_model_gets_the_higher_weight():
     u = ens.confidence_variance([e.transform(x) for e, x in zip(embs, (q0, q1))])
     ref = (1 / u) / (1 / u).sum(axis=1, keepdims=True)
     np.testing.assert_allclose(w, ref, rtol=1e-4)
-    # with confidence_in_similarity the variance enters the query Gaussian: + (pi_k c_k)^2 sigma_k^2 per dim
-    both = UECEnsemble(embs, uncertainty="confidence", temperature=1.0, confidence_in_similarity=True)
+    # confidence_scoring="add": sigma_k^2 joins the Laplace variance of the query: + (pi_k c_k)^2 sigma_k^2 per dim
+    both = UECEnsemble(embs, uncertainty="confidence", temperature=1.0, confidence_scoring="add")
     both.set_reference(d_comps)
     qb = both.combine([embs[0].transform(q0), embs[1].transform(q1)], role="query")
     wc = (w.astype(np.float64) * ens._score_scales()[None, :]) ** 2

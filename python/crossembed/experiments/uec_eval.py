@@ -160,6 +160,7 @@ def row_specs(models: Sequence[str]) -> List[RowSpec]:
     """The rows of the UEC table: single models, baselines, every rule x posterior form, routing, default."""
     rows = [RowSpec(m, "kron", {"use_variance": False}, models=[m]) for m in models]
     score = {"mixing": "score"}
+    lap = {"uncertainty": "laplace"}
     rows += [
         RowSpec(
             "uniform ensemble (mean of scores)",
@@ -176,40 +177,58 @@ def row_specs(models: Sequence[str]) -> List[RowSpec]:
         RowSpec(
             "paper: diag, embedding mixing, raw traces",
             "diag",
-            {"mixing": "embedding", "standardize": False},
+            {**lap, "mixing": "embedding", "standardize": False},
             grid="raw",
             variant=True,
         ),
-        RowSpec("paper: diag, score mixing", "diag", score, grid="std", variant=True),
-        RowSpec("paper: kron, score mixing", "kron", score, grid="std", variant=True),
+        RowSpec("paper: diag, score mixing", "diag", {**lap, **score}, grid="std", variant=True),
+        RowSpec("paper: kron, score mixing", "kron", {**lap, **score}, grid="std", variant=True),
         RowSpec(
             "official: diag, embedding mixing",
             "diag",
-            {"mixing": "embedding", "rules": "official"},
+            {**lap, "mixing": "embedding", "rules": "official"},
             grid="official",
             variant=True,
         ),
-        RowSpec("official: diag, score mixing", "diag", {**score, "rules": "official"}, grid="official", variant=True),
-        RowSpec("official: kron, score mixing", "kron", {**score, "rules": "official"}, grid="official", variant=True),
-        RowSpec("last_dense: paper, score mixing", "last_dense", score, grid="std", variant=True),
+        RowSpec(
+            "official: diag, score mixing", "diag", {**lap, **score, "rules": "official"}, grid="official", variant=True
+        ),
+        RowSpec(
+            "official: kron, score mixing", "kron", {**lap, **score, "rules": "official"}, grid="official", variant=True
+        ),
+        RowSpec("last_dense: paper, score mixing", "last_dense", {**lap, **score}, grid="std", variant=True),
         RowSpec(
             "last_dense: official, score mixing",
             "last_dense",
-            {**score, "rules": "official"},
+            {**lap, **score, "rules": "official"},
             grid="official",
             variant=True,
         ),
         RowSpec(
-            "confidence (kron variances, score mixing)",
+            "confidence (sigma^2 in the probit, score mixing)",
             "kron",
             {**score, "uncertainty": "confidence"},
             grid="confidence",
             variant=True,
         ),
         RowSpec(
-            "confidence, sigma^2 also in the probit",
+            "confidence, kron Laplace variances in the probit",
             "kron",
-            {**score, "uncertainty": "confidence", "confidence_in_similarity": True},
+            {**score, "uncertainty": "confidence", "confidence_scoring": "laplace"},
+            grid="confidence",
+            variant=True,
+        ),
+        RowSpec(
+            "confidence, diag Laplace variances in the probit",
+            "diag",
+            {**score, "uncertainty": "confidence", "confidence_scoring": "laplace"},
+            grid="confidence",
+            variant=True,
+        ),
+        RowSpec(
+            "confidence, official rules (beta cosine)",
+            "diag",
+            {**score, "uncertainty": "confidence", "rules": "official", "confidence_scoring": "laplace"},
             grid="confidence",
             variant=True,
         ),
@@ -237,7 +256,7 @@ def row_specs(models: Sequence[str]) -> List[RowSpec]:
         # the library's defaults as shipped (UECEnsemble() / LaplaceEmbedder()), T not tuned
         RowSpec(DEFAULT_ROW, "kron", {}),
         RowSpec("UEC default - Unc Sim", "kron", {"use_variance": False}),
-        RowSpec("UEC default - Unc Conv", "kron", {"weights": "uniform"}),
+        RowSpec("UEC default - Unc Conv", "kron", {"weights": "uniform", "uncertainty": "laplace"}),
     ]
     return rows
 
@@ -463,7 +482,7 @@ def evaluate_task(
     for name in (
         "paper: kron, score mixing",
         "official: diag, embedding mixing",
-        "confidence (kron variances, score mixing)",
+        "confidence (sigma^2 in the probit, score mixing)",
         "confidence x kron Laplace (score mixing)",
         DEFAULT_ROW,
     ):

@@ -52,14 +52,17 @@ Which uncertainty drives the query coefficients (``uncertainty=``):
     unrelated-pair cosine spread). The coefficients are
     ``softmax_k(-log sigma_k^2(q) / T)`` (``∝ sigma^(-2/T)``, T = 1 is
     inverse-variance weighting), optionally with ``log sigma_k^2`` centred
-    by its mean over calibration queries (``center_confidence``). The
-    scored Gaussians keep their Laplace variances; with
-    ``confidence_in_similarity=True`` ``sigma_k^2(q)`` is also added
-    isotropically to the query's Gaussian, so it enters ``sig2_s`` of the
-    probit (measured to cost nDCG, ``docs/uec.md``: the isotropic term also
-    multiplies every document's trace). Documents carry no retrieval
-    confidence: their coefficients are uniform (they only matter for
-    embedding mixing).
+    by its mean over calibration queries (``center_confidence``). What the
+    probit then scores (``confidence_scoring``): ``"replace"`` (default) -
+    the query's variance is ``sigma_k^2(q)`` isotropically and documents are
+    deterministic, so ``sig2_s = sum_k w_k^2 sigma_k^2(q)`` for unit
+    documents: the ranking is the confidence-weighted score and the score
+    itself is shrunk by the query's uncertainty; ``"add"`` - ``sigma_k^2``
+    added to the Laplace variances; ``"laplace"`` - the Laplace variances
+    only. (Measured in ``docs/uec.md``: the kron head's document variances
+    in the probit cost ~1.8 nDCG@10 on FreeDict once the weights route.)
+    Documents carry no retrieval confidence: their coefficients are uniform
+    (they only matter for embedding mixing).
 ``"confidence*laplace"``
     the product of the two: ``sigma_k^2(q) * tr(Sigma_k(q)) / mean_fit tr(Sigma_k)``.
 """
@@ -84,6 +87,7 @@ _MIXINGS = ("score", "embedding")
 _ROLES = ("query", "passage")
 _RULES = ("paper", "official")
 _UNCERTAINTIES = ("laplace", "confidence", "confidence*laplace")
+_CONFIDENCE_SCORING = ("replace", "add", "laplace")
 #: ``temperature=None`` resolves to these (chosen on the dev halves of docs/uec.md)
 DEFAULT_TEMPERATURES = {
     ("paper", "laplace"): 10.0,
@@ -186,8 +190,9 @@ class UECEnsemble:
         Subtract each model's mean ``log sigma^2`` over the calibration
         queries given to :meth:`set_reference` (removes a model's overall
         confidence level, keeps its per-query variation).
-    confidence_in_similarity : bool
-        Also add ``sigma_k^2(q)`` to the query Gaussian (enters the probit).
+    confidence_scoring : {"replace", "add", "laplace"}
+        Which variances the probit scores under the confidence uncertainties
+        (module docstring).
     random_state : int, Generator or None
         Seed of the projections used when ``mixing="embedding"`` and the
         models' dimensions differ (None or a Generator: one int seed is
@@ -209,7 +214,7 @@ class UECEnsemble:
         beta: float = 1.0,
         confidence_top: int = 20,
         center_confidence: bool = False,
-        confidence_in_similarity: bool = False,
+        confidence_scoring: str = "replace",
         random_state=0,
     ):
         embedders = list(embedders) if not isinstance(embedders, LaplaceEmbedder) else [embedders]
@@ -229,7 +234,7 @@ class UECEnsemble:
         self.beta = check_positive(beta, "beta", allow_zero=True)
         self.confidence_top = check_int(confidence_top, "confidence_top", low=2)
         self.center_confidence = bool(center_confidence)
-        self.confidence_in_similarity = bool(confidence_in_similarity)
+        self.confidence_scoring = check_choice(confidence_scoring, "confidence_scoring", _CONFIDENCE_SCORING)
         self.reference_: Optional[List[np.ndarray]] = None
         self.confidence_center_: Optional[np.ndarray] = None
         self.mixing = check_choice(mixing, "mixing", _MIXINGS)
@@ -407,14 +412,17 @@ class UECEnsemble:
             if c.dim != self.embedders[k].dim:
                 raise ValueError(f"components[{k}] has dimension {c.dim} but embedder {k} has {self.embedders[k].dim}")
         comps = [self._prepare(c) for c in comps]
-        u = None
-        if role == "query" and self.needs_reference:
-            u = self.confidence_variance(comps)
-            if self.confidence_in_similarity:  # isotropic: + sigma_k^2 to sig2_s of a unit document
-                comps = [
-                    GaussianEmbedding(c.mean, (c.var + u[:, k : k + 1]).astype(np.float32)) for k, c in enumerate(comps)
-                ]
+        u = self.confidence_variance(comps) if role == "query" and self.needs_reference else None
         pi = self.coefficients(comps, role=role, confidence_var=u)
+        if self.needs_reference and self.confidence_scoring != "laplace":
+            if role == "passage" and self.confidence_scoring == "replace":  # documents: deterministic
+                comps = [GaussianEmbedding(c.mean, np.zeros_like(c.var)) for c in comps]
+            elif u is not None:  # queries: isotropic sigma_k^2 (adds exactly sigma_k^2 to sig2_s of a unit document)
+                keep = 0.0 if self.confidence_scoring == "replace" else 1.0
+                comps = [
+                    GaussianEmbedding(c.mean, (keep * c.var + u[:, k : k + 1]).astype(np.float32))
+                    for k, c in enumerate(comps)
+                ]
         if self.mixing == "score":
             w = pi * self._score_scales()[None, :] if role == "query" else np.ones_like(pi)
             mean = np.concatenate([w[:, k : k + 1] * c.mean for k, c in enumerate(comps)], axis=1)
@@ -530,7 +538,7 @@ class UECEnsemble:
             "beta": self.beta,
             "confidence_top": self.confidence_top,
             "center_confidence": self.center_confidence,
-            "confidence_in_similarity": self.confidence_in_similarity,
+            "confidence_scoring": self.confidence_scoring,
             "has_reference": self.reference_ is not None,
             "random_state": self.random_state,
         }
@@ -560,7 +568,7 @@ class UECEnsemble:
             beta=meta.get("beta", 1.0),
             confidence_top=meta.get("confidence_top", 20),
             center_confidence=meta.get("center_confidence", False),
-            confidence_in_similarity=meta.get("confidence_in_similarity", False),
+            confidence_scoring=meta.get("confidence_scoring", "replace"),
             random_state=meta["random_state"] if "random_state" in meta else meta["projection_seed"],  # older files
         )
         if meta.get("has_reference"):
