@@ -275,3 +275,28 @@ def test_bad_arguments(duo):
         ens.set_reference(np.ones((30, 8), np.float32))
     # defaults: T resolves per rules x uncertainty
     assert UECEnsemble(duo, rules="official").temperature > 0
+
+
+def test_replace_scoring_ranks_by_the_confidence_weighted_score():
+    docs, (q0, q1), _ = _expert_world(D=16)
+    embs = [_embedder(16, 7), _embedder(16, 8)]
+    ens = UECEnsemble(embs, temperature=2.0)  # the defaults: confidence routing, confidence_scoring="replace"
+    assert (ens.uncertainty, ens.confidence_scoring, ens.temperature) == ("confidence", "replace", 2.0)
+    d_comps = [e.transform(docs) for e in embs]
+    ens.set_reference(d_comps)
+    qc = [embs[0].transform(q0), embs[1].transform(q1)]
+    q, d = ens.combine(qc), ens.combine(d_comps, role="passage")
+    assert (d.var == 0).all()
+    u = ens.confidence_variance([c.normalized() for c in qc])
+    w = q.weights.astype(np.float64) * ens._score_scales()[None, :]
+    np.testing.assert_allclose(q.var[:, :16], np.repeat((w[:, :1] ** 2) * u[:, :1], 16, axis=1), rtol=1e-4)
+    # sig2_s is one number per query (unit documents), so the probit ranks exactly like the weighted score
+    mixed = sum(w[:, k : k + 1] * (qc[k].normalized().mean @ d_comps[k].normalized().mean.T) for k in range(2))
+    _, top = ens.topk(q, d, 10)
+    np.testing.assert_array_equal(top, np.argsort(-mixed, axis=1, kind="stable")[:, :10])
+    sig2 = (w**2 * u).sum(axis=1)
+    np.testing.assert_allclose(
+        ens.similarity(q, d), mixed / np.sqrt(1 + math.pi / 8 * sig2)[:, None], rtol=2e-4, atol=1e-6
+    )
+    with pytest.raises(ValueError, match="confidence_scoring"):
+        UECEnsemble(embs, confidence_scoring="both")

@@ -151,6 +151,7 @@ def run(args) -> int:
         ensembles = {
             "uniform ensemble": UECEnsemble(embedders, weights="uniform", use_variance=False),
             "UEC, Laplace-trace weights (paper rules)": UECEnsemble(embedders, uncertainty="laplace"),
+            "UEC, official code's rules": UECEnsemble(embedders, uncertainty="laplace", rules="official"),
             "UEC (default: retrieval-confidence routing)": UECEnsemble(embedders),
         }
         for label, ens in ensembles.items():
