@@ -269,8 +269,12 @@ def test_bad_arguments(duo):
         ens.set_reference([np.zeros((30, 8), np.float32)])
     with pytest.raises(ValueError, match="dimension"):
         ens.set_reference([np.ones((30, 8), np.float32), np.ones((30, 4), np.float32)])
-    with pytest.raises(ValueError, match="confidence_top"):
-        ens.set_reference([np.ones((5, 8), np.float32)] * 2)
+    with pytest.raises(ValueError, match="at least 2"):
+        ens.set_reference([np.ones((1, 8), np.float32)] * 2)
+    ens.set_reference([np.eye(8, dtype=np.float32)[:5]] * 2)  # fewer than confidence_top: the gap uses all 5
+    assert ens.confidence_variance(
+        [GaussianEmbedding(np.eye(8, dtype=np.float32)[:3], np.zeros((3, 8)))] * 2
+    ).shape == (3, 2)
     with pytest.raises(TypeError, match="documents"):
         ens.set_reference(np.ones((30, 8), np.float32))
     # defaults: T resolves per rules x uncertainty

@@ -279,7 +279,7 @@ class UECEnsemble:
         Each item is model ``k``'s documents as a :class:`GaussianEmbedding`
         (e.g. :meth:`LaplaceEmbedder.transform` of cached embeddings) or an
         ``(N, D_k)`` array; only the L2-normalised means are kept (and saved).
-        Needs ``N >= confidence_top``. ``queries`` (K items of the same kinds,
+        Needs ``N >= 2`` (with ``N < confidence_top`` the gap uses all ``N``). ``queries`` (K items of the same kinds,
         e.g. the Laplace fit anchors) calibrate ``center_confidence``: the mean
         ``log sigma_k^2`` over them is kept. Returns ``self``.
         """
@@ -295,10 +295,8 @@ class UECEnsemble:
                 raise ValueError(
                     f"documents[{k}] has dimension {m.shape[1]} but embedder {k} has {self.embedders[k].dim}"
                 )
-            if m.shape[0] < self.confidence_top:
-                raise ValueError(
-                    f"documents[{k}] has {m.shape[0]} rows, need >= confidence_top = {self.confidence_top}"
-                )
+            if m.shape[0] < 2:
+                raise ValueError(f"documents[{k}] has {m.shape[0]} rows, need at least 2")
             norm = np.linalg.norm(m.astype(np.float64), axis=1, keepdims=True)
             ref.append((m / np.maximum(norm, 1e-30)).astype(np.float32))
         if len({r.shape[0] for r in ref}) != 1:
@@ -330,7 +328,11 @@ class UECEnsemble:
         for k, c in enumerate(components):
             scale = self.embedders[k].score_scale_
             gap = _rules.retrieval_gap(
-                c.mean, self.reference_[k], top=self.confidence_top, scale=scale, num_threads=num_threads
+                c.mean,
+                self.reference_[k],
+                top=min(self.confidence_top, self.reference_[k].shape[0]),
+                scale=scale,
+                num_threads=num_threads,
             )
             cols.append(_rules.confidence_variance(gap, scale))
         return np.stack(cols, axis=1)
@@ -482,7 +484,7 @@ class UECEnsemble:
         """
         if isinstance(b, (list, tuple)) and (not b or isinstance(b[0], str)):
             comps = self.encode_components(list(b), role="passage", show_progress_bar=False)
-            if self.needs_reference and self.reference_ is None and len(b) >= self.confidence_top:
+            if self.needs_reference and self.reference_ is None and len(b) >= 2:
                 self.set_reference(comps)  # confidence over the documents scored against
             b = self.combine(comps, role="passage")
         if isinstance(a, (list, tuple)) and (not a or isinstance(a[0], str)):
