@@ -25,8 +25,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from tqdm.auto import tqdm
 
+import crossembed.uec.rules as _rules
 from crossembed.experiments.tasks import UECTask, dev_test_draws
-from crossembed.uec import rules as _rules
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.laplace import LaplaceEmbedder

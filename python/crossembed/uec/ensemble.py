@@ -74,9 +74,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 from tqdm.auto import tqdm
 
+import crossembed.uec.rules as _rules
 from crossembed import kernels
 from crossembed._validation import as_matrix, check_choice, check_int, check_positive, check_random_state
-from crossembed.uec import rules as _rules
 from crossembed.uec._random import int_seed
 from crossembed.uec.gaussian import GaussianEmbedding, normalize_gaussian
 from crossembed.uec.laplace import LaplaceEmbedder
