@@ -123,6 +123,11 @@ def test_evaluate_task_end_to_end():
     assert "| paper: kron, score mixing |" in md and "Findings" in md and "uec-eval --test" in md
     assert "w(b) foreign" in md
     json.dumps(res, default=float)
+    core = evaluate_task(uec, emb, models=["a", "b"], n_draws=2, row_set="core", show_progress_bar=False)
+    assert "UEC default (as shipped)" in core["rows"] and "paper: diag, score mixing" not in core["rows"]
+    assert core["rows"]["UEC default (as shipped)"]["ndcg@10"] == rows["UEC default (as shipped)"]["ndcg@10"]
+    with pytest.raises(ValueError, match="row_set"):
+        evaluate_task(uec, emb, models=["a", "b"], row_set="some", show_progress_bar=False)
 
 
 def test_perf_benchmarks_on_a_small_synthetic_index():

@@ -176,6 +176,7 @@ def _uec_eval(args) -> int:
                 n_draws=args.draws,
                 seed=args.seed,
                 prior_precision=_prior(args.prior_precision),
+                row_set=args.row_set,
                 show_progress_bar=not args.quiet,
             )
         )
@@ -284,6 +285,12 @@ def register(subparsers) -> None:
     e.add_argument("--n-per-language", type=int, default=400, help="FreeDict queries per language")
     e.add_argument("--prior-precision", default="marglik", help="'marglik', 'nll' or a number")
     e.add_argument("--cache-dir", default=None, help="embedding cache (default ~/.cache/crossembed)")
+    e.add_argument(
+        "--row-set",
+        choices=("full", "core"),
+        default="full",
+        help="every row, or the single models plus the rules/routing rows the issue asks for",
+    )
     add_num_threads(e)
     e.add_argument("--out", default=None, help="markdown report (a .json with the raw numbers goes next to it)")
     e.add_argument("--plot", default=None, help="PNG heat map of the per-language coefficients")

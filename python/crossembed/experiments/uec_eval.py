@@ -262,6 +262,21 @@ def row_specs(models: Sequence[str]) -> List[RowSpec]:
 
 
 DEFAULT_ROW = "UEC default (as shipped)"
+#: ``row_set="core"``: the rows the issue asks for (what a slow machine can afford on WordNet)
+CORE_ROWS = (
+    "uniform ensemble (mean of scores)",
+    "uniform ensemble (calibrated scores)",
+    "paper: diag, embedding mixing, raw traces",
+    "paper: kron, score mixing",
+    "official: diag, embedding mixing",
+    "official: diag, score mixing",
+    "last_dense: paper, score mixing",
+    "last_dense: official, score mixing",
+    "confidence (sigma^2 in the probit, score mixing)",
+    "confidence, official rules (beta cosine)",
+    DEFAULT_ROW,
+    "UEC default - Unc Conv",
+)
 
 
 def _summary(values: List[float]) -> Tuple[float, float]:
@@ -332,6 +347,7 @@ def evaluate_task(
     curvature: str = "ggn",
     last_dense: bool = True,
     multilingual: Optional[str] = None,
+    row_set: str = "full",
     show_progress_bar: bool = True,
 ) -> Dict[str, Any]:
     """Every row of the table on one task; returns a JSON-ready dict.
@@ -342,8 +358,11 @@ def evaluate_task(
     row and draw), ``coefficients`` (mean weights per language and model,
     draw 0), ``skipped`` (rows not run and why), ``posteriors``, sizes.
     ``multilingual`` names the model whose weights are reported (default
-    ``"e5"`` when present, else the last model).
+    ``"e5"`` when present, else the last model). ``row_set="core"`` runs
+    the single models and :data:`CORE_ROWS` only.
     """
+    if row_set not in ("full", "core"):
+        raise ValueError(f"row_set must be 'full' or 'core', got {row_set!r}")
     models = list(models)
     multi = multilingual or ("e5" if "e5" in models else models[-1])
     t = uec_task.task
@@ -424,8 +443,9 @@ def evaluate_task(
             return [{"temperature": T} for T in CONFIDENCE_TEMPERATURES]
         return [{}]
 
-    specs = [s for s in row_specs(models) if s.hessian in comps]
-    for s in row_specs(models):
+    all_specs = [s for s in row_specs(models) if row_set == "full" or s.models or s.name in CORE_ROWS]
+    specs = [s for s in all_specs if s.hessian in comps]
+    for s in all_specs:
         if s.hessian not in comps:
             skipped[s.name] = skipped.get(s.hessian, "")
     results: Dict[str, Any] = {}
