@@ -88,10 +88,14 @@ _ROLES = ("query", "passage")
 _RULES = ("paper", "official")
 _UNCERTAINTIES = ("laplace", "confidence", "confidence*laplace")
 _CONFIDENCE_SCORING = ("replace", "add", "laplace")
-#: ``temperature=None`` resolves to these (chosen on the dev halves of docs/uec.md)
+#: ``temperature=None`` resolves to these, chosen on the FreeDict dev halves of docs/uec.md: the
+#: paper's Laplace form picked the top of its grid (near-uniform weights); the official precision
+#: sum is in raw units (T ~ 1 for the diagonal posterior, the official code's form; a Kronecker
+#: head's precision sums spread ~1000x wider); confidence routing picked T = 2 (paper rules) and 1-2
+#: (official rules).
 DEFAULT_TEMPERATURES = {
     ("paper", "laplace"): 10.0,
-    ("official", "laplace"): 1000.0,
+    ("official", "laplace"): 1.0,
     ("paper", "confidence"): 2.0,
     ("official", "confidence"): 1.0,
     ("paper", "confidence*laplace"): 1.0,
