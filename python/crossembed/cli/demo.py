@@ -119,30 +119,38 @@ def run(args) -> int:
     # ---- UEC: head posteriors fitted on the fit split (examples and words -> glosses), search the test split
     fw = np.array([word_row[w] for w, _ in fit_words], dtype=np.int64)
     fg = np.array([r for _, r in fit_words], dtype=np.int64)
-    embedders = [
-        LaplaceEmbedder(name).fit_embeddings(
-            np.concatenate([ex_emb[name][fit], wd_emb[name][fw]]), np.concatenate([gl_emb[name][fit], gl_emb[name][fg]])
-        )
-        for name in models
-    ]
-    d_comps = [e.transform(gl_emb[n][test]) for e, n in zip(embedders, models)]
+
+    def fitted(hessian):
+        return [
+            LaplaceEmbedder(name, hessian=hessian).fit_embeddings(
+                np.concatenate([ex_emb[name][fit], wd_emb[name][fw]]),
+                np.concatenate([gl_emb[name][fit], gl_emb[name][fg]]),
+            )
+            for name in models
+        ]
+
+    forms = {"kron": fitted("kron"), "diag": fitted("diag")}  # diag: the official code's posterior form
+    word_rows = [word_row[w] for w, _, _ in test_words]
+    d_by_form = {f: [e.transform(gl_emb[n][test]) for e, n in zip(lst, models)] for f, lst in forms.items()}
     tasks = {
         "example -> gloss (en)": (
-            [e.transform(ex_emb[n][test]) for e, n in zip(embedders, models)],
+            {f: [e.transform(ex_emb[n][test]) for e, n in zip(lst, models)] for f, lst in forms.items()},
             [[i] for i in range(len(test))],
             ["en"] * len(test),
         ),
         "word -> gloss (en/de/fr/es)": (
-            [e.transform(wd_emb[n][[word_row[w] for w, _, _ in test_words]]) for e, n in zip(embedders, models)],
+            {f: [e.transform(wd_emb[n][word_rows]) for e, n in zip(lst, models)] for f, lst in forms.items()},
             [[test_pos[r] for r in rows] for _, _, rows in test_words],
             [lang for _, lang, _ in test_words],
         ),
     }
+    embedders = forms["kron"]
     multi = "e5" if "e5" in models else models[-1]
     k_multi = models.index(multi)
     retrieval, weights, qps = {}, {}, None
-    for task, (q_comps, relevant, langs) in tasks.items():
+    for task, (q_by_form, relevant, langs) in tasks.items():
         langs = np.array(langs)
+        q_comps, d_comps = q_by_form["kron"], d_by_form["kron"]
         rows = []
         for k, name in enumerate(models):  # single models: plain cosine
             sims = q_comps[k].mean @ d_comps[k].mean.T
@@ -151,12 +159,17 @@ def run(args) -> int:
         ensembles = {
             "uniform ensemble": UECEnsemble(embedders, weights="uniform", use_variance=False),
             "UEC, Laplace-trace weights (paper rules)": UECEnsemble(embedders, uncertainty="laplace"),
-            "UEC, official code's rules": UECEnsemble(embedders, uncertainty="laplace", rules="official"),
+            "UEC, official code's rules (diag posterior)": UECEnsemble(
+                forms["diag"], uncertainty="laplace", rules="official"
+            ),
             "UEC (default: retrieval-confidence routing)": UECEnsemble(embedders),
         }
         for label, ens in ensembles.items():
             served = label.startswith("UEC (default")
-            top, w, speed = _ranked(ens, q_comps, d_comps, index_threads=args.num_threads if served else False)
+            form = "diag" if "diag" in label else "kron"
+            top, w, speed = _ranked(
+                ens, q_by_form[form], d_by_form[form], index_threads=args.num_threads if served else False
+            )
             qps = speed if speed is not None else qps
             row = {"method": label, **_metrics(ranking_metrics(top, relevant), langs)}
             if w is not None and w.shape[1] == len(models):
