@@ -658,6 +658,31 @@ def _verdicts(res: Dict[str, Any]) -> List[str]:
     return out
 
 
+def _targets(results: Sequence[Dict[str, Any]]) -> List[str]:
+    """Issue 11's three targets, checked against the default row (only for the tasks present)."""
+    by = {r["task"]: r for r in results}
+    out = []
+    fd, wn = by.get("freedict-multilingual"), by.get("wordnet-example-gloss")
+    if fd and DEFAULT_ROW in fd["rows"]:
+        rows, multi = fd["rows"], fd.get("multilingual_model", "e5")
+        d = rows[DEFAULT_ROW]["ndcg@10"][0] - rows[multi]["ndcg@10"][0]
+        out.append(f"* FreeDict: UEC default >= {multi} alone: {d:+.2f} nDCG@10 ({'met' if d >= 0 else 'missed'}).")
+        r = rows[DEFAULT_ROW]
+        if "w_multi[foreign]" in r:
+            dw = r["w_multi[foreign]"][0] - r["w_multi[en]"][0]
+            out.append(
+                f"* FreeDict: {multi}'s mean weight foreign - English >= 0.1: {r['w_multi[foreign]'][0]:.3f} - "
+                f"{r['w_multi[en]'][0]:.3f} = {dw:+.3f} ({'met' if dw >= 0.1 else 'missed'})."
+            )
+    if wn and DEFAULT_ROW in wn["rows"]:
+        rows = wn["rows"]
+        for base in ("uniform ensemble (mean of scores)", "uniform ensemble (calibrated scores)"):
+            if base in rows:
+                d = rows[DEFAULT_ROW]["ndcg@10"][0] - rows[base]["ndcg@10"][0]
+                out.append(f"* WordNet: UEC default >= {base} + 2: {d:+.2f} nDCG@10 ({'met' if d >= 2 else 'missed'}).")
+    return ["## Issue 11's targets (UEC default as shipped, test halves)", ""] + out + [""] if out else []
+
+
 def render_markdown(results: Sequence[Dict[str, Any]], *, command: str = "", perf_note: str = "") -> str:
     """``docs/uec.md`` from :func:`evaluate_task` outputs."""
     intro = (
@@ -665,7 +690,7 @@ def render_markdown(results: Sequence[Dict[str, Any]], *, command: str = "", per
         .replace("{C_GRID}", ", ".join(f"{t:g}" for t in CONFIDENCE_TEMPERATURES))
         .replace("{BETAS}", ", ".join(f"{b:g}" for b in BETAS))
     )
-    lines: List[str] = [intro]
+    lines: List[str] = [intro] + _targets(results)
     for res in results:
         multi = res.get("multilingual_model", "e5")
         lines += [
