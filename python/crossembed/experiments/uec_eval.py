@@ -584,8 +584,12 @@ sigma_k^2(q) = (c_k / g_k(q))^2 and the coefficients are
 softmax_k(-log sigma_k^2(q) / T), i.e. pi_k ∝ sigma_k^(-2/T). It is computed
 at encode time over a reference collection held by the ensemble
 (`UECEnsemble.set_reference`; `UECIndex.build` sets it to the indexed
-documents), so an index search and the probit score stay one pipeline; the
-scored Gaussians keep their Laplace variances.
+documents), so an index search and the probit score stay one pipeline. By
+default (`confidence_scoring="replace"`) the probit scores sigma_k^2(q) as
+the query's isotropic variance with deterministic documents, so
+sig2_s = sum_k w_k^2 sigma_k^2(q) for unit documents: the ranking is the
+confidence-weighted score and the score is shrunk by the query's
+uncertainty; `"laplace"` scores the Laplace variances instead, `"add"` both.
 
 Rows:
 
@@ -599,12 +603,14 @@ Rows:
 * *official*: the official code's rules; *embedding mixing* is the code's
   own Gaussian convolution of the vectors, *score mixing* keeps the K spaces
   side by side (the coefficients mix per-model scores);
-* *confidence*: the routing above (kron head variances in the probit);
-  *sigma^2 also in the probit*: sigma_k^2(q) is in addition added to the
-  query Gaussian isotropically (`confidence_in_similarity=True`);
-  *centred per model*: log sigma_k^2 minus its mean over the Laplace fit
-  anchors (`center_confidence=True`); *x Laplace*: sigma_k^2 times the
-  Laplace trace relative to its fit-set mean;
+* *confidence (sigma^2 in the probit)*: the routing above as shipped, T
+  tuned; *kron / diag Laplace variances in the probit*: the same weights,
+  the Laplace variances scored (`confidence_scoring="laplace"`); *official
+  rules*: the same weights under the official normalisation and beta cosine
+  (diagonal posterior); *centred per model*: log sigma_k^2 minus its mean
+  over the Laplace fit anchors (`center_confidence=True`); *x Laplace*:
+  sigma_k^2 times the Laplace trace relative to its fit-set mean (weights
+  only);
 * *UEC default (as shipped)*: `UECEnsemble(embedders)` with every default
   (confidence routing, T = 2, not tuned here), and its ablations (*- Unc
   Sim*: rank by the mean score without the variance; *- Unc Conv*: uniform

@@ -60,7 +60,7 @@ Which uncertainty drives the query coefficients (``uncertainty=``):
     itself is shrunk by the query's uncertainty; ``"add"`` - ``sigma_k^2``
     added to the Laplace variances; ``"laplace"`` - the Laplace variances
     only. (Measured in ``docs/uec.md``: the kron head's document variances
-    in the probit cost ~1.8 nDCG@10 on FreeDict once the weights route.)
+    in the probit cost 1.3 nDCG@10 on FreeDict once the weights route.)
     Documents carry no retrieval confidence: their coefficients are uniform
     (they only matter for embedding mixing).
 ``"confidence*laplace"``
