@@ -153,3 +153,21 @@ def test_random_state_int_is_the_graph_seed_and_others_draw_one():
     assert isinstance(UECIndex(docs, M=8, random_state=None).random_state, int)
     with pytest.raises(TypeError, match="random_state"):
         UECIndex(docs, M=8, random_state="seed")
+
+
+def test_confidence_reference_comes_from_the_documents():
+    rng = np.random.default_rng(4)
+    A = normalize_rows(rng.normal(size=(40, 16)))
+    P = normalize_rows(A + 0.3 * rng.normal(size=(40, 16)))
+    texts = ["apple pie", "banana split", "cherry tart", "date loaf", "elderberry jam"] * 4
+    make = lambda: UECEnsemble([LaplaceEmbedder(_WordEncoder(), batch_size=10).fit_embeddings(A, P)] * 2)  # noqa: E731
+    built = make()
+    assert built.needs_reference and built.reference_ is None
+    index = UECIndex.build(built, texts, show_progress_bar=False, M=8, rerank=10)
+    assert built.reference_[0].shape == (20, 16)
+    assert texts[index.search(["cherry tart"], 1, exact=True)[1][0, 0]] == "cherry tart"
+    encoded = make()
+    encoded.encode(texts, role="passage", show_progress_bar=False)  # documents encoded first: they are the reference
+    np.testing.assert_array_equal(encoded.reference_[0], built.reference_[0])
+    sims = make().similarity(["cherry tart"], texts)  # strings: the documents are the reference
+    assert sims.shape == (1, 20) and texts[int(np.argmax(sims[0]))] == "cherry tart"

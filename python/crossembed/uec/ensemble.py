@@ -65,10 +65,16 @@ Which uncertainty drives the query coefficients (``uncertainty=``):
     (they only matter for embedding mixing).
 ``"confidence*laplace"``
     the product of the two: ``sigma_k^2(q) * tr(Sigma_k(q)) / mean_fit tr(Sigma_k)``.
+
+Without a reference collection (nothing indexed, no
+:meth:`UECEnsemble.set_reference`, no documents encoded yet) the confidence
+forms weight queries by the Laplace coefficients, with a ``RuntimeWarning``;
+:meth:`UECEnsemble.encode` of documents sets the reference when none is set.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -418,9 +424,21 @@ class UECEnsemble:
             if c.dim != self.embedders[k].dim:
                 raise ValueError(f"components[{k}] has dimension {c.dim} but embedder {k} has {self.embedders[k].dim}")
         comps = [self._prepare(c) for c in comps]
-        u = self.confidence_variance(comps) if role == "query" and self.needs_reference else None
-        pi = self.coefficients(comps, role=role, confidence_var=u)
-        if self.needs_reference and self.confidence_scoring != "laplace":
+        routed, fallback = self.needs_reference, False
+        if routed and role == "query" and self.reference_ is None:
+            warnings.warn(
+                f"uncertainty={self.uncertainty!r} has no reference collection yet (set_reference(), an index, or "
+                "encode the documents first): these queries are weighted by the Laplace posterior",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            routed, fallback = False, True
+        u = self.confidence_variance(comps) if role == "query" and routed else None
+        if fallback:
+            pi = _rules.softmax_rows(self._laplace_logits(comps) / DEFAULT_TEMPERATURES[(self.rules, "laplace")])
+        else:
+            pi = self.coefficients(comps, role=role, confidence_var=u)
+        if routed and self.confidence_scoring != "laplace":
             if role == "passage" and self.confidence_scoring == "replace":  # documents: deterministic
                 comps = [GaussianEmbedding(c.mean, np.zeros_like(c.var)) for c in comps]
             elif u is not None:  # queries: isotropic sigma_k^2 (adds exactly sigma_k^2 to sig2_s of a unit document)
@@ -463,6 +481,8 @@ class UECEnsemble:
     ) -> GaussianEmbedding:
         """Encode texts with every model and convolve: ``GaussianEmbedding(mean, var, weights)``."""
         comps = self.encode_components(texts, role=role, batch_size=batch_size, show_progress_bar=show_progress_bar)
+        if role == "passage" and self.needs_reference and self.reference_ is None and len(comps[0]) >= 2:
+            self.set_reference(comps)  # confidence is measured over the documents being encoded for search
         return self.combine(comps, role=role)
 
     def encode_components(
