@@ -166,8 +166,10 @@ def test_confidence_reference_comes_from_the_documents():
     index = UECIndex.build(built, texts, show_progress_bar=False, M=8, rerank=10)
     assert built.reference_[0].shape == (20, 16)
     assert texts[index.search(["cherry tart"], 1, exact=True)[1][0, 0]] == "cherry tart"
-    encoded = make()
-    encoded.encode(texts, role="passage", show_progress_bar=False)  # documents encoded first: they are the reference
-    np.testing.assert_array_equal(encoded.reference_[0], built.reference_[0])
-    sims = make().similarity(["cherry tart"], texts)  # strings: the documents are the reference
+    # encode() and similarity() never set it implicitly: queries fall back to the Laplace weights (warned)
+    other = make()
+    other.encode(texts, role="passage", show_progress_bar=False)
+    assert other.reference_ is None
+    with pytest.warns(RuntimeWarning, match="reference"):
+        sims = other.similarity(["cherry tart"], texts)
     assert sims.shape == (1, 20) and texts[int(np.argmax(sims[0]))] == "cherry tart"

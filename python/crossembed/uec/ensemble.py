@@ -66,10 +66,11 @@ Which uncertainty drives the query coefficients (``uncertainty=``):
 ``"confidence*laplace"``
     the product of the two: ``sigma_k^2(q) * tr(Sigma_k(q)) / mean_fit tr(Sigma_k)``.
 
-Without a reference collection (nothing indexed, no
-:meth:`UECEnsemble.set_reference`, no documents encoded yet) the confidence
-forms weight queries by the Laplace coefficients, with a ``RuntimeWarning``;
-:meth:`UECEnsemble.encode` of documents sets the reference when none is set.
+Without a reference collection (no :meth:`UECEnsemble.set_reference`, no
+:meth:`UECIndex.build` with texts) the confidence forms weight queries by the
+Laplace coefficients (``rules``' Laplace formula and default T), with a
+``RuntimeWarning``; the reference is never set implicitly by ``encode`` or
+``similarity``, so a query's encoding does not depend on call order.
 """
 
 from __future__ import annotations
@@ -481,8 +482,6 @@ class UECEnsemble:
     ) -> GaussianEmbedding:
         """Encode texts with every model and convolve: ``GaussianEmbedding(mean, var, weights)``."""
         comps = self.encode_components(texts, role=role, batch_size=batch_size, show_progress_bar=show_progress_bar)
-        if role == "passage" and self.needs_reference and self.reference_ is None and len(comps[0]) >= 2:
-            self.set_reference(comps)  # confidence is measured over the documents being encoded for search
         return self.combine(comps, role=role)
 
     def encode_components(
@@ -507,10 +506,7 @@ class UECEnsemble:
         ``use_variance=False`` this is the dot product of the means.
         """
         if isinstance(b, (list, tuple)) and (not b or isinstance(b[0], str)):
-            comps = self.encode_components(list(b), role="passage", show_progress_bar=False)
-            if self.needs_reference and self.reference_ is None and len(b) >= 2:
-                self.set_reference(comps)  # confidence over the documents scored against
-            b = self.combine(comps, role="passage")
+            b = self.encode(list(b), role="passage", show_progress_bar=False)
         if isinstance(a, (list, tuple)) and (not a or isinstance(a[0], str)):
             a = self.encode(list(a), role="query", show_progress_bar=False)
         mq, vq = self._scoring_inputs(a, "a")
