@@ -257,6 +257,23 @@ def test_bundled_wordnet():
     assert "WordNet 3.0 Copyright 2006 by Princeton University" in licence
 
 
+def test_bundled_words():
+    from importlib import resources
+
+    from crossembed.data import load_bundled_wordnet
+    from crossembed.data.bundled import load_bundled_words
+
+    words = load_bundled_words()
+    offsets = {s.offset for s in load_bundled_wordnet()}
+    assert len(words) == 1200
+    assert {lang: sum(1 for _, l, _ in words if l == lang) for lang in ("en", "de", "fr", "es")} == dict.fromkeys(
+        ("en", "de", "fr", "es"), 300
+    )
+    assert all(w and 1 <= len(offs) <= 2 and set(offs) <= offsets for w, _, offs in words)
+    licence = resources.files("crossembed.data.bundled").joinpath("LICENSE-FreeDict.txt").read_text()
+    assert "GPL-3+" in licence and "freedict.org" in licence
+
+
 @pytest.mark.slow
 def test_real_wordnet_and_freedict():
     try:

@@ -32,7 +32,7 @@ def _components(embedders, n=9, seed=10):
 def test_coefficients_sum_to_one_and_follow_the_formula(trio):
     comps = _components(trio)
     for standardize in (True, False):
-        ens = UECEnsemble(trio, temperature=0.7, standardize=standardize)
+        ens = UECEnsemble(trio, uncertainty="laplace", temperature=0.7, standardize=standardize)
         pi = ens.coefficients(comps)
         tr = np.stack([c.trace() for c in comps], axis=1)
         if standardize:
@@ -62,7 +62,7 @@ def test_convolution_formula():
 
 
 def test_embedding_mixing_normalises_the_convolution(trio):
-    ens = UECEnsemble(trio, temperature=0.5, mixing="embedding")
+    ens = UECEnsemble(trio, uncertainty="laplace", temperature=0.5, mixing="embedding")
     comps = _components(trio)
     g = ens.combine(comps)
     pi = ens.coefficients(comps)
@@ -76,7 +76,7 @@ def test_embedding_mixing_normalises_the_convolution(trio):
 
 @pytest.mark.parametrize("calibrate", [True, False])
 def test_score_mixing_is_the_probit_of_the_weighted_score_sum(trio, calibrate):
-    ens = UECEnsemble(trio, temperature=0.5, mixing="score", calibrate_scores=calibrate)
+    ens = UECEnsemble(trio, uncertainty="laplace", temperature=0.5, mixing="score", calibrate_scores=calibrate)
     qc, dc = _components(trio, n=5, seed=3), _components(trio, n=7, seed=4)
     q, d = ens.combine(qc, role="query"), ens.combine(dc, role="passage")
     assert q.dim == 24 and d.dim == 24
@@ -101,13 +101,13 @@ def test_uniform_fixed_weights_and_no_variance(trio):
     np.testing.assert_allclose(uni.combine(qc).weights, 1 / 3)
     fixed = UECEnsemble(trio, weights=[2.0, 1.0, 1.0])
     np.testing.assert_allclose(fixed.combine(qc).weights, np.tile([0.5, 0.25, 0.25], (4, 1)))
-    cos = UECEnsemble(trio, use_variance=False, mixing="embedding")
+    cos = UECEnsemble(trio, uncertainty="laplace", use_variance=False, mixing="embedding")
     q, d = cos.combine(qc), cos.combine(dc, role="passage")
     np.testing.assert_allclose(cos.similarity(q, d), q.mean.astype(np.float64) @ d.mean.T, rtol=1e-5, atol=1e-6)
 
 
 def test_variance_shrinks_scores_towards_zero(trio):
-    ens = UECEnsemble(trio, mixing="embedding")
+    ens = UECEnsemble(trio, uncertainty="laplace", mixing="embedding")
     qc, dc = _components(trio, n=4, seed=7), _components(trio, n=5, seed=8)
     q, d = ens.combine(qc), ens.combine(dc, role="passage")
     s = ens.similarity(q, d)
@@ -120,11 +120,11 @@ def test_different_dimensions():
     embs = [_embedder(8, 0), _embedder(6, 1)]
     rng = np.random.default_rng(2)
     comps = [embs[0].transform(rng.normal(size=(3, 8))), embs[1].transform(rng.normal(size=(3, 6)))]
-    g = UECEnsemble(embs, mixing="embedding").combine(comps)
+    g = UECEnsemble(embs, uncertainty="laplace", mixing="embedding").combine(comps)
     assert g.dim == 6
     np.testing.assert_allclose(np.linalg.norm(g.mean, axis=1), 1.0, rtol=1e-5)
     # the projection is orthonormal: a projected unit block keeps its variance total when it spans everything
-    assert UECEnsemble(embs, mixing="score").combine(comps).dim == 14
+    assert UECEnsemble(embs, uncertainty="laplace", mixing="score").combine(comps).dim == 14
 
 
 def test_state_round_trip(trio):
@@ -144,14 +144,14 @@ def test_bad_inputs(trio):
     with pytest.raises(ValueError, match="fitted"):
         UECEnsemble([LaplaceEmbedder(None)])
     with pytest.raises(ValueError, match="temperature"):
-        UECEnsemble(trio, temperature=0)
+        UECEnsemble(trio, uncertainty="laplace", temperature=0)
     with pytest.raises(ValueError, match="mixing"):
-        UECEnsemble(trio, mixing="average")
+        UECEnsemble(trio, uncertainty="laplace", mixing="average")
     with pytest.raises(ValueError, match="weights"):
         UECEnsemble(trio, weights=[1, 2])
     with pytest.raises(ValueError, match="weights"):
         UECEnsemble(trio, weights="learned")
-    ens = UECEnsemble(trio)
+    ens = UECEnsemble(trio, uncertainty="laplace")
     comps = _components(trio)
     with pytest.raises(ValueError, match="components"):
         ens.combine(comps[:2])
@@ -200,13 +200,13 @@ def test_score_calibration_puts_models_on_one_footing_and_keeps_the_overall_scal
 def test_random_state_seeds_the_projections_and_older_files_still_load():
     embs = [_embedder(8, 0), _embedder(6, 1)]
     comps = _components(embs)
-    ens = UECEnsemble(embs, mixing="embedding", random_state=3)
+    ens = UECEnsemble(embs, uncertainty="laplace", mixing="embedding", random_state=3)
     arrays, meta = ens.get_state()
     assert meta["random_state"] == 3
     old = {k: v for k, v in meta.items() if k != "random_state"} | {"projection_seed": 3}  # before the rename
     for back in (UECEnsemble.from_state(arrays, meta), UECEnsemble.from_state(arrays, old)):
         np.testing.assert_array_equal(back.combine(comps).mean, ens.combine(comps).mean)
-    drawn = UECEnsemble(embs, mixing="embedding", random_state=np.random.default_rng(5))
+    drawn = UECEnsemble(embs, uncertainty="laplace", mixing="embedding", random_state=np.random.default_rng(5))
     assert isinstance(drawn.random_state, int)
     with pytest.raises(TypeError, match="random_state"):
-        UECEnsemble(embs, random_state="x")
+        UECEnsemble(embs, uncertainty="laplace", random_state="x")

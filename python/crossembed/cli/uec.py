@@ -85,7 +85,9 @@ def _index_build(args) -> int:
             enc, hessian=args.hessian, prior_precision=_prior(args.prior_precision), random_state=args.seed
         ).fit_embeddings(A, P)
         embedders.append(lap)
-    ens = UECEnsemble(embedders, temperature=args.temperature, mixing=args.mixing)
+    ens = UECEnsemble(
+        embedders, temperature=args.temperature, mixing=args.mixing, rules=args.rules, uncertainty=args.uncertainty
+    )
     index = UECIndex.build(
         ens,
         docs,
@@ -174,6 +176,7 @@ def _uec_eval(args) -> int:
                 n_draws=args.draws,
                 seed=args.seed,
                 prior_precision=_prior(args.prior_precision),
+                row_set=args.row_set,
                 show_progress_bar=not args.quiet,
             )
         )
@@ -243,7 +246,17 @@ def register(subparsers) -> None:
     b.add_argument("--hessian", choices=("kron", "diag"), default="kron")
     b.add_argument("--mixing", choices=("score", "embedding"), default="score")
     b.add_argument(
-        "--temperature", type=float, default=10.0, help="T of the coefficients (default: chosen on dev, docs/uec.md)"
+        "--temperature",
+        type=float,
+        default=None,
+        help="T of the coefficients (default: chosen on dev for the rules/uncertainty, docs/uec.md)",
+    )
+    b.add_argument("--rules", choices=("paper", "official"), default="paper", help="UEC rule set (docs/uec.md)")
+    b.add_argument(
+        "--uncertainty",
+        choices=("confidence", "laplace", "confidence*laplace"),
+        default="confidence",
+        help="what routes the queries: retrieval confidence over the indexed documents (default) or the Laplace posterior",
     )
     b.add_argument("--prior-precision", default="marglik", help="'marglik', 'nll' or a number")
     b.add_argument("--M", type=int, default=32)
@@ -272,6 +285,12 @@ def register(subparsers) -> None:
     e.add_argument("--n-per-language", type=int, default=400, help="FreeDict queries per language")
     e.add_argument("--prior-precision", default="marglik", help="'marglik', 'nll' or a number")
     e.add_argument("--cache-dir", default=None, help="embedding cache (default ~/.cache/crossembed)")
+    e.add_argument(
+        "--row-set",
+        choices=("full", "core"),
+        default="full",
+        help="every row, or the single models plus the rules/routing rows the issue asks for",
+    )
     add_num_threads(e)
     e.add_argument("--out", default=None, help="markdown report (a .json with the raw numbers goes next to it)")
     e.add_argument("--plot", default=None, help="PNG heat map of the per-language coefficients")

@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from tqdm.auto import tqdm
 
-from crossembed import kernels
+import crossembed.uec.rules as _rules
 from crossembed.experiments.tasks import UECTask, dev_test_draws
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
@@ -120,14 +120,19 @@ def rank(
     q_comps: List[GaussianEmbedding],
     d_comps: List[GaussianEmbedding],
     relevant: Sequence[Sequence[int]],
+    calibration: Optional[List[GaussianEmbedding]] = None,
 ) -> Ranking:
-    """Score every query against every document (fused probit top-k kernel)."""
+    """Score every query against every document with the ensemble's own similarity (exact top-k).
+
+    Confidence routing is measured over the searched documents; ``calibration``
+    (per-model query Gaussians, e.g. the fit anchors) centres it when asked.
+    """
+    if ens.needs_reference and ens.reference_ is None:
+        ens.set_reference(d_comps, queries=calibration if ens.center_confidence else None)
     q = ens.combine(q_comps, role="query")
     d = ens.combine(d_comps, role="passage")
-    vq = q.var if ens.use_variance else np.zeros_like(q.var)
-    vd = d.var if ens.use_variance else np.zeros_like(d.var)
     top = min(TOP, len(d))
-    scores, idx = kernels.probit_topk(q.mean, vq, d.mean, vd, top)
+    scores, idx = ens.topk(q, d, top)
     m1, v1 = d.mean[idx[:, 0]].astype(np.float64), d.var[idx[:, 0]].astype(np.float64)
     qm, qv = q.mean.astype(np.float64), q.var.astype(np.float64)
     sig2 = (qm**2 * v1).sum(1) + (m1**2 * qv).sum(1) + (qv * v1).sum(1)
@@ -135,67 +140,200 @@ def rank(
 
 
 # --------------------------------------------------------------------------- the whole table
+#: grids searched on dev: T per uncertainty kind, beta for the official similarity
+CONFIDENCE_TEMPERATURES = (0.25, 0.5, 1.0, 2.0, 4.0)
+BETAS = (0.0, 1.0)
+
+
 @dataclass
 class RowSpec:
     name: str
-    hessian: str
+    hessian: str  # "kron", "diag" or "last_dense" (the posterior of the components)
     kwargs: Dict[str, Any]
-    tune: bool = False  # choose T on dev
-    raw_traces: bool = False  # T grid in units of the raw trace std
+    grid: str = ""  # "" (fixed), "std", "raw", "official", "confidence": what is tuned on dev
     models: Optional[List[str]] = None  # single-model rows
     dev_weights: bool = False  # weighted ensemble: weights = dev nDCG@10 of the single models
+    variant: bool = False  # a UEC variant the default is chosen among
 
 
-def row_specs(models: Sequence[str], default_hessian: str = "kron", default_mixing: str = "score") -> List[RowSpec]:
-    """The rows of the UEC table (single models, baselines, UEC variants, ablations)."""
-    rows = [RowSpec(m, default_hessian, {"use_variance": False}, models=[m]) for m in models]
+def row_specs(models: Sequence[str]) -> List[RowSpec]:
+    """The rows of the UEC table: single models, baselines, every rule x posterior form, routing, default."""
+    rows = [RowSpec(m, "kron", {"use_variance": False}, models=[m]) for m in models]
+    score = {"mixing": "score"}
+    lap = {"uncertainty": "laplace"}
     rows += [
         RowSpec(
-            "uniform ensemble (mean of vectors)",
-            default_hessian,
-            {"weights": "uniform", "mixing": "embedding", "use_variance": False},
-        ),
-        RowSpec(
             "uniform ensemble (mean of scores)",
-            default_hessian,
-            {"weights": "uniform", "mixing": "score", "use_variance": False, "calibrate_scores": False},
+            "kron",
+            {"weights": "uniform", "use_variance": False, "calibrate_scores": False},
         ),
+        RowSpec("uniform ensemble (calibrated scores)", "kron", {"weights": "uniform", "use_variance": False}),
         RowSpec(
             "weighted ensemble (dev nDCG weights)",
-            default_hessian,
-            {"mixing": "score", "use_variance": False, "calibrate_scores": False},
+            "kron",
+            {"use_variance": False, "calibrate_scores": False},
             dev_weights=True,
         ),
         RowSpec(
-            "UEC paper rules (diag, embedding mixing, raw traces)",
+            "paper: diag, embedding mixing, raw traces",
             "diag",
-            {"mixing": "embedding", "standardize": False},
-            tune=True,
-            raw_traces=True,
+            {**lap, "mixing": "embedding", "standardize": False},
+            grid="raw",
+            variant=True,
         ),
-        RowSpec("UEC diag (score mixing, standardised traces)", "diag", {"mixing": "score"}, tune=True),
-        RowSpec("UEC kron (embedding mixing)", "kron", {"mixing": "embedding"}, tune=True),
+        RowSpec("paper: diag, score mixing", "diag", {**lap, **score}, grid="std", variant=True),
+        RowSpec("paper: kron, score mixing", "kron", {**lap, **score}, grid="std", variant=True),
         RowSpec(
-            "UEC kron (score mixing, uncalibrated scores)",
-            "kron",
-            {"mixing": "score", "calibrate_scores": False},
-            tune=True,
+            "official: diag, embedding mixing",
+            "diag",
+            {**lap, "mixing": "embedding", "rules": "official"},
+            grid="official",
+            variant=True,
         ),
-        RowSpec("UEC kron (score mixing)", "kron", {"mixing": "score"}, tune=True),
-    ]
-    d = {"mixing": default_mixing}
-    rows += [
-        RowSpec("UEC default - Unc Sim", default_hessian, {**d, "use_variance": False}, tune=True),
-        RowSpec("UEC default - Unc Conv", default_hessian, {**d, "weights": "uniform"}),
-        RowSpec("UEC default - both", default_hessian, {**d, "weights": "uniform", "use_variance": False}),
+        RowSpec(
+            "official: diag, score mixing", "diag", {**lap, **score, "rules": "official"}, grid="official", variant=True
+        ),
+        RowSpec(
+            "official: kron, score mixing", "kron", {**lap, **score, "rules": "official"}, grid="official", variant=True
+        ),
+        RowSpec("last_dense: paper, score mixing", "last_dense", {**lap, **score}, grid="std", variant=True),
+        RowSpec(
+            "last_dense: official, score mixing",
+            "last_dense",
+            {**lap, **score, "rules": "official"},
+            grid="official",
+            variant=True,
+        ),
+        RowSpec(
+            "confidence (sigma^2 in the probit, score mixing)",
+            "kron",
+            {**score, "uncertainty": "confidence"},
+            grid="confidence",
+            variant=True,
+        ),
+        RowSpec(
+            "confidence, kron Laplace variances in the probit",
+            "kron",
+            {**score, "uncertainty": "confidence", "confidence_scoring": "laplace"},
+            grid="confidence",
+            variant=True,
+        ),
+        RowSpec(
+            "confidence, diag Laplace variances in the probit",
+            "diag",
+            {**score, "uncertainty": "confidence", "confidence_scoring": "laplace"},
+            grid="confidence",
+            variant=True,
+        ),
+        RowSpec(
+            "confidence, official rules (beta cosine)",
+            "diag",
+            {**score, "uncertainty": "confidence", "rules": "official", "confidence_scoring": "laplace"},
+            grid="confidence",
+            variant=True,
+        ),
+        RowSpec(
+            "confidence, centred per model (fit anchors)",
+            "kron",
+            {**score, "uncertainty": "confidence", "center_confidence": True},
+            grid="confidence",
+            variant=True,
+        ),
+        RowSpec(
+            "confidence x kron Laplace (score mixing)",
+            "kron",
+            {**score, "uncertainty": "confidence*laplace"},
+            grid="confidence",
+            variant=True,
+        ),
+        RowSpec(
+            "confidence x diag Laplace (score mixing)",
+            "diag",
+            {**score, "uncertainty": "confidence*laplace"},
+            grid="confidence",
+            variant=True,
+        ),
+        # the library's defaults as shipped (UECEnsemble() / LaplaceEmbedder()), T not tuned
+        RowSpec(DEFAULT_ROW, "kron", {}),
+        RowSpec("UEC default - Unc Sim", "kron", {"use_variance": False}),
+        RowSpec("UEC default - Unc Conv", "kron", {"weights": "uniform", "uncertainty": "laplace"}),
     ]
     return rows
+
+
+DEFAULT_ROW = "UEC default (as shipped)"
+#: ``row_set="core"``: the rows the issue asks for (what a slow machine can afford on WordNet)
+CORE_ROWS = (
+    "uniform ensemble (mean of scores)",
+    "uniform ensemble (calibrated scores)",
+    "paper: diag, embedding mixing, raw traces",
+    "paper: kron, score mixing",
+    "official: diag, embedding mixing",
+    "official: diag, score mixing",
+    "last_dense: paper, score mixing",
+    "last_dense: official, score mixing",
+    "confidence (sigma^2 in the probit, score mixing)",
+    "confidence, official rules (beta cosine)",
+    DEFAULT_ROW,
+    "UEC default - Unc Conv",
+)
 
 
 def _summary(values: List[float]) -> Tuple[float, float]:
     a = np.asarray(values, dtype=np.float64)
     a = a[~np.isnan(a)]
     return (float(a.mean()), float(a.std())) if a.size else (float("nan"), float("nan"))
+
+
+def last_dense_components(
+    uec_task: UECTask,
+    models: Sequence[str],
+    *,
+    hessian: str = "diag",
+    prior_precision="marglik",
+    seed: int = 0,
+    show_progress_bar: bool = False,
+):
+    """``(embedders, query comps, doc comps, note)`` with ``layer="last_dense"`` posteriors, or ``None`` and why.
+
+    Models the variant does not support (not a torch model) keep the head
+    posterior of the same form (said in the note); when the variant is not
+    implemented at all the row is skipped.
+    """
+    t = uec_task.task
+    ev = uec_task.eval_queries
+    queries = [t.queries[i] for i in ev]
+    embedders, qc, dc, head_for = [], [], [], []
+    any_last = False
+    for m in models:
+        try:
+            e = LaplaceEmbedder(
+                m, layer="last_dense", hessian=hessian, prior_precision=prior_precision, random_state=seed
+            )
+            any_last = True
+        except NotImplementedError as exc:
+            return None, f"layer='last_dense' not available ({exc})"
+        except (TypeError, ValueError) as exc:
+            if "not implemented" in str(exc):
+                return None, f"layer='last_dense' not available ({exc})"
+            e = LaplaceEmbedder(m, hessian=hessian, prior_precision=prior_precision, random_state=seed)
+            head_for.append(m)
+        try:
+            e.fit(uec_task.fit_pairs, show_progress_bar=show_progress_bar)
+        except (NotImplementedError, TypeError, ValueError):
+            if e.layer == "head":
+                raise
+            # this model cannot take the last_dense posterior (not a torch model): head posterior instead
+            e = LaplaceEmbedder(m, hessian=hessian, prior_precision=prior_precision, random_state=seed)
+            e.fit(uec_task.fit_pairs, show_progress_bar=show_progress_bar)
+            head_for.append(m)
+        embedders.append(e)
+        qc.append(e.encode(queries, role="query"))
+        dc.append(e.encode(list(t.documents), role="passage"))
+    if not any_last or len(head_for) == len(models):
+        return None, "no model supports layer='last_dense'"
+    note = f"head {hessian} posterior for {', '.join(head_for)} (not torch models)" if head_for else ""
+    return (embedders, qc, dc), note
 
 
 def evaluate_task(
@@ -207,18 +345,26 @@ def evaluate_task(
     seed: int = 0,
     prior_precision="marglik",
     curvature: str = "ggn",
-    default_hessian: str = "kron",
-    default_mixing: str = "score",
+    last_dense: bool = True,
+    multilingual: Optional[str] = None,
+    row_set: str = "full",
     show_progress_bar: bool = True,
 ) -> Dict[str, Any]:
     """Every row of the table on one task; returns a JSON-ready dict.
 
-    Keys: ``rows`` (name -> metric -> [mean, std] and per-language nDCG),
-    ``temperatures`` (chosen T per tuned row and draw), ``coefficients``
-    (mean UEC weights per language and model for the kron and diag rows),
-    ``posteriors`` (prior precision, fit seconds per model and form), sizes.
+    Keys: ``rows`` (name -> metric -> [mean, std], per-language nDCG, the
+    multilingual model's mean weight on foreign / English test queries,
+    ``dev_ndcg@10`` at the chosen settings), ``chosen`` (T / beta per tuned
+    row and draw), ``coefficients`` (mean weights per language and model,
+    draw 0), ``skipped`` (rows not run and why), ``posteriors``, sizes.
+    ``multilingual`` names the model whose weights are reported (default
+    ``"e5"`` when present, else the last model). ``row_set="core"`` runs
+    the single models and :data:`CORE_ROWS` only.
     """
+    if row_set not in ("full", "core"):
+        raise ValueError(f"row_set must be 'full' or 'core', got {row_set!r}")
     models = list(models)
+    multi = multilingual or ("e5" if "e5" in models else models[-1])
     t = uec_task.task
     ev = uec_task.eval_queries
     relevant = [t.relevant[i] for i in ev]
@@ -232,6 +378,8 @@ def evaluate_task(
     embedders: Dict[str, List[LaplaceEmbedder]] = {}
     posteriors: Dict[str, Any] = {}
     comps: Dict[str, Tuple[List[GaussianEmbedding], List[GaussianEmbedding]]] = {}
+    skipped: Dict[str, str] = {}
+    notes: Dict[str, str] = {}
     for hessian in ("kron", "diag"):
         lst = []
         for m in models:
@@ -239,6 +387,27 @@ def evaluate_task(
                 m, hessian=hessian, curvature=curvature, prior_precision=prior_precision, random_state=seed
             ).fit_embeddings(emb.fit_anchors[m], emb.fit_positives[m])
             lst.append(e)
+        embedders[hessian] = lst
+        comps[hessian] = (
+            [e.transform(emb.queries[m][ev]) for e, m in zip(lst, models)],
+            [e.transform(emb.docs[m]) for e, m in zip(lst, models)],
+        )
+    if last_dense:
+        try:
+            got, note = last_dense_components(uec_task, models, prior_precision=prior_precision, seed=seed)
+        except Exception as exc:  # the variant comes from another branch: never lose the rest of the table
+            got, note = None, f"layer='last_dense' failed ({type(exc).__name__}: {exc})"
+        if got is None:
+            skipped["last_dense"] = note
+        else:
+            embedders["last_dense"], qc, dc = got
+            comps["last_dense"] = (qc, dc)
+            if note:
+                notes["last_dense"] = note
+    else:
+        skipped["last_dense"] = "not requested"
+    for hessian, lst in embedders.items():
+        for m, e in zip(models, lst):
             posteriors[f"{m}/{hessian}"] = {
                 "prior_precision": e.prior_precision_,
                 "fit_seconds": e.fit_seconds_,
@@ -246,56 +415,68 @@ def evaluate_task(
                 "trace_mean": e.trace_mean_,
                 "trace_std": e.trace_std_,
             }
-        embedders[hessian] = lst
-        comps[hessian] = (
-            [e.transform(emb.queries[m][ev]) for e, m in zip(lst, models)],
-            [e.transform(emb.docs[m]) for e, m in zip(lst, models)],
-        )
 
-    def run(spec: RowSpec, T: float = 1.0, weights=None) -> Ranking:
+    def run(spec: RowSpec, **over) -> Ranking:
         lst = embedders[spec.hessian]
         qc, dc = comps[spec.hessian]
         if spec.models:
             k = models.index(spec.models[0])
             lst, qc, dc = [lst[k]], [qc[k]], [dc[k]]
-        kw = dict(spec.kwargs)
-        if weights is not None:
-            kw["weights"] = weights
-        return rank(UECEnsemble(lst, temperature=T, **kw), qc, dc, relevant)
+        cal = None
+        if spec.kwargs.get("center_confidence"):
+            cal = [e.transform(emb.fit_anchors[m]) for e, m in zip(lst, spec.models or models)]
+        return rank(UECEnsemble(lst, **{**spec.kwargs, **over}), qc, dc, relevant, cal)
 
-    specs = row_specs(models, default_hessian, default_mixing)
+    def grid(spec: RowSpec) -> List[Dict[str, float]]:
+        if spec.grid == "std":
+            return [{"temperature": T} for T in TEMPERATURES]
+        if spec.grid == "raw":
+            scale = float(np.mean([e.trace_std_ for e in embedders[spec.hessian]]))
+            return [{"temperature": T * scale} for T in TEMPERATURES]
+        if spec.grid == "official":
+            # T in units of the precision sum's spread over the queries (its raw scale is ~D^2 / trace)
+            qc = comps[spec.hessian][0]
+            scale = float(np.mean([_rules.precision_sum(_rules.normalize_variance_official(c.var)).std() for c in qc]))
+            scale = max(scale, 1e-12)
+            return [{"temperature": T * scale, "beta": b} for T in TEMPERATURES for b in BETAS]
+        if spec.grid == "confidence":
+            return [{"temperature": T} for T in CONFIDENCE_TEMPERATURES]
+        return [{}]
+
+    all_specs = [s for s in row_specs(models) if row_set == "full" or s.models or s.name in CORE_ROWS]
+    specs = [s for s in all_specs if s.hessian in comps]
+    for s in all_specs:
+        if s.hessian not in comps:
+            skipped[s.name] = skipped.get(s.hessian, "")
     results: Dict[str, Any] = {}
-    chosen_T: Dict[str, List[float]] = {}
+    chosen: Dict[str, List[Dict[str, float]]] = {}
     rankings: Dict[str, List[Ranking]] = {}  # per draw
     single_ndcg: Dict[str, np.ndarray] = {}
     bar = tqdm(specs, desc=f"rows {uec_task.name}", disable=not show_progress_bar, unit="row")
     for spec in bar:
-        if spec.tune:
-            scale = float(np.mean([e.trace_std_ for e in embedders[spec.hessian]])) if spec.raw_traces else 1.0
-            grid = {T * scale: run(spec, T * scale) for T in TEMPERATURES}
-            per_draw = []
-            for dv, _ in draws:
-                best = max(grid, key=lambda T: grid[T].metrics["ndcg@10"][dv].mean())
-                per_draw.append(best)
-            chosen_T[spec.name] = per_draw
-            rankings[spec.name] = [grid[T] for T in per_draw]
+        if spec.grid:
+            settings = grid(spec)
+            runs = [run(spec, **g) for g in settings]
+            picks = [int(np.argmax([r.metrics["ndcg@10"][dv].mean() for r in runs])) for dv, _ in draws]
+            chosen[spec.name] = [settings[i] for i in picks]
+            rankings[spec.name] = [runs[i] for i in picks]
         elif spec.dev_weights:
-            rs = []
-            for dv, _ in draws:
-                w = np.array([single_ndcg[m][dv].mean() for m in models])
-                rs.append(run(spec, weights=w))
-            rankings[spec.name] = rs
+            rankings[spec.name] = [
+                run(spec, weights=np.array([single_ndcg[m][dv].mean() for m in models])) for dv, _ in draws
+            ]
         else:
             r = run(spec)
             rankings[spec.name] = [r] * len(draws)
             if spec.models:
                 single_ndcg[spec.models[0]] = r.metrics["ndcg@10"]
+    k_multi = models.index(multi)
+    foreign_langs = [l for l in dict.fromkeys(langs) if l != "en"]
     for name, rs in rankings.items():
-        row: Dict[str, Any] = {}
         per_metric: Dict[str, List[float]] = {}
         for r, (dv, ts) in zip(rs, draws):
             for key, vals in r.metrics.items():
                 per_metric.setdefault(key, []).append(100.0 * vals[ts].mean())
+            per_metric.setdefault("dev_ndcg@10", []).append(100.0 * r.metrics["ndcg@10"][dv].mean())
             per_metric.setdefault("auc@10", []).append(100.0 * roc_auc(-r.sig2_top1[ts], r.metrics["hit@10"][ts]))
             tau = fit_confidence_temperature(r.scores[dv], r.metrics["hit@1"][dv])
             per_metric.setdefault("ece", []).append(
@@ -304,29 +485,47 @@ def evaluate_task(
             for lang in dict.fromkeys(langs):
                 sel = ts[langs[ts] == lang]
                 per_metric.setdefault(f"ndcg@10[{lang}]", []).append(100.0 * r.metrics["ndcg@10"][sel].mean())
+            if r.weights.shape[1] == len(models):
+                w = r.weights[:, k_multi].astype(np.float64)
+                en = ts[langs[ts] == "en"]
+                fo = ts[langs[ts] != "en"]
+                if en.size:
+                    per_metric.setdefault("w_multi[en]", []).append(float(w[en].mean()))
+                if fo.size:
+                    per_metric.setdefault("w_multi[foreign]", []).append(float(w[fo].mean()))
         row = {k: _summary(v) for k, v in per_metric.items()}
-        if name in chosen_T:
-            row["T"] = chosen_T[name]
+        if name in chosen:
+            row["chosen"] = chosen[name]
         results[name] = row
 
     coefficients = {}
     for name in (
-        "UEC kron (score mixing)",
-        "UEC paper rules (diag, embedding mixing, raw traces)",
-        "UEC diag (score mixing, standardised traces)",
+        "paper: kron, score mixing",
+        "official: diag, embedding mixing",
+        "confidence (sigma^2 in the probit, score mixing)",
+        "confidence x kron Laplace (score mixing)",
+        DEFAULT_ROW,
     ):
-        r = rankings[name][0]
-        coefficients[name] = {lang: r.weights[langs == lang].mean(axis=0).tolist() for lang in dict.fromkeys(langs)}
+        if name in rankings:
+            r = rankings[name][0]
+            coefficients[name] = {lang: r.weights[langs == lang].mean(axis=0).tolist() for lang in dict.fromkeys(langs)}
+    variants = {s.name for s in specs if s.variant}
+    best_dev = max((n for n in results if n in variants), key=lambda n: results[n]["dev_ndcg@10"][0])
     return {
         "task": uec_task.name,
         "models": models,
+        "multilingual_model": multi,
+        "foreign_languages": foreign_langs,
         "n_queries_eval": int(len(ev)),
         "n_documents": len(t.documents),
         "n_fit_pairs": len(uec_task.fit_pairs),
         "n_draws": n_draws,
         "languages": list(dict.fromkeys(langs)),
         "rows": results,
+        "best_dev_variant": best_dev,
         "coefficients": coefficients,
+        "skipped": skipped,
+        "notes": notes,
         "posteriors": posteriors,
         "encode_seconds": emb.seconds,
     }
@@ -350,40 +549,81 @@ def _fmt(pair, digits=2) -> str:
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
+def _fmt_chosen(ch: List[Dict[str, float]]) -> str:
+    return "; ".join(", ".join(f"{k[0] if k == 'temperature' else k}={v:.3g}" for k, v in c.items()) for c in ch)
+
+
 _INTRO = """# UEC: uncertainty-driven embedding convolution - retrieval results
 
-Generated by `crossembed uec-eval` (the command line is at the end); every
-number below is measured by `crossembed.experiments.uec_eval`. Models: K off-the-shelf
-encoders, each given a post-hoc last-layer Laplace posterior
-(`LaplaceEmbedder`, identity head on the normalised embedding, GGN of an
+Generated by `crossembed uec-eval` (the command lines are at the end); every
+number below is measured by `crossembed.experiments.uec_eval`. Models: K
+off-the-shelf encoders, each given a post-hoc Laplace posterior
+(`LaplaceEmbedder`: identity head on the normalised embedding, GGN of an
 in-batch InfoNCE loss with tau = 0.05 on the task's fit pairs, prior
-precision by marginal likelihood).
+precision by marginal likelihood; `last_dense` rows: the posterior on the
+last transformer FFN output dense where the model is a torch model, run
+only when that variant is available).
+
+## The rules and the routing being compared
+
+Per query q (or document) and model k, with unit mean mu_k and diagonal
+variance v_k (`crossembed/uec/rules.py`, `crossembed/uec/ensemble.py`):
+
+| choice | paper (`rules="paper"`) | official code (`rules="official"`) |
+|---|---|---|
+| variance normalisation | v / \\|mu\\|^2 (the Gaussian of x / \\|mu\\|) | v / \\|v\\|_2^2 |
+| Laplace coefficients | softmax_k(-tr(Sigma_k) / T) | softmax_k(sum_d (1 / v_kd) / T) (precision sum) |
+| similarity | mu_s / sqrt(1 + (pi/8) sig2_s) (probit) | cos(mu_q, mu_c) / (1 + beta sig2_s / pi) |
+
+with sig2_s = <mu_q^2, v_c> + <mu_c^2, v_q> + <v_q, v_c>. Retrieval
+confidence (`uncertainty="confidence"`, the default): over the searched
+collection, model k's cosines s_(1) >= s_(2) >= ... give the calibrated gap
+g_k(q) = (s_(1) - mean(s_(2..20))) / c_k, c_k the model's cosine spread
+between unrelated fit texts; the per-query score variance is
+sigma_k^2(q) = (c_k / g_k(q))^2 and the coefficients are
+softmax_k(-log sigma_k^2(q) / T), i.e. pi_k ∝ sigma_k^(-2/T). It is computed
+at encode time over a reference collection held by the ensemble
+(`UECEnsemble.set_reference`; `UECIndex.build` sets it to the indexed
+documents), so an index search and the probit score stay one pipeline. By
+default (`confidence_scoring="replace"`) the probit scores sigma_k^2(q) as
+the query's isotropic variance with deterministic documents, so
+sig2_s = sum_k w_k^2 sigma_k^2(q) for unit documents: the ranking is the
+confidence-weighted score and the score is shrunk by the query's
+uncertainty; `"laplace"` scores the Laplace variances instead, `"add"` both.
 
 Rows:
 
-* single models and the baselines rank by the cosine of the means (variances
-  are still used for AUC@10);
-* *uniform ensemble (mean of vectors)*: average of the K unit vectors;
-  *(mean of scores)*: average of the K cosines; *weighted ensemble*: fixed
-  weights proportional to each model's dev nDCG@10, score space;
-* *UEC paper rules*: diagonal posterior, coefficients softmax(-tr / T) of the
-  raw traces, Gaussian convolution of the embeddings, probit similarity;
-* *UEC diag / kron*: traces standardised per model (fit-set mean and std);
-  *embedding mixing* convolves the vectors, *score mixing* keeps the K spaces
-  side by side so the coefficients mix per-model scores (see
-  `crossembed/uec/ensemble.py`); score mixing divides each model's score by
-  its cosine spread between unrelated fit texts (`calibrate_scores`, e5's
-  spread is ~4x smaller than minilm's), except in the row marked
-  *uncalibrated scores* and in the plain uniform/weighted baselines;
-* ablations of the default (kron, score mixing): *- Unc Sim* ranks by the
-  mean score without the variance, *- Unc Conv* uses uniform coefficients,
-  *- both* is then identical to the uniform mean of scores by construction.
+* single models and the baselines rank by the cosine of the means;
+  *uniform ensemble (mean of scores)*: average of the K cosines;
+  *(calibrated scores)*: each cosine first divided by c_k
+  (`calibrate_scores`, the default of every score-mixing row below);
+  *weighted ensemble*: fixed weights proportional to each model's dev nDCG@10;
+* *paper*: the paper's rules (raw traces for its own form with embedding
+  mixing, otherwise traces standardised per model);
+* *official*: the official code's rules; *embedding mixing* is the code's
+  own Gaussian convolution of the vectors, *score mixing* keeps the K spaces
+  side by side (the coefficients mix per-model scores);
+* *confidence (sigma^2 in the probit)*: the routing above as shipped, T
+  tuned; *kron / diag Laplace variances in the probit*: the same weights,
+  the Laplace variances scored (`confidence_scoring="laplace"`); *official
+  rules*: the same weights under the official normalisation and beta cosine
+  (diagonal posterior); *centred per model*: log sigma_k^2 minus its mean
+  over the Laplace fit anchors (`center_confidence=True`); *x Laplace*:
+  sigma_k^2 times the Laplace trace relative to its fit-set mean (weights
+  only);
+* *UEC default (as shipped)*: `UECEnsemble(embedders)` with every default
+  (confidence routing, T = 2, not tuned here), and its ablations (*- Unc
+  Sim*: rank by the mean score without the variance; *- Unc Conv*: uniform
+  coefficients).
 
-T is chosen per draw on the dev half from {T_GRID} (times the mean raw trace
-std for the paper row). AUC@10 = ROC AUC of -sig2_s of the top-1 pair for
-"a relevant document is in the top 10" (50 = uninformative, < 50 = high
-variance goes with hits). ECE: 15 bins, top-1 confidence = softmax of the
-top-100 scores / tau with tau fitted on dev, label = top-1 relevant.
+Settings tuned per draw on the dev half (column *chosen*): T from {T_GRID}
+(standardised traces; times the mean raw trace std for the paper's raw
+form; times the mean std of the precision sum over the queries for the
+official rules, with beta in {BETAS}); T from {C_GRID} for the confidence
+rows. *w(e5)* = the multilingual model's mean coefficient on foreign /
+English test queries. AUC@10 = ROC AUC of -sig2_s of the top-1 pair for "a
+relevant document is in the top 10". ECE: 15 bins, top-1 confidence =
+softmax of the top-100 scores / tau with tau fitted on dev.
 """
 
 
@@ -392,60 +632,91 @@ def _verdicts(res: Dict[str, Any]) -> List[str]:
     nd = {name: row["ndcg@10"][0] for name, row in rows.items()}
     singles = {m: nd[m] for m in res["models"] if m in nd}
     best_single = max(singles, key=singles.get)
-    uec = "UEC kron (score mixing)"
+    uec = DEFAULT_ROW
+    multi = res.get("multilingual_model", "e5")
     out = ["Findings (computed from the table above):", ""]
-    for base in (
-        "uniform ensemble (mean of vectors)",
-        "uniform ensemble (mean of scores)",
-        "weighted ensemble (dev nDCG weights)",
-        best_single,
-    ):
+    out.append(
+        f"* best variant on the dev halves: {res['best_dev_variant']} (test nDCG@10 {nd[res['best_dev_variant']]:.2f})."
+    )
+    for base in ("uniform ensemble (mean of scores)", "uniform ensemble (calibrated scores)", best_single):
         d = nd[uec] - nd[base]
         out.append(f"* {uec} vs {base}: {d:+.2f} nDCG@10 ({'better' if d > 0 else 'not better'}).")
-    d = nd["UEC kron (score mixing)"] - nd["UEC kron (embedding mixing)"]
-    out.append(f"* score vs embedding mixing (kron): {d:+.2f} nDCG@10.")
-    d = nd["UEC kron (score mixing)"] - nd["UEC diag (score mixing, standardised traces)"]
-    out.append(
-        f"* kron vs diag posterior (score mixing): {d:+.2f} nDCG@10; "
-        f"kron vs paper rules: {nd[uec] - nd['UEC paper rules (diag, embedding mixing, raw traces)']:+.2f}."
-    )
+    row = rows[uec]
+    if "w_multi[foreign]" in row and "w_multi[en]" in row:
+        d = row["w_multi[foreign]"][0] - row["w_multi[en]"][0]
+        out.append(
+            f"* {multi}'s mean weight in {uec}: foreign {row['w_multi[foreign]'][0]:.3f} vs English "
+            f"{row['w_multi[en]'][0]:.3f} ({d:+.3f})."
+        )
     if len(res["languages"]) > 1:
         for lang in res["languages"]:
             per = {m: rows[m][f"ndcg@10[{lang}]"][0] for m in res["models"]}
             best = max(per, key=per.get)
-            w = res["coefficients"][uec].get(lang)
-            wtxt = ", ".join(f"{m} {x:.2f}" for m, x in zip(res["models"], w)) if w else "n/a"
             out.append(
-                f"* [{lang}] best single model {best} {per[best]:.2f}; UEC {rows[uec][f'ndcg@10[{lang}]'][0]:.2f}; "
-                f"UEC mean coefficients: {wtxt}."
+                f"* [{lang}] best single model {best} {per[best]:.2f}; {uec} {rows[uec][f'ndcg@10[{lang}]'][0]:.2f}."
             )
-    e1, e0 = rows[uec]["ece"][0], rows["UEC default - Unc Sim"]["ece"][0]
-    out.append(
-        f"* ECE of the probit score {e1:.3f} vs the same ranking's cosine {e0:.3f} "
-        f"({'better' if e1 < e0 else 'not better'} calibrated)."
-    )
+    for name, why in res.get("skipped", {}).items():
+        if why:
+            out.append(f"* skipped {name}: {why}.")
+    for name, why in res.get("notes", {}).items():
+        out.append(f"* {name}: {why}.")
     out.append("")
     return out
 
 
+def _targets(results: Sequence[Dict[str, Any]]) -> List[str]:
+    """Issue 11's three targets, checked against the default row (only for the tasks present)."""
+    by = {r["task"]: r for r in results}
+    out = []
+    fd, wn = by.get("freedict-multilingual"), by.get("wordnet-example-gloss")
+    if fd and DEFAULT_ROW in fd["rows"]:
+        rows, multi = fd["rows"], fd.get("multilingual_model", "e5")
+        d = rows[DEFAULT_ROW]["ndcg@10"][0] - rows[multi]["ndcg@10"][0]
+        out.append(f"* FreeDict: UEC default >= {multi} alone: {d:+.2f} nDCG@10 ({'met' if d >= 0 else 'missed'}).")
+        r = rows[DEFAULT_ROW]
+        if "w_multi[foreign]" in r:
+            dw = r["w_multi[foreign]"][0] - r["w_multi[en]"][0]
+            out.append(
+                f"* FreeDict: {multi}'s mean weight foreign - English >= 0.1: {r['w_multi[foreign]'][0]:.3f} - "
+                f"{r['w_multi[en]'][0]:.3f} = {dw:+.3f} ({'met' if dw >= 0.1 else 'missed'})."
+            )
+    if wn and DEFAULT_ROW in wn["rows"]:
+        rows = wn["rows"]
+        for base in ("uniform ensemble (mean of scores)", "uniform ensemble (calibrated scores)"):
+            if base in rows:
+                d = rows[DEFAULT_ROW]["ndcg@10"][0] - rows[base]["ndcg@10"][0]
+                out.append(f"* WordNet: UEC default >= {base} + 2: {d:+.2f} nDCG@10 ({'met' if d >= 2 else 'missed'}).")
+    return ["## Issue 11's targets (UEC default as shipped, test halves)", ""] + out + [""] if out else []
+
+
 def render_markdown(results: Sequence[Dict[str, Any]], *, command: str = "", perf_note: str = "") -> str:
     """``docs/uec.md`` from :func:`evaluate_task` outputs."""
-    lines: List[str] = [_INTRO.replace("{T_GRID}", ", ".join(f"{t:g}" for t in TEMPERATURES))]
+    intro = (
+        _INTRO.replace("{T_GRID}", ", ".join(f"{t:g}" for t in TEMPERATURES))
+        .replace("{C_GRID}", ", ".join(f"{t:g}" for t in CONFIDENCE_TEMPERATURES))
+        .replace("{BETAS}", ", ".join(f"{b:g}" for b in BETAS))
+    )
+    lines: List[str] = [intro] + _targets(results)
     for res in results:
+        multi = res.get("multilingual_model", "e5")
         lines += [
             f"### {res['task']}",
             "",
             f"{res['n_queries_eval']} evaluated queries ({', '.join(res['languages'])}), {res['n_documents']} documents, "
             f"{res['n_fit_pairs']} Laplace fit pairs (disjoint from the evaluated queries), {res['n_draws']} random "
-            "dev/test halves; test mean ± std over the draws. Metrics ×100 except ECE.",
+            "dev/test halves; test mean ± std over the draws. Metrics ×100 except ECE and weights.",
             "",
-            "| row | " + " | ".join(label for _, label in _MAIN_METRICS) + " | T (per draw) |",
-            "|---|" + "---|" * (len(_MAIN_METRICS) + 1),
+            "| row | "
+            + " | ".join(label for _, label in _MAIN_METRICS)
+            + f" | w({multi}) foreign | w({multi}) en | chosen on dev |",
+            "|---|" + "---|" * (len(_MAIN_METRICS) + 3),
         ]
         for name, row in res["rows"].items():
             cells = [_fmt(row[key], 3 if key == "ece" else 2) for key, _ in _MAIN_METRICS]
-            T = ", ".join(f"{x:.3g}" for x in row["T"]) if "T" in row else ""
-            lines.append(f"| {name} | " + " | ".join(cells) + f" | {T} |")
+            single = name in res["models"]
+            for key in ("w_multi[foreign]", "w_multi[en]"):
+                cells.append("" if single or key not in row else _fmt(row[key], 3))
+            lines.append(f"| {name} | " + " | ".join(cells) + f" | {_fmt_chosen(row.get('chosen', []))} |")
         lines.append("")
         lines += _verdicts(res)
         if len(res["languages"]) > 1:
@@ -459,7 +730,7 @@ def render_markdown(results: Sequence[Dict[str, Any]], *, command: str = "", per
                 lines.append(f"| {name} | " + " | ".join(_fmt(row[f"ndcg@10[{l}]"]) for l in res["languages"]) + " |")
             lines.append("")
         lines += [
-            "Mean coefficients per query language (draw 0, chosen T):",
+            "Mean coefficients per query language (draw 0, chosen settings):",
             "",
             "| row | language | " + " | ".join(res["models"]) + " |",
             "|---|---|" + "---|" * len(res["models"]),
@@ -494,7 +765,7 @@ def plot_coefficients(
     results: Sequence[Dict[str, Any]],
     path,
     *,
-    rows: Sequence[str] = ("UEC kron (score mixing)", "UEC paper rules (diag, embedding mixing, raw traces)"),
+    rows: Sequence[str] = ("paper: kron, score mixing", DEFAULT_ROW),
 ) -> None:
     """Heat maps of the mean coefficient per query language (rows) and model (columns)."""
     import io

@@ -28,17 +28,62 @@ similarity (:func:`crossembed.probit_scores`) on L2-normalised means:
     coefficients mix per-model *scores*, never vectors of unrelated spaces.
     Different ``D`` need no projection. Encode documents with
     ``role="passage"`` and queries with ``role="query"``.
+
+Two rule sets (``rules=``; formulas in :mod:`crossembed.uec.rules`):
+
+``rules="paper"``
+    means L2-normalised with the variance scaled alike (``v / |mu|^2``, the
+    exact Gaussian of ``x / |mu|``), ``t_k`` the (standardised) trace,
+    probit similarity ``mu_s / sqrt(1 + pi/8 sig2_s)``.
+``rules="official"`` (the MLAI-Yonsei/UEC code)
+    ``v' = v / |v|_2^2`` per input, ``pi_k = softmax_k(sum_d 1/v'_kd / T)``
+    (precision sum), similarity ``cos / (1 + beta sig2_s / pi)``.
+
+Which uncertainty drives the query coefficients (``uncertainty=``):
+
+``"laplace"``
+    the posterior of each :class:`LaplaceEmbedder` under the chosen rules.
+``"confidence"``
+    each model's own retrieval confidence over a reference collection
+    (:meth:`UECEnsemble.set_reference`, set by :meth:`UECIndex.build` to the
+    indexed documents): the calibrated gap ``g_k(q)`` between its top-1
+    cosine and the mean of the next ``confidence_top - 1``, turned into the
+    score variance ``sigma_k^2(q) = (c_k / g_k(q))^2`` (``c_k`` the model's
+    unrelated-pair cosine spread). The coefficients are
+    ``softmax_k(-log sigma_k^2(q) / T)`` (``∝ sigma^(-2/T)``, T = 1 is
+    inverse-variance weighting), optionally with ``log sigma_k^2`` centred
+    by its mean over calibration queries (``center_confidence``). What the
+    probit then scores (``confidence_scoring``): ``"replace"`` (default) -
+    the query's variance is ``sigma_k^2(q)`` isotropically and documents are
+    deterministic, so ``sig2_s = sum_k w_k^2 sigma_k^2(q)`` for unit
+    documents: the ranking is the confidence-weighted score and the score
+    itself is shrunk by the query's uncertainty; ``"add"`` - ``sigma_k^2``
+    added to the Laplace variances; ``"laplace"`` - the Laplace variances
+    only. (Measured in ``docs/uec.md``: the kron head's document variances
+    in the probit cost 1.3 nDCG@10 on FreeDict once the weights route.)
+    Documents carry no retrieval confidence: their coefficients are uniform
+    (they only matter for embedding mixing).
+``"confidence*laplace"``
+    the product of the two: ``sigma_k^2(q) * tr(Sigma_k(q)) / mean_fit tr(Sigma_k)``.
+
+Without a reference collection (no :meth:`UECEnsemble.set_reference`, no
+:meth:`UECIndex.build` with texts) the confidence forms weight queries by the
+Laplace coefficients (``rules``' Laplace formula and default T), with a
+``RuntimeWarning``; the reference is never set implicitly by ``encode`` or
+``similarity``, so a query's encoding does not depend on call order.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+import warnings
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from tqdm.auto import tqdm
 
+import crossembed.uec.rules as _rules
 from crossembed import kernels
-from crossembed._validation import as_matrix, check_choice, check_positive, check_random_state
+from crossembed._validation import as_matrix, check_choice, check_int, check_positive, check_random_state
 from crossembed.uec._random import int_seed
 from crossembed.uec.gaussian import GaussianEmbedding, normalize_gaussian
 from crossembed.uec.laplace import LaplaceEmbedder
@@ -47,6 +92,22 @@ __all__ = ["UECEnsemble", "uncertainty_coefficients", "convolve"]
 
 _MIXINGS = ("score", "embedding")
 _ROLES = ("query", "passage")
+_RULES = ("paper", "official")
+_UNCERTAINTIES = ("laplace", "confidence", "confidence*laplace")
+_CONFIDENCE_SCORING = ("replace", "add", "laplace")
+#: ``temperature=None`` resolves to these, chosen on the FreeDict dev halves of docs/uec.md: the
+#: paper's Laplace form picked the top of its grid (near-uniform weights); the official precision
+#: sum is in raw units (T ~ 1 for the diagonal posterior, the official code's form; a Kronecker
+#: head's precision sums spread ~1000x wider); confidence routing picked T = 2 (paper rules) and 1-2
+#: (official rules).
+DEFAULT_TEMPERATURES = {
+    ("paper", "laplace"): 10.0,
+    ("official", "laplace"): 1.0,
+    ("paper", "confidence"): 2.0,
+    ("official", "confidence"): 1.0,
+    ("paper", "confidence*laplace"): 1.0,
+    ("official", "confidence*laplace"): 1.0,
+}
 
 
 def uncertainty_coefficients(traces, *, temperature: float, center=None, scale=None) -> np.ndarray:
@@ -100,13 +161,13 @@ class UECEnsemble:
     ----------
     embedders : sequence of LaplaceEmbedder
         Fitted embedders (K >= 1).
-    temperature : float
-        ``T`` of the coefficients (in units of the standardised trace). The
-        default 10.0 is what the dev halves chose for the kron posterior with
-        score mixing on both real tasks (grid 0.1-10, ``docs/uec.md``); it
-        is the top of the grid and gives near-uniform coefficients, because
-        on those tasks the traces did not predict which model is right. Tune
-        it on your own dev split.
+    temperature : float or None
+        ``T`` of the coefficients: in units of the standardised trace for
+        ``rules="paper"`` with ``uncertainty="laplace"``, of the precision sum
+        for ``rules="official"``, of ``log sigma^2`` for the confidence
+        uncertainties. ``None`` takes :data:`DEFAULT_TEMPERATURES` for the
+        chosen rules and uncertainty (what the dev halves of ``docs/uec.md``
+        chose). Tune it on your own dev split.
     mixing : {"score", "embedding"}
         See the module docstring. ``"score"`` is the default (+0.45 and +1.67
         nDCG@10 over embedding mixing on the two real tasks, ``docs/uec.md``);
@@ -124,6 +185,25 @@ class UECEnsemble:
         between unrelated fit texts (:attr:`LaplaceEmbedder.score_scale_`),
         so an anisotropic model (e5: unrelated texts at ~0.78) is not drowned
         out by models with a wider score range. Measured in ``docs/uec.md``.
+    rules : {"paper", "official"}
+        Variance normalisation, Laplace coefficient formula and similarity
+        (module docstring).
+    uncertainty : {"laplace", "confidence", "confidence*laplace"}
+        What drives the per-query coefficients when ``weights="uncertainty"``
+        (module docstring). The confidence forms need a reference collection
+        (:meth:`set_reference`, or build an index).
+    beta : float
+        ``beta >= 0`` of the official similarity (``rules="official"`` only).
+    confidence_top : int
+        The gap compares the top-1 cosine with the mean of the next
+        ``confidence_top - 1`` (default 20: the next 19).
+    center_confidence : bool
+        Subtract each model's mean ``log sigma^2`` over the calibration
+        queries given to :meth:`set_reference` (removes a model's overall
+        confidence level, keeps its per-query variation).
+    confidence_scoring : {"replace", "add", "laplace"}
+        Which variances the probit scores under the confidence uncertainties
+        (module docstring).
     random_state : int, Generator or None
         Seed of the projections used when ``mixing="embedding"`` and the
         models' dimensions differ (None or a Generator: one int seed is
@@ -134,12 +214,18 @@ class UECEnsemble:
         self,
         embedders: Sequence[LaplaceEmbedder],
         *,
-        temperature: float = 10.0,
+        temperature: Optional[float] = None,
         mixing: str = "score",
         weights: Union[str, Sequence[float]] = "uncertainty",
         standardize: bool = True,
         use_variance: bool = True,
         calibrate_scores: bool = True,
+        rules: str = "paper",
+        uncertainty: str = "confidence",
+        beta: float = 1.0,
+        confidence_top: int = 20,
+        center_confidence: bool = False,
+        confidence_scoring: str = "replace",
         random_state=0,
     ):
         embedders = list(embedders) if not isinstance(embedders, LaplaceEmbedder) else [embedders]
@@ -151,7 +237,17 @@ class UECEnsemble:
             if not e.is_fitted:
                 raise ValueError("every embedder must be fitted (call fit() or load())")
         self.embedders = embedders
+        self.rules = check_choice(rules, "rules", _RULES)
+        self.uncertainty = check_choice(uncertainty, "uncertainty", _UNCERTAINTIES)
+        if temperature is None:
+            temperature = DEFAULT_TEMPERATURES[(self.rules, self.uncertainty)]
         self.temperature = check_positive(temperature, "temperature")
+        self.beta = check_positive(beta, "beta", allow_zero=True)
+        self.confidence_top = check_int(confidence_top, "confidence_top", low=2)
+        self.center_confidence = bool(center_confidence)
+        self.confidence_scoring = check_choice(confidence_scoring, "confidence_scoring", _CONFIDENCE_SCORING)
+        self.reference_: Optional[List[np.ndarray]] = None
+        self.confidence_center_: Optional[np.ndarray] = None
         self.mixing = check_choice(mixing, "mixing", _MIXINGS)
         if isinstance(weights, str):
             if weights not in ("uncertainty", "uniform"):
@@ -183,19 +279,126 @@ class UECEnsemble:
         return sum(dims) if self.mixing == "score" else min(dims)
 
     # ------------------------------------------------------------------ maths
-    def coefficients(self, components: Sequence[GaussianEmbedding]) -> np.ndarray:
-        """``pi`` of shape (n, K) for per-model Gaussians of the same inputs."""
+    @property
+    def needs_reference(self) -> bool:
+        """True when the coefficients use retrieval confidence (a reference collection)."""
+        return isinstance(self.weights, str) and self.weights == "uncertainty" and self.uncertainty != "laplace"
+
+    def set_reference(self, documents, *, queries=None) -> UECEnsemble:
+        """The collection the retrieval confidence is measured over (K items, one per model).
+
+        Each item is model ``k``'s documents as a :class:`GaussianEmbedding`
+        (e.g. :meth:`LaplaceEmbedder.transform` of cached embeddings) or an
+        ``(N, D_k)`` array; only the L2-normalised means are kept (and saved).
+        Needs ``N >= 2`` (with ``N < confidence_top`` the gap uses all ``N``). ``queries`` (K items of the same kinds,
+        e.g. the Laplace fit anchors) calibrate ``center_confidence``: the mean
+        ``log sigma_k^2`` over them is kept. Returns ``self``.
+        """
+        if isinstance(documents, (GaussianEmbedding, np.ndarray)):
+            raise TypeError("documents must be a sequence of K GaussianEmbeddings or arrays (one per model)")
+        docs = list(documents)
+        if len(docs) != self.n_models:
+            raise ValueError(f"documents must hold {self.n_models} items (one per model), got {len(docs)}")
+        ref = []
+        for k, d in enumerate(docs):
+            m = as_matrix(d.mean if isinstance(d, GaussianEmbedding) else d, f"documents[{k}]")
+            if m.shape[1] != self.embedders[k].dim:
+                raise ValueError(
+                    f"documents[{k}] has dimension {m.shape[1]} but embedder {k} has {self.embedders[k].dim}"
+                )
+            if m.shape[0] < 2:
+                raise ValueError(f"documents[{k}] has {m.shape[0]} rows, need at least 2")
+            norm = np.linalg.norm(m.astype(np.float64), axis=1, keepdims=True)
+            ref.append((m / np.maximum(norm, 1e-30)).astype(np.float32))
+        if len({r.shape[0] for r in ref}) != 1:
+            raise ValueError("documents must hold the same number of rows for every model")
+        self.reference_ = ref
+        self.confidence_center_ = None
+        if queries is not None:
+            if isinstance(queries, (GaussianEmbedding, np.ndarray)) or len(queries) != self.n_models:
+                raise ValueError(f"queries must hold {self.n_models} items (one per model)")
+            qs = []
+            for k, q in enumerate(queries):
+                m = as_matrix(q.mean if isinstance(q, GaussianEmbedding) else q, f"queries[{k}]")
+                if m.shape[1] != self.embedders[k].dim:
+                    raise ValueError(
+                        f"queries[{k}] has dimension {m.shape[1]} but embedder {k} has {self.embedders[k].dim}"
+                    )
+                qs.append(GaussianEmbedding(m, np.zeros_like(m)))
+            self.confidence_center_ = np.log(self.confidence_variance(qs)).mean(axis=0)
+        return self
+
+    def confidence_variance(self, components: Sequence[GaussianEmbedding], *, num_threads=None) -> np.ndarray:
+        """``sigma_k^2(q) = (c_k / g_k(q))^2`` of shape (n, K), float64 (module docstring)."""
+        if self.reference_ is None:
+            raise ValueError(
+                f"uncertainty={self.uncertainty!r} needs a reference collection: call set_reference() "
+                "or build a UECIndex with this ensemble"
+            )
+        cols = []
+        for k, c in enumerate(components):
+            scale = self.embedders[k].score_scale_
+            gap = _rules.retrieval_gap(
+                c.mean,
+                self.reference_[k],
+                top=min(self.confidence_top, self.reference_[k].shape[0]),
+                scale=scale,
+                num_threads=num_threads,
+            )
+            cols.append(_rules.confidence_variance(gap, scale))
+        return np.stack(cols, axis=1)
+
+    def _laplace_logits(self, components: Sequence[GaussianEmbedding]) -> np.ndarray:
+        """Logits ``z`` (n, K) of the Laplace coefficients ``softmax(z / T)``."""
+        if self.rules == "official":
+            return np.stack([_rules.precision_sum(c.var) for c in components], axis=1)
+        traces = np.stack([c.trace() for c in components], axis=1)
+        if self.standardize:
+            center = np.array([e.trace_mean_ for e in self.embedders])
+            scale = np.array([e.trace_std_ for e in self.embedders])
+            traces = (traces - center[None, :]) / scale[None, :]
+        return -traces
+
+    def coefficients(
+        self, components: Sequence[GaussianEmbedding], *, role: str = "query", confidence_var=None
+    ) -> np.ndarray:
+        """``pi`` of shape (n, K) for per-model Gaussians of the same inputs.
+
+        ``components`` are as :meth:`combine` prepares them (normalised under
+        the rules). ``confidence_var`` (n, K) reuses
+        :meth:`confidence_variance` (computed here when needed and not given).
+        """
+        check_choice(role, "role", _ROLES)
         n = len(components[0])
         if isinstance(self.weights, np.ndarray):
             return np.tile(self.weights, (n, 1))
         if self.weights == "uniform":
             return np.full((n, self.n_models), 1.0 / self.n_models)
-        traces = np.stack([c.trace() for c in components], axis=1)
-        if self.standardize:
-            center = [e.trace_mean_ for e in self.embedders]
-            scale = [e.trace_std_ for e in self.embedders]
-            return uncertainty_coefficients(traces, temperature=self.temperature, center=center, scale=scale)
-        return uncertainty_coefficients(traces, temperature=self.temperature)
+        if self.uncertainty == "laplace":
+            return _rules.softmax_rows(self._laplace_logits(components) / self.temperature)
+        if role == "passage":  # documents carry no retrieval confidence
+            if self.uncertainty == "confidence":
+                return np.full((n, self.n_models), 1.0 / self.n_models)
+            return _rules.softmax_rows(self._laplace_logits(components) / self.temperature)
+        u = self.confidence_variance(components) if confidence_var is None else np.asarray(confidence_var)
+        t = np.log(u)
+        if self.center_confidence:
+            if self.confidence_center_ is None:
+                raise ValueError(
+                    "center_confidence=True needs calibration queries: set_reference(documents, queries=...)"
+                )
+            t = t - self.confidence_center_[None, :]
+        if self.uncertainty == "confidence*laplace":
+            tr = np.stack([c.trace() for c in components], axis=1)
+            t = t + np.log(np.maximum(tr, 1e-300) / np.array([e.trace_mean_ for e in self.embedders])[None, :])
+        return _rules.softmax_rows(-t / self.temperature)
+
+    def _prepare(self, c: GaussianEmbedding) -> GaussianEmbedding:
+        """Unit mean; the variance by the rules (paper: ``v / |mu|^2``, official: ``v / |v|^2``)."""
+        g = normalize_gaussian(c)
+        if self.rules == "official":
+            g = GaussianEmbedding(g.mean, _rules.normalize_variance_official(c.var).astype(np.float32), g.weights)
+        return g
 
     def combine(self, components: Sequence[GaussianEmbedding], *, role: str = "query") -> GaussianEmbedding:
         """Ensemble Gaussians from the K models' Gaussians of the same inputs.
@@ -206,13 +409,14 @@ class UECEnsemble:
             Model ``k``'s output for the same ``n`` inputs (e.g. from
             :meth:`LaplaceEmbedder.transform` of cached embeddings).
         role : {"query", "passage"}
-            Only matters for ``mixing="score"`` (documents stay unweighted).
+            Documents stay unweighted for ``mixing="score"`` and carry no
+            retrieval confidence.
         """
         check_choice(role, "role", _ROLES)
         comps = list(components)
         if len(comps) != self.n_models:
             raise ValueError(f"components must hold {self.n_models} GaussianEmbeddings, got {len(comps)}")
-        n = len(comps[0])
+        n = len(comps[0]) if comps and isinstance(comps[0], GaussianEmbedding) else None
         for k, c in enumerate(comps):
             if not isinstance(c, GaussianEmbedding):
                 raise TypeError(f"components[{k}] must be a GaussianEmbedding, got {type(c).__name__}")
@@ -220,15 +424,39 @@ class UECEnsemble:
                 raise ValueError(f"components[{k}] has {len(c)} rows but components[0] has {n}")
             if c.dim != self.embedders[k].dim:
                 raise ValueError(f"components[{k}] has dimension {c.dim} but embedder {k} has {self.embedders[k].dim}")
-        comps = [normalize_gaussian(c) for c in comps]
-        pi = self.coefficients(comps)
+        comps = [self._prepare(c) for c in comps]
+        routed, fallback = self.needs_reference, False
+        if routed and role == "query" and self.reference_ is None:
+            warnings.warn(
+                f"uncertainty={self.uncertainty!r} has no reference collection yet (set_reference(), an index, or "
+                "encode the documents first): these queries are weighted by the Laplace posterior",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            routed, fallback = False, True
+        u = self.confidence_variance(comps) if role == "query" and routed else None
+        if fallback:
+            pi = _rules.softmax_rows(self._laplace_logits(comps) / DEFAULT_TEMPERATURES[(self.rules, "laplace")])
+        else:
+            pi = self.coefficients(comps, role=role, confidence_var=u)
+        if routed and self.confidence_scoring != "laplace":
+            if role == "passage" and self.confidence_scoring == "replace":  # documents: deterministic
+                comps = [GaussianEmbedding(c.mean, np.zeros_like(c.var)) for c in comps]
+            elif u is not None:  # queries: isotropic sigma_k^2 (adds exactly sigma_k^2 to sig2_s of a unit document)
+                keep = 0.0 if self.confidence_scoring == "replace" else 1.0
+                comps = [
+                    GaussianEmbedding(c.mean, (keep * c.var + u[:, k : k + 1]).astype(np.float32))
+                    for k, c in enumerate(comps)
+                ]
         if self.mixing == "score":
             w = pi * self._score_scales()[None, :] if role == "query" else np.ones_like(pi)
             mean = np.concatenate([w[:, k : k + 1] * c.mean for k, c in enumerate(comps)], axis=1)
             var = np.concatenate([(w[:, k : k + 1] ** 2) * c.var for k, c in enumerate(comps)], axis=1)
             return GaussianEmbedding(mean.astype(np.float32), var.astype(np.float32), pi.astype(np.float32))
         comps = [self._project(k, c) for k, c in enumerate(comps)]
-        return normalize_gaussian(convolve(comps, pi))
+        out = convolve(comps, pi)
+        # the official code scores the unnormalised convolution (its cosine normalises the means itself)
+        return out if self.rules == "official" else normalize_gaussian(out)
 
     def _score_scales(self) -> np.ndarray:
         """Per-model factors putting the K cosine scales on one footing (score mixing).
@@ -253,10 +481,16 @@ class UECEnsemble:
         self, texts, *, role: str = "query", batch_size: int = 64, show_progress_bar: bool = True
     ) -> GaussianEmbedding:
         """Encode texts with every model and convolve: ``GaussianEmbedding(mean, var, weights)``."""
+        comps = self.encode_components(texts, role=role, batch_size=batch_size, show_progress_bar=show_progress_bar)
+        return self.combine(comps, role=role)
+
+    def encode_components(
+        self, texts, *, role: str = "query", batch_size: int = 64, show_progress_bar: bool = True
+    ) -> List[GaussianEmbedding]:
+        """Each model's Gaussians of ``texts`` (before combining), one per embedder."""
         check_choice(role, "role", _ROLES)
         bar = tqdm(self.embedders, desc=f"UEC encode ({role})", disable=not show_progress_bar, unit="model")
-        comps = [e.encode(texts, role=role, batch_size=batch_size, show_progress_bar=False) for e in bar]
-        return self.combine(comps, role=role)
+        return [e.encode(texts, role=role, batch_size=batch_size, show_progress_bar=False) for e in bar]
 
     def _scoring_inputs(self, g: GaussianEmbedding, name: str) -> Tuple[np.ndarray, np.ndarray]:
         if not isinstance(g, GaussianEmbedding):
@@ -271,13 +505,33 @@ class UECEnsemble:
         Strings are encoded first (``a`` as queries, ``b`` as passages). With
         ``use_variance=False`` this is the dot product of the means.
         """
-        if isinstance(a, (list, tuple)) and (not a or isinstance(a[0], str)):
-            a = self.encode(list(a), role="query", show_progress_bar=False)
         if isinstance(b, (list, tuple)) and (not b or isinstance(b[0], str)):
             b = self.encode(list(b), role="passage", show_progress_bar=False)
+        if isinstance(a, (list, tuple)) and (not a or isinstance(a[0], str)):
+            a = self.encode(list(a), role="query", show_progress_bar=False)
         mq, vq = self._scoring_inputs(a, "a")
         mc, vc = self._scoring_inputs(b, "b")
+        if self.rules == "official":
+            return _rules.beta_scores(mq, vq, mc, vc, beta=self.beta, num_threads=num_threads)
         return kernels.probit_scores(mq, vq, mc, vc, num_threads=num_threads)
+
+    def topk(self, queries: GaussianEmbedding, docs, k: int, *, candidates=None, num_threads: Optional[int] = None):
+        """Best ``k`` documents per query under this ensemble's similarity.
+
+        ``docs`` is a passage :class:`GaussianEmbedding` (or, for the probit
+        rules, a prepared :class:`crossembed.ProbitDocs`); ``candidates``
+        (Q, M) int64 reranks only those rows. Returns ``(scores, indices)``,
+        best first.
+        """
+        mq, vq = self._scoring_inputs(queries, "queries")
+        if isinstance(docs, kernels.ProbitDocs):
+            if self.rules == "official":
+                raise TypeError("docs must be a GaussianEmbedding for rules='official'")
+            return docs.top_k(mq, vq, k, candidates=candidates, num_threads=num_threads)
+        mc, vc = self._scoring_inputs(docs, "docs")
+        if self.rules == "official":
+            return _rules.beta_topk(mq, vq, mc, vc, k, beta=self.beta, candidates=candidates, num_threads=num_threads)
+        return kernels.probit_topk(mq, vq, mc, vc, k, candidates=candidates, num_threads=num_threads)
 
     # ------------------------------------------------------------------ persistence
     def get_state(self) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
@@ -288,6 +542,10 @@ class UECEnsemble:
             arr, meta = e.get_state()
             arrays.update({f"m{k}.{name}": v for name, v in arr.items()})
             metas.append(meta)
+        if self.reference_ is not None:
+            arrays.update({f"ref{k}": r for k, r in enumerate(self.reference_)})
+        if self.confidence_center_ is not None:
+            arrays["confidence_center"] = self.confidence_center_
         weights = self.weights if isinstance(self.weights, str) else [float(x) for x in self.weights]
         meta = {
             "embedders": metas,
@@ -297,6 +555,13 @@ class UECEnsemble:
             "standardize": self.standardize,
             "use_variance": self.use_variance,
             "calibrate_scores": self.calibrate_scores,
+            "rules": self.rules,
+            "uncertainty": self.uncertainty,
+            "beta": self.beta,
+            "confidence_top": self.confidence_top,
+            "center_confidence": self.center_confidence,
+            "confidence_scoring": self.confidence_scoring,
+            "has_reference": self.reference_ is not None,
             "random_state": self.random_state,
         }
         return arrays, meta
@@ -312,7 +577,7 @@ class UECEnsemble:
             prefix = f"m{k}."
             arr = {name[len(prefix) :]: v for name, v in arrays.items() if name.startswith(prefix)}
             embedders.append(LaplaceEmbedder.from_state(arr, m, encoder=None if encoders is None else encoders[k]))
-        return cls(
+        ens = cls(
             embedders,
             temperature=meta["temperature"],
             mixing=meta["mixing"],
@@ -320,9 +585,27 @@ class UECEnsemble:
             standardize=meta["standardize"],
             use_variance=meta["use_variance"],
             calibrate_scores=meta.get("calibrate_scores", False),
+            rules=meta.get("rules", "paper"),  # files from before the rule sets
+            uncertainty=meta.get("uncertainty", "laplace"),
+            beta=meta.get("beta", 1.0),
+            confidence_top=meta.get("confidence_top", 20),
+            center_confidence=meta.get("center_confidence", False),
+            confidence_scoring=meta.get("confidence_scoring", "replace"),
             random_state=meta["random_state"] if "random_state" in meta else meta["projection_seed"],  # older files
         )
+        if meta.get("has_reference"):
+            missing = [f"ref{k}" for k in range(len(metas)) if f"ref{k}" not in arrays]
+            if missing:
+                raise ValueError(f"ensemble state lacks its reference arrays {missing}")
+            ens.set_reference([arrays[f"ref{k}"] for k in range(len(metas))])
+            if "confidence_center" in arrays:
+                ens.confidence_center_ = np.asarray(arrays["confidence_center"], dtype=np.float64)
+        return ens
 
     def __repr__(self) -> str:
         names = [e.encoder_name or type(e.encoder).__name__ for e in self.embedders]
-        return f"UECEnsemble({names}, temperature={self.temperature:g}, mixing={self.mixing!r}, weights={self.weights if isinstance(self.weights, str) else list(np.round(self.weights, 3))!r})"
+        w = self.weights if isinstance(self.weights, str) else list(np.round(self.weights, 3))
+        return (
+            f"UECEnsemble({names}, temperature={self.temperature:g}, mixing={self.mixing!r}, weights={w!r}, "
+            f"rules={self.rules!r}, uncertainty={self.uncertainty!r})"
+        )

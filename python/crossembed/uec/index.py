@@ -133,6 +133,9 @@ class UECIndex:
     ) -> UECIndex:
         """Index ``docs`` for ``ensemble``: texts are encoded as passages (and kept), or pass
         a passage :class:`GaussianEmbedding` from :meth:`UECEnsemble.encode`/``combine``.
+        When the ensemble routes by retrieval confidence and has no reference
+        collection yet, the encoded documents become it (texts only; with a
+        GaussianEmbedding call :meth:`UECEnsemble.set_reference` first).
 
         ``kwargs`` are the constructor's options (``M``, ``ef_construction``,
         ``rerank``, ``use_variance``, ``random_state``, ``num_threads``).
@@ -144,8 +147,12 @@ class UECIndex:
         if isinstance(docs, str):
             raise TypeError("docs must be a list of strings or a GaussianEmbedding, not one string")
         texts = list(docs)
-        emb = ensemble.encode(texts, role="passage", batch_size=batch_size, show_progress_bar=show_progress_bar)
-        return cls(emb, ensemble=ensemble, texts=texts, **kwargs)
+        comps = ensemble.encode_components(
+            texts, role="passage", batch_size=batch_size, show_progress_bar=show_progress_bar
+        )
+        if ensemble.needs_reference and ensemble.reference_ is None:
+            ensemble.set_reference(comps)  # retrieval confidence is measured over the indexed documents
+        return cls(ensemble.combine(comps, role="passage"), ensemble=ensemble, texts=texts, **kwargs)
 
     def __len__(self) -> int:
         return len(self.docs)
@@ -276,11 +283,19 @@ class UECIndex:
         k = check_k(k, len(self))
         vq = q.var if self.use_variance else np.zeros_like(q.var)
         nt = num_threads if num_threads is not None else self.num_threads
+        official = self.ensemble is not None and self.ensemble.rules == "official"
         if exact:
+            if official:
+                return self.ensemble.topk(q, self._scored_docs(), k, num_threads=nt)
             return self._probit.top_k(q.mean, vq, k, num_threads=nt)
         m = max(k, check_int(rerank, "rerank", low=1) if rerank is not None else self.rerank)
         cand = self.candidates(q, m, ef=ef, num_threads=nt)
+        if official:  # the official code's beta-scaled cosine instead of the probit
+            return self.ensemble.topk(q, self._scored_docs(), k, candidates=cand, num_threads=nt)
         return self._probit.top_k(q.mean, vq, k, candidates=cand, num_threads=nt)
+
+    def _scored_docs(self) -> GaussianEmbedding:
+        return self.docs if self.use_variance else GaussianEmbedding(self.docs.mean, np.zeros_like(self.docs.var))
 
     # ------------------------------------------------------------------ persistence
     def save(self, path) -> Path:

@@ -5,6 +5,13 @@ sentences, drawn at random (seed 0) from WordNet 3.0 by
 ``scripts/make_bundled_wordnet.py``; ``LICENSE-WordNet.txt`` is the WordNet
 licence under which they are redistributed. Hypernym offsets may point to
 synsets outside the sample.
+
+``freedict_words.json.gz`` holds words in English, German, French and
+Spanish with the bundled synsets they name (foreign words via their FreeDict
+English translations), made by ``scripts/make_bundled_freedict.py``: the
+multilingual "language expert" queries of ``crossembed demo``. The FreeDict
+dictionaries are GPL; ``LICENSE-FreeDict.txt`` says which and where the
+source is.
 """
 
 from __future__ import annotations
@@ -17,10 +24,19 @@ from typing import List, Tuple
 
 from crossembed.data.wordnet import Synset
 
-__all__ = ["load_bundled_wordnet", "BUNDLED_FILE", "BUNDLED_VERSION"]
+__all__ = [
+    "load_bundled_wordnet",
+    "load_bundled_words",
+    "BUNDLED_FILE",
+    "BUNDLED_VERSION",
+    "FREEDICT_FILE",
+    "FREEDICT_VERSION",
+]
 
 BUNDLED_FILE = "wordnet_nouns.json.gz"
 BUNDLED_VERSION = 1
+FREEDICT_FILE = "freedict_words.json.gz"
+FREEDICT_VERSION = 1
 
 
 @functools.lru_cache(maxsize=1)
@@ -46,3 +62,25 @@ def load_bundled_wordnet() -> List[Synset]:
     :mod:`crossembed.data.wordnet` (pairs, splits, tasks) works on them.
     """
     return list(_load())
+
+
+@functools.lru_cache(maxsize=1)
+def _load_words() -> Tuple[Tuple[str, str, Tuple[int, ...]], ...]:
+    ref = resources.files(__name__).joinpath(FREEDICT_FILE)
+    try:
+        blob = json.loads(gzip.decompress(ref.read_bytes()))
+    except (OSError, EOFError, ValueError) as exc:
+        raise ValueError(f"bundled word list {FREEDICT_FILE} is damaged ({exc}); reinstall crossembed") from None
+    if blob.get("version") != FREEDICT_VERSION:
+        raise ValueError(f"bundled word list has version {blob.get('version')}, expected {FREEDICT_VERSION}")
+    return tuple((str(w), str(lang), tuple(int(o) for o in offs)) for w, lang, offs in blob["words"])
+
+
+def load_bundled_words() -> List[Tuple[str, str, Tuple[int, ...]]]:
+    """``(word, language, synset offsets)`` for words naming bundled synsets, in en, de, fr and es.
+
+    ``language`` is ``"en"``, ``"de"``, ``"fr"`` or ``"es"``; the offsets are
+    those of :func:`load_bundled_wordnet` synsets the word (or its English
+    translation) is a lemma of.
+    """
+    return list(_load_words())

@@ -1,0 +1,309 @@
+"""The official code's rules and retrieval-confidence routing against float64 numpy references."""
+
+import math
+
+import numpy as np
+import pytest
+
+from crossembed.uec import GaussianEmbedding, LaplaceEmbedder, UECEnsemble, UECIndex, rules
+from crossembed.uec.laplace import normalize_rows
+
+
+def _embedder(D, seed, hessian="kron"):
+    rng = np.random.default_rng(seed)
+    A = normalize_rows(rng.normal(size=(64, D)))
+    P = normalize_rows(A + 0.5 * rng.normal(size=(64, D)))
+    return LaplaceEmbedder(None, batch_size=16, prior_precision=2.0, hessian=hessian).fit_embeddings(A, P)
+
+
+@pytest.fixture(scope="module")
+def duo():
+    return [_embedder(8, 0, "diag"), _embedder(8, 1, "kron")]
+
+
+def _gauss(n, D, seed, scale=0.05):
+    rng = np.random.default_rng(seed)
+    mean = rng.normal(size=(n, D)).astype(np.float32)
+    var = (scale * rng.random((n, D)) + 1e-4).astype(np.float32)
+    return GaussianEmbedding(mean, var)
+
+
+# --------------------------------------------------------------------------- pure maths
+def test_variance_normalisation_and_precision_sum_match_numpy():
+    v = np.random.default_rng(0).random((5, 7)) + 0.01
+    ref = v / (np.linalg.norm(v, axis=1, keepdims=True) ** 2)
+    np.testing.assert_allclose(rules.normalize_variance_official(v), ref, rtol=1e-12)
+    np.testing.assert_allclose(rules.precision_sum(ref), (1.0 / (ref + 1e-30)).sum(axis=1), rtol=1e-12)
+    # a zero variance row stays zero instead of dividing by zero
+    assert (rules.normalize_variance_official(np.zeros((1, 3))) == 0).all()
+    with pytest.raises(ValueError, match="var"):
+        rules.normalize_variance_official(-v)
+
+
+def test_beta_similarity_matches_a_float64_reference():
+    q, c = _gauss(6, 5, 1), _gauss(9, 5, 2)
+    mq, vq, mc, vc = (x.astype(np.float64) for x in (q.mean, q.var, c.mean, c.var))
+    sig2 = (mq**2) @ vc.T + vq @ (mc**2).T + vq @ vc.T
+    cos = (mq @ mc.T) / np.outer(np.linalg.norm(mq, axis=1), np.linalg.norm(mc, axis=1))
+    for beta in (0.0, 0.5, 2.0):
+        ref = cos / (1.0 + beta * sig2 / math.pi)
+        got = rules.beta_scores(q.mean, q.var, c.mean, c.var, beta=beta)
+        np.testing.assert_allclose(got, ref, rtol=2e-5, atol=1e-6)
+    # top-k: best first, same as sorting the dense scores; candidates rerank only those rows
+    s, i = rules.beta_topk(q.mean, q.var, c.mean, c.var, 4, beta=1.0, chunk=4)
+    dense = cos / (1.0 + sig2 / math.pi)
+    np.testing.assert_array_equal(i, np.argsort(-dense, axis=1, kind="stable")[:, :4])
+    cand = np.tile(np.array([[8, 0, 3, -1]]), (6, 1))
+    s2, i2 = rules.beta_topk(q.mean, q.var, c.mean, c.var, 2, candidates=cand)
+    for r in range(6):
+        exp = sorted([8, 0, 3], key=lambda j: -dense[r, j])[:2]
+        assert i2[r].tolist() == exp
+    with pytest.raises(ValueError, match="beta"):
+        rules.beta_scores(q.mean, q.var, c.mean, c.var, beta=-1.0)
+    with pytest.raises(TypeError, match="beta"):
+        rules.beta_scores(q.mean, q.var, c.mean, c.var, beta="1")
+
+
+def test_topk_ties_go_to_the_lower_index():
+    s = np.array([[1.0, 3.0, 3.0, 0.0, 3.0]])
+    vals, idx = rules._topk_rows(s, 2)
+    assert idx.tolist() == [[1, 2]] and vals.tolist() == [[3.0, 3.0]]
+
+
+def test_retrieval_gap_and_confidence_variance_match_numpy():
+    rng = np.random.default_rng(3)
+    q, r = rng.normal(size=(7, 6)), rng.normal(size=(40, 6))
+    qn = q / np.linalg.norm(q, axis=1, keepdims=True)
+    rn = r / np.linalg.norm(r, axis=1, keepdims=True)
+    s = np.sort(qn @ rn.T, axis=1)[:, ::-1]
+    ref = (s[:, 0] - s[:, 1:20].mean(axis=1)) / 0.1
+    got = rules.retrieval_gap(q.astype(np.float32), r.astype(np.float32), top=20, scale=0.1)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(rules.confidence_variance(ref, 0.1), (0.1 / np.maximum(ref, 1e-3)) ** 2)
+    with pytest.raises(ValueError, match="top"):
+        rules.retrieval_gap(q, r, top=41)
+    with pytest.raises(ValueError, match="top"):
+        rules.retrieval_gap(q, r, top=1)
+    with pytest.raises(ValueError, match="dimension"):
+        rules.retrieval_gap(q[:, :3], r)
+    with pytest.raises(ValueError, match="gap"):
+        rules.confidence_variance([np.nan])
+
+
+# --------------------------------------------------------------------------- the ensemble
+def test_official_weights_are_the_precision_sum_softmax(duo):
+    comps = [e.transform(np.random.default_rng(5 + k).normal(size=(6, 8))) for k, e in enumerate(duo)]
+    ens = UECEnsemble(duo, rules="official", uncertainty="laplace", temperature=50.0, mixing="embedding")
+    out = ens.combine(comps, role="query")
+    P = []
+    for c in comps:
+        v = c.var.astype(np.float64)
+        vn = v / (np.linalg.norm(v, axis=1, keepdims=True) ** 2)
+        P.append((1.0 / (vn + 1e-30)).sum(axis=1))
+    z = np.stack(P, axis=1) / 50.0
+    pi = np.exp(z - z.max(axis=1, keepdims=True))
+    pi /= pi.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(out.weights, pi, rtol=1e-5, atol=1e-6)
+    # the official convolution: sum pi mu (unit means), sum pi^2 v' (not renormalised)
+    mus = [c.mean / np.linalg.norm(c.mean, axis=1, keepdims=True) for c in comps]
+    vns = [c.var / (np.linalg.norm(c.var.astype(np.float64), axis=1, keepdims=True) ** 2) for c in comps]
+    mu = sum(pi[:, k : k + 1] * mus[k] for k in range(2))
+    var = sum(pi[:, k : k + 1] ** 2 * vns[k] for k in range(2))
+    np.testing.assert_allclose(out.mean, mu, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.var, var, rtol=1e-4, atol=1e-7)
+    # its similarity is the beta-scaled cosine
+    sim = ens.similarity(out, out)
+    np.testing.assert_allclose(sim, rules.beta_scores(out.mean, out.var, out.mean, out.var, beta=1.0), rtol=1e-6)
+
+
+def _expert_world(seed=0, n_docs=200, D=16):
+    """Model 0 sees the right document clearly for the first half of the queries, model 1 for the second."""
+    rng = np.random.default_rng(seed)
+    docs = normalize_rows(rng.normal(size=(n_docs, D)))
+    target = rng.integers(0, n_docs, 60)
+    noise = np.where(np.arange(60) < 30, 0.05, 3.0)[:, None]
+    q0 = docs[target] + noise * rng.normal(size=(60, D))
+    q1 = docs[target] + noise[::-1] * rng.normal(size=(60, D))
+    return docs, (q0, q1), target
+
+
+def test_a_confident_model_gets_the_higher_weight():
+    docs, (q0, q1), target = _expert_world()
+    embs = [_embedder(16, 7), _embedder(16, 8)]
+    ens = UECEnsemble(embs, uncertainty="confidence", temperature=1.0, confidence_scoring="laplace")
+    d_comps = [e.transform(docs) for e in embs]
+    # no reference yet: the queries fall back to the Laplace coefficients, with a warning
+    with pytest.warns(RuntimeWarning, match="reference"):
+        fallback = ens.combine([embs[0].transform(q0), embs[1].transform(q1)])
+    lap = UECEnsemble(embs, uncertainty="laplace").combine([embs[0].transform(q0), embs[1].transform(q1)])
+    np.testing.assert_allclose(fallback.weights, lap.weights, rtol=1e-6)
+    with pytest.raises(ValueError, match="reference"):
+        ens.confidence_variance([embs[0].transform(q0), embs[1].transform(q1)])
+    ens.set_reference(d_comps)
+    q = ens.combine([embs[0].transform(q0), embs[1].transform(q1)], role="query")
+    w = q.weights
+    assert (w[:30, 0] > w[:30, 1]).mean() > 0.9 and (w[30:, 1] > w[30:, 0]).mean() > 0.9
+    # the weights are the inverse-variance rule: pi ∝ sigma^-2 at T = 1
+    u = ens.confidence_variance([e.transform(x) for e, x in zip(embs, (q0, q1))])
+    ref = (1 / u) / (1 / u).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(w, ref, rtol=1e-4)
+    # confidence_scoring="add": sigma_k^2 joins the Laplace variance of the query: + (pi_k c_k)^2 sigma_k^2 per dim
+    both = UECEnsemble(embs, uncertainty="confidence", temperature=1.0, confidence_scoring="add")
+    both.set_reference(d_comps)
+    qb = both.combine([embs[0].transform(q0), embs[1].transform(q1)], role="query")
+    wc = (w.astype(np.float64) * ens._score_scales()[None, :]) ** 2
+    extra = np.concatenate([np.repeat(wc[:, k : k + 1] * u[:, k : k + 1], 16, axis=1) for k in range(2)], axis=1)
+    np.testing.assert_allclose(qb.var - q.var, extra, rtol=1e-3, atol=1e-7)
+    np.testing.assert_array_equal(qb.weights, q.weights)
+    # centred per model: log sigma^2 minus its mean over calibration queries
+    cen = UECEnsemble(embs, uncertainty="confidence", temperature=1.0, center_confidence=True)
+    with pytest.raises(ValueError, match="calibration"):
+        cen.set_reference(d_comps).combine([embs[0].transform(q0), embs[1].transform(q1)])
+    cal = [embs[0].transform(q0[::2]), embs[1].transform(q1[::2])]
+    cen.set_reference(d_comps, queries=cal)
+    cu = np.log(ens.confidence_variance([c.normalized() for c in cal])).mean(axis=0)
+    np.testing.assert_allclose(cen.confidence_center_, cu, rtol=1e-6)
+    z = -(np.log(u) - cu[None, :])
+    ref_c = np.exp(z - z.max(axis=1, keepdims=True))
+    got = cen.combine([embs[0].transform(q0), embs[1].transform(q1)]).weights
+    np.testing.assert_allclose(got, ref_c / ref_c.sum(axis=1, keepdims=True), rtol=1e-4)
+    assert q.mean.shape == (60, 32)
+    # routing beats the uniform mix on this task
+    d = ens.combine(d_comps, role="passage")
+    hits = (ens.topk(q, d, 1)[1][:, 0] == target).mean()
+    uni = UECEnsemble(embs, weights="uniform")
+    qu = uni.combine([embs[0].transform(q0), embs[1].transform(q1)], role="query")
+    hits_u = (uni.topk(qu, d, 1)[1][:, 0] == target).mean()
+    assert hits > hits_u
+
+
+def test_confidence_times_laplace_and_documents(duo):
+    docs, (q0, q1), _ = _expert_world(D=8)
+    ens = UECEnsemble(duo, uncertainty="confidence*laplace", temperature=2.0)
+    ens.set_reference([e.transform(docs) for e in duo])
+    comps = [duo[0].transform(q0), duo[1].transform(q1)]
+    pi = ens.combine(comps, role="query").weights.astype(np.float64)
+    u = ens.confidence_variance([c.normalized() for c in comps])
+    tr = np.stack([c.normalized().var.astype(np.float64).sum(axis=1) for c in comps], axis=1)
+    t = np.log(u) + np.log(tr / np.array([e.trace_mean_ for e in duo]))
+    ref = np.exp(-t / 2.0 - (-t / 2.0).max(axis=1, keepdims=True))
+    np.testing.assert_allclose(pi, ref / ref.sum(axis=1, keepdims=True), rtol=1e-4)
+    # documents carry no retrieval confidence: uniform for "confidence"
+    conf = UECEnsemble(duo, uncertainty="confidence", mixing="embedding").set_reference(
+        [e.transform(docs) for e in duo]
+    )
+    dw = conf.combine([e.transform(docs[:5]) for e in duo], role="passage").weights
+    np.testing.assert_allclose(dw, 0.5)
+
+
+def test_state_round_trip_with_rules_and_reference(duo):
+    docs, (q0, q1), _ = _expert_world(D=8)
+    ens = UECEnsemble(
+        duo,
+        rules="official",
+        uncertainty="confidence",
+        beta=0.3,
+        confidence_top=5,
+        temperature=0.7,
+        center_confidence=True,
+    )
+    ens.set_reference([e.transform(docs) for e in duo], queries=[duo[0].transform(q0), duo[1].transform(q1)])
+    arrays, meta = ens.get_state()
+    back = UECEnsemble.from_state(arrays, meta)
+    np.testing.assert_array_equal(back.confidence_center_, ens.confidence_center_)
+    assert (back.rules, back.uncertainty, back.beta, back.confidence_top, back.temperature) == (
+        "official",
+        "confidence",
+        0.3,
+        5,
+        0.7,
+    )
+    comps = [duo[0].transform(q0), duo[1].transform(q1)]
+    a, b = ens.combine(comps), back.combine(comps)
+    np.testing.assert_array_equal(a.mean, b.mean)
+    np.testing.assert_array_equal(a.weights, b.weights)
+    # a saved state without its reference arrays is refused
+    broken = {k: v for k, v in arrays.items() if not k.startswith("ref")}
+    with pytest.raises(ValueError, match="reference"):
+        UECEnsemble.from_state(broken, meta)
+    # older states (no rules keys) load with the paper's rules
+    old = {
+        k: v for k, v in meta.items() if k not in ("rules", "uncertainty", "beta", "confidence_top", "has_reference")
+    }
+    assert UECEnsemble.from_state(arrays, old).rules == "paper"
+
+
+def test_index_with_official_rules_and_confidence(tmp_path, duo):
+    docs, (q0, q1), target = _expert_world(D=8, n_docs=300)
+    d_comps = [e.transform(docs) for e in duo]
+    for kw in ({"rules": "official", "beta": 0.5}, {"uncertainty": "confidence"}):
+        ens = UECEnsemble(duo, **kw)
+        if ens.needs_reference:
+            ens.set_reference(d_comps)
+        d = ens.combine(d_comps, role="passage")
+        index = UECIndex(d, ensemble=ens, M=8, rerank=300)
+        q = ens.combine([duo[0].transform(q0), duo[1].transform(q1)])
+        s_exact, i_exact = index.search(q, 5, exact=True)
+        s_ann, i_ann = index.search(q, 5)  # reranking every document = exact
+        np.testing.assert_array_equal(i_exact, i_ann)
+        np.testing.assert_allclose(s_exact, s_ann, rtol=1e-5)
+        if ens.rules == "official":
+            dense = ens.similarity(q, d)
+            np.testing.assert_array_equal(i_exact, np.argsort(-dense, axis=1, kind="stable")[:, :5])
+        path = index.save(tmp_path / "i.uec")
+        back = UECIndex.load(path)
+        assert back.ensemble.rules == ens.rules and back.ensemble.uncertainty == ens.uncertainty
+        np.testing.assert_array_equal(back.search(q, 5, exact=True)[1], i_exact)
+
+
+def test_bad_arguments(duo):
+    with pytest.raises(ValueError, match="rules"):
+        UECEnsemble(duo, rules="offical")
+    with pytest.raises(ValueError, match="uncertainty"):
+        UECEnsemble(duo, uncertainty="margin")
+    with pytest.raises(ValueError, match="beta"):
+        UECEnsemble(duo, beta=-0.1)
+    with pytest.raises(ValueError, match="confidence_top"):
+        UECEnsemble(duo, confidence_top=1)
+    with pytest.raises(TypeError, match="confidence_top"):
+        UECEnsemble(duo, confidence_top=2.5)
+    ens = UECEnsemble(duo, uncertainty="confidence")
+    with pytest.raises(ValueError, match="documents"):
+        ens.set_reference([np.zeros((30, 8), np.float32)])
+    with pytest.raises(ValueError, match="dimension"):
+        ens.set_reference([np.ones((30, 8), np.float32), np.ones((30, 4), np.float32)])
+    with pytest.raises(ValueError, match="at least 2"):
+        ens.set_reference([np.ones((1, 8), np.float32)] * 2)
+    ens.set_reference([np.eye(8, dtype=np.float32)[:5]] * 2)  # fewer than confidence_top: the gap uses all 5
+    assert ens.confidence_variance(
+        [GaussianEmbedding(np.eye(8, dtype=np.float32)[:3], np.zeros((3, 8)))] * 2
+    ).shape == (3, 2)
+    with pytest.raises(TypeError, match="documents"):
+        ens.set_reference(np.ones((30, 8), np.float32))
+    # defaults: T resolves per rules x uncertainty
+    assert UECEnsemble(duo, rules="official").temperature > 0
+
+
+def test_replace_scoring_ranks_by_the_confidence_weighted_score():
+    docs, (q0, q1), _ = _expert_world(D=16)
+    embs = [_embedder(16, 7), _embedder(16, 8)]
+    ens = UECEnsemble(embs, temperature=2.0)  # the defaults: confidence routing, confidence_scoring="replace"
+    assert (ens.uncertainty, ens.confidence_scoring, ens.temperature) == ("confidence", "replace", 2.0)
+    d_comps = [e.transform(docs) for e in embs]
+    ens.set_reference(d_comps)
+    qc = [embs[0].transform(q0), embs[1].transform(q1)]
+    q, d = ens.combine(qc), ens.combine(d_comps, role="passage")
+    assert (d.var == 0).all()
+    u = ens.confidence_variance([c.normalized() for c in qc])
+    w = q.weights.astype(np.float64) * ens._score_scales()[None, :]
+    np.testing.assert_allclose(q.var[:, :16], np.repeat((w[:, :1] ** 2) * u[:, :1], 16, axis=1), rtol=1e-4)
+    # sig2_s is one number per query (unit documents), so the probit ranks exactly like the weighted score
+    mixed = sum(w[:, k : k + 1] * (qc[k].normalized().mean @ d_comps[k].normalized().mean.T) for k in range(2))
+    _, top = ens.topk(q, d, 10)
+    np.testing.assert_array_equal(top, np.argsort(-mixed, axis=1, kind="stable")[:, :10])
+    sig2 = (w**2 * u).sum(axis=1)
+    np.testing.assert_allclose(
+        ens.similarity(q, d), mixed / np.sqrt(1 + math.pi / 8 * sig2)[:, None], rtol=2e-4, atol=1e-6
+    )
+    with pytest.raises(ValueError, match="confidence_scoring"):
+        UECEnsemble(embs, confidence_scoring="both")
