@@ -12,6 +12,9 @@ UEC's scores; tasks that feed the vectors to a classifier or k-means see the
 
 Queries are encoded with role ``"query"``, documents (``PromptType.document``)
 as ``"passage"``; symmetric tasks (no prompt type) use ``"query"`` on both sides.
+With confidence routing (the ensemble's default) the last document batch
+encoded becomes the reference collection the queries' confidence is measured
+over, as :meth:`UECIndex.build` does for an index.
 ``mteb`` is imported only by :attr:`UECMTEBEncoder.mteb_model_meta`.
 
     import mteb
@@ -105,12 +108,15 @@ class UECMTEBEncoder:
         D = self.ensemble.dim
         if not texts:
             return np.zeros((0, D if self.vectors == "mean" else 2 * D), dtype=np.float32)
-        g = self.ensemble.encode(
-            texts,
-            role=_role(prompt_type),
-            batch_size=self.batch_size,
-            show_progress_bar=bool(kwargs.get("show_progress_bar", False)),
+        role = _role(prompt_type)
+        comps = self.ensemble.encode_components(
+            texts, role=role, batch_size=self.batch_size, show_progress_bar=bool(kwargs.get("show_progress_bar", False))
         )
+        if role == "passage" and self.ensemble.needs_reference and len(texts) >= 2:
+            # MTEB encodes the corpus before the queries: it is the collection the retrieval
+            # confidence of the queries is measured over (what UECIndex.build does)
+            self.ensemble.set_reference(comps)
+        g = self.ensemble.combine(comps, role=role)
         if self.vectors == "mean":
             return g.mean
         return np.concatenate([g.mean, g.var], axis=1)
