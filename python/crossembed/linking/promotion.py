@@ -309,9 +309,8 @@ class ValidatedPromotion(PromotionRule):
                 exclude_a=pool[view, 0],
                 exclude_b=np.concatenate([pool[view, 1], pool[decoy[v], 1]]),
             )
-            is_decoy = np.zeros(fit.n_a, bool)
-            is_decoy[pool[decoy[v], 0]] = True
-            hit = is_decoy[pairs[:, 0]]
+            at = pos_a[pairs[:, 0]]
+            hit = (at >= 0) & decoy[v, np.maximum(at, 0)]
             decoy_scores.append(scores[hit])
             n_trials += int(decoy[v].sum())
             # held-out seeds: a proposal touching a seed row is right only if it is the seed pair
@@ -320,8 +319,9 @@ class ValidatedPromotion(PromotionRule):
             ok = touch & (sa == sb)
             correct += int(ok.sum())
             wrong += int((touch & ~ok).sum())
-            kept_pairs.append(pairs[~touch & ~hit])
-            kept_scores.append(scores[~touch & ~hit])
+            keep = ~touch & ~hit
+            kept_pairs.append(pairs[keep])
+            kept_scores.append(scores[keep])
         null_thr = _null_threshold(
             kept_scores, np.concatenate(decoy_scores), n_trials, fit.n_a - float(np.mean(sizes)), self.fdr
         )
@@ -401,14 +401,7 @@ class ValidatedPromotion(PromotionRule):
             score_filter=self.score_filter,
             num_threads=fit.num_threads,
         )
-        confirmed = contains(links, final, fit.n_b)
-        at_link = positions(links, final[confirmed], fit.n_b)
-        # a confirmed link keeps its round posterior and votes; a new one has no votes
-        post = np.full(len(final), 0.5)
-        post[confirmed] = fit.link_post[at_link]
-        vts = np.zeros(len(final), np.int64)
-        vts[confirmed] = fit.link_votes[at_link]
-        n_confirmed = int(confirmed.sum())
+        post, vts, n_confirmed = _carry_over(fit, final, np.full(len(final), 0.5))  # new links: no votes
         info: Info = {
             "pool": len(links) + fit.n_seeds,
             "views": 1,
@@ -453,14 +446,8 @@ class ValidatedPromotion(PromotionRule):
         # confirmed pool links first, then new majority pairs; greedy keeps it one-to-one
         rank = rank_by(is_link[keep].astype(np.float64), votes[keep].astype(np.float64))
         final = greedy_one_to_one(uniq[keep], rank, exclude_a=fit.seeds[:, 0], exclude_b=fit.seeds[:, 1])
-        # a confirmed link keeps its round posterior and votes; a new one gets its fold share
-        confirmed = contains(links, final, fit.n_b)
-        at_link = positions(links, final[confirmed], fit.n_b)
-        post = votes[positions(uniq, final, fit.n_b)] / folds
-        post[confirmed] = fit.link_post[at_link]
-        vts = np.zeros(len(final), np.int64)
-        vts[confirmed] = fit.link_votes[at_link]
-        n_confirmed = int(confirmed.sum())
+        # a new link gets its fold share as posterior
+        post, vts, n_confirmed = _carry_over(fit, final, votes[positions(uniq, final, fit.n_b)] / folds)
         info: Info = {
             "pool": len(links) + S,
             "views": folds,
@@ -473,6 +460,21 @@ class ValidatedPromotion(PromotionRule):
         }
         fit.set_links(final, post, vts)
         return info
+
+
+def _carry_over(fit: FitState, final: np.ndarray, new_post: np.ndarray):
+    """Posteriors, votes and the confirmed count of a final pass's links ``final``.
+
+    A link already in the pool keeps its round posterior and votes; a new one
+    gets ``new_post`` and no votes.
+    """
+    confirmed = contains(fit.links, final, fit.n_b)
+    at_link = positions(fit.links, final[confirmed], fit.n_b)
+    post = np.asarray(new_post, np.float64).copy()
+    post[confirmed] = fit.link_post[at_link]
+    votes = np.zeros(len(final), np.int64)
+    votes[confirmed] = fit.link_votes[at_link]
+    return post, votes, int(confirmed.sum())
 
 
 def _null_threshold(view_scores, decoy_scores: np.ndarray, n_trials: int, n_rows: float, fdr: float) -> float:

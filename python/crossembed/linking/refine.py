@@ -21,6 +21,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from crossembed import kernels
+from crossembed.linking._inputs import unit_rows
 
 __all__ = ["ridge_map", "map_links"]
 
@@ -34,11 +35,8 @@ def ridge_map(X: np.ndarray, Y: np.ndarray, *, lam: float = 1.0) -> np.ndarray:
 
 
 def _propose(A, B, W, *, csls_k, exclude_a, exclude_b, num_threads):
-    P = A @ W
-    norms = np.linalg.norm(P, axis=1, keepdims=True)
-    P = np.ascontiguousarray(P / np.where(norms > 0, norms, 1.0), dtype=np.float32)
     return kernels.csls_mutual_topk(
-        P, B, k=1, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=num_threads
+        unit_rows(A @ W), B, k=1, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=num_threads
     )
 
 

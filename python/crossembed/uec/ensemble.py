@@ -301,11 +301,7 @@ class UECEnsemble:
             raise ValueError(f"documents must hold {self.n_models} items (one per model), got {len(docs)}")
         ref = []
         for k, d in enumerate(docs):
-            m = as_matrix(d.mean if isinstance(d, GaussianEmbedding) else d, f"documents[{k}]")
-            if m.shape[1] != self.embedders[k].dim:
-                raise ValueError(
-                    f"documents[{k}] has dimension {m.shape[1]} but embedder {k} has {self.embedders[k].dim}"
-                )
+            m = self._model_matrix(d, k, "documents")
             if m.shape[0] < 2:
                 raise ValueError(f"documents[{k}] has {m.shape[0]} rows, need at least 2")
             norm = np.linalg.norm(m.astype(np.float64), axis=1, keepdims=True)
@@ -319,14 +315,17 @@ class UECEnsemble:
                 raise ValueError(f"queries must hold {self.n_models} items (one per model)")
             qs = []
             for k, q in enumerate(queries):
-                m = as_matrix(q.mean if isinstance(q, GaussianEmbedding) else q, f"queries[{k}]")
-                if m.shape[1] != self.embedders[k].dim:
-                    raise ValueError(
-                        f"queries[{k}] has dimension {m.shape[1]} but embedder {k} has {self.embedders[k].dim}"
-                    )
+                m = self._model_matrix(q, k, "queries")
                 qs.append(GaussianEmbedding(m, np.zeros_like(m)))
             self.confidence_center_ = np.log(self.confidence_variance(qs)).mean(axis=0)
         return self
+
+    def _model_matrix(self, item, k: int, name: str) -> np.ndarray:
+        """Model ``k``'s means of ``item`` (a GaussianEmbedding or an array), checked against its dimension."""
+        m = as_matrix(item.mean if isinstance(item, GaussianEmbedding) else item, f"{name}[{k}]")
+        if m.shape[1] != self.embedders[k].dim:
+            raise ValueError(f"{name}[{k}] has dimension {m.shape[1]} but embedder {k} has {self.embedders[k].dim}")
+        return m
 
     def confidence_variance(self, components: Sequence[GaussianEmbedding], *, num_threads=None) -> np.ndarray:
         """``sigma_k^2(q) = (c_k / g_k(q))^2`` of shape (n, K), float64 (module docstring)."""
