@@ -228,6 +228,23 @@ PYBIND11_MODULE(_core, m) {
           return csls_result_to_python(r);
         });
 
+  m.def("candidate_dots", [](const CArray<float>& x, const CArray<float>& y, const CArray<std::int64_t>& cand, int nt) {
+    require_2d(x, "X");
+    require_2d(y, "Y");
+    require_same_dim(x, y, "X", "Y");
+    require_2d(cand, "cand");
+    if (cand.shape(0) != x.shape(0)) throw py::value_error("cand must have one row per row of X");
+    const std::vector<std::int64_t> cv = checked_indices(cand, y.shape(0), "cand");
+    auto out = new_f32(cand.shape(0), cand.shape(1));
+    float* op = out.mutable_data();
+    {
+      py::gil_scoped_release release;
+      candidate_dots(x.data(), std::size_t(x.shape(0)), y.data(), std::size_t(x.shape(1)), cv.data(),
+                     std::size_t(cand.shape(1)), op, nt);
+    }
+    return out;
+  });
+
   m.def("otsu_threshold", [](const CArray<double>& v, int bins) {
     if (bins < 2) throw py::value_error("bins must be >= 2");
     return otsu_threshold(v.data(), std::size_t(v.size()), bins);

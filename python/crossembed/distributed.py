@@ -1,6 +1,14 @@
 """GEH's proposal step sharded over a Dask cluster.
 
-:class:`DaskProposer` plugs into ``GEHLinker(proposer=...)``. B's signature
+Two sharded paths, both exact (the same links as in one process):
+
+* :class:`DaskCandidates` plugs into ``GEHLinker(candidate_backend=...)``:
+  the default ``"pool"`` path (per-round candidate lists, candidate-restricted
+  CSLS per view) with B's rows sharded (its class docstring);
+* :class:`DaskProposer` plugs into ``GEHLinker(proposer=...)``: the
+  exhaustive CSLS of every view.
+
+:class:`DaskProposer`: B's signature
 rows are split into shards, one task per shard; every task sees all of A's
 signatures. CSLS needs two global quantities, so there are two passes:
 
@@ -24,11 +32,12 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from crossembed import kernels
 from crossembed._validation import as_int_matrix, as_matrix, check_int
 from crossembed.linking._inputs import active_rows
 from crossembed.linking.pairs import greedy_one_to_one, positions
 
-__all__ = ["DaskProposer", "sharded_csls_mutual_topk"]
+__all__ = ["DaskCandidates", "DaskProposer", "csls_from_candidate_dots", "sharded_csls_mutual_topk"]
 
 
 def _top(values: np.ndarray, k: int, axis: int) -> np.ndarray:
@@ -146,4 +155,167 @@ class DaskProposer:
     def __call__(self, SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None):
         return sharded_csls_mutual_topk(
             self.client, SA, SB, k=k, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, n_shards=self.n_shards
+        )
+
+
+# --------------------------------------------------------------------------- the "pool" path, B sharded
+def _shard_candidate_lists(SA: np.ndarray, SB_shard: np.ndarray, m: int, offset: int):
+    """One shard's part of :func:`~crossembed.linking.proposers.pool_candidate_lists`."""
+    zeros_a, zeros_b = np.zeros_like(SA), np.zeros_like(SB_shard)
+    score_a, cand_a = kernels.ProbitDocs(SB_shard, zeros_b).top_k(SA, zeros_a, min(m, len(SB_shard)))
+    _, cand_b = kernels.ProbitDocs(SA, zeros_a).top_k(SB_shard, zeros_b, min(m, len(SA)))
+    return score_a, cand_a + offset, cand_b
+
+
+def _shard_dots(SA: np.ndarray, SB_shard: np.ndarray, cand_a_local: np.ndarray, cand_b_shard: np.ndarray):
+    """This shard's candidate similarities: A rows with their shard candidates (listed ones only), shard rows with theirs."""
+    dots_a = kernels.candidate_dots(SA, SB_shard, cand_a_local)
+    return dots_a[cand_a_local >= 0], kernels.candidate_dots(SB_shard, SA, cand_b_shard)
+
+
+def csls_from_candidate_dots(
+    dots_a, cand_a, dots_b, cand_b, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None
+):
+    """:func:`crossembed.kernels.csls_mutual_topk_candidates` from its similarities (numpy).
+
+    ``dots_a``/``dots_b`` are :func:`crossembed.kernels.candidate_dots` of
+    the two lists. Every step is the kernel's, in its order of operations
+    (``r`` summed best first in float64, CSLS rounded to float32, ties to
+    the lower index, the same greedy one-to-one), so the result is the
+    kernel's bit for bit; the sharded path merges its shards' similarities
+    here.
+    """
+    cand_a, cand_b = np.asarray(cand_a, np.int64), np.asarray(cand_b, np.int64)
+    na, nb = len(cand_a), len(cand_b)
+    mask_a = np.zeros(na, bool)
+    mask_b = np.zeros(nb, bool)
+    if exclude_a is not None:
+        mask_a[_exclusions(exclude_a, na, "exclude_a")] = True
+    if exclude_b is not None:
+        mask_b[_exclusions(exclude_b, nb, "exclude_b")] = True
+
+    def side(dots, cand, mask_own, mask_other):
+        valid = (cand >= 0) & ~mask_own[:, None] & ~mask_other[np.maximum(cand, 0)]
+        s = np.where(valid, dots, -np.inf).astype(np.float32)
+        best = -np.sort(-s, axis=1)
+        kc = np.minimum(csls_k, valid.sum(axis=1))
+        csum = np.cumsum(np.where(np.isfinite(best), best, 0).astype(np.float64), axis=1)  # sequential, best first
+        r = np.zeros(len(cand))
+        has = kc > 0
+        r[has] = csum[np.flatnonzero(has), kc[has] - 1] / kc[has]
+        return s, valid, r
+
+    sa, va, ra = side(dots_a, cand_a, mask_a, mask_b)
+    sb, vb, rb = side(dots_b, cand_b, mask_b, mask_a)
+    kk = min(k, max(cand_a.shape[1], cand_b.shape[1]))
+
+    def top(s, valid, cand, r_row, r_col, a_side):
+        other = r_col[np.maximum(cand, 0)]
+        r_sum = r_row[:, None] + other if a_side else other + r_row[:, None]  # the kernel's (r_A + r_B)
+        csls = (2.0 * s.astype(np.float64) - r_sum).astype(np.float32)
+        key = np.where(valid, -csls, np.inf)
+        order = np.lexsort((np.where(valid, cand, np.iinfo(np.int64).max), key), axis=1)[:, :kk]
+        return (
+            np.take_along_axis(cand, order, axis=1),
+            np.take_along_axis(csls, order, axis=1),
+            np.take_along_axis(valid, order, axis=1),
+        )
+
+    ta, ta_score, ta_valid = top(sa, va, cand_a, ra, rb, True)
+    tb, _, tb_valid = top(sb, vb, cand_b, rb, ra, False)
+    i, t = np.nonzero(ta_valid)
+    j = ta[i, t]
+    mutual = ((tb[j] == i[:, None]) & tb_valid[j]).any(axis=1)
+    pairs = np.stack([i[mutual], j[mutual]], axis=1).astype(np.int64)
+    scores = ta_score[i[mutual], t[mutual]]
+    if len(pairs) == 0:
+        return pairs.reshape(0, 2), scores
+    chosen = greedy_one_to_one(pairs, scores.astype(np.float64))
+    return chosen, scores[positions(pairs, chosen, nb)]
+
+
+class DaskCandidates:
+    """``GEHLinker(candidate_backend=DaskCandidates(client))``: GEH's ``"pool"`` path with B sharded.
+
+    Each task holds one shard of B's signature rows (and all of A's, which
+    every shard needs). Per round, each shard finds every A row's ``m`` best
+    rows inside it and its own rows' ``m`` best A rows; the driver merges the
+    A side by score (ties to the lower row). Per view, each shard computes
+    the similarities of the candidate pairs that touch it
+    (:func:`crossembed.kernels.candidate_dots`) and the driver scores them
+    (:func:`csls_from_candidate_dots`). Both merges are exact, so the links
+    equal the local :class:`~crossembed.linking.proposers.LocalCandidates`
+    ones for the same ``random_state``.
+
+    Parameters
+    ----------
+    client : dask.distributed.Client
+    n_shards : int, optional
+        Shards of B (default: one per worker).
+    """
+
+    def __init__(self, client, *, n_shards: Optional[int] = None):
+        if not hasattr(client, "submit") or not hasattr(client, "scatter"):
+            raise TypeError(f"client must be a dask.distributed.Client, got {type(client).__name__}")
+        self.client = client
+        self.n_shards = None if n_shards is None else check_int(n_shards, "n_shards", low=1)
+
+    def __repr__(self) -> str:
+        return f"DaskCandidates(n_shards={self.n_shards})"
+
+    def _bounds(self, n_b: int) -> np.ndarray:
+        n = self.n_shards or max(1, len(self.client.scheduler_info()["workers"]))
+        return np.linspace(0, n_b, max(1, min(n, n_b)) + 1).astype(np.int64)
+
+    def candidate_lists(self, SA, SB, m, *, num_threads=None):
+        SA = np.ascontiguousarray(SA, dtype=np.float32)
+        SB = np.ascontiguousarray(SB, dtype=np.float32)
+        m = check_int(m, "m", low=1)
+        bounds = self._bounds(len(SB))
+        sa = self.client.scatter(SA, broadcast=True)
+        parts = self.client.gather(
+            [
+                self.client.submit(_shard_candidate_lists, sa, SB[lo:hi], m, int(lo), pure=False)
+                for lo, hi in zip(bounds[:-1], bounds[1:])
+            ]
+        )
+        scores = np.concatenate([p[0] for p in parts], axis=1)
+        idx = np.concatenate([p[1] for p in parts], axis=1)
+        best = _row_lexsort(scores, idx)[:, : min(m, len(SB))]
+        return np.take_along_axis(idx, best, axis=1), np.concatenate([p[2] for p in parts], axis=0)
+
+    def proposer(self, cand_a, cand_b, *, num_threads=None):
+        return _ShardedCandidateProposer(self, cand_a, cand_b)
+
+
+class _ShardedCandidateProposer:
+    """The per-view proposer of :class:`DaskCandidates` (the round's lists are scattered once)."""
+
+    def __init__(self, backend: DaskCandidates, cand_a: np.ndarray, cand_b: np.ndarray):
+        self.client = backend.client
+        self.cand_a, self.cand_b = np.asarray(cand_a, np.int64), np.asarray(cand_b, np.int64)
+        self.bounds = backend._bounds(len(cand_b))
+        self.in_shard, self.shards = [], []
+        for lo, hi in zip(self.bounds[:-1], self.bounds[1:]):
+            inside = (self.cand_a >= lo) & (self.cand_a < hi)
+            local = np.where(inside, self.cand_a - lo, -1)
+            self.in_shard.append(inside)
+            self.shards.append((self.client.scatter(local), self.client.scatter(self.cand_b[lo:hi])))
+
+    def __call__(self, SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None):
+        SA = np.ascontiguousarray(SA, dtype=np.float32)
+        SB = np.ascontiguousarray(SB, dtype=np.float32)
+        sa = self.client.scatter(SA, broadcast=True)
+        parts = self.client.gather(
+            [
+                self.client.submit(_shard_dots, sa, SB[lo:hi], local, cb, pure=False)
+                for (lo, hi), (local, cb) in zip(zip(self.bounds[:-1], self.bounds[1:]), self.shards)
+            ]
+        )
+        dots_a = np.full(self.cand_a.shape, np.nan, np.float32)
+        for inside, (vals, _) in zip(self.in_shard, parts):
+            dots_a[inside] = vals  # both walk the shard's entries in row-major order
+        dots_b = np.concatenate([p[1] for p in parts], axis=0)
+        return csls_from_candidate_dots(
+            dots_a, self.cand_a, dots_b, self.cand_b, k=k, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b
         )

@@ -36,6 +36,7 @@ __all__ = [
     "ProbitDocs",
     "VoteTable",
     "anchor_signatures",
+    "candidate_dots",
     "csls_mutual_topk",
     "csls_mutual_topk_candidates",
     "greedy_one_to_one",
@@ -395,6 +396,35 @@ def csls_mutual_topk_candidates(
     return _core_module().csls_mutual_topk_candidates(
         SA, SB, cand_a, cand_b, int(k), int(csls_k), mask_a, mask_b, check_num_threads(num_threads)
     )
+
+
+def candidate_dots(X, Y, cand, *, num_threads: Optional[int] = None) -> np.ndarray:
+    """Dot products of each row of ``X`` with its candidate rows of ``Y``.
+
+    ``out[i, t] = <X[i], Y[cand[i, t]]>`` in float32, NaN where ``cand`` is
+    ``-1``: exactly the values :func:`csls_mutual_topk_candidates` scores
+    (the sharded GEH path in :mod:`crossembed.distributed` merges them).
+
+    Parameters
+    ----------
+    X : array_like, shape (N, D)
+    Y : array_like, shape (M, D)
+    cand : array_like of int, shape (N, C)
+        Rows of ``Y`` per row of ``X``; ``-1`` pads.
+    num_threads : int, optional
+
+    Returns
+    -------
+    ndarray, shape (N, C), float32
+    """
+    X = as_matrix(X, "X", allow_empty=True)
+    Y = as_matrix(Y, "Y", allow_empty=True)
+    if X.shape[1] != Y.shape[1]:
+        raise ValueError(f"X has {X.shape[1]} columns but Y has {Y.shape[1]}")
+    cand = as_int_matrix(cand, "cand", low=-1, high=Y.shape[0])
+    if cand.shape[0] != X.shape[0]:
+        raise ValueError(f"cand has {cand.shape[0]} rows but X has {X.shape[0]}")
+    return _core_module().candidate_dots(X, Y, cand, check_num_threads(num_threads))
 
 
 def otsu_threshold(values, *, bins: int = 100) -> float:

@@ -188,6 +188,22 @@ inline CslsResult csls_mutual_topk(const float* SA, std::size_t na_all, const fl
   return detail::greedy_mutual(mutual, na, nb, ia.data(), ib.data());
 }
 
+// s_it = <X_i, Y_cand[i,t]> for every listed pair, NaN for -1 padding: the
+// exact float32 values csls_mutual_topk_candidates scores (the same dot
+// routine, whose order of operations does not depend on where the rows live),
+// so a sharded caller that merges them reproduces that kernel bit for bit.
+inline void candidate_dots(const float* X, std::size_t nx, const float* Y, std::size_t d, const std::int64_t* cand,
+                           std::size_t m, float* out, int num_threads) {
+  const auto& I = simd::isa();
+  parallel_for(std::int64_t(nx), num_threads, [&](std::int64_t ii, int) {
+    const std::size_t i = std::size_t(ii);
+    for (std::size_t t = 0; t < m; ++t) {
+      const std::int64_t j = cand[i * m + t];
+      out[i * m + t] = j < 0 ? std::numeric_limits<float>::quiet_NaN() : I.dot_f32(X + i * d, Y + std::size_t(j) * d, d);
+    }
+  });
+}
+
 // Candidate-restricted variant: s_ij only for the listed pairs (cand_a: for
 // each A row, M_A B rows; cand_b: for each B row, M_B A rows; -1 = padding).
 // r_A(i) averages the csls_k best similarities among row i's candidates
@@ -200,45 +216,63 @@ inline CslsResult csls_mutual_topk_candidates(const float* SA, std::size_t na, c
                                               std::size_t csls_k, const std::uint8_t* mask_a,
                                               const std::uint8_t* mask_b, int num_threads) {
   const auto& I = simd::isa();
-  // Similarities of each row with its valid candidates, best first.
+  // Each row's valid candidate edges in a flat (n, m) store (no per-row heaps: every candidate
+  // is kept anyway), the csls_k best moved to the front in order, and r = their mean.
+  struct Edges {
+    std::vector<Scored> e;
+    std::vector<std::size_t> count;
+    std::vector<double> r;
+  };
   auto side = [&](const float* X, std::size_t nx, const float* Y, const std::int64_t* cand, std::size_t m,
-                  const std::uint8_t* mask_x, const std::uint8_t* mask_y, std::vector<TopK>& lists,
-                  std::vector<double>& r) {
-    lists.assign(nx, TopK(m));
-    r.assign(nx, 0.0);
+                  const std::uint8_t* mask_x, const std::uint8_t* mask_y) {
+    Edges out{std::vector<Scored>(nx * m), std::vector<std::size_t>(nx, 0), std::vector<double>(nx, 0.0)};
     parallel_for(std::int64_t(nx), num_threads, [&](std::int64_t ii, int) {
       const std::size_t i = std::size_t(ii);
       if (mask_x[i]) return;
+      Scored* row = out.e.data() + i * m;
+      std::size_t c = 0;
       for (std::size_t t = 0; t < m; ++t) {
         const std::int64_t j = cand[i * m + t];
         if (j < 0 || mask_y[std::size_t(j)]) continue;
-        lists[i].push(I.dot_f32(X + i * d, Y + std::size_t(j) * d, d), j);
+        row[c++] = Scored{I.dot_f32(X + i * d, Y + std::size_t(j) * d, d), j};
       }
-      const std::size_t kc = std::min(csls_k, lists[i].size());
-      if (kc) r[i] = detail::mean_best(lists[i], kc);
+      out.count[i] = c;
+      const std::size_t kc = std::min(csls_k, c);
+      if (!kc) return;
+      std::partial_sort(row, row + kc, row + c, Better<float>{});
+      double sum = 0;  // best first, as detail::mean_best sums
+      for (std::size_t t = 0; t < kc; ++t) sum += row[t].score;
+      out.r[i] = sum / double(kc);
     });
+    return out;
   };
-  std::vector<TopK> la, lb;
-  std::vector<double> ra, rb;
-  side(SA, na, SB, cand_a, ma, mask_a, mask_b, la, ra);
-  side(SB, nb, SA, cand_b, mb, mask_b, mask_a, lb, rb);
-  // CSLS top-k per row among its candidates (lists are sorted best-first now).
-  auto top = [&](std::vector<TopK>& lists, const std::vector<double>& r_self, const std::vector<double>& r_other,
-                 bool a_side) {
-    // No row has more than max(M_A, M_B) candidates: clip k before reserving.
-    std::vector<TopK> out(lists.size(), TopK(std::min(k, std::max(ma, mb))));
-    parallel_for(std::int64_t(lists.size()), num_threads, [&](std::int64_t ii, int) {
-      const std::size_t i = std::size_t(ii);
-      for (const Scored& s : lists[i].items()) {
-        const double ra_ = a_side ? r_self[i] : r_other[std::size_t(s.index)];
-        const double rb_ = a_side ? r_other[std::size_t(s.index)] : r_self[i];
-        out[i].push(detail::csls_value(s.score, ra_, rb_), s.index);
+  const Edges ea = side(SA, na, SB, cand_a, ma, mask_a, mask_b);
+  const Edges eb = side(SB, nb, SA, cand_b, mb, mask_b, mask_a);
+  // CSLS top-k per row among its candidates.
+  const std::size_t m_max = std::max(ma, mb);
+  const std::size_t kk = std::min(k, m_max);
+  auto top = [&](const Edges& self, std::size_t m, const std::vector<double>& r_other, bool a_side) {
+    std::vector<TopK> out(self.count.size(), TopK(kk));
+    std::vector<std::vector<Scored>> scratch(std::size_t(worker_slots(std::int64_t(out.size()), num_threads)),
+                                             std::vector<Scored>(m_max));
+    parallel_for(std::int64_t(out.size()), num_threads, [&](std::int64_t ii, int slot) {
+      const std::size_t i = std::size_t(ii), c = self.count[i];
+      const Scored* row = self.e.data() + i * m;
+      Scored* v = scratch[std::size_t(slot)].data();
+      for (std::size_t t = 0; t < c; ++t) {
+        const double ro = r_other[std::size_t(row[t].index)];
+        v[t] = Scored{a_side ? detail::csls_value(row[t].score, self.r[i], ro)
+                             : detail::csls_value(row[t].score, ro, self.r[i]),
+                      row[t].index};
       }
+      const std::size_t keep = std::min(kk, c);
+      std::partial_sort(v, v + keep, v + c, Better<float>{});
+      for (std::size_t t = 0; t < keep; ++t) out[i].push(v[t].score, v[t].index);
       out[i].sorted();
     });
     return out;
   };
-  std::vector<TopK> ta = top(la, ra, rb, true), tb = top(lb, rb, ra, false);
+  std::vector<TopK> ta = top(ea, ma, eb.r, true), tb = top(eb, mb, ea.r, false);
   detail::MutualPairs mutual;
   for (std::size_t i = 0; i < na; ++i) mutual.add_mutual(i, ta[i].items(), tb);
   return detail::greedy_mutual(mutual, na, nb, nullptr, nullptr);

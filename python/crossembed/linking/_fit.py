@@ -7,14 +7,57 @@ starts from the same place.
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 import numpy as np
 
 from crossembed import kernels
 from crossembed.linking.views import ViewSampler
+
+# pools up to this size get their cosine Gram matrices computed once per round (64 MB a side at
+# the cap): every view's farthest-point sampling and kernel width then read it instead of
+# recomputing the pool's cosines per view (a quarter of a 10k fit's time went there)
+_GRAM_MAX_POOL = 4096
+
+
+@dataclass
+class PoolGeometry:
+    """One round's pool geometry, shared by its views.
+
+    ``unit_a`` is ``A[pool[:, 0]]``; ``gram_a``/``gram_b`` are the pool's
+    cosine matrices on each side, or None above :data:`_GRAM_MAX_POOL` anchors.
+    """
+
+    pool: np.ndarray
+    unit_a: np.ndarray
+    gram_a: Optional[np.ndarray] = None
+    gram_b: Optional[np.ndarray] = None
+
+    def kernel_widths(self, view: np.ndarray) -> Optional[Tuple[float, float]]:
+        """The kernel widths of a view's anchors on each side (as :func:`kernels.median_anchor_distance`)."""
+        if self.gram_a is None:
+            return None
+        return _median_distance(self.gram_a, view), _median_distance(self.gram_b, view)
+
+
+def _median_distance(gram: np.ndarray, view: np.ndarray) -> float:
+    """Median of ``1 - cos`` over the view's anchor pairs ``i < j``; 1.0 when undefined or zero."""
+    if len(view) < 2:
+        return 1.0
+    sub = gram[np.ix_(view, view)]
+    med = float(np.median(1.0 - sub[np.triu_indices(len(view), 1)].astype(np.float64)))
+    return med if med > 1e-6 else 1.0
+
+
+def _accepts(fn: Callable, name: str) -> bool:
+    """Whether ``fn`` takes keyword ``name`` (user callables written before it was added do not)."""
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # builtins without a signature
+        return False
 
 
 @dataclass
@@ -74,15 +117,34 @@ class FitState:
         sf = 1.0 + self.c * math.log(max(pool_size / self.n_seeds, 1.0))
         return math.ceil(self.m0 * sf), max(5, math.ceil(self.rho0 * pool_size / sf))
 
-    def signatures(self, anchors: np.ndarray):
-        """Both sides' signatures against the anchor pairs ``anchors`` (rows of A, rows of B)."""
-        SA = self.signature_fn(self.A, self.A[anchors[:, 0]], num_threads=self.num_threads)
-        SB = self.signature_fn(self.B, self.B[anchors[:, 1]], num_threads=self.num_threads)
+    def geometry(self, pool: np.ndarray) -> PoolGeometry:
+        """The round's :class:`PoolGeometry` of ``pool`` (built once per round by the rule)."""
+        unit_a = self.A[pool[:, 0]]
+        if len(pool) > _GRAM_MAX_POOL:
+            return PoolGeometry(pool, unit_a)
+        unit_b = self.B[pool[:, 1]]
+        return PoolGeometry(pool, unit_a, unit_a @ unit_a.T, unit_b @ unit_b.T)
+
+    def signatures(self, anchors: np.ndarray, *, geometry: Optional[PoolGeometry] = None, view=None):
+        """Both sides' signatures against the anchor pairs ``anchors`` (rows of A, rows of B).
+
+        With the round's ``geometry`` and the ``view`` positions of ``anchors``
+        in its pool, a signature function that takes ``sigma`` gets the kernel
+        widths read from the pool's Gram matrices.
+        """
+        widths = None
+        if geometry is not None and view is not None and _accepts(self.signature_fn, "sigma"):
+            widths = geometry.kernel_widths(view)
+        if widths is None:
+            SA = self.signature_fn(self.A, self.A[anchors[:, 0]], num_threads=self.num_threads)
+            SB = self.signature_fn(self.B, self.B[anchors[:, 1]], num_threads=self.num_threads)
+        else:
+            SA = self.signature_fn(self.A, self.A[anchors[:, 0]], sigma=widths[0], num_threads=self.num_threads)
+            SB = self.signature_fn(self.B, self.B[anchors[:, 1]], sigma=widths[1], num_threads=self.num_threads)
         return SA, SB
 
-    def view(self, pool_a: np.ndarray, size: int, subset: Optional[np.ndarray] = None) -> np.ndarray:
-        """Pool positions of one view's anchors (see :class:`~crossembed.linking.views.ViewSampler`).
-
-        ``pool_a`` is ``A[pool[:, 0]]``, gathered once per round by the caller.
-        """
-        return self.view_sampler(pool_a, self.n_seeds, size, self.rng, subset)
+    def view(self, geometry: PoolGeometry, size: int, subset: Optional[np.ndarray] = None) -> np.ndarray:
+        """Pool positions of one view's anchors (see :class:`~crossembed.linking.views.ViewSampler`)."""
+        if geometry.gram_a is not None and _accepts(self.view_sampler, "gram"):
+            return self.view_sampler(geometry.unit_a, self.n_seeds, size, self.rng, subset, gram=geometry.gram_a)
+        return self.view_sampler(geometry.unit_a, self.n_seeds, size, self.rng, subset)

@@ -108,9 +108,9 @@ class PaperPromotion(PromotionRule):
             for _ in range(m):
                 yield np.arange(P)
         else:
-            pool_a = fit.A[pool[:, 0]]
+            geo = fit.geometry(pool)
             for _ in range(m):  # FPS view, seeds always kept
-                yield np.union1d(fit.view(pool_a, size), np.arange(S))
+                yield np.union1d(fit.view(geo, size), np.arange(S))
 
     def grow(self, fit: FitState, propose: Proposer) -> Info:
         pool = fit.pool()
@@ -192,10 +192,10 @@ class CappedPromotion(PaperPromotion):
             return
         m, _ = fit.schedule(P)
         subset_size = max(2, math.ceil(self.subsample * P))
-        pool_a = fit.A[pool[:, 0]]
+        geo = fit.geometry(pool)
         for _ in range(max(m, self.min_views)):
             sub = fit.rng.choice(P, size=subset_size, replace=False)
-            yield fit.view(pool_a, subset_size, sub)
+            yield fit.view(geo, subset_size, sub)
 
 
 class ValidatedPromotion(PromotionRule):
@@ -286,10 +286,10 @@ class ValidatedPromotion(PromotionRule):
         seed_pos_a = _positions_of(fit.seeds[:, 0], fit.n_a)
         seed_pos_b = _positions_of(fit.seeds[:, 1], fit.n_b)
         pos_a, pos_b = _positions_of(pool[:, 0], fit.n_a), _positions_of(pool[:, 1], fit.n_b)
-        pool_a = fit.A[pool[:, 0]]
+        geo = fit.geometry(pool)
         for v in range(m):
             sub = fit.rng.choice(P, size=sub_size, replace=False)
-            view = fit.view(pool_a, size, sub)
+            view = fit.view(geo, size, sub)
             in_view[v, view] = True
             sizes.append(len(view))
             # decoys: held-out pool pairs whose B row is hidden, so their A row is an object with
@@ -300,7 +300,7 @@ class ValidatedPromotion(PromotionRule):
             if self.decoy_fraction > 0:
                 out = np.flatnonzero(~in_view[v])
                 decoy[v, out[fit.rng.random(len(out)) < self.decoy_fraction]] = True
-            SA, SB = fit.signatures(pool[view])
+            SA, SB = fit.signatures(pool[view], geometry=geo, view=view)
             pairs, scores = propose(
                 SA,
                 SB,

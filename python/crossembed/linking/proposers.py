@@ -38,7 +38,15 @@ from crossembed import kernels
 from crossembed.linking._inputs import active_rows as _active
 from crossembed.linking.pairs import greedy_one_to_one, positions
 
-__all__ = ["AnnProposer", "ExactProposer", "PoolProposer", "Proposer", "pool_candidate_lists"]
+__all__ = [
+    "AnnProposer",
+    "CandidateBackend",
+    "ExactProposer",
+    "LocalCandidates",
+    "PoolProposer",
+    "Proposer",
+    "pool_candidate_lists",
+]
 
 
 class Proposer(Protocol):
@@ -188,3 +196,33 @@ class PoolProposer:
             exclude_b=exclude_b,
             num_threads=self.num_threads,
         )
+
+
+class CandidateBackend(Protocol):
+    """Where the ``"pool"`` path runs: the round's candidate lists and the per-view proposer over them.
+
+    :class:`LocalCandidates` (this process) and
+    :class:`crossembed.distributed.DaskCandidates` (B sharded over Dask
+    workers) give identical links.
+    """
+
+    def candidate_lists(
+        self, SA: np.ndarray, SB: np.ndarray, m: int, *, num_threads: Optional[int] = None
+    ) -> Tuple[np.ndarray, np.ndarray]:
+        """``(cand_a, cand_b)`` as :func:`pool_candidate_lists` returns them."""
+
+    def proposer(self, cand_a: np.ndarray, cand_b: np.ndarray, *, num_threads: Optional[int] = None) -> Proposer:
+        """A :class:`Proposer` restricted to the lists, as :class:`PoolProposer`."""
+
+
+class LocalCandidates:
+    """The ``"pool"`` path in this process: :func:`pool_candidate_lists` and :class:`PoolProposer`."""
+
+    def candidate_lists(self, SA, SB, m, *, num_threads=None):
+        return pool_candidate_lists(SA, SB, m, num_threads=num_threads)
+
+    def proposer(self, cand_a, cand_b, *, num_threads=None):
+        return PoolProposer(cand_a, cand_b, num_threads=num_threads)
+
+    def __repr__(self) -> str:
+        return "LocalCandidates()"

@@ -25,56 +25,96 @@ __all__ = [
 ]
 
 
-def kernel_signatures(X: np.ndarray, anchors: np.ndarray, *, num_threads: Optional[int] = None) -> np.ndarray:
-    """The paper's signatures: Gaussian-kernel similarities to the anchors (C++ :func:`anchor_signatures`)."""
-    return kernels.anchor_signatures(X, anchors, num_threads=num_threads)
+def kernel_signatures(
+    X: np.ndarray, anchors: np.ndarray, *, sigma: Optional[float] = None, num_threads: Optional[int] = None
+) -> np.ndarray:
+    """The paper's signatures: Gaussian-kernel similarities to the anchors (C++ :func:`anchor_signatures`).
+
+    ``sigma`` defaults to the anchors' median cosine distance; a fit passes
+    the value it read from the pool's Gram matrix.
+    """
+    return kernels.anchor_signatures(X, anchors, sigma=sigma, num_threads=num_threads)
 
 
-def cosine_signatures(X: np.ndarray, anchors: np.ndarray, *, num_threads: Optional[int] = None) -> np.ndarray:
-    """Ablation: raw cosine distances to the anchors, with the same scale-free row normalisation."""
+def cosine_signatures(
+    X: np.ndarray, anchors: np.ndarray, *, sigma: Optional[float] = None, num_threads: Optional[int] = None
+) -> np.ndarray:
+    """Ablation: raw cosine distances to the anchors, with the same scale-free row normalisation (no kernel: ``sigma`` is unused)."""
     return unit_rows(1.0 - X @ anchors.T)
 
 
-def farthest_point_sampling(X: np.ndarray, size: int, start: int) -> np.ndarray:
+def farthest_point_sampling(
+    X: Optional[np.ndarray],
+    size: int,
+    start: int,
+    *,
+    gram: Optional[np.ndarray] = None,
+    rows: Optional[np.ndarray] = None,
+) -> np.ndarray:
     """Greedy farthest-point sample of ``size`` rows of unit-norm ``X`` (cosine distance).
 
     Starts at row ``start``; each step adds the row farthest from everything
     chosen so far (ties: lower index). Returns row indices in pick order.
+    Alternatively ``gram`` (the cosines of a larger set) and ``rows`` (the
+    sampled rows' positions in it) replace ``X`` (pass None): cosines are read,
+    not recomputed.
     """
-    n = len(X)
+    if gram is None:
+        n = len(X)
+
+        def cos_to(j: int) -> np.ndarray:
+            return X @ X[j]
+    else:
+        rows = np.arange(len(gram)) if rows is None else np.asarray(rows)
+        n = len(rows)
+
+        def cos_to(j: int) -> np.ndarray:
+            return gram[rows[j], rows]
+
     size = min(size, n)
     chosen = np.empty(size, np.int64)
     chosen[0] = start
-    dist = 1.0 - X @ X[start]
+    dist = 1.0 - cos_to(start)
     dist[start] = -np.inf
     for t in range(1, size):
         nxt = int(np.argmax(dist))
         chosen[t] = nxt
-        np.minimum(dist, 1.0 - X @ X[nxt], out=dist)
+        np.minimum(dist, 1.0 - cos_to(nxt), out=dist)
         dist[chosen[: t + 1]] = -np.inf
     return chosen
 
 
 class ViewSampler(Protocol):
     def __call__(
-        self, pool_a: np.ndarray, n_seeds: int, size: int, rng: np.random.Generator, subset: Optional[np.ndarray]
+        self,
+        pool_a: np.ndarray,
+        n_seeds: int,
+        size: int,
+        rng: np.random.Generator,
+        subset: Optional[np.ndarray],
+        *,
+        gram: Optional[np.ndarray] = None,
     ) -> np.ndarray:
         """Sorted pool positions of one view's ``size`` anchors, drawn from ``subset`` (default: all).
 
-        ``pool_a`` holds the pool's unit A-side vectors; its first ``n_seeds`` rows are the seeds.
+        ``pool_a`` holds the pool's unit A-side vectors; its first ``n_seeds``
+        rows are the seeds. ``gram`` is ``pool_a @ pool_a.T`` when the round
+        computed it (None for large pools).
         """
 
 
 class FarthestPointViews:
     """The paper's views: farthest-point sampling (on A's side) from a random seed pair."""
 
-    def __call__(self, pool_a, n_seeds, size, rng, subset=None):
+    def __call__(self, pool_a, n_seeds, size, rng, subset=None, *, gram=None):
         cand = np.arange(len(pool_a)) if subset is None else np.sort(subset)
         size = min(size, len(cand))
         seeds_in = cand[cand < n_seeds]
         start_pos = int(rng.choice(seeds_in)) if len(seeds_in) else int(rng.choice(cand))
         start = int(np.searchsorted(cand, start_pos))
-        return np.sort(cand[farthest_point_sampling(pool_a[cand], size, start)])
+        if gram is None:
+            return np.sort(cand[farthest_point_sampling(pool_a[cand], size, start)])
+        return np.sort(cand[farthest_point_sampling(None, size, start, gram=gram, rows=cand)])
 
     def __repr__(self) -> str:
         return "FarthestPointViews()"
@@ -83,7 +123,7 @@ class FarthestPointViews:
 class RandomViews:
     """Ablation: a uniformly random anchor subset per view."""
 
-    def __call__(self, pool_a, n_seeds, size, rng, subset=None):
+    def __call__(self, pool_a, n_seeds, size, rng, subset=None, *, gram=None):
         cand = np.arange(len(pool_a)) if subset is None else np.sort(subset)
         return np.sort(rng.choice(cand, size=min(size, len(cand)), replace=False))
 

@@ -1,0 +1,109 @@
+"""The per-round shortcuts of a GEH fit: each must give what the direct computation gives."""
+
+import numpy as np
+import pytest
+
+from _linking_data import linking_problem
+from crossembed import kernels
+from crossembed.linking._fit import _GRAM_MAX_POOL, FitState, PoolGeometry
+from crossembed.linking._inputs import unit_rows
+from crossembed.linking.geh import GEHLinker, _mostly_same_pool
+from crossembed.linking.proposers import LocalCandidates
+from crossembed.linking.views import FarthestPointViews, farthest_point_sampling, kernel_signatures
+
+
+def _unit(n, d, seed):
+    return unit_rows(np.random.default_rng(seed).standard_normal((n, d)))
+
+
+def test_farthest_point_sampling_from_the_gram_matrix_matches_the_vectors():
+    X = _unit(300, 20, 0)
+    gram = X @ X.T
+    rows = np.sort(np.random.default_rng(1).choice(300, size=120, replace=False))
+    for start in (0, 7, 119):
+        direct = farthest_point_sampling(X[rows], 40, start)
+        np.testing.assert_array_equal(farthest_point_sampling(None, 40, start, gram=gram, rows=rows), direct)
+
+
+def test_kernel_widths_equal_the_median_anchor_distance_of_the_view():
+    A, B = _unit(200, 16, 2), _unit(200, 24, 3)
+    pool = np.stack([np.arange(0, 150), np.arange(50, 200)], axis=1)
+    geo = PoolGeometry(pool, A[pool[:, 0]], A[pool[:, 0]] @ A[pool[:, 0]].T, B[pool[:, 1]] @ B[pool[:, 1]].T)
+    view = np.sort(np.random.default_rng(4).choice(150, size=37, replace=False))
+    wa, wb = geo.kernel_widths(view)
+    assert wa == pytest.approx(kernels.median_anchor_distance(A[pool[view, 0]]), rel=1e-5)
+    assert wb == pytest.approx(kernels.median_anchor_distance(B[pool[view, 1]]), rel=1e-5)
+    assert geo.kernel_widths(view[:1]) == (1.0, 1.0)  # undefined for one anchor, as in the kernel
+
+
+def _fit_state(A, B, seeds, signature_fn=kernel_signatures):
+    return FitState(
+        A=unit_rows(A), B=unit_rows(B), seeds=seeds, rng=np.random.default_rng(0), signature_fn=signature_fn,
+        view_sampler=FarthestPointViews(), k=5, csls_k=50, m0=5, rho0=0.4, c=0.3,
+    )  # fmt: skip
+
+
+def test_signatures_with_the_round_geometry_equal_the_direct_ones():
+    A, B, split = linking_problem(400, seed=1)
+    fit = _fit_state(A, B, split.truth[:60])
+    pool = fit.pool()
+    geo = fit.geometry(pool)
+    view = fit.view(geo, 30)
+    SA, SB = fit.signatures(pool[view], geometry=geo, view=view)
+    RA, RB = fit.signatures(pool[view])
+    np.testing.assert_allclose(SA, RA, atol=1e-5)
+    np.testing.assert_allclose(SB, RB, atol=1e-5)
+
+
+def test_a_signature_function_without_sigma_still_works():
+    calls = []
+
+    def plain(X, anchors, *, num_threads=None):
+        calls.append(len(anchors))
+        return unit_rows(X @ anchors.T)
+
+    A, B, split = linking_problem(300, seed=2)
+    fit = _fit_state(A, B, split.truth[:40], signature_fn=plain)
+    geo = fit.geometry(fit.pool())
+    SA, _ = fit.signatures(fit.pool()[:10], geometry=geo, view=np.arange(10))
+    assert SA.shape == (len(A), 10) and calls == [10, 10]
+
+
+def test_large_pools_skip_the_gram_matrix():
+    n = _GRAM_MAX_POOL + 1
+    A, B = _unit(n, 4, 5), _unit(n, 4, 6)
+    seeds = np.stack([np.arange(n), np.arange(n)], axis=1)
+    geo = _fit_state(A, B, seeds).geometry(seeds)
+    assert geo.gram_a is None and geo.kernel_widths(np.arange(5)) is None
+
+
+def test_candidate_lists_are_reused_only_for_a_mostly_unchanged_pool():
+    old = np.stack([np.arange(100), np.arange(100)], axis=1)
+    assert _mostly_same_pool(old, old, 1000)
+    swapped = old.copy()
+    swapped[:9, 1] += 500  # 9% of the pairs changed
+    assert _mostly_same_pool(swapped, old, 1000)
+    swapped[:11, 1] += 500
+    assert not _mostly_same_pool(swapped, old, 1000)
+    grown = np.concatenate([old, old[:11] + 200])  # 11% more anchors
+    assert not _mostly_same_pool(grown, old, 1000)
+
+
+class CountingCandidates(LocalCandidates):
+    def __init__(self):
+        self.calls = 0
+
+    def candidate_lists(self, SA, SB, m, *, num_threads=None):
+        self.calls += 1
+        return super().candidate_lists(SA, SB, m, num_threads=num_threads)
+
+
+def test_the_map_final_pass_builds_no_candidate_lists():
+    A, B, split = linking_problem(900, seed=3)
+    backend = CountingCandidates()
+    linker = GEHLinker(candidate_backend=backend, random_state=0, max_iter=4, show_progress_bar=False)
+    result = linker.link(A, B, split.seeds)
+    calls = [1] * backend.calls
+    rounds = [h for h in result.history if "final_pass" not in h]
+    assert result.history[-1].get("final_pass") == "map"
+    assert 1 <= len(calls) <= len(rounds)
