@@ -107,3 +107,18 @@ def test_the_map_final_pass_builds_no_candidate_lists():
     rounds = [h for h in result.history if "final_pass" not in h]
     assert result.history[-1].get("final_pass") == "map"
     assert 1 <= len(calls) <= len(rounds)
+
+
+def test_fps_views_of_a_huge_pool_sample_their_candidates():
+    X = _unit(3000, 8, 7)
+    views = FarthestPointViews(max_candidates=500)
+    rng = np.random.default_rng(0)
+    view = views(X, 15, 50, rng, np.arange(3000))
+    assert len(view) == 50 and len(np.unique(view)) == 50 and view.max() < 3000
+    # below the cap nothing changes: the same draw as a sampler with no cap
+    small = np.arange(400)
+    a = FarthestPointViews(max_candidates=500)(X, 15, 50, np.random.default_rng(1), small)
+    b = FarthestPointViews(max_candidates=10**6)(X, 15, 50, np.random.default_rng(1), small)
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="max_candidates"):
+        FarthestPointViews(max_candidates=1)

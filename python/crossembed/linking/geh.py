@@ -150,7 +150,7 @@ class GEHLinker:
         signatures: Callable[..., np.ndarray] = kernel_signatures,
         views: Optional[ViewSampler] = None,
         candidates: str = "auto",
-        pool_k: int = 128,
+        pool_k: int = 64,
         pool_anchors: int = 512,
         ann_k: int = 64,
         proposer: Optional[Proposer] = None,

@@ -13,6 +13,7 @@ from typing import Optional, Protocol
 import numpy as np
 
 from crossembed import kernels
+from crossembed._validation import check_int
 from crossembed.linking._inputs import unit_rows
 
 __all__ = [
@@ -104,10 +105,26 @@ class ViewSampler(Protocol):
 
 
 class FarthestPointViews:
-    """The paper's views: farthest-point sampling (on A's side) from a random seed pair."""
+    """The paper's views: farthest-point sampling (on A's side) from a random seed pair.
+
+    Parameters
+    ----------
+    max_candidates : int
+        FPS runs over at most this many pool anchors (a random subset, the
+        seeds kept): each step is a pass over the candidates, and a pool of
+        700k links made one view cost minutes. 10k-object fits never reach it.
+    """
+
+    def __init__(self, *, max_candidates: int = 8192):
+        self.max_candidates = check_int(max_candidates, "max_candidates", low=2)
 
     def __call__(self, pool_a, n_seeds, size, rng, subset=None, *, gram=None):
         cand = np.arange(len(pool_a)) if subset is None else np.sort(subset)
+        if len(cand) > self.max_candidates:
+            seeds = cand[cand < n_seeds]
+            rest = cand[cand >= n_seeds]
+            keep = rng.choice(len(rest), size=max(0, self.max_candidates - len(seeds)), replace=False)
+            cand = np.concatenate([seeds, np.sort(rest[keep])])
         size = min(size, len(cand))
         seeds_in = cand[cand < n_seeds]
         start_pos = int(rng.choice(seeds_in)) if len(seeds_in) else int(rng.choice(cand))
@@ -117,7 +134,7 @@ class FarthestPointViews:
         return np.sort(cand[farthest_point_sampling(None, size, start, gram=gram, rows=cand)])
 
     def __repr__(self) -> str:
-        return "FarthestPointViews()"
+        return f"FarthestPointViews(max_candidates={self.max_candidates})"
 
 
 class RandomViews:
