@@ -135,12 +135,9 @@ class FitState:
         widths = None
         if geometry is not None and view is not None and _accepts(self.signature_fn, "sigma"):
             widths = geometry.kernel_widths(view)
-        if widths is None:
-            SA = self.signature_fn(self.A, self.A[anchors[:, 0]], num_threads=self.num_threads)
-            SB = self.signature_fn(self.B, self.B[anchors[:, 1]], num_threads=self.num_threads)
-        else:
-            SA = self.signature_fn(self.A, self.A[anchors[:, 0]], sigma=widths[0], num_threads=self.num_threads)
-            SB = self.signature_fn(self.B, self.B[anchors[:, 1]], sigma=widths[1], num_threads=self.num_threads)
+        kw_a, kw_b = ({}, {}) if widths is None else ({"sigma": widths[0]}, {"sigma": widths[1]})
+        SA = self.signature_fn(self.A, self.A[anchors[:, 0]], num_threads=self.num_threads, **kw_a)
+        SB = self.signature_fn(self.B, self.B[anchors[:, 1]], num_threads=self.num_threads, **kw_b)
         return SA, SB
 
     def view(self, geometry: PoolGeometry, size: int, subset: Optional[np.ndarray] = None) -> np.ndarray:
