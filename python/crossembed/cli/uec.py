@@ -116,15 +116,31 @@ def _index_search(args) -> int:
 
     if bool(args.query) == bool(args.queries):
         raise ValueError("give either --query TEXT (repeatable) or --queries FILE")
-    queries = list(args.query) if args.query else read_lines(args.queries, "queries")
-    index = UECIndex.load(args.index, num_threads=args.num_threads)
+    if args.output and not args.queries:
+        raise ValueError("--output streams the results of --queries FILE")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    index = UECIndex.load(args.index, mmap=True, num_threads=args.num_threads)
     k = min(args.k, len(index))
-    scores, idx = index.search(queries, k, exact=args.exact, rerank=args.rerank)
+    options = {"exact": args.exact, "rerank": args.rerank, "ef": args.ef}
+    if args.output:
+        from crossembed.cli.batch_search import stream_search
+
+        info = stream_search(
+            index, args.queries, args.output, k, batch_size=args.batch_size, progress=not args.quiet, **options
+        )
+        print_result(
+            info, args.json, lambda i: f"wrote top-{i['k']} results of {i['n_queries']} queries to {i['output']}"
+        )
+        return 0
+    queries = list(args.query) if args.query else read_lines(args.queries, "queries")
+    scores, ids = index.search(queries, k, **options)
     out = []
-    for q, s_row, i_row in zip(queries, scores, idx):
+    for q, s_row, i_row in zip(queries, scores, ids):
+        texts = index.get_texts(i_row)
         hits = [
-            {"rank": r + 1, "doc": int(i), "score": float(s), **({"text": index.texts[int(i)]} if index.texts else {})}
-            for r, (s, i) in enumerate(zip(s_row, i_row))
+            {"rank": r + 1, "doc": int(i), "score": float(s), **({"text": t} if t is not None else {})}
+            for r, (s, i, t) in enumerate(zip(s_row, i_row, texts))
             if i >= 0
         ]
         out.append({"query": q, "hits": hits})
@@ -266,13 +282,22 @@ def register(subparsers) -> None:
     add_seed(b, "random seed (batches, default fit split, hnswlib graph)")
     add_output_flags(b)
     b.set_defaults(func=_index_build)
-    s = isub.add_parser("search", help="search an index with text queries")
-    s.add_argument("index", help="index file from `crossembed index build`")
+    s = isub.add_parser("search", help="search an index with text or Gaussian queries")
+    s.add_argument("index", help="index file from `crossembed index build` (memory-mapped)")
     s.add_argument("--query", action="append", default=[], help="a query text (repeatable)")
-    s.add_argument("--queries", default=None, help="file with one query per line")
+    s.add_argument(
+        "--queries",
+        default=None,
+        help="one query text per line, or Gaussians: .npy of shape (2, Q, D) (means, variances) / .npz mean+var",
+    )
+    s.add_argument(
+        "-o", "--output", default=None, help="stream the results of --queries to .npy (id, score fields) or .jsonl"
+    )
+    s.add_argument("--batch-size", type=int, default=1024, help="queries per search call with --output")
     s.add_argument("-k", type=int, default=10)
     s.add_argument("--exact", action="store_true", help="brute-force probit search instead of hnswlib + rerank")
     s.add_argument("--rerank", type=int, default=None, help="ANN candidates reranked per query")
+    s.add_argument("--ef", type=int, default=None, help="hnswlib search breadth (default 2 x rerank)")
     add_num_threads(s)
     add_output_flags(s)
     s.set_defaults(func=_index_search)
