@@ -14,6 +14,7 @@ from crossembed.cli._common import (
     add_output_flags,
     add_seed,
     command_line,
+    parse_ints,
     print_result,
     read_lines,
     split_list,
@@ -212,7 +213,13 @@ def _uec_perf(args) -> int:
     from crossembed._io import atomic_write
     from crossembed.experiments.uec_perf import benchmark_encode, benchmark_fit, benchmark_search, render_perf_markdown
 
+    reranks = parse_ints(args.reranks, "reranks")
+    efs = parse_ints(args.efs, "efs") if args.efs else None
     runs = []
+    for path in args.from_json:  # earlier sizes, each run in its own process (per-size peak memory)
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"--from-json file {path!r} does not exist")
+        runs.extend(json.loads(Path(path).read_text())["search"])
     for spec in [s for s in args.sizes.split(",") if s.strip()]:
         n, _, d = spec.partition("x")
         runs.append(
@@ -220,6 +227,11 @@ def _uec_perf(args) -> int:
                 int(float(n)),
                 int(d or 384),
                 n_queries=args.queries,
+                reranks=reranks,
+                efs=efs,
+                M=args.M,
+                ef_construction=args.ef_construction,
+                dtype=args.dtype,
                 seed=args.seed,
                 num_threads=args.num_threads,
                 show_progress_bar=not args.quiet,
@@ -332,6 +344,12 @@ def register(subparsers) -> None:
     f = subparsers.add_parser("uec-perf", help="UEC search throughput: exact vs hnswlib + rerank")
     f.add_argument("--sizes", default="100000x1152,1000000x384", help="comma-separated NxD of synthetic documents")
     f.add_argument("--queries", type=int, default=500)
+    f.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="document store")
+    f.add_argument("--M", type=int, default=32, help="hnswlib M")
+    f.add_argument("--ef-construction", type=int, default=200)
+    f.add_argument("--reranks", default="50,100,200", help="comma-separated ANN candidates reranked per query")
+    f.add_argument("--efs", default=None, help="hnswlib ef per rerank value (default 2 x rerank)")
+    f.add_argument("--from-json", action="append", default=[], help="also render the runs of an earlier --json output")
     f.add_argument("--encode-models", default="", help="also time ensemble encoding with these models")
     f.add_argument("--fit-pairs", type=int, default=10000, help="also time Laplace fits on this many pairs (0: skip)")
     add_num_threads(f)
