@@ -70,3 +70,15 @@ def test_sharded_updates_and_files(client, tmp_path):
         ShardedUECIndex(object(), docs)
     with pytest.raises(ValueError, match="no ensemble"):
         sharded.search(["text"], 3)
+
+
+def test_worker_processes_hold_their_own_shards():
+    """Real worker processes (what `dask worker` starts on other machines): inputs and results are pickled."""
+    docs, q = _docs(200, 8, 5), _docs(4, 8, 6)
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    with cluster, distributed.Client(cluster) as c:
+        sharded = ShardedUECIndex(c, docs, M=8)
+        assert len(set(sharded._workers)) == 2
+        np.testing.assert_array_equal(
+            sharded.search(q, 6, exact=True)[1], UECIndex(docs, M=8).search(q, 6, exact=True)[1]
+        )
