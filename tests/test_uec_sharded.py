@@ -11,14 +11,6 @@ from crossembed.uec.laplace import normalize_rows  # noqa: E402
 from crossembed.uec.sharded import ShardedUECIndex  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def client():
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None)
-    with distributed.Client(cluster) as c:
-        yield c
-    cluster.close()
-
-
 def _docs(n, d, seed):
     rng = np.random.default_rng(seed)
     centers = normalize_rows(rng.normal(size=(10, d)))
@@ -75,7 +67,7 @@ def test_sharded_updates_and_files(client, tmp_path):
 def test_worker_processes_hold_their_own_shards():
     """Real worker processes (what `dask worker` starts on other machines): inputs and results are pickled."""
     docs, q = _docs(200, 8, 5), _docs(4, 8, 6)
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
     with cluster, distributed.Client(cluster) as c:
         sharded = ShardedUECIndex(c, docs, M=8)
         assert len(set(sharded._workers)) == 2

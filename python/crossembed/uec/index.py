@@ -465,7 +465,8 @@ class UECIndex:
     def _exact(self, q: GaussianEmbedding, k: int, allowed, nt) -> Tuple[np.ndarray, np.ndarray]:
         if allowed is None:  # fixed slot blocks, so their packed panels can be cached
             live = self._store.live_slots()
-            parts = [(b, live[(live >= b * _BLOCK) & (live < (b + 1) * _BLOCK)]) for b in np.unique(live // _BLOCK)]
+            cuts = np.searchsorted(live, np.arange(0, self._store.n_slots + _BLOCK, _BLOCK))
+            parts = [(b, live[lo:hi]) for b, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:])) if hi > lo]
         else:
             parts = [(None, allowed[s : s + _BLOCK]) for s in range(0, len(allowed), _BLOCK)]
         scores, slots = [], []
@@ -490,7 +491,8 @@ class UECIndex:
 
         Thread-safe: any number of threads may search one index at once, with
         different ``k``/``rerank``/``ef``, and each gets exactly what the same
-        call alone would return. Deterministic for a fixed index.
+        call alone would return (but not while :meth:`add`/:meth:`remove`
+        run). Deterministic for a fixed index.
 
         Parameters
         ----------
