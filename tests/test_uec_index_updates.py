@@ -140,7 +140,7 @@ def test_exact_blocks_are_cached_within_budget_and_refreshed_on_update(monkeypat
     assert len(index._blocks) == 3  # the two blocks touched are packed again
     keep = np.setdiff1d(np.arange(300), [5, 200])
     np.testing.assert_array_equal(index.search(q, 7, exact=True)[1], _exact_ids(docs[keep], keep, q, 7))
-    none = UECIndex(docs, M=8, exact_cache_bytes=0)
+    none = UECIndex(docs, M=8, panel_cache_bytes=0)
     np.testing.assert_array_equal(none.search(q, 7, exact=True)[1], first[1])
     assert not none._blocks
 
@@ -185,3 +185,20 @@ def test_version_1_index_files_still_load(tmp_path):
     old = UECIndex.load(path)
     assert old.dtype == "float32" and old.rerank == 30
     np.testing.assert_array_equal(old.search(q, 5, exact=True)[1], _exact_ids(docs, np.arange(120), q, 5))
+
+
+def test_rerank_on_cached_panels_equals_rerank_on_packed_candidates(monkeypatch):
+    monkeypatch.setattr(index_mod, "_BLOCK", 50)
+    docs, q = _docs(400, 12, 16), _docs(30, 12, 17)
+    cached = UECIndex(docs, M=8, num_threads=1)
+    packed = UECIndex(docs, M=8, num_threads=1, panel_cache_bytes=0)
+    cached.remove([3, 120])
+    packed.remove([3, 120])
+    for rerank in (10, 40, 398):
+        s0, i0 = cached.search(q, 7, rerank=rerank)
+        s1, i1 = packed.search(q, 7, rerank=rerank)
+        np.testing.assert_array_equal(i0, i1)
+        np.testing.assert_array_equal(s0, s1)
+    assert len(cached._blocks) == 8 and not packed._blocks
+    keep = np.setdiff1d(np.arange(400), [3, 120])
+    np.testing.assert_array_equal(cached.search(q, 7, rerank=398, ef=398)[1], _exact_ids(docs[keep], keep, q, 7))

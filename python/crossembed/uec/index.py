@@ -9,9 +9,10 @@ Memory: the document Gaussians live once, in a :class:`~crossembed.uec.store.Doc
 (float32, or float16 with ``dtype="float16"``; a memory map after
 ``load(mmap=True)``). hnswlib keeps its own float32 copy of the means (it has
 no external-vector mode). The packed probit panels are built per query batch
-from the rows a search needs (the ANN candidates) or per block of 16,384 rows
-for exact search; exact-search blocks are kept while they fit in
-``exact_cache_bytes`` (12 D bytes per document), else packed on every call.
+per block of 16,384 rows and kept while all of them fit in
+``panel_cache_bytes`` (12 D bytes per document); beyond that budget they are
+packed on every call: per block for exact search, and for the ANN path only
+the candidate rows of each query batch.
 
 Updates: :meth:`UECIndex.add` and :meth:`UECIndex.remove`. hnswlib labels
 are store slots: ``remove`` is ``mark_deleted`` and frees the slot, ``add``
@@ -111,8 +112,10 @@ class UECIndex:
     capacity : int, optional
         Documents to reserve room for (later :meth:`add` calls then never
         reallocate the store or the graph).
-    exact_cache_bytes : int
-        Keep the packed exact-search blocks while they fit in this many bytes.
+    panel_cache_bytes : int
+        Keep the packed probit panels (12 D bytes per document, built on first
+        use) while all of them fit in this many bytes; both search paths then
+        score on them. Beyond it they are packed per call.
     use_variance : bool, optional
         Score with the variances (default: the ensemble's ``use_variance``, else True).
     random_state : int, Generator or None
@@ -135,7 +138,7 @@ class UECIndex:
         rerank: int = 100,
         dtype: str = "float32",
         capacity: Optional[int] = None,
-        exact_cache_bytes: int = 1 << 30,
+        panel_cache_bytes: int = 1 << 30,
         use_variance: Optional[bool] = None,
         random_state=0,
         num_threads: Optional[int] = None,
@@ -149,7 +152,7 @@ class UECIndex:
         self.M = check_int(M, "M", low=2)
         self.ef_construction = check_int(ef_construction, "ef_construction", low=1)
         self.rerank = check_int(rerank, "rerank", low=1)
-        self.exact_cache_bytes = check_int(exact_cache_bytes, "exact_cache_bytes", low=0)
+        self.panel_cache_bytes = check_int(panel_cache_bytes, "panel_cache_bytes", low=0)
         if use_variance is None:
             use_variance = True if ensemble is None else ensemble.use_variance
         self.use_variance = bool(use_variance)
@@ -270,7 +273,7 @@ class UECIndex:
         # a link-list mutex and the label map entry (~112 bytes of bookkeeping in all)
         graph = n * (4 * d + 8 * self.M + 112)
         blocks = sum(12 * d * len(rows) for _, rows in self._blocks.values())
-        return {"store": self._store.nbytes(), "graph": graph, "exact_blocks": blocks}
+        return {"store": self._store.nbytes(), "graph": graph, "panels": blocks}
 
     # ------------------------------------------------------------------ updates
     def _as_docs(self, docs) -> GaussianEmbedding:
@@ -456,17 +459,43 @@ class UECIndex:
         mean, var = self._store.rows(rows)
         prepared = kernels.ProbitDocs(mean, var if self.use_variance else np.zeros_like(var))
         del mean, var
-        if block is not None:
-            cached = sum(12 * self.dim * len(r) for _, r in self._blocks.values())
-            if cached + 12 * self.dim * len(rows) <= self.exact_cache_bytes:
-                self._blocks[block] = (prepared, rows)
+        if block is not None and self._panels_fit():  # all or none: a partial cache would still pack per call
+            self._blocks[block] = (prepared, rows)
         return prepared
 
+    def _live_blocks(self) -> List[Tuple[int, np.ndarray]]:
+        """``(block, live slots)`` of each fixed range of ``_BLOCK`` slots (fixed, so its panels can be cached)."""
+        live = self._store.live_slots()
+        cuts = np.searchsorted(live, np.arange(0, self._store.n_slots + _BLOCK, _BLOCK))
+        return [(b, live[lo:hi]) for b, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:])) if hi > lo]
+
+    def _panels_fit(self) -> bool:
+        """Whether the packed panels of every live document fit ``panel_cache_bytes``."""
+        return 12 * self.dim * len(self) <= self.panel_cache_bytes
+
+    def _rerank_cached(self, q: GaussianEmbedding, cand: np.ndarray, k: int, nt) -> Tuple[np.ndarray, np.ndarray]:
+        """Rerank ``cand`` (slots) block by block on the cached panels: each block sees, per query,
+        only its own candidates (a ``(Q, c_b)`` matrix, ``c_b`` the most any query has there)."""
+        srt = np.sort(cand, axis=1)  # -1 pads first; each block's candidates contiguous per row
+        scores, ids = [], []
+        for b, rows in self._live_blocks():
+            lo = (srt < b * _BLOCK).sum(axis=1)
+            hi = (srt < (b + 1) * _BLOCK).sum(axis=1)
+            width = int((hi - lo).max())
+            if width == 0:
+                continue
+            take = lo[:, None] + np.arange(width)
+            valid = take < hi[:, None]
+            slots = np.take_along_axis(srt, np.minimum(take, srt.shape[1] - 1), axis=1)
+            local = np.where(valid, np.searchsorted(rows, slots), -1)
+            sc, sl = self._score_rows(q, rows, min(k, width), local, nt, b)
+            scores.append(sc)
+            ids.append(self._to_ids(sl))
+        return merge_topk(np.concatenate(scores, axis=1), np.concatenate(ids, axis=1), k)
+
     def _exact(self, q: GaussianEmbedding, k: int, allowed, nt) -> Tuple[np.ndarray, np.ndarray]:
-        if allowed is None:  # fixed slot blocks, so their packed panels can be cached
-            live = self._store.live_slots()
-            cuts = np.searchsorted(live, np.arange(0, self._store.n_slots + _BLOCK, _BLOCK))
-            parts = [(b, live[lo:hi]) for b, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:])) if hi > lo]
+        if allowed is None:
+            parts = self._live_blocks()
         else:
             parts = [(None, allowed[s : s + _BLOCK]) for s in range(0, len(allowed), _BLOCK)]
         scores, slots = [], []
@@ -526,6 +555,9 @@ class UECIndex:
         m = min(m, n)
         threads = check_num_threads(nt) or -1
         cand = self._candidate_slots(q.mean, m, max(ef, m), threads, allowed)
+        official = self.ensemble is not None and self.ensemble.rules == "official"
+        if self._panels_fit() and not official:
+            return self._rerank_cached(q, cand, k, nt)
         out_s = np.empty((len(q), k), np.float32)
         out_i = np.empty((len(q), k), np.int64)
         step = max(1, _RERANK_ROWS // m)
