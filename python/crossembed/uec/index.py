@@ -176,9 +176,14 @@ class UECIndex:
         cap = len(docs) if capacity is None else max(len(docs), check_int(capacity, "capacity", low=1))
         empty = np.zeros((0, docs.dim), dtype=store_dtype(dtype))
         self._store = DocStore(
-            empty, empty, np.zeros(0, np.int64), np.zeros(0, bool), dtype=dtype, texts=None if texts is None else []
+            empty,
+            empty,
+            np.zeros(0, np.int64),
+            np.zeros(0, bool),
+            dtype=dtype,
+            texts=None if texts is None else [],
+            capacity=cap,
         )
-        self._store._grow(cap)
         self._graph = _hnswlib().Index(space="ip", dim=docs.dim)
         self._graph.init_index(
             max_elements=cap, ef_construction=self.ef_construction, M=self.M, random_seed=self.random_state
