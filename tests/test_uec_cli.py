@@ -66,6 +66,8 @@ def test_encode_build_search(tmp_path, capsys, monkeypatch):
                 "8",
                 "--rerank",
                 "20",
+                "--dtype",
+                "float16",
                 "--json",
                 "--quiet",
             ]

@@ -95,6 +95,7 @@ def _index_build(args) -> int:
         M=args.M,
         ef_construction=args.ef_construction,
         rerank=args.rerank,
+        dtype=args.dtype,
         random_state=args.seed,
         num_threads=args.num_threads,
         show_progress_bar=not args.quiet,
@@ -290,6 +291,7 @@ def register(subparsers) -> None:
     b.add_argument("--M", type=int, default=32)
     b.add_argument("--ef-construction", type=int, default=200)
     b.add_argument("--rerank", type=int, default=100)
+    b.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="document store precision")
     add_num_threads(b)
     add_seed(b, "random seed (batches, default fit split, hnswlib graph)")
     add_output_flags(b)
