@@ -255,7 +255,7 @@ def render_perf_markdown(
         "top-10. Exact q/s is the fused kernel over packed blocks (cached when they fit, else packed per call: "
         "*cold*).",
         "",
-        "| N docs | D | store | M / ef_c | build s | build peak RSS GB | bytes/doc store + graph | exact q/s "
+        "| N docs | D | store | M / ef_c | build s | build peak RSS GiB | bytes/doc store + graph | exact q/s "
         "| rerank | ef | ANN q/s | speed-up | recall@10 |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -271,7 +271,7 @@ def render_perf_markdown(
             )
     lines.append("")
     peaks = [
-        f"{r['n_docs']:,} x {r['dim']} ({r['dtype']}): search peak RSS {r['search_peak_rss_bytes'] / gb:.1f} GB"
+        f"{r['n_docs']:,} x {r['dim']} ({r['dtype']}): search peak RSS {r['search_peak_rss_bytes'] / gb:.1f} GiB"
         + (
             f", float16 store keeps exact recall@10 {r['float16_exact_recall@10']:.4f}"
             if "float16_exact_recall@10" in r
