@@ -4,6 +4,16 @@ import numpy as np
 import pytest
 
 
+@pytest.fixture(scope="module")
+def client():
+    """A two-worker in-process dask.distributed cluster (tests that use it importorskip dask first)."""
+    distributed = pytest.importorskip("dask.distributed")
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None)
+    with distributed.Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
 @pytest.fixture
 def rng():
     """A fresh, seeded generator per test, so tests do not depend on their order."""

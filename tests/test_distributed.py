@@ -11,14 +11,6 @@ from crossembed.distributed import DaskProposer, sharded_csls_mutual_topk  # noq
 from crossembed.linking import GEHLinker, ValidatedPromotion  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def client():
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None)
-    with distributed.Client(cluster) as c:
-        yield c
-    cluster.close()
-
-
 def _sigs(rng, n_a, n_b, dim=12):
     SA = rng.random((n_a, dim))
     SB = np.concatenate(

@@ -208,3 +208,25 @@ def test_index_and_checkpoint_header_edits_are_detected(tmp_path):
         with pytest.raises(CorruptFileError):
             UECIndex.load(tmp_path / "e.uec")
     assert UECIndex.load(p).rerank == 30
+
+
+def test_raw_version_3_files_stream_memory_map_and_detect_corruption(tmp_path):
+    from crossembed._io import save_raw_arrays
+
+    arrays = {"a": np.arange(10, dtype=np.int64), "h": np.ones((3, 5), np.float16), "e": np.zeros((0, 4), np.float32)}
+    p = save_raw_arrays(tmp_path / "r.bin", KIND, arrays, {"x": 1})
+    for mmap in (False, True):
+        back, meta = load_arrays(p, KIND, mmap=mmap)
+        assert meta == {"x": 1} and isinstance(back["a"], np.memmap) == mmap
+        for k, v in arrays.items():
+            assert back[k].dtype == v.dtype
+            np.testing.assert_array_equal(back[k], v)
+    blob = p.read_bytes()
+    for bad in (blob[:-3], blob[:40] + bytes([blob[40] ^ 1]) + blob[41:], blob[:-50] + b"\x01" + blob[-49:]):
+        (tmp_path / "b.bin").write_bytes(bad)
+        with pytest.raises(CorruptFileError):
+            load_arrays(tmp_path / "b.bin", KIND, mmap=True)
+    with pytest.raises(CorruptFileError, match="expected"):
+        load_arrays(p, "other")
+    with pytest.raises(TypeError, match="object"):
+        save_raw_arrays(tmp_path / "o.bin", KIND, {"o": np.array([object()])})

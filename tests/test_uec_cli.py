@@ -66,6 +66,8 @@ def test_encode_build_search(tmp_path, capsys, monkeypatch):
                 "8",
                 "--rerank",
                 "20",
+                "--dtype",
+                "float16",
                 "--json",
                 "--quiet",
             ]
@@ -81,6 +83,65 @@ def test_encode_build_search(tmp_path, capsys, monkeypatch):
         )
         hits = json.loads(capsys.readouterr().out)[0]["hits"]
         assert len(hits) == 3 and "cow" in hits[0]["text"]
+    # a file of text queries, streamed to .jsonl (encoded batch by batch)
+    (tmp_path / "q.txt").write_text("the cow sat\nthe fish sat\nthe dog\n")
+    out = tmp_path / "hits.jsonl"
+    args = ["index", "search", str(tmp_path / "i.uec"), "--queries", str(tmp_path / "q.txt"), "-o", str(out)]
+    assert main([*args, "-k", "3", "--batch-size", "2", "--quiet"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["query"] for r in rows] == [0, 1, 2] and docs[rows[0]["ids"][0]].split()[1] == "cow"
+
+
+def test_batch_search_of_gaussian_queries_streams_npy_and_jsonl(tmp_path, capsys):
+    from crossembed.cli.batch_search import RESULT_DTYPE
+    from crossembed.uec import GaussianEmbedding, UECIndex
+
+    rng = np.random.default_rng(0)
+    mean = rng.normal(size=(300, 12)).astype(np.float32)
+    docs = GaussianEmbedding(mean / np.linalg.norm(mean, axis=1, keepdims=True), np.full((300, 12), 0.01, np.float32))
+    index = UECIndex(docs, ids=np.arange(300) * 2, M=8, rerank=30)
+    index.save(tmp_path / "g.uec")
+    q = docs[:25]
+    np.save(tmp_path / "q.npy", np.stack([q.mean, q.var]))
+    np.savez(tmp_path / "q.npz", mean=q.mean, var=q.var)
+    expected = index.search(q, 4)
+    for src in ("q.npy", "q.npz"):
+        out = tmp_path / f"r_{src}.npy"
+        cmd = ["index", "search", str(tmp_path / "g.uec"), "--queries", str(tmp_path / src), "-o", str(out)]
+        assert main([*cmd, "-k", "4", "--batch-size", "7", "--quiet", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["n_queries"] == 25
+        got = np.load(out)
+        assert got.dtype == RESULT_DTYPE and got.shape == (25, 4)
+        np.testing.assert_array_equal(got["id"], expected[1])
+        np.testing.assert_array_equal(got["score"], expected[0])
+    out = tmp_path / "r.jsonl"
+    assert (
+        main(
+            [
+                "index",
+                "search",
+                str(tmp_path / "g.uec"),
+                "--queries",
+                str(tmp_path / "q.npy"),
+                "-o",
+                str(out),
+                "--exact",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    np.testing.assert_array_equal([r["ids"] for r in rows], index.search(q, 10, exact=True)[1])
+    # bad inputs: one line, exit 2, and the earlier output is kept
+    np.save(tmp_path / "bad.npy", q.mean)
+    before = out.read_bytes()
+    base = ["index", "search", str(tmp_path / "g.uec")]
+    assert main([*base, "--queries", str(tmp_path / "bad.npy"), "-o", str(out)]) == 2
+    assert main([*base, "--queries", str(tmp_path / "q.npy"), "-o", str(tmp_path / "r.csv")]) == 2
+    assert main([*base, "--query", "x", "-o", str(out)]) == 2
+    assert out.read_bytes() == before
+    assert capsys.readouterr().err.count("error:") == 3
 
 
 def test_user_errors_exit_2(tmp_path, capsys):

@@ -19,6 +19,17 @@ the digest covering every byte before it (header included). The header is a
 JSON object ``{"kind": str, "version": 2, "meta": object, "payload_bytes": int}``.
 Version 1 files (no trailing digest; the header held the payload's SHA-256
 and was itself unchecked) still load, with the same strict header checks.
+
+Format version 3 (:func:`save_raw_arrays`, for files too large to hold twice
+in memory)::
+
+    magic | header length (8) | JSON header | zero pad | raw arrays, each at a 64-byte boundary | SHA-256 (32)
+
+the header adding ``"arrays": {name: {"dtype", "shape", "offset"}}`` (offsets
+from the first array byte, which is the first 64-byte boundary after the
+header). It is written and checked in streamed chunks, so neither step holds
+the file in memory, and :func:`load_arrays` with ``mmap=True`` returns
+read-only memory maps of a version 3 file (after checking its digest).
 """
 
 from __future__ import annotations
@@ -32,15 +43,19 @@ import stat
 import tempfile
 import time
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Tuple, Union
+from typing import Any, BinaryIO, Dict, Iterator, Tuple, Union
 
 import numpy as np
 
 PathLike = Union[str, os.PathLike]
 _MAGIC = b"CROSSEMBED\x00"
 FORMAT_VERSION = 2
-_DIGEST = 32  # bytes of the trailing SHA-256 (version 2)
+RAW_FORMAT_VERSION = 3
+_DIGEST = 32  # bytes of the trailing SHA-256 (versions 2 and 3)
+_ALIGN = 64  # raw arrays start at multiples of this (cache lines, any dtype)
+_CHUNK = 1 << 24  # bytes per streamed write / hash step
 _STALE_SECONDS = 3600  # a temp file of unknown owner this old is abandoned
 
 
@@ -104,8 +119,15 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (temp file + fsync + rename + directory fsync)."""
+@contextmanager
+def atomic_open(path: PathLike) -> Iterator[BinaryIO]:
+    """A binary file handle whose contents replace ``path`` atomically when the block ends.
+
+    The bytes go to a temporary file next to ``path``; on a clean exit it is
+    fsync'ed and renamed over ``path`` (then the directory is fsync'ed), on an
+    exception it is removed and ``path`` is untouched. For writers that stream
+    more than fits in memory; :func:`atomic_write` is the one-buffer form.
+    """
     path = Path(path)
     parent = path.parent
     if not parent.exists():
@@ -122,7 +144,7 @@ def atomic_write(path: PathLike, data: bytes) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            yield fh
             fh.flush()
             os.fchmod(fh.fileno(), mode)
             os.fsync(fh.fileno())
@@ -132,7 +154,13 @@ def atomic_write(path: PathLike, data: bytes) -> Path:
             os.unlink(tmp)
         raise
     _fsync_dir(parent)
-    return path
+
+
+def atomic_write(path: PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (temp file + fsync + rename + directory fsync)."""
+    with atomic_open(path) as fh:
+        fh.write(data)
+    return Path(path)
 
 
 # --------------------------------------------------------------------------- checksummed arrays
@@ -164,18 +192,126 @@ def _header(path: Path, raw: bytes) -> Dict[str, Any]:
     return header
 
 
-def load_arrays(path: PathLike, kind: str) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
-    """Load a file written by :func:`save_arrays`; raise CorruptFileError on any mismatch."""
+def _pad(n: int) -> int:
+    return -n % _ALIGN
+
+
+def save_raw_arrays(
+    path: PathLike, kind: str, arrays: Dict[str, np.ndarray], meta: Dict[str, Any] | None = None
+) -> Path:
+    """Save named arrays as one checksummed, memory-mappable file (format version 3, above).
+
+    Arrays (memory maps included) are streamed in chunks: nothing the size of
+    the file is ever held in memory. Object arrays are refused.
+    """
+    table, offset = {}, 0
+    for name, a in arrays.items():
+        a = np.asarray(a)
+        if a.dtype.hasobject:
+            raise TypeError(f"{name} has dtype {a.dtype}: object arrays cannot be saved")
+        table[name] = {"dtype": a.dtype.str, "shape": list(a.shape), "offset": offset}
+        offset += a.nbytes + _pad(a.nbytes)
+    header = json.dumps(
+        {"kind": kind, "version": RAW_FORMAT_VERSION, "meta": meta or {}, "payload_bytes": offset, "arrays": table},
+        sort_keys=True,
+    ).encode()
+    digest = hashlib.sha256()
+    with atomic_open(path) as fh:
+
+        def put(b) -> None:
+            digest.update(b)
+            fh.write(b)
+
+        prefix = _MAGIC + len(header).to_bytes(8, "little") + header
+        put(prefix + b"\0" * _pad(len(prefix)))
+        for a in arrays.values():
+            flat = np.asarray(a).reshape(-1)
+            step = max(1, _CHUNK // max(1, flat.itemsize))
+            for s in range(0, flat.size, step):
+                put(memoryview(np.ascontiguousarray(flat[s : s + step])).cast("B"))
+            put(b"\0" * _pad(flat.nbytes))
+        fh.write(digest.digest())
+    return Path(path)
+
+
+def _file_digest(fh: BinaryIO, end: int) -> bytes:
+    digest = hashlib.sha256()
+    fh.seek(0)
+    left = end
+    while left > 0:
+        chunk = fh.read(min(_CHUNK, left))
+        if not chunk:
+            break
+        digest.update(chunk)
+        left -= len(chunk)
+    return digest.digest()
+
+
+def _raw_table(path: Path, header: Dict[str, Any]) -> Dict[str, Tuple[np.dtype, Tuple[int, ...], int]]:
+    table = header.get("arrays")
+    if not isinstance(table, dict):
+        raise CorruptFileError(f"{path}: the version 3 header has no array table")
+    out = {}
+    for name, entry in table.items():
+        try:
+            dtype = np.dtype(entry["dtype"])
+            shape = tuple(int(x) for x in entry["shape"])
+            offset = int(entry["offset"])
+        except (TypeError, KeyError, ValueError) as exc:
+            raise CorruptFileError(f"{path}: bad entry for array {name!r} ({exc})") from None
+        nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+        if dtype.hasobject or min(shape, default=0) < 0 or offset < 0 or offset + nbytes > header["payload_bytes"]:
+            raise CorruptFileError(f"{path}: array {name!r} does not fit the payload")
+        out[name] = (dtype, shape, offset)
+    return out
+
+
+def _load_raw(path: Path, fh: BinaryIO, size: int, start: int, header: Dict[str, Any], mmap: bool):
+    data_start = start + _pad(start)
+    if size != data_start + header["payload_bytes"] + _DIGEST:
+        raise CorruptFileError(f"{path}: checksum mismatch (file of {size} bytes, header says otherwise)")
+    fh.seek(size - _DIGEST)
+    stored = fh.read(_DIGEST)
+    if _file_digest(fh, size - _DIGEST) != stored:
+        raise CorruptFileError(f"{path}: checksum mismatch (file truncated or modified)")
+    arrays = {}
+    for name, (dtype, shape, offset) in _raw_table(path, header).items():
+        count = int(np.prod(shape, dtype=np.int64))
+        if mmap and count:
+            arrays[name] = np.memmap(path, dtype=dtype, mode="r", offset=data_start + offset, shape=shape)
+        else:
+            fh.seek(data_start + offset)
+            arrays[name] = np.fromfile(fh, dtype=dtype, count=count).reshape(shape)
+    return arrays
+
+
+def load_arrays(path: PathLike, kind: str, *, mmap: bool = False) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
+    """Load a file written by :func:`save_arrays` or :func:`save_raw_arrays`; raise CorruptFileError on any mismatch.
+
+    With ``mmap=True`` a version 3 file's arrays are read-only memory maps
+    (its digest is still checked, by a streamed read); older versions are
+    read into memory either way.
+    """
     path = Path(path)
-    blob = path.read_bytes()
     start = len(_MAGIC) + 8
-    if not blob.startswith(_MAGIC) or len(blob) < start:
-        raise CorruptFileError(f"{path}: not a crossembed file (bad magic)")
-    hlen = int.from_bytes(blob[len(_MAGIC) : start], "little")
-    if hlen > len(blob) - start:
-        raise CorruptFileError(f"{path}: header length {hlen} runs past the end of the file (truncated?)")
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        head = fh.read(start)
+        if not head.startswith(_MAGIC) or len(head) < start:
+            raise CorruptFileError(f"{path}: not a crossembed file (bad magic)")
+        hlen = int.from_bytes(head[len(_MAGIC) :], "little")
+        if hlen > size - start:
+            raise CorruptFileError(f"{path}: header length {hlen} runs past the end of the file (truncated?)")
+        raw_header = fh.read(hlen)
+        header = _header(path, raw_header)
+        if header["version"] == RAW_FORMAT_VERSION:
+            if header["kind"] != kind:
+                _load_raw(path, fh, size, start + hlen, header, False)  # a corrupt file says so first
+                raise CorruptFileError(f"{path}: holds a {header['kind']!r}, expected {kind!r}")
+            return _load_raw(path, fh, size, start + hlen, header, mmap), header["meta"]
+        fh.seek(0)
+        blob = fh.read()
     intact_v2 = len(blob) >= start + hlen + _DIGEST and hashlib.sha256(blob[:-_DIGEST]).digest() == blob[-_DIGEST:]
-    header = _header(path, blob[start : start + hlen])
     version = header["version"]
     if version == 2:
         if not intact_v2:
@@ -187,7 +323,9 @@ def load_arrays(path: PathLike, kind: str) -> Tuple[Dict[str, np.ndarray], Dict[
         if not isinstance(digest, str) or hashlib.sha256(payload).hexdigest() != digest:
             raise CorruptFileError(f"{path}: checksum mismatch (file truncated or modified)")
     else:
-        raise CorruptFileError(f"{path}: format version {version} is not supported (expected 1 or {FORMAT_VERSION})")
+        raise CorruptFileError(
+            f"{path}: format version {version} is not supported (expected 1, {FORMAT_VERSION} or {RAW_FORMAT_VERSION})"
+        )
     if len(payload) != header["payload_bytes"]:
         raise CorruptFileError(f"{path}: checksum mismatch (payload of {len(payload)} bytes, header says otherwise)")
     if header["kind"] != kind:

@@ -14,6 +14,7 @@ from crossembed.cli._common import (
     add_output_flags,
     add_seed,
     command_line,
+    parse_ints,
     print_result,
     read_lines,
     split_list,
@@ -94,6 +95,7 @@ def _index_build(args) -> int:
         M=args.M,
         ef_construction=args.ef_construction,
         rerank=args.rerank,
+        dtype=args.dtype,
         random_state=args.seed,
         num_threads=args.num_threads,
         show_progress_bar=not args.quiet,
@@ -116,15 +118,31 @@ def _index_search(args) -> int:
 
     if bool(args.query) == bool(args.queries):
         raise ValueError("give either --query TEXT (repeatable) or --queries FILE")
-    queries = list(args.query) if args.query else read_lines(args.queries, "queries")
-    index = UECIndex.load(args.index, num_threads=args.num_threads)
+    if args.output and not args.queries:
+        raise ValueError("--output streams the results of --queries FILE")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    index = UECIndex.load(args.index, mmap=True, num_threads=args.num_threads)
     k = min(args.k, len(index))
-    scores, idx = index.search(queries, k, exact=args.exact, rerank=args.rerank)
+    options = {"exact": args.exact, "rerank": args.rerank, "ef": args.ef}
+    if args.output:
+        from crossembed.cli.batch_search import stream_search
+
+        info = stream_search(
+            index, args.queries, args.output, k, batch_size=args.batch_size, progress=not args.quiet, **options
+        )
+        print_result(
+            info, args.json, lambda i: f"wrote top-{i['k']} results of {i['n_queries']} queries to {i['output']}"
+        )
+        return 0
+    queries = list(args.query) if args.query else read_lines(args.queries, "queries")
+    scores, ids = index.search(queries, k, **options)
     out = []
-    for q, s_row, i_row in zip(queries, scores, idx):
+    for q, s_row, i_row in zip(queries, scores, ids):
+        texts = index.get_texts(i_row)
         hits = [
-            {"rank": r + 1, "doc": int(i), "score": float(s), **({"text": index.texts[int(i)]} if index.texts else {})}
-            for r, (s, i) in enumerate(zip(s_row, i_row))
+            {"rank": r + 1, "doc": int(i), "score": float(s), **({"text": t} if t is not None else {})}
+            for r, (s, i, t) in enumerate(zip(s_row, i_row, texts))
             if i >= 0
         ]
         out.append({"query": q, "hits": hits})
@@ -196,7 +214,13 @@ def _uec_perf(args) -> int:
     from crossembed._io import atomic_write
     from crossembed.experiments.uec_perf import benchmark_encode, benchmark_fit, benchmark_search, render_perf_markdown
 
+    reranks = parse_ints(args.reranks, "reranks")
+    efs = parse_ints(args.efs, "efs") if args.efs else None
     runs = []
+    for path in args.from_json:  # earlier sizes, each run in its own process (per-size peak memory)
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"--from-json file {path!r} does not exist")
+        runs.extend(json.loads(Path(path).read_text())["search"])
     for spec in [s for s in args.sizes.split(",") if s.strip()]:
         n, _, d = spec.partition("x")
         runs.append(
@@ -204,6 +228,11 @@ def _uec_perf(args) -> int:
                 int(float(n)),
                 int(d or 384),
                 n_queries=args.queries,
+                reranks=reranks,
+                efs=efs,
+                M=args.M,
+                ef_construction=args.ef_construction,
+                dtype=args.dtype,
                 seed=args.seed,
                 num_threads=args.num_threads,
                 show_progress_bar=not args.quiet,
@@ -262,17 +291,27 @@ def register(subparsers) -> None:
     b.add_argument("--M", type=int, default=32)
     b.add_argument("--ef-construction", type=int, default=200)
     b.add_argument("--rerank", type=int, default=100)
+    b.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="document store precision")
     add_num_threads(b)
     add_seed(b, "random seed (batches, default fit split, hnswlib graph)")
     add_output_flags(b)
     b.set_defaults(func=_index_build)
-    s = isub.add_parser("search", help="search an index with text queries")
-    s.add_argument("index", help="index file from `crossembed index build`")
+    s = isub.add_parser("search", help="search an index with text or Gaussian queries")
+    s.add_argument("index", help="index file from `crossembed index build` (memory-mapped)")
     s.add_argument("--query", action="append", default=[], help="a query text (repeatable)")
-    s.add_argument("--queries", default=None, help="file with one query per line")
+    s.add_argument(
+        "--queries",
+        default=None,
+        help="one query text per line, or Gaussians: .npy of shape (2, Q, D) (means, variances) / .npz mean+var",
+    )
+    s.add_argument(
+        "-o", "--output", default=None, help="stream the results of --queries to .npy (id, score fields) or .jsonl"
+    )
+    s.add_argument("--batch-size", type=int, default=1024, help="queries per search call with --output")
     s.add_argument("-k", type=int, default=10)
     s.add_argument("--exact", action="store_true", help="brute-force probit search instead of hnswlib + rerank")
     s.add_argument("--rerank", type=int, default=None, help="ANN candidates reranked per query")
+    s.add_argument("--ef", type=int, default=None, help="hnswlib search breadth (default 2 x rerank)")
     add_num_threads(s)
     add_output_flags(s)
     s.set_defaults(func=_index_search)
@@ -307,6 +346,12 @@ def register(subparsers) -> None:
     f = subparsers.add_parser("uec-perf", help="UEC search throughput: exact vs hnswlib + rerank")
     f.add_argument("--sizes", default="100000x1152,1000000x384", help="comma-separated NxD of synthetic documents")
     f.add_argument("--queries", type=int, default=500)
+    f.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="document store")
+    f.add_argument("--M", type=int, default=32, help="hnswlib M")
+    f.add_argument("--ef-construction", type=int, default=200)
+    f.add_argument("--reranks", default="50,100,200", help="comma-separated ANN candidates reranked per query")
+    f.add_argument("--efs", default=None, help="hnswlib ef per rerank value (default 2 x rerank)")
+    f.add_argument("--from-json", action="append", default=[], help="also render the runs of an earlier --json output")
     f.add_argument("--encode-models", default="", help="also time ensemble encoding with these models")
     f.add_argument("--fit-pairs", type=int, default=10000, help="also time Laplace fits on this many pairs (0: skip)")
     add_num_threads(f)

@@ -8,23 +8,32 @@ synthetic Gaussians of the size of real kron posteriors
 from __future__ import annotations
 
 import math
+import resource
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
 
+from crossembed import kernels
 from crossembed.experiments.uec_eval import DEFAULT_MODELS
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
-from crossembed.uec.index import UECIndex
+from crossembed.uec.index import UECIndex, merge_topk
 from crossembed.uec.laplace import LaplaceEmbedder
 
-__all__ = ["benchmark_encode", "benchmark_fit", "benchmark_search", "render_perf_markdown", "synthetic_gaussians"]
+__all__ = [
+    "benchmark_encode",
+    "benchmark_fit",
+    "benchmark_search",
+    "render_perf_markdown",
+    "synthetic_chunks",
+    "synthetic_gaussians",
+]
 
 
 # --------------------------------------------------------------------------- throughput
-def synthetic_gaussians(
+def synthetic_chunks(
     n: int,
     dim: int,
     *,
@@ -33,20 +42,47 @@ def synthetic_gaussians(
     var_scale: float = 0.016,
     seed: int = 0,
     chunk: int = 100_000,
-) -> GaussianEmbedding:
-    """Clustered unit-norm means (a low-dimensional spread around random centres) with
-    per-dimension variances ``var_scale * U(0.5, 1.5)`` - the size of real kron variances."""
+) -> Iterator[GaussianEmbedding]:
+    """:func:`synthetic_gaussians` in chunks of ``chunk`` rows (for sizes that must not exist twice in memory)."""
     rng = np.random.default_rng(seed)
     centers = rng.normal(size=(n_clusters, dim))
+    intrinsic = min(intrinsic, dim)
     basis = np.linalg.qr(rng.normal(size=(dim, intrinsic)))[0].T  # (intrinsic, dim)
-    means = np.empty((n, dim), dtype=np.float32)
     for s in range(0, n, chunk):
         m = min(chunk, n - s)
         x = centers[rng.integers(0, n_clusters, m)] / math.sqrt(dim) * 2.0
         x += rng.normal(size=(m, intrinsic)) @ basis * 0.25 + rng.normal(size=(m, dim)) * (0.02 / math.sqrt(dim))
-        means[s : s + m] = x / np.linalg.norm(x, axis=1, keepdims=True)
-    var = (var_scale * rng.uniform(0.5, 1.5, size=(n, dim))).astype(np.float32)
-    return GaussianEmbedding(means, var)
+        means = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+        yield GaussianEmbedding(means, (var_scale * rng.uniform(0.5, 1.5, size=(m, dim))).astype(np.float32))
+
+
+def synthetic_gaussians(n: int, dim: int, **kwargs) -> GaussianEmbedding:
+    """Clustered unit-norm means (a 48-dimensional spread around 1,000 random centres) with
+    per-dimension variances ``var_scale * U(0.5, 1.5)`` - the size of real kron variances."""
+    parts = list(synthetic_chunks(n, dim, **kwargs))
+    return GaussianEmbedding(np.concatenate([p.mean for p in parts]), np.concatenate([p.var for p in parts]))
+
+
+def _peak_rss() -> int:
+    """Peak resident memory of this process so far, bytes (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _recall(got: np.ndarray, expected: np.ndarray) -> float:
+    k = expected.shape[1]
+    return float(np.mean([len(set(a) & set(e)) / k for a, e in zip(got, expected)]))
+
+
+def _float16_exact(index: UECIndex, queries: GaussianEmbedding, k: int) -> np.ndarray:
+    """Exact top-``k`` ids over the index's documents rounded to float16 (the recall cost of dtype='float16')."""
+    ids, scores, found = index.ids, [], []
+    for s in range(0, len(ids), 16384):
+        mean, var = index._store.rows(index._store.live_slots()[s : s + 16384])
+        half = kernels.ProbitDocs(mean.astype(np.float16).astype(np.float32), var.astype(np.float16).astype(np.float32))
+        sc, pos = half.top_k(queries.mean, queries.var, min(k, len(mean)))
+        scores.append(sc)
+        found.append(ids[s : s + 16384][pos])
+    return merge_topk(np.concatenate(scores, axis=1), np.concatenate(found, axis=1), k)[1]
 
 
 def benchmark_search(
@@ -56,47 +92,103 @@ def benchmark_search(
     n_queries: int = 500,
     k: int = 10,
     reranks: Sequence[int] = (50, 100, 200),
-    M: int = 16,
-    ef_construction: int = 100,
+    efs: Optional[Sequence[int]] = None,
+    M: int = 32,
+    ef_construction: int = 200,
+    dtype: str = "float32",
+    panel_cache_bytes: int = 6 << 30,
     seed: int = 0,
     num_threads: Optional[int] = None,
     show_progress_bar: bool = True,
 ) -> Dict[str, Any]:
-    """Exact vs hnswlib+rerank probit search on synthetic Gaussians: QPS and recall@k of the ANN path."""
-    allg = synthetic_gaussians(n_docs + n_queries, dim, seed=seed)  # queries share the clusters
-    docs, queries = allg[:n_docs], allg[n_docs:]
-    del allg
+    """Exact vs hnswlib+rerank probit search on synthetic Gaussians: build time, QPS, recall@k, memory.
+
+    Documents are generated and indexed in chunks of 25,000 (the index is
+    sized once with ``capacity``), so only the store and the graph ever hold
+    all of them. ``efs[i]`` is the hnswlib breadth for ``reranks[i]``
+    (default ``2 * rerank``). With the packed panels of all documents within
+    ``panel_cache_bytes`` they are kept (both paths score on them) and exact
+    QPS is that of a second call (the kernel's throughput); else both paths
+    pack per call and exact QPS is the first call's. Peak memory is this process's peak RSS (run one size per
+    process for per-size figures).
+    """
+    efs = [2 * m for m in reranks] if efs is None else list(efs)
+    if len(efs) != len(reranks):
+        raise ValueError(f"efs must have one value per rerank ({len(reranks)}), got {len(efs)}")
+    chunks = synthetic_chunks(n_docs + n_queries, dim, seed=seed, chunk=25_000)  # ~0.2 GB of float64 a step at D=1152
+    rss0 = _peak_rss()
     t0 = time.perf_counter()
-    index = UECIndex(docs, M=M, ef_construction=ef_construction, rerank=max(reranks), num_threads=num_threads)
+    index, queries, done = None, [], 0
+    bar = tqdm(total=n_docs, desc=f"build N={n_docs} D={dim}", unit="doc", disable=not show_progress_bar)
+    for part in chunks:
+        take = min(len(part), n_docs - done)
+        if take:
+            docs = part[:take]
+            if index is None:
+                index = UECIndex(
+                    docs,
+                    M=M,
+                    ef_construction=ef_construction,
+                    rerank=max(reranks),
+                    dtype=dtype,
+                    capacity=n_docs,
+                    panel_cache_bytes=panel_cache_bytes,
+                    num_threads=num_threads,
+                )
+            else:
+                index.add(docs)
+            done += take
+            bar.update(take)
+        if take < len(part):
+            queries.append(part[take:])
+        del part
+    bar.close()
     build_s = time.perf_counter() - t0
+    build_peak = _peak_rss()
+    q = GaussianEmbedding(np.concatenate([p.mean for p in queries]), np.concatenate([p.var for p in queries]))
     t0 = time.perf_counter()
-    _, exact = index.search(queries, k, exact=True, num_threads=num_threads)
-    exact_s = time.perf_counter() - t0
+    _, exact = index.search(q, k, exact=True, num_threads=num_threads)
+    exact_cold_s = time.perf_counter() - t0
+    exact_s = exact_cold_s
+    if index._blocks:  # packed blocks cached: time the kernel itself
+        t0 = time.perf_counter()
+        index.search(q, k, exact=True, num_threads=num_threads)
+        exact_s = time.perf_counter() - t0
+    mem = index.memory_usage()
     out: Dict[str, Any] = {
         "n_docs": n_docs,
         "dim": dim,
+        "dtype": dtype,
         "n_queries": n_queries,
         "k": k,
         "M": M,
         "ef_construction": ef_construction,
         "build_seconds": build_s,
         "exact_qps": n_queries / exact_s,
+        "exact_cold_qps": n_queries / exact_cold_s,
+        "store_bytes_per_doc": mem["store"] / n_docs,
+        "graph_bytes_per_doc": mem["graph"] / n_docs,
+        "panel_bytes": mem["panels"],
+        "build_peak_rss_bytes": build_peak,
+        "start_peak_rss_bytes": rss0,
         "ann": [],
     }
-    for m in tqdm(list(reranks), desc=f"ANN N={n_docs}", disable=not show_progress_bar):
+    for m, ef in tqdm(list(zip(reranks, efs)), desc=f"ANN N={n_docs}", disable=not show_progress_bar):
         t0 = time.perf_counter()
-        _, ann = index.search(queries, k, rerank=m, num_threads=num_threads)
+        _, ann = index.search(q, k, rerank=m, ef=ef, num_threads=num_threads)
         s = time.perf_counter() - t0
-        recall = float(np.mean([len(set(a) & set(e)) / k for a, e in zip(ann, exact)]))
         out["ann"].append(
             {
                 "rerank": m,
-                "ef": 2 * m,
+                "ef": ef,
                 "qps": n_queries / s,
-                "recall@10_vs_exact": recall,
+                "recall@10_vs_exact": _recall(ann, exact),
                 "speedup": (n_queries / s) / out["exact_qps"],
             }
         )
+    out["search_peak_rss_bytes"] = _peak_rss()
+    if dtype == "float32" and n_docs <= 200_000:
+        out["float16_exact_recall@10"] = _recall(_float16_exact(index, q, k), exact)
     return out
 
 
@@ -152,23 +244,43 @@ def render_perf_markdown(
     command: str = "",
 ) -> str:
     """``docs/uec_perf.md`` from :func:`benchmark_search` runs (and optionally encode and fit timings)."""
+    gb = 1 << 30
     lines = [
         "# UEC throughput",
         "",
-        "Synthetic clustered unit-norm means with per-dimension variances of the size of real kron posteriors "
-        "(`crossembed.experiments.uec_perf.synthetic_gaussians`); 1 query batch, hnswlib M=16, ef_construction=100; "
-        "recall@10 of the hnswlib + exact-rerank path against the exact probit top-10.",
+        "Synthetic documents, stated as such: clustered unit-norm means (1,000 random centres plus a 48-dimensional "
+        "spread) with per-dimension variances 0.016 * U(0.5, 1.5), the size of real kron posteriors "
+        "(`crossembed.experiments.uec_perf.synthetic_chunks`); queries are more rows of the same distribution, "
+        "searched in one batch. Recall@10 is that of the hnswlib + exact-rerank path against the exact probit "
+        "top-10. Exact q/s is the fused kernel over packed blocks (cached when they fit, else packed per call: "
+        "*cold*).",
         "",
-        "| N docs | D | build s | exact q/s | rerank M (ef=2M) | ANN q/s | speed-up | ANN recall@10 vs exact |",
-        "|---|---|---|---|---|---|---|---|",
+        "| N docs | D | store | M / ef_c | build s | build peak RSS GiB | bytes/doc store + graph | exact q/s "
+        "| rerank | ef | ANN q/s | speed-up | recall@10 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
+        per_doc = f"{r['store_bytes_per_doc']:,.0f} + {r['graph_bytes_per_doc']:,.0f}"
+        cold = "" if r["exact_qps"] != r["exact_cold_qps"] else " (cold)"
         for a in r["ann"]:
             lines.append(
-                f"| {r['n_docs']:,} | {r['dim']} | {r['build_seconds']:.0f} | {r['exact_qps']:.1f} | {a['rerank']} | "
-                f"{a['qps']:.0f} | {a['speedup']:.0f}x | {a['recall@10_vs_exact']:.4f} |"
+                f"| {r['n_docs']:,} | {r['dim']} | {r['dtype']} | {r['M']} / {r['ef_construction']} | "
+                f"{r['build_seconds']:.0f} | {r['build_peak_rss_bytes'] / gb:.1f} | {per_doc} | "
+                f"{r['exact_qps']:.1f}{cold} | {a['rerank']} | {a['ef']} | {a['qps']:.0f} | {a['speedup']:.1f}x | "
+                f"{a['recall@10_vs_exact']:.4f} |"
             )
     lines.append("")
+    peaks = [
+        f"{r['n_docs']:,} x {r['dim']} ({r['dtype']}): search peak RSS {r['search_peak_rss_bytes'] / gb:.1f} GiB"
+        + (
+            f", float16 store keeps exact recall@10 {r['float16_exact_recall@10']:.4f}"
+            if "float16_exact_recall@10" in r
+            else ""
+        )
+        for r in runs
+    ]
+    if peaks:
+        lines += ["Peak memory and float16 storage: " + "; ".join(peaks) + ".", ""]
     if fits:
         lines += [
             "Laplace fit time (pair embeddings given, batch 64, prior by marginal likelihood):",

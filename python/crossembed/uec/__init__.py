@@ -5,7 +5,9 @@
   :class:`KronPosterior`).
 * :class:`UECEnsemble` - per-input uncertainty weights, Gaussian convolution
   (embedding or score space), probit similarity.
-* :class:`UECIndex` - hnswlib candidates + exact probit rerank, saved atomically.
+* :class:`UECIndex` - hnswlib candidates + exact probit rerank, with ids,
+  add/remove and filters, float16 storage, saved atomically (memory-mappable).
+* :class:`ShardedUECIndex` - the same index partitioned over Dask workers.
 * :mod:`crossembed.uec.metrics` - retrieval and calibration metrics.
 
 The evaluation harness behind ``crossembed uec-eval`` and ``docs/uec.md`` is
@@ -17,6 +19,7 @@ from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.index import UECIndex
 from crossembed.uec.laplace import LaplaceEmbedder
 from crossembed.uec.posteriors import DiagPosterior, KronPosterior, Posterior
+from crossembed.uec.sharded import ShardedUECIndex
 
 __all__ = [
     "DiagPosterior",
@@ -24,6 +27,7 @@ __all__ = [
     "KronPosterior",
     "LaplaceEmbedder",
     "Posterior",
+    "ShardedUECIndex",
     "UECEnsemble",
     "UECIndex",
     "convolve",

@@ -1,14 +1,31 @@
-"""A searchable UEC index: hnswlib candidates on the means, exact probit rerank.
+"""A searchable, updatable UEC index: hnswlib candidates on the means, exact probit rerank.
 
 ``search(queries, k)`` asks hnswlib (inner product on the document means) for
-``rerank`` candidates per query and reranks them exactly with
-:meth:`crossembed.ProbitDocs.top_k` (``candidates=``); ``exact=True`` scores
-every document with the fused probit top-k kernel instead.
+``rerank`` candidates per query and reranks them exactly with the probit
+kernel; ``exact=True`` scores every document. Results are external int64
+ids (``ids=`` at build, or 0, 1, ...), best first, ties to the lower id.
+
+Memory: the document Gaussians live once, in a :class:`~crossembed.uec.store.DocStore`
+(float32, or float16 with ``dtype="float16"``; a memory map after
+``load(mmap=True)``). hnswlib keeps its own float32 copy of the means (it has
+no external-vector mode). The packed probit panels are built per query batch
+per block of 16,384 rows and kept while all of them fit in
+``panel_cache_bytes`` (12 D bytes per document); beyond that budget they are
+packed on every call: per block for exact search, and for the ANN path only
+the candidate rows of each query batch.
+
+Updates: :meth:`UECIndex.add` and :meth:`UECIndex.remove`. hnswlib labels
+are store slots: ``remove`` is ``mark_deleted`` and frees the slot, ``add``
+re-adds freed slots first (hnswlib updates a deleted label in place and
+reconnects it) and appends the rest. hnswlib's own ``replace_deleted`` is not
+used: it gives the new label an arbitrary deleted node and can later erase a
+live label's lookup when labels come back.
 
 The file written by :meth:`UECIndex.save` is one checksummed
-:mod:`crossembed._io` container (atomic write): the document Gaussians, the
-hnswlib graph bytes (so the checksum covers them too), optional document
-texts and the fitted ensemble (so ``index search`` can encode text queries).
+:mod:`crossembed._io` version 3 container (atomic, streamed): the store, the
+ids, the hnswlib graph bytes, optional texts and the fitted ensemble.
+:meth:`UECIndex.load` reads it, or memory-maps the store with ``mmap=True``;
+version 1 index files (``_io`` format 2) still load.
 """
 
 from __future__ import annotations
@@ -17,21 +34,25 @@ import os
 import tempfile
 import threading
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from crossembed import kernels
-from crossembed._io import CorruptFileError, load_arrays, save_arrays
-from crossembed._validation import check_int, check_k, check_num_threads
+from crossembed._io import CorruptFileError, load_arrays, save_raw_arrays
+from crossembed._validation import as_int_matrix, check_int, check_k, check_num_threads
 from crossembed.uec._random import int_seed
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
+from crossembed.uec.store import DocStore, check_ids, store_dtype
 
-__all__ = ["UECIndex"]
+__all__ = ["UECIndex", "merge_topk"]
 
 _KIND = "crossembed.uec.UECIndex"
-INDEX_VERSION = 1
+INDEX_VERSION = 2
+_BLOCK = 16384  # rows per exact-search block (one ProbitDocs of 12 D bytes a row)
+_RERANK_ROWS = 32768  # candidate rows packed per rerank batch
+_EXACT_FILTER_ROWS = 20000  # a filter allowing at most this many documents is searched exactly
 
 
 def _hnswlib():
@@ -42,25 +63,40 @@ def _hnswlib():
     return hnswlib
 
 
-def _pack_texts(texts: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
-    blobs = [t.encode("utf-8") for t in texts]
+def _pack_texts(texts: Sequence[Optional[str]]) -> Tuple[np.ndarray, np.ndarray]:
+    blobs = [(t or "").encode("utf-8") for t in texts]
     offsets = np.zeros(len(blobs) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(b) for b in blobs])
     return np.frombuffer(b"".join(blobs), dtype=np.uint8).copy(), offsets
 
 
 def _unpack_texts(data: np.ndarray, offsets: np.ndarray) -> List[str]:
-    raw = data.tobytes()
+    raw = np.asarray(data).tobytes()
     return [raw[offsets[i] : offsets[i + 1]].decode("utf-8") for i in range(len(offsets) - 1)]
 
 
+def merge_topk(scores: np.ndarray, ids: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+    """The best ``k`` of each row of ``(Q, M)`` scores/ids: score descending, ties to the lower id.
+
+    ``-1`` ids are padding and go last. Used to merge blocks and shards, so
+    merging any partition of the documents gives the same answer.
+    """
+    pad = ids < 0
+    key_ids = np.where(pad, np.iinfo(np.int64).max, ids)
+    key_scores = np.where(pad, np.inf, -scores.astype(np.float64))
+    order = np.lexsort((key_ids, key_scores), axis=-1)[:, :k]
+    return np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1)
+
+
 class UECIndex:
-    """Documents as Gaussians, searchable by probit similarity.
+    """Documents as Gaussians, searchable by probit similarity, with ids, updates and filters.
 
     Parameters
     ----------
     docs : GaussianEmbedding
         Document Gaussians (``role="passage"`` output of the ensemble).
+    ids : array_like of int, optional
+        Distinct non-negative int64 external ids, one per document (default ``0 .. n-1``).
     ensemble : UECEnsemble, optional
         Needed to search with text queries (and saved with the index).
         :meth:`build` encodes texts with it.
@@ -70,56 +106,98 @@ class UECIndex:
         hnswlib graph parameters.
     rerank : int
         Default number of ANN candidates reranked exactly per query.
+    dtype : {"float32", "float16"}
+        Storage of the document means and variances (float16 halves it;
+        scores are computed in float32 either way).
+    capacity : int, optional
+        Documents to reserve room for (later :meth:`add` calls then never
+        reallocate the store or the graph).
+    panel_cache_bytes : int
+        Keep the packed probit panels (12 D bytes per document, built on first
+        use) while all of them fit in this many bytes; both search paths then
+        score on them. Beyond it they are packed per call.
     use_variance : bool, optional
         Score with the variances (default: the ensemble's ``use_variance``, else True).
     random_state : int, Generator or None
         hnswlib's construction seed (None or a Generator: one is drawn and saved).
     num_threads : int, optional
         Threads for building and searching (default: all cores).
+    show_progress_bar : bool
+        A progress bar while the graph is built.
     """
 
     def __init__(
         self,
         docs: GaussianEmbedding,
         *,
+        ids=None,
         ensemble: Optional[UECEnsemble] = None,
         texts: Optional[Sequence[str]] = None,
         M: int = 32,
         ef_construction: int = 200,
         rerank: int = 100,
+        dtype: str = "float32",
+        capacity: Optional[int] = None,
+        panel_cache_bytes: int = 1 << 30,
         use_variance: Optional[bool] = None,
         random_state=0,
         num_threads: Optional[int] = None,
-        _graph: Optional[bytes] = None,
+        show_progress_bar: bool = False,
+        _store: Optional[DocStore] = None,
+        _graph: Optional[np.ndarray] = None,
     ):
-        if not isinstance(docs, GaussianEmbedding):
-            raise TypeError(f"docs must be a GaussianEmbedding, got {type(docs).__name__}")
-        if len(docs) == 0:
-            raise ValueError("docs must not be empty")
         if ensemble is not None and not isinstance(ensemble, UECEnsemble):
             raise TypeError(f"ensemble must be a UECEnsemble, got {type(ensemble).__name__}")
-        if ensemble is not None and ensemble.dim != docs.dim:
-            raise ValueError(f"docs have dimension {docs.dim} but the ensemble produces {ensemble.dim}")
-        if texts is not None:
-            texts = list(texts)
-            if len(texts) != len(docs) or not all(isinstance(t, str) for t in texts):
-                raise ValueError(f"texts must hold {len(docs)} strings (one per document)")
-        self.docs = docs
         self.ensemble = ensemble
-        self.texts = texts
         self.M = check_int(M, "M", low=2)
         self.ef_construction = check_int(ef_construction, "ef_construction", low=1)
         self.rerank = check_int(rerank, "rerank", low=1)
+        self.panel_cache_bytes = check_int(panel_cache_bytes, "panel_cache_bytes", low=0)
         if use_variance is None:
             use_variance = True if ensemble is None else ensemble.use_variance
         self.use_variance = bool(use_variance)
         self.random_state = int_seed(random_state)
         check_num_threads(num_threads)
         self.num_threads = num_threads
-        v = docs.var if self.use_variance else np.zeros_like(docs.var)
-        self._probit = kernels.ProbitDocs(docs.mean, v)
-        self._graph_lock = threading.Lock()  # set_ef + knn_query as one step (see candidates)
-        self._graph = self._build_graph(_graph)
+        self._graph_lock = threading.Lock()  # set_ef + knn_query as one step; updates too
+        self._blocks: Dict[int, Tuple[kernels.ProbitDocs, np.ndarray]] = {}
+        if _store is not None:
+            self._store = _store
+            self._graph = self._load_graph(_graph)
+            return
+        if not isinstance(docs, GaussianEmbedding):
+            raise TypeError(f"docs must be a GaussianEmbedding, got {type(docs).__name__}")
+        if len(docs) == 0:
+            raise ValueError("docs must not be empty")
+        if ensemble is not None and ensemble.dim != docs.dim:
+            raise ValueError(f"docs have dimension {docs.dim} but the ensemble produces {ensemble.dim}")
+        texts = self._check_texts(texts, len(docs))
+        ids = np.arange(len(docs), dtype=np.int64) if ids is None else check_ids(ids, len(docs))
+        cap = len(docs) if capacity is None else max(len(docs), check_int(capacity, "capacity", low=1))
+        empty = np.zeros((0, docs.dim), dtype=store_dtype(dtype))
+        self._store = DocStore(
+            empty,
+            empty,
+            np.zeros(0, np.int64),
+            np.zeros(0, bool),
+            dtype=dtype,
+            texts=None if texts is None else [],
+            capacity=cap,
+        )
+        self._graph = _hnswlib().Index(space="ip", dim=docs.dim)
+        self._graph.init_index(
+            max_elements=cap, ef_construction=self.ef_construction, M=self.M, random_seed=self.random_state
+        )
+        self._insert(docs, ids, texts, show_progress_bar=show_progress_bar)
+
+    @staticmethod
+    def _check_texts(texts, n: int) -> Optional[List[str]]:
+        if texts is None:
+            return None
+        texts = list(texts)
+        if len(texts) != n or not all(isinstance(t, str) for t in texts):
+            raise ValueError(f"texts must hold {n} strings (one per document)")
+        return texts
 
     @classmethod
     def build(
@@ -137,8 +215,8 @@ class UECIndex:
         collection yet, the encoded documents become it (texts only; with a
         GaussianEmbedding call :meth:`UECEnsemble.set_reference` first).
 
-        ``kwargs`` are the constructor's options (``M``, ``ef_construction``,
-        ``rerank``, ``use_variance``, ``random_state``, ``num_threads``).
+        ``kwargs`` are the constructor's options (``ids``, ``M``, ``ef_construction``,
+        ``rerank``, ``dtype``, ``use_variance``, ``random_state``, ``num_threads``, ...).
         """
         if not isinstance(ensemble, UECEnsemble):
             raise TypeError(f"ensemble must be a UECEnsemble, got {type(ensemble).__name__}")
@@ -154,46 +232,135 @@ class UECIndex:
             ensemble.set_reference(comps)  # retrieval confidence is measured over the indexed documents
         return cls(ensemble.combine(comps, role="passage"), ensemble=ensemble, texts=texts, **kwargs)
 
+    # ------------------------------------------------------------------ contents
     def __len__(self) -> int:
-        return len(self.docs)
+        return len(self._store)
 
     @property
     def dim(self) -> int:
-        return self.docs.dim
+        return self._store.dim
 
-    def _build_graph(self, graph_bytes: Optional[bytes]):
-        hnswlib = _hnswlib()
-        n, d = self.docs.mean.shape
-        index = hnswlib.Index(space="ip", dim=d)
-        if graph_bytes is None:
-            index.init_index(
-                max_elements=n, ef_construction=self.ef_construction, M=self.M, random_seed=self.random_state
-            )
+    @property
+    def dtype(self) -> str:
+        return self._store.dtype.name
+
+    @property
+    def ids(self) -> np.ndarray:
+        """External ids of the documents, in storage order."""
+        return self._store.ids[self._store.live_slots()]
+
+    @property
+    def docs(self) -> GaussianEmbedding:
+        """The documents (float32 copies, storage order; see :attr:`ids`)."""
+        return GaussianEmbedding(*self._store.rows(self._store.live_slots()))
+
+    @property
+    def texts(self) -> Optional[List[str]]:
+        """Document texts in storage order (None when the index keeps none)."""
+        if self._store.texts is None:
+            return None
+        return [self._store.texts[s] for s in self._store.live_slots()]
+
+    def get_texts(self, ids) -> List[Optional[str]]:
+        """Texts of ``ids`` (``-1``, the padding of :meth:`search`, gives None)."""
+        ids = as_int_matrix(np.asarray(ids).reshape(-1), "ids", ndim=1, low=-1)
+        if self._store.texts is None:
+            return [None] * len(ids)
+        real = ids >= 0
+        slots = np.full(len(ids), -1, np.int64)
+        slots[real] = self._store.slots_of(ids[real])
+        return [self._store.texts[s] if s >= 0 else None for s in slots]
+
+    def memory_usage(self) -> Dict[str, int]:
+        """Bytes held: the store, hnswlib's graph (its means and links, estimated) and cached blocks."""
+        n, d = self._graph.get_max_elements(), self.dim
+        # per node: the float32 mean, 2M level-0 links (+ ~1/(M-1) upper levels), label, level,
+        # a link-list mutex and the label map entry (~112 bytes of bookkeeping in all)
+        graph = n * (4 * d + 8 * self.M + 112)
+        blocks = sum(12 * d * len(rows) for _, rows in self._blocks.values())
+        return {"store": self._store.nbytes(), "graph": graph, "panels": blocks}
+
+    # ------------------------------------------------------------------ updates
+    def _as_docs(self, docs) -> GaussianEmbedding:
+        if not isinstance(docs, GaussianEmbedding):
+            raise TypeError(f"docs must be a GaussianEmbedding, got {type(docs).__name__}")
+        if docs.dim != self.dim:
+            raise ValueError(f"docs have dimension {docs.dim} but the index has {self.dim}")
+        return docs
+
+    def _insert(self, docs: GaussianEmbedding, ids: np.ndarray, texts, *, show_progress_bar: bool = False) -> None:
+        from tqdm.auto import tqdm
+
+        with self._graph_lock:
+            slots = self._store.put(docs.mean, docs.var, ids, texts)
+            if self._store.capacity > self._graph.get_max_elements():
+                self._graph.resize_index(self._store.capacity)
             threads = check_num_threads(self.num_threads) or -1
-            index.add_items(self.docs.mean, np.arange(n), num_threads=threads)
-            return index
+            step = 50_000 if show_progress_bar else max(len(slots), 1)
+            for s in tqdm(
+                range(0, len(slots), step), desc="hnswlib graph", disable=not show_progress_bar, unit="chunk"
+            ):
+                self._graph.add_items(docs.mean[s : s + step], slots[s : s + step], num_threads=threads)
+            self._forget_blocks(slots)
+
+    def add(self, docs: GaussianEmbedding, *, ids=None, texts: Optional[Sequence[str]] = None) -> np.ndarray:
+        """Add documents; returns their ids.
+
+        Parameters
+        ----------
+        docs : GaussianEmbedding
+        ids : array_like of int, optional
+            New distinct ids (default: after the largest id ever used).
+        texts : sequence of str, optional
+            Required when the index keeps texts (and refused otherwise).
+        """
+        docs = self._as_docs(docs)
+        if len(docs) == 0:
+            return np.zeros(0, np.int64)
+        ids = self._store.next_ids(len(docs)) if ids is None else check_ids(ids, len(docs))
+        present = self._store.contains(ids)
+        if present.any():
+            raise ValueError(f"ids {ids[present][:5].tolist()} are already in the index (remove them first)")
+        if (texts is None) != (self._store.texts is None):
+            raise ValueError("texts must be given exactly when the index keeps texts")
+        self._insert(docs, ids, self._check_texts(texts, len(docs)))
+        return ids
+
+    def remove(self, ids) -> None:
+        """Remove documents by id (ValueError for an id not in the index; nothing is removed then)."""
+        ids = check_ids(ids, len(np.asarray(ids).reshape(-1)))
+        slots = self._store.slots_of(ids)
+        if len(slots) >= len(self):
+            raise ValueError("remove would empty the index")
+        with self._graph_lock:
+            for s in slots:
+                self._graph.mark_deleted(int(s))
+            self._store.drop(slots)
+            self._forget_blocks(slots)
+
+    def _forget_blocks(self, slots: np.ndarray) -> None:
+        for b in np.unique(slots // _BLOCK):
+            self._blocks.pop(int(b), None)
+
+    # ------------------------------------------------------------------ graph bytes
+    def _load_graph(self, graph: np.ndarray):
+        index = _hnswlib().Index(space="ip", dim=self.dim)
         fd, tmp = tempfile.mkstemp(suffix=".hnsw")
         try:
             with os.fdopen(fd, "wb") as fh:
-                fh.write(graph_bytes)
-            index.load_index(tmp, max_elements=n)
+                flat = np.asarray(graph).reshape(-1)
+                for s in range(0, flat.size, 1 << 26):  # streamed: the graph may be a memory map
+                    fh.write(memoryview(np.ascontiguousarray(flat[s : s + (1 << 26)])))
+            index.load_index(tmp, max_elements=self._store.capacity)
         except RuntimeError as exc:
             raise CorruptFileError(f"unreadable hnswlib graph ({exc})") from None
         finally:
             os.unlink(tmp)
-        if index.get_current_count() != n:
-            raise CorruptFileError(f"hnswlib graph holds {index.get_current_count()} items, expected {n}")
+        if index.get_current_count() != self._store.n_slots:
+            raise CorruptFileError(
+                f"hnswlib graph holds {index.get_current_count()} items, expected {self._store.n_slots}"
+            )
         return index
-
-    def _graph_bytes(self) -> bytes:
-        fd, tmp = tempfile.mkstemp(suffix=".hnsw")
-        os.close(fd)
-        try:
-            with self._graph_lock:
-                self._graph.save_index(tmp)
-            return Path(tmp).read_bytes()
-        finally:
-            os.unlink(tmp)
 
     # ------------------------------------------------------------------ search
     def _queries(self, queries) -> GaussianEmbedding:
@@ -214,8 +381,54 @@ class UECIndex:
             raise ValueError(f"queries have dimension {q.dim} but the index has {self.dim}")
         return q
 
+    def _allowed(self, filter) -> Optional[np.ndarray]:
+        """Sorted slots of the live documents ``filter`` allows (ids not in the index are ignored)."""
+        if filter is None:
+            return None
+        ids = as_int_matrix(np.asarray(filter).reshape(-1), "filter", ndim=1, low=-(2**63))
+        ids = np.unique(ids)
+        ids = ids[self._store.contains(ids)]
+        if ids.size == 0:
+            raise ValueError("filter allows no document of the index")
+        return np.sort(self._store.slots_of(ids))
+
+    def _candidate_slots(self, mean: np.ndarray, m: int, ef: int, threads: int, allowed) -> np.ndarray:
+        mask = None
+        if allowed is not None:
+            mask = np.zeros(self._store.n_slots, dtype=bool)
+            mask[allowed] = True
+        flt = None if mask is None else (lambda label: bool(mask[label]))
+        if flt is not None:
+            threads = 1  # the filter is a Python callable: hnswlib calls it under the GIL
+        with self._graph_lock:
+            self._graph.set_ef(ef)
+            try:
+                return self._graph.knn_query(mean, k=m, num_threads=threads, filter=flt)[0].astype(np.int64)
+            except RuntimeError:  # "Cannot return the results in a contiguous 2D array..."
+                pass
+            rows = []
+            for row in mean:  # find the queries hnswlib fails on; the others keep its answer
+                try:
+                    rows.append(self._graph.knn_query(row[None, :], k=m, num_threads=1, filter=flt)[0][0])
+                except RuntimeError:
+                    rows.append(None)
+        pool = self._store.live_slots() if allowed is None else allowed
+        return np.stack(
+            [
+                r.astype(np.int64) if r is not None else self._exact_candidates(row, m, pool)
+                for r, row in zip(rows, mean)
+            ]
+        )
+
+    def _exact_candidates(self, query: np.ndarray, m: int, pool: np.ndarray) -> np.ndarray:
+        """The ``m`` slots of ``pool`` of largest inner product with ``query`` (ties: lower slot)."""
+        ip = np.concatenate(
+            [self._store.rows(pool[s : s + _BLOCK])[0] @ query for s in range(0, len(pool), _BLOCK)]
+        ).astype(np.float64)
+        return pool[np.lexsort((pool, -ip))[:m]]
+
     def candidates(self, queries, m: int, *, ef: Optional[int] = None, num_threads: Optional[int] = None) -> np.ndarray:
-        """The hnswlib inner-product candidates ``(Q, m)`` int64 (``-1`` pads).
+        """The hnswlib inner-product candidates ``(Q, m)`` as ids (``-1`` pads).
 
         Safe to call from several threads at once: the graph's search breadth
         (``set_ef``) is shared state, so setting it and querying happen under
@@ -227,25 +440,75 @@ class UECIndex:
         m = min(check_int(m, "m", low=1), len(self))
         ef = max(m, check_int(ef, "ef", low=1) if ef is not None else 2 * m)
         threads = check_num_threads(num_threads if num_threads is not None else self.num_threads) or -1
-        with self._graph_lock:
-            self._graph.set_ef(ef)
-            try:
-                labels, _ = self._graph.knn_query(q.mean, k=m, num_threads=threads)
-                return labels.astype(np.int64)
-            except RuntimeError:  # "Cannot return the results in a contiguous 2D array..."
-                pass
-            rows = []
-            for row in q.mean:  # find the queries hnswlib fails on; the others keep its answer
-                try:
-                    rows.append(self._graph.knn_query(row[None, :], k=m, num_threads=1)[0][0].astype(np.int64))
-                except RuntimeError:
-                    rows.append(None)
-        return np.stack([r if r is not None else self._exact_candidates(row, m) for r, row in zip(rows, q.mean)])
+        return self._to_ids(self._candidate_slots(q.mean, m, ef, threads, None))
 
-    def _exact_candidates(self, query: np.ndarray, m: int) -> np.ndarray:
-        """The ``m`` documents of largest inner product with ``query`` (ties: lower index)."""
-        ip = self.docs.mean.astype(np.float64) @ query.astype(np.float64)
-        return np.lexsort((np.arange(len(ip)), -ip))[:m].astype(np.int64)
+    def _to_ids(self, slots: np.ndarray) -> np.ndarray:
+        return np.where(slots >= 0, self._store.ids[np.maximum(slots, 0)], -1)
+
+    def _score_rows(self, q: GaussianEmbedding, rows: np.ndarray, k: int, candidates, nt, block=None):
+        """Top-``k`` of ``q`` over store ``rows`` (or among ``candidates``, positions in ``rows``) as slots."""
+        official = self.ensemble is not None and self.ensemble.rules == "official"
+        if official:
+            mean, var = self._store.rows(rows)
+            docs = GaussianEmbedding(mean, var if self.use_variance else np.zeros_like(var))
+            s, p = self.ensemble.topk(q, docs, k, candidates=candidates, num_threads=nt)
+        else:
+            prepared = self._prepared(rows, block)
+            vq = q.var if self.use_variance else np.zeros_like(q.var)
+            s, p = prepared.top_k(q.mean, vq, k, candidates=candidates, num_threads=nt)
+        return s, np.where(p >= 0, rows[np.maximum(p, 0)], -1)
+
+    def _prepared(self, rows: np.ndarray, block: Optional[int]) -> kernels.ProbitDocs:
+        if block is not None and block in self._blocks:
+            return self._blocks[block][0]
+        mean, var = self._store.rows(rows)
+        prepared = kernels.ProbitDocs(mean, var if self.use_variance else np.zeros_like(var))
+        del mean, var
+        if block is not None and self._panels_fit():  # all or none: a partial cache would still pack per call
+            self._blocks[block] = (prepared, rows)
+        return prepared
+
+    def _live_blocks(self) -> List[Tuple[int, np.ndarray]]:
+        """``(block, live slots)`` of each fixed range of ``_BLOCK`` slots (fixed, so its panels can be cached)."""
+        live = self._store.live_slots()
+        cuts = np.searchsorted(live, np.arange(0, self._store.n_slots + _BLOCK, _BLOCK))
+        return [(b, live[lo:hi]) for b, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:])) if hi > lo]
+
+    def _panels_fit(self) -> bool:
+        """Whether the packed panels of every live document fit ``panel_cache_bytes``."""
+        return 12 * self.dim * len(self) <= self.panel_cache_bytes
+
+    def _rerank_cached(self, q: GaussianEmbedding, cand: np.ndarray, k: int, nt) -> Tuple[np.ndarray, np.ndarray]:
+        """Rerank ``cand`` (slots) block by block on the cached panels: each block sees, per query,
+        only its own candidates (a ``(Q, c_b)`` matrix, ``c_b`` the most any query has there)."""
+        srt = np.sort(cand, axis=1)  # -1 pads first; each block's candidates contiguous per row
+        scores, ids = [], []
+        for b, rows in self._live_blocks():
+            lo = (srt < b * _BLOCK).sum(axis=1)
+            hi = (srt < (b + 1) * _BLOCK).sum(axis=1)
+            width = int((hi - lo).max())
+            if width == 0:
+                continue
+            take = lo[:, None] + np.arange(width)
+            valid = take < hi[:, None]
+            slots = np.take_along_axis(srt, np.minimum(take, srt.shape[1] - 1), axis=1)
+            local = np.where(valid, np.searchsorted(rows, slots), -1)
+            sc, sl = self._score_rows(q, rows, min(k, width), local, nt, b)
+            scores.append(sc)
+            ids.append(self._to_ids(sl))
+        return merge_topk(np.concatenate(scores, axis=1), np.concatenate(ids, axis=1), k)
+
+    def _exact(self, q: GaussianEmbedding, k: int, allowed, nt) -> Tuple[np.ndarray, np.ndarray]:
+        if allowed is None:
+            parts = self._live_blocks()
+        else:
+            parts = [(None, allowed[s : s + _BLOCK]) for s in range(0, len(allowed), _BLOCK)]
+        scores, slots = [], []
+        for b, rows in parts:
+            s, sl = self._score_rows(q, rows, min(k, len(rows)), None, nt, None if b is None else int(b))
+            scores.append(s)
+            slots.append(sl)
+        return merge_topk(np.concatenate(scores, axis=1), self._to_ids(np.concatenate(slots, axis=1)), k)
 
     def search(
         self,
@@ -255,13 +518,15 @@ class UECIndex:
         exact: bool = False,
         rerank: Optional[int] = None,
         ef: Optional[int] = None,
+        filter=None,
         num_threads: Optional[int] = None,
     ) -> Tuple[np.ndarray, np.ndarray]:
         """Top-``k`` documents per query by probit similarity.
 
         Thread-safe: any number of threads may search one index at once, with
         different ``k``/``rerank``/``ef``, and each gets exactly what the same
-        call alone would return.
+        call alone would return (but not while :meth:`add`/:meth:`remove`
+        run). Deterministic for a fixed index.
 
         Parameters
         ----------
@@ -273,62 +538,95 @@ class UECIndex:
             ANN candidates per query (default ``self.rerank``, at least ``k``).
         ef : int, optional
             hnswlib search breadth (default ``2 * rerank``).
+        filter : array_like of int, optional
+            Ids the results may come from (ids not in the index are ignored).
+            Up to 20,000 allowed documents are searched exactly; more go
+            through hnswlib's filtered search.
 
         Returns
         -------
-        scores : ndarray (Q, k) float32, best first
-        indices : ndarray (Q, k) int64
+        scores : ndarray (Q, k) float32, best first (ties: lower id)
+        ids : ndarray (Q, k) int64
         """
         q = self._queries(queries)
-        k = check_k(k, len(self))
-        vq = q.var if self.use_variance else np.zeros_like(q.var)
+        allowed = self._allowed(filter)
+        n = len(self) if allowed is None else len(allowed)
+        k = check_k(k, n)
         nt = num_threads if num_threads is not None else self.num_threads
-        official = self.ensemble is not None and self.ensemble.rules == "official"
-        if exact:
-            if official:
-                return self.ensemble.topk(q, self._scored_docs(), k, num_threads=nt)
-            return self._probit.top_k(q.mean, vq, k, num_threads=nt)
         m = max(k, check_int(rerank, "rerank", low=1) if rerank is not None else self.rerank)
-        cand = self.candidates(q, m, ef=ef, num_threads=nt)
-        if official:  # the official code's beta-scaled cosine instead of the probit
-            return self.ensemble.topk(q, self._scored_docs(), k, candidates=cand, num_threads=nt)
-        return self._probit.top_k(q.mean, vq, k, candidates=cand, num_threads=nt)
-
-    def _scored_docs(self) -> GaussianEmbedding:
-        return self.docs if self.use_variance else GaussianEmbedding(self.docs.mean, np.zeros_like(self.docs.var))
+        ef = max(m, check_int(ef, "ef", low=1)) if ef is not None else 2 * m
+        if exact or (allowed is not None and len(allowed) <= _EXACT_FILTER_ROWS):
+            return self._exact(q, k, allowed, nt)
+        m = min(m, n)
+        threads = check_num_threads(nt) or -1
+        cand = self._candidate_slots(q.mean, m, max(ef, m), threads, allowed)
+        official = self.ensemble is not None and self.ensemble.rules == "official"
+        if self._panels_fit() and not official:
+            return self._rerank_cached(q, cand, k, nt)
+        out_s = np.empty((len(q), k), np.float32)
+        out_i = np.empty((len(q), k), np.int64)
+        step = max(1, _RERANK_ROWS // m)
+        for s in range(0, len(q), step):  # pack only the rows this batch's candidates need
+            c = cand[s : s + step]
+            rows = np.unique(c[c >= 0])
+            pos = np.where(c >= 0, np.searchsorted(rows, c), -1)
+            sc, sl = self._score_rows(q[s : s + step], rows, k, pos, nt)
+            out_s[s : s + step], out_i[s : s + step] = merge_topk(sc, self._to_ids(sl), k)
+        return out_s, out_i
 
     # ------------------------------------------------------------------ persistence
     def save(self, path) -> Path:
-        """Write the index atomically with a checksum over everything (graph bytes included)."""
-        arrays = {
-            "mean": self.docs.mean,
-            "var": self.docs.var,
-            "graph": np.frombuffer(self._graph_bytes(), dtype=np.uint8),
-        }
-        meta = {
-            "index_version": INDEX_VERSION,
-            "M": self.M,
-            "ef_construction": self.ef_construction,
-            "rerank": self.rerank,
-            "use_variance": self.use_variance,
-            "random_state": self.random_state,
-            "has_texts": self.texts is not None,
-            "ensemble": None,
-        }
-        if self.docs.weights is not None:
-            arrays["weights"] = self.docs.weights
-        if self.texts is not None:
-            arrays["texts"], arrays["text_offsets"] = _pack_texts(self.texts)
-        if self.ensemble is not None:
-            ens_arrays, meta["ensemble"] = self.ensemble.get_state()
-            arrays.update({f"ens.{k}": v for k, v in ens_arrays.items()})
-        return save_arrays(path, _KIND, arrays, meta)
+        """Write the index atomically with a checksum over everything (graph bytes included), streamed."""
+        store = self._store
+        fd, tmp = tempfile.mkstemp(suffix=".hnsw")
+        os.close(fd)
+        try:
+            with self._graph_lock:
+                self._graph.save_index(tmp)
+            arrays = {
+                "mean": store.mean,
+                "var": store.var,
+                "ids": store.ids[: store.n_slots],
+                "alive": store.alive[: store.n_slots],
+                "graph": np.memmap(tmp, dtype=np.uint8, mode="r"),
+            }
+            meta = {
+                "index_version": INDEX_VERSION,
+                "M": self.M,
+                "ef_construction": self.ef_construction,
+                "rerank": self.rerank,
+                "use_variance": self.use_variance,
+                "random_state": self.random_state,
+                "dtype": self.dtype,
+                "has_texts": store.texts is not None,
+                "ensemble": None,
+            }
+            if store.texts is not None:
+                arrays["texts"], arrays["text_offsets"] = _pack_texts(store.texts)
+            if self.ensemble is not None:
+                ens_arrays, meta["ensemble"] = self.ensemble.get_state()
+                arrays.update({f"ens.{k}": v for k, v in ens_arrays.items()})
+            out = save_raw_arrays(path, _KIND, arrays, meta)
+            del arrays
+            return out
+        finally:
+            os.unlink(tmp)
 
     @classmethod
     def load(
-        cls, path, *, ensemble: Optional[UECEnsemble] = None, encoders=None, num_threads: Optional[int] = None
+        cls,
+        path,
+        *,
+        ensemble: Optional[UECEnsemble] = None,
+        encoders=None,
+        mmap: bool = False,
+        num_threads: Optional[int] = None,
     ) -> UECIndex:
         """Read an index written by :meth:`save`.
+
+        With ``mmap=True`` the document store stays on disk as a read-only
+        memory map (the first :meth:`add`/:meth:`remove` copies it into memory);
+        the hnswlib graph is always read into memory.
 
         Raises :class:`crossembed._io.CorruptFileError` (a ValueError) when the
         file is truncated, edited, of another kind or of an unknown version.
@@ -338,31 +636,43 @@ class UECIndex:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no index file at {str(path)!r}")
-        arrays, meta = load_arrays(path, _KIND)
-        if meta.get("index_version") != INDEX_VERSION:
+        arrays, meta = load_arrays(path, _KIND, mmap=mmap)
+        version = meta.get("index_version")
+        if version not in (1, INDEX_VERSION):
             raise CorruptFileError(
-                f"{path}: UECIndex version {meta.get('index_version')} is not supported (expected {INDEX_VERSION})"
+                f"{path}: UECIndex version {version} is not supported (expected 1 or {INDEX_VERSION})"
             )
         try:
-            docs = GaussianEmbedding(arrays["mean"], arrays["var"], arrays.get("weights"))
+            n = len(arrays["mean"])
             texts = _unpack_texts(arrays["texts"], arrays["text_offsets"]) if meta["has_texts"] else None
+            if version == 1:  # every slot live, ids 0 .. n-1, float32
+                ids, alive, dtype = np.arange(n, dtype=np.int64), np.ones(n, bool), "float32"
+            else:
+                ids, alive, dtype = arrays["ids"], arrays["alive"], meta["dtype"]
+            if ids.shape != (n,) or alive.shape != (n,) or arrays["var"].shape != arrays["mean"].shape:
+                raise CorruptFileError(f"{path}: inconsistent UECIndex arrays")
+            if texts is not None:
+                texts = [t if a else None for t, a in zip(texts, alive)]
+            store = DocStore(arrays["mean"], arrays["var"], ids, alive, dtype=dtype, texts=texts)
             if ensemble is None and meta.get("ensemble") is not None:
                 ens_arrays = {k[4:]: v for k, v in arrays.items() if k.startswith("ens.")}
                 ensemble = UECEnsemble.from_state(ens_arrays, meta["ensemble"], encoders=encoders)
             return cls(
-                docs,
+                None,
                 ensemble=ensemble,
-                texts=texts,
                 M=meta["M"],
                 ef_construction=meta["ef_construction"],
                 rerank=meta["rerank"],
                 use_variance=meta["use_variance"],
                 random_state=meta["random_state"],
                 num_threads=num_threads,
-                _graph=arrays["graph"].tobytes(),
+                _store=store,
+                _graph=arrays["graph"],
             )
-        except (KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+        except (KeyError, TypeError, AttributeError, UnicodeDecodeError, ValueError) as exc:
+            if isinstance(exc, CorruptFileError):
+                raise
             raise CorruptFileError(f"{path}: incomplete UECIndex ({type(exc).__name__}: {exc})") from None
 
     def __repr__(self) -> str:
-        return f"UECIndex(n={len(self)}, dim={self.dim}, M={self.M}, rerank={self.rerank})"
+        return f"UECIndex(n={len(self)}, dim={self.dim}, dtype={self.dtype}, M={self.M}, rerank={self.rerank})"

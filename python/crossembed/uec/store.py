@@ -1,0 +1,173 @@
+"""The one copy of an index's document Gaussians: rows by slot, int64 ids, free slots.
+
+:class:`DocStore` keeps means and variances in one dtype (float32, or float16
+at half the memory) with room for ``capacity`` rows. A slot is a row; a
+removed document frees its slot for the next :meth:`DocStore.put`, so the
+slots hnswlib labels its nodes with stay valid (hnswlib updates a deleted
+label in place). The arrays may be read-only memory maps of a saved index:
+the first change copies them into memory.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from crossembed._validation import as_int_matrix
+
+__all__ = ["DocStore", "STORE_DTYPES"]
+
+STORE_DTYPES = {"float32": np.float32, "float16": np.float16}
+_FLOAT16_MAX = 65504.0
+
+
+def store_dtype(dtype) -> np.dtype:
+    """``dtype`` as one of :data:`STORE_DTYPES` (ValueError naming the argument otherwise)."""
+    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    if name not in STORE_DTYPES:
+        raise ValueError(f"dtype must be 'float32' or 'float16', got {dtype!r}")
+    return np.dtype(STORE_DTYPES[name])
+
+
+class DocStore:
+    """Document rows by slot (see module docstring).
+
+    Parameters
+    ----------
+    mean, var : ndarray (n_slots, D)
+        In the store's dtype (copied otherwise); rows of free slots are ignored.
+    ids : ndarray (n_slots,) int64
+        External id per slot (any value for free slots).
+    alive : ndarray (n_slots,) bool
+    texts : list of str or None, optional
+        One per slot (None for free slots).
+    capacity : int, optional
+        Rows to reserve (at least ``n_slots``).
+    """
+
+    def __init__(self, mean, var, ids, alive, *, dtype, texts=None, capacity: Optional[int] = None):
+        self.dtype = store_dtype(dtype)
+        self.dim = int(mean.shape[1])
+        self.n_slots = int(mean.shape[0])
+        self._mean = mean if mean.dtype == self.dtype else mean.astype(self.dtype)
+        self._var = var if var.dtype == self.dtype else var.astype(self.dtype)
+        self.ids = np.asarray(ids, dtype=np.int64)
+        self.alive = np.asarray(alive, dtype=bool)
+        self.texts: Optional[List[Optional[str]]] = None if texts is None else list(texts)
+        self._lookup: Optional[Tuple[np.ndarray, np.ndarray]] = None
+        if capacity is not None and capacity > self.n_slots:
+            self._grow(capacity)
+
+    # ------------------------------------------------------------------ rows
+    @property
+    def mean(self) -> np.ndarray:
+        return self._mean[: self.n_slots]
+
+    @property
+    def var(self) -> np.ndarray:
+        return self._var[: self.n_slots]
+
+    @property
+    def capacity(self) -> int:
+        return int(self._mean.shape[0])
+
+    def __len__(self) -> int:
+        return int(self.alive[: self.n_slots].sum())
+
+    def live_slots(self) -> np.ndarray:
+        return np.flatnonzero(self.alive[: self.n_slots])
+
+    def rows(self, slots: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """float32 means and variances of ``slots`` (a sorted array reads memory maps in order)."""
+        return (
+            np.ascontiguousarray(self._mean[slots], dtype=np.float32),
+            np.ascontiguousarray(self._var[slots], dtype=np.float32),
+        )
+
+    def nbytes(self) -> int:
+        """Bytes held (or mapped) for means, variances, ids and flags."""
+        return int(self._mean.nbytes + self._var.nbytes + self.ids.nbytes + self.alive.nbytes)
+
+    # ------------------------------------------------------------------ ids
+    def _sorted(self) -> Tuple[np.ndarray, np.ndarray]:
+        if self._lookup is None:
+            live = self.live_slots()
+            order = np.argsort(self.ids[live], kind="stable")
+            self._lookup = (self.ids[live][order], live[order])
+        return self._lookup
+
+    def contains(self, ids: np.ndarray) -> np.ndarray:
+        """Boolean mask: which of ``ids`` are live documents."""
+        keys, _ = self._sorted()
+        if not len(keys):
+            return np.zeros(len(ids), dtype=bool)
+        return keys[np.minimum(np.searchsorted(keys, ids), len(keys) - 1)] == ids
+
+    def slots_of(self, ids: np.ndarray, name: str = "ids") -> np.ndarray:
+        """Slots of live ``ids`` (ValueError naming ``name`` for an unknown one)."""
+        known = self.contains(ids)
+        if not known.all():
+            raise ValueError(f"{name} has {int((~known).sum())} ids not in the index (first: {int(ids[~known][0])})")
+        keys, slots = self._sorted()
+        return slots[np.searchsorted(keys, ids)]
+
+    def next_ids(self, n: int) -> np.ndarray:
+        """``n`` fresh ids after the largest one ever stored (0, 1, ... for an empty store)."""
+        start = int(self.ids[: self.n_slots].max()) + 1 if self.n_slots else 0
+        return np.arange(start, start + n, dtype=np.int64)
+
+    # ------------------------------------------------------------------ changes
+    def _materialize(self) -> None:
+        if isinstance(self._mean, np.memmap) or not self._mean.flags.writeable:
+            self._mean, self._var = np.array(self._mean), np.array(self._var)
+            self.ids, self.alive = np.array(self.ids), np.array(self.alive)
+
+    def _grow(self, capacity: int) -> None:
+        def grow(a, fill):
+            out = np.full((capacity,) + a.shape[1:], fill, dtype=a.dtype)
+            out[: self.n_slots] = a[: self.n_slots]
+            return out
+
+        self._mean, self._var = grow(self._mean, 0), grow(self._var, 0)
+        self.ids, self.alive = grow(self.ids, -1), grow(self.alive, False)
+
+    def put(self, mean: np.ndarray, var: np.ndarray, ids: np.ndarray, texts: Optional[Sequence[str]]) -> np.ndarray:
+        """Store rows under ``ids`` (new to the store); returns their slots (free ones first, ascending)."""
+        if self.dtype == np.float16 and mean.size and max(np.abs(mean).max(), var.max()) > _FLOAT16_MAX:
+            raise ValueError("docs have values beyond float16's range: use dtype='float32'")
+        self._materialize()
+        n = len(ids)
+        free = np.flatnonzero(~self.alive[: self.n_slots])[:n]
+        fresh = np.arange(self.n_slots, self.n_slots + n - len(free), dtype=np.int64)
+        if self.n_slots + len(fresh) > self.capacity:
+            self._grow(max(self.n_slots + len(fresh), 2 * self.capacity))
+        slots = np.concatenate([free, fresh])
+        self.n_slots += len(fresh)
+        self._mean[slots], self._var[slots] = mean, var
+        self.ids[slots], self.alive[slots] = ids, True
+        if self.texts is not None:
+            self.texts.extend([None] * len(fresh))
+            for s, t in zip(slots, texts):
+                self.texts[s] = t
+        self._lookup = None
+        return slots
+
+    def drop(self, slots: np.ndarray) -> None:
+        """Free ``slots``."""
+        self._materialize()
+        self.alive[slots] = False
+        if self.texts is not None:
+            for s in slots:
+                self.texts[s] = None
+        self._lookup = None
+
+
+def check_ids(ids, n: int, name: str = "ids") -> np.ndarray:
+    """``n`` distinct non-negative int64 ids (``-1`` is the padding of search results, as in faiss)."""
+    arr = as_int_matrix(np.asarray(ids).reshape(-1) if np.ndim(ids) == 0 else ids, name, ndim=1, low=0)
+    if len(arr) != n:
+        raise ValueError(f"{name} must hold {n} ids (one per document), got {len(arr)}")
+    if len(np.unique(arr)) != n:
+        raise ValueError(f"{name} has repeated ids")
+    return arr

@@ -1,0 +1,76 @@
+"""ShardedUECIndex on a dask.distributed LocalCluster equals one local UECIndex (issue 14)."""
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("dask.distributed")
+pytest.importorskip("hnswlib")
+
+from crossembed.uec import GaussianEmbedding, UECIndex  # noqa: E402
+from crossembed.uec.laplace import normalize_rows  # noqa: E402
+from crossembed.uec.sharded import ShardedUECIndex  # noqa: E402
+
+
+def _docs(n, d, seed):
+    rng = np.random.default_rng(seed)
+    centers = normalize_rows(rng.normal(size=(10, d)))
+    x = normalize_rows(centers[rng.integers(0, 10, n)] + 0.4 * rng.normal(size=(n, d)))
+    return GaussianEmbedding(x.astype(np.float32), (0.02 * rng.random((n, d))).astype(np.float32))
+
+
+@pytest.mark.parametrize("n_shards", [1, 3])
+def test_sharded_search_equals_the_local_index(client, n_shards):
+    docs, q = _docs(500, 16, 0), _docs(15, 16, 1)
+    ids = np.arange(500, dtype=np.int64) * 3 + 7
+    local = UECIndex(docs, ids=ids, M=8, ef_construction=60)
+    sharded = ShardedUECIndex(client, docs, ids=ids, n_shards=n_shards, M=8, ef_construction=60)
+    assert len(sharded) == 500 and min(sharded.shard_sizes()) > 400 / n_shards  # strided ids spread evenly
+    s0, i0 = local.search(q, 10, exact=True)
+    s1, i1 = sharded.search(q, 10, exact=True)
+    np.testing.assert_array_equal(i1, i0)
+    np.testing.assert_array_equal(s1, s0)
+    # every candidate reranked: the ANN path is exact too, shard by shard
+    _, i2 = sharded.search(q, 10, rerank=500, ef=500)
+    np.testing.assert_array_equal(i2, i0)
+    _, i3 = sharded.search(q, 10, rerank=40)
+    assert np.mean([len(set(a) & set(e)) / 10 for a, e in zip(i3, i0)]) >= 0.95
+    allowed = ids[::5]
+    np.testing.assert_array_equal(
+        sharded.search(q, 4, filter=allowed)[1], local.search(q, 4, filter=allowed, exact=True)[1]
+    )
+
+
+def test_sharded_updates_and_files(client, tmp_path):
+    docs, extra, q = _docs(300, 8, 2), _docs(40, 8, 3), _docs(6, 8, 4)
+    local = UECIndex(docs, M=8)
+    sharded = ShardedUECIndex(client, docs, n_shards=2, M=8)
+    for index in (local, sharded):
+        index.remove(np.arange(0, 300, 4))
+        index.add(extra, ids=np.arange(1000, 1040))
+    assert len(sharded) == len(local) == 300 - 75 + 40
+    np.testing.assert_array_equal(sharded.search(q, 8, exact=True)[1], local.search(q, 8, exact=True)[1])
+    paths = sharded.save(str(tmp_path / "shard{shard}.uec"))
+    back = ShardedUECIndex.load(client, paths)
+    np.testing.assert_array_equal(back.search(q, 8, exact=True)[1], local.search(q, 8, exact=True)[1])
+    with pytest.raises(ValueError, match="larger"):
+        sharded.search(q, 1000, exact=True)
+    with pytest.raises(ValueError, match="filter"):
+        sharded.search(q, 3, filter=[5_000_000])
+    with pytest.raises(ValueError, match="shard"):
+        sharded.save(str(tmp_path / "x.uec"))
+    with pytest.raises(TypeError, match="client"):
+        ShardedUECIndex(object(), docs)
+    with pytest.raises(ValueError, match="no ensemble"):
+        sharded.search(["text"], 3)
+
+
+def test_worker_processes_hold_their_own_shards():
+    """Real worker processes (what `dask worker` starts on other machines): inputs and results are pickled."""
+    docs, q = _docs(200, 8, 5), _docs(4, 8, 6)
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
+    with cluster, distributed.Client(cluster) as c:
+        sharded = ShardedUECIndex(c, docs, M=8)
+        assert len(set(sharded._workers)) == 2
+        np.testing.assert_array_equal(
+            sharded.search(q, 6, exact=True)[1], UECIndex(docs, M=8).search(q, 6, exact=True)[1]
+        )
