@@ -12,14 +12,6 @@ from crossembed.linking import GEHLinker  # noqa: E402
 from crossembed.linking.proposers import pool_candidate_lists  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def client():
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None)
-    with distributed.Client(cluster) as c:
-        yield c
-    cluster.close()
-
-
 def _lists(rng, n_rows, n_other, m, pad=0.2):
     cand = np.stack([rng.choice(n_other, size=m, replace=False) for _ in range(n_rows)])
     cand[rng.random(cand.shape) < pad] = -1
