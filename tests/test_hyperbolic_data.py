@@ -16,14 +16,15 @@ def _source(n=200, seed=0):
 
 
 def test_scenes_layout_and_representativeness():
-    s = D.make_scenes(60, canvas=48, part_size=24, random_state=0, source=_source())
-    assert s.scenes.shape == (60, 48, 48) and s.parts.shape[1:] == (24, 24)
+    s = D.make_scenes(60, canvas=48, random_state=0, source=_source())
+    assert s.scenes.shape == (60, 48, 48)
     for i in range(60):
         idx = np.flatnonzero(s.part_scene == i)
         assert 1 <= idx.size <= 4
         np.testing.assert_allclose(s.representativeness[idx].sum(), 1.0)
+        mass = s.parts[idx].reshape(idx.size, -1).sum(1, dtype=np.float64)
+        np.testing.assert_allclose(s.representativeness[idx], mass / s.scenes[i].sum(dtype=np.float64))
         areas = s.part_boxes[idx, 2] * s.part_boxes[idx, 3]
-        np.testing.assert_allclose(s.representativeness[idx], areas / areas.sum())
         labels = s.part_labels[idx]
         assert len(set(labels)) == len(labels)  # different classes per scene
         assert list(s.scene_labels[i, : idx.size]) == list(labels) and (s.scene_labels[i, idx.size :] == -1).all()
@@ -32,6 +33,42 @@ def test_scenes_layout_and_representativeness():
         # boxes do not overlap: painted area equals the sum of box areas
         painted = (s.scenes[i] > 0).sum()
         assert painted == areas.sum()
+
+
+def test_a_part_is_its_scene_with_the_other_items_masked_at_the_same_scale():
+    s = D.make_scenes(40, canvas=40, random_state=1, source=_source())
+    # same canvas, same scale: a part is never an upscaled crop
+    assert s.parts.shape[1:] == s.scenes.shape[1:]
+    for t in range(len(s.parts)):
+        scene, part = s.scenes[s.part_scene[t]], s.parts[t]
+        r, c, h, w = s.part_boxes[t]
+        inside = np.zeros(scene.shape, bool)
+        inside[r : r + h, c : c + w] = True
+        assert np.array_equal(part[inside], scene[inside])  # the item, pixel for pixel, where it is in the scene
+        assert not part[~inside].any()  # everything else masked out
+        assert (part <= scene).all()  # a pixel-wise subset: less specific than the whole
+    for i in range(40):
+        idx = np.flatnonzero(s.part_scene == i)
+        assert np.array_equal(s.parts[idx].max(0), s.scenes[i])  # the parts make up the scene
+
+
+def test_representativeness_is_a_share_in_unit_interval_and_orders_by_ink():
+    s = D.make_scenes(80, random_state=2, source=_source())
+    rep = s.representativeness
+    assert rep.dtype == np.float64 and ((rep >= 0) & (rep <= 1)).all()
+    one = np.bincount(s.part_scene)[s.part_scene] == 1
+    np.testing.assert_allclose(rep[one], 1.0)
+    # the larger box of two items with similar ink density carries the larger share
+    big = [np.flatnonzero(s.part_scene == i) for i in range(80)]
+    pairs = [(i[0], i[1]) for i in big if i.size >= 2 and s.part_boxes[i[0], 2] > 1.5 * s.part_boxes[i[1], 2]]
+    assert pairs and all(rep[a] > rep[b] for a, b in pairs)
+
+
+def test_an_all_black_scene_shares_equally():
+    images = np.zeros((20, 28, 28), np.uint8)
+    s = D.make_scenes(10, random_state=0, source=(images, np.arange(20) % 10))
+    n = np.bincount(s.part_scene)[s.part_scene]
+    np.testing.assert_allclose(s.representativeness, 1.0 / n)
 
 
 def test_captions_and_vocabulary():

@@ -134,8 +134,10 @@ def test_total_loss_terms_switch_as_documented():
     b = _batch(1)
     full = total_loss(b, preset("uncha"), **kw)
     no_h = total_loss(b, preset("uncha-no-entropy"), **kw)
-    # the only difference is the two batch entropies (image parts and text parts, P = 5 rows each)
-    ip_u, tp_u = L.uncertainty(b.image_part), L.uncertainty(b.text_part[b.part_text])
+    # the only difference is the two batch entropies over the proper parts (scene 1's only part,
+    # row 2, is the scene itself and is left out of the part -> whole terms)
+    proper = torch.tensor([0, 1, 3, 4])
+    ip_u, tp_u = L.uncertainty(b.image_part[proper]), L.uncertainty(b.text_part[b.part_text][proper])
 
     def H(u):
         return -(torch.softmax(u, 0) * torch.log_softmax(u, 0)).sum()
@@ -148,6 +150,27 @@ def test_total_loss_terms_switch_as_documented():
     r = entailment_loss(b.text, b.image, L.Lorentz(1.0), eta=0.7, alpha=0.0).mean()
     assert meru["entailment"].item() == pytest.approx(r.item())
     assert meru["loss"].item() == pytest.approx((meru["global"] + 0.2 * r).item())
+
+
+def test_sole_part_equal_to_its_scene_gives_no_gradient_blow_up():
+    # a one-item scene: its part image is pixel-for-pixel the scene, so the embeddings coincide
+    b = _batch(2)
+    with torch.no_grad():
+        b.image_part[2] = b.image[1]
+    kw = dict(manifold=L.Lorentz(1.0), tau_g=0.07, tau_l=0.05, tau_gl=0.06)
+    total_loss(b, preset("uncha"), **kw)["loss"].backward()
+    assert float(b.image_part.grad.norm()) < 1e3 and float(b.image.grad.norm()) < 1e3
+    # every scene with a single part: no proper part, no intra-modal pair and no calibration
+    g = torch.Generator().manual_seed(4)
+    one = Batch(
+        *(torch.randn(n, 4, generator=g, dtype=D64) * 0.7 for n in (3, 3, 3, 3)),
+        part_text=torch.arange(3),
+        part_scene=torch.arange(3),
+        scene_caption=torch.arange(3),
+        scene_has=torch.eye(3, dtype=torch.bool),
+    )
+    out = total_loss(one, preset("uncha"), **kw)
+    assert torch.isfinite(out["loss"]) and "calibration" not in out
 
 
 def test_config_validation():

@@ -25,7 +25,6 @@ def _result(embeddings=None):
             "batch_size": 8,
             "n_train": 48,
             "canvas": 32,
-            "part_size": 16,
             "dim": 8,
             "lr": 5e-4,
             "weight_decay": 0.2,
@@ -72,9 +71,9 @@ def test_render_without_plots_links_no_image():
 def test_plots_write_pngs(tmp_path):
     rng = np.random.default_rng(0)
     src = (rng.integers(0, 256, size=(40, 28, 28)).astype(np.uint8), np.arange(40) % 10)
-    scenes = D.make_scenes(12, canvas=32, part_size=16, random_state=0, source=src, split="test")
+    scenes = D.make_scenes(12, canvas=32, random_state=0, source=src, split="test")
     test = HeldOutSet(scenes, src[0][:10], src[1][:10])
-    model = build_model(TrainConfig(n_train=48, batch_size=8, canvas=32, part_size=16, dim=8, width=8))
+    model = build_model(TrainConfig(n_train=48, batch_size=8, canvas=32, dim=8, width=8))
     emb = {k: torch.randn(len(scenes.parts), 8) * 0.3 for k in ("scene_image", "part_image", "scene_text", "prompt")}
     h = Hierarchy(["r", "a", "b"], np.arange(3), np.array([[1, 0], [2, 0]]), np.array([0, 1, 1]))
     for path in (

@@ -18,13 +18,11 @@ torch.set_num_threads(1)
 def _scenes(n=48, seed=0, split="train"):
     rng = np.random.default_rng(seed)
     src = (rng.integers(0, 256, size=(100, 28, 28)).astype(np.uint8), np.arange(100) % 10)
-    return D.make_scenes(n, canvas=32, part_size=16, random_state=seed, source=src, split=split), src
+    return D.make_scenes(n, canvas=32, random_state=seed, source=src, split=split), src
 
 
 def _cfg(model="uncha", steps=3, **kw):
-    return TrainConfig(
-        model=model, steps=steps, batch_size=8, n_train=48, canvas=32, part_size=16, dim=8, width=8, warmup=1, **kw
-    )
+    return TrainConfig(model=model, steps=steps, batch_size=8, n_train=48, canvas=32, dim=8, width=8, warmup=1, **kw)
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
@@ -36,7 +34,7 @@ def test_every_model_trains_and_evaluates(name):
     test_scenes, _ = _scenes(20, seed=1, split="test")
     test = HeldOutSet(test_scenes, src[0][:30], src[1][:30])
     m = evaluate(res.model, test)
-    for k in ("zs_crop_acc", "zs_scene_acc", "i2t_r1", "i2t_r5", "t2i_r1", "t2i_r5", "p2s_r1", "p2s_r5"):
+    for k in ("zs_part_acc", "zs_scene_acc", "i2t_r1", "i2t_r5", "t2i_r1", "t2i_r5", "p2s_r1", "p2s_r5"):
         assert 0.0 <= m[k] <= 1.0
     assert m["i2t_r1"] <= m["i2t_r5"]
     if name == "clip":
@@ -120,6 +118,8 @@ def test_cli_errors_exit_2(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert main(["uncha-table", "--models", "clip,bert", "--out", str(tmp_path / "t.md")]) == 2
     assert "--models must be one of 'clip'" in capsys.readouterr().err
+    assert main(["uncha-curve", "--models", "bert", "--out", str(tmp_path / "c.md")]) == 2
+    assert "--models must be one of 'clip'" in capsys.readouterr().err
     assert main(["uncha-table", "--out", str(tmp_path / "no" / "t.md")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert main(["uncha-table", "--seeds", "0"]) == 2
@@ -176,4 +176,4 @@ def test_cli_train_and_eval_on_real_fashion_mnist(tmp_path, capsys, request):
     assert out["scenes_per_second"] > 0
     assert main(["eval-uncha", str(tmp_path), "--n-test", "100", "--n-items", "200", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert res["zs_crop_acc"] > 0.1  # above chance after 20 steps
+    assert res["zs_part_acc"] > 0.1  # above chance after 20 steps

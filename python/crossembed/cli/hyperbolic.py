@@ -1,4 +1,4 @@
-"""CLI: ``crossembed train-uncha``, ``eval-uncha``, ``uncha-table``, ``embed-wordnet``.
+"""CLI: ``crossembed train-uncha``, ``eval-uncha``, ``uncha-curve``, ``uncha-table``, ``embed-wordnet``.
 
 Nothing is written into the repository by default: ``train-uncha`` writes
 under its required ``--out``, ``uncha-table`` prints the markdown table unless
@@ -96,9 +96,7 @@ def _cmd_eval(args) -> int:
 
     _set_threads(args.num_threads)
     model, cfg, step, _hist, _meta = load_checkpoint(args.checkpoint)
-    test = make_test_set(
-        n_scenes=args.n_test, n_items=args.n_items, canvas=cfg.canvas, part_size=cfg.part_size, max_items=cfg.max_items
-    )
+    test = make_test_set(n_scenes=args.n_test, n_items=args.n_items, canvas=cfg.canvas, max_items=cfg.max_items)
     res = evaluate(model, test, return_embeddings=bool(args.plot), num_threads=args.num_threads)
     emb = res.pop("embeddings", None)
     if args.plot and model.hyperbolic:
@@ -137,6 +135,43 @@ def _cmd_table(args) -> int:
         print_result(pub, args.json, lambda r: f"wrote {', '.join(r['written'])} in {r['wall_seconds'] / 60:.1f} min")
     else:
         print_result(pub, args.json, lambda _r: render_markdown(result, command=command))
+    return 0
+
+
+def _cmd_curve(args) -> int:
+    from crossembed.experiments._report import replace_block
+    from crossembed.experiments.uncha_curve import CURVE_BLOCK, CURVE_METRICS, learning_curve, render_curve
+    from crossembed.experiments.uncha_plots import plot_learning_curve
+
+    _set_threads(args.num_threads)
+    models = split_list(args.models, "models") if args.models else ["clip", "hycoclip", "uncha"]
+    for m in models:
+        check_choice(m, "--models", MODEL_NAMES)
+    out = Path(args.out) if args.out else None
+    if out is not None and not out.parent.is_dir():  # fail before the long run, not after it
+        raise FileNotFoundError(f"directory {str(out.parent)!r} does not exist")
+    result = learning_curve(
+        models=models,
+        seed=args.seed,
+        steps=args.steps,
+        every=args.every,
+        base=_train_config(args),
+        n_test=args.n_test,
+        n_items=args.n_items,
+        work=Path(args.work) if args.work else None,
+        show_progress_bar=not args.quiet,
+        num_threads=args.num_threads,
+    )
+    command = command_line() if sys.argv[1:2] == ["uncha-curve"] else ""
+    if out is not None:
+        png = plot_learning_curve(result["rows"], CURVE_METRICS, out.with_name(f"{out.stem}_curve.png"))
+        replace_block(out, CURVE_BLOCK, render_curve(result, command=command, plot=png.name))
+        result["written"] = [str(png), str(out)]
+        print_result(
+            result, args.json, lambda r: f"wrote {', '.join(r['written'])} in {r['wall_seconds'] / 60:.1f} min"
+        )
+    else:
+        print_result(result, args.json, lambda r: render_curve(r, command=command))
     return 0
 
 
@@ -196,6 +231,24 @@ def register(subparsers) -> None:
     p.add_argument("--plot", help="save the embedding radius distribution to this PNG")
     _add_common(p)
     p.set_defaults(func=_cmd_eval)
+
+    p = subparsers.add_parser(
+        "uncha-curve",
+        help="learning curve (constant lr, one seed) that sets the table's step budget",
+        description="Train each model once with a constant learning rate and evaluate every --every steps; "
+        "prints a markdown table (or writes it into --out's uncha-curve block, plot next to it).",
+        epilog=_THREADS_NOTE,
+    )
+    p.add_argument("--models", help=f"comma-separated subset of {','.join(MODEL_NAMES)} (default clip,hycoclip,uncha)")
+    add_seed(p)
+    p.add_argument("--every", type=int, default=250, help="evaluate every this many steps (default 250)")
+    p.add_argument("--out", default=None, help="markdown file whose uncha-curve block is replaced")
+    p.add_argument("--work", help="directory for the runs' checkpoints (default: a temporary one)")
+    p.add_argument("--n-test", type=int, default=500, help="test scenes (default 500)")
+    p.add_argument("--n-items", type=int, default=1000, help="test items for zero-shot (default 1000)")
+    _add_train_options(p)
+    _add_common(p)
+    p.set_defaults(func=_cmd_curve)
 
     p = subparsers.add_parser(
         "uncha-table",

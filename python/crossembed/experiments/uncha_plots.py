@@ -19,7 +19,7 @@ from crossembed.hyperbolic.evaluate import HeldOutSet, radii
 from crossembed.hyperbolic.model import CompositionalModel
 from crossembed.hyperbolic.wordnet_embedding import Hierarchy
 
-__all__ = ["plot_history", "plot_radii", "plot_uncertainty", "plot_radius_by_depth"]
+__all__ = ["plot_history", "plot_radii", "plot_uncertainty", "plot_radius_by_depth", "plot_learning_curve"]
 
 
 def _pyplot():
@@ -123,4 +123,23 @@ def plot_radius_by_depth(embedding: np.ndarray, hierarchy: Hierarchy, path: Path
     ax.boxplot([radius[hierarchy.depth == d] for d in depths], positions=depths)
     ax.set_xlabel("depth below the root")
     ax.set_ylabel("distance to origin")
+    return _save(fig, path, dpi=100)
+
+
+def plot_learning_curve(rows, metrics, path: PathLike):
+    """One panel per metric: its value against the training step, one line per model.
+
+    ``rows`` are the ``rows`` of :func:`crossembed.experiments.uncha_curve.learning_curve`
+    and ``metrics`` a sequence of ``(key, label)``. Returns the written path.
+    """
+    fig, axes = _pyplot().subplots(1, len(metrics), figsize=(3.0 * len(metrics), 2.8), squeeze=False)
+    names = list(dict.fromkeys(r["model"] for r in rows))
+    for ax, (key, label) in zip(axes[0], metrics):
+        for name in names:
+            pts = [(r["step"], r[key]) for r in rows if r["model"] == name and np.isfinite(r.get(key, np.nan))]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", ms=3, label=name)
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("step")
+    axes[0][0].legend(fontsize=7)
     return _save(fig, path, dpi=100)

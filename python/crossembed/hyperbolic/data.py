@@ -1,11 +1,16 @@
 """Compositional scenes built from Fashion-MNIST (the UNCHA testbed without internet).
 
 A scene is a square canvas holding 1-4 non-overlapping Fashion-MNIST items of
-different sizes; each item's box crop, resized to a fixed size, is a *part*.
-The scene caption names the items from the largest to the smallest
-(``"a coat, a bag and an ankle boot"``); a part caption names one item
-(``"a bag"``). A part's representativeness is its share of the scene's total
-item area. Train scenes use items of the Fashion-MNIST training file and test
+different sizes. A *part* is the same canvas with every other item masked out:
+same size, same scale, the item where it is in the scene. A part is thus a
+pixel-wise subset of its scene (the scene is the pixel-wise maximum of its
+parts), i.e. strictly less specific, which is what the part -> whole
+entailment of UNCHA assumes. (Box crops upscaled to a fixed size were the
+opposite: "all item", more specific than the scene.) The scene caption names
+the items from the largest to the smallest (``"a coat, a bag and an ankle
+boot"``); a part caption names one item (``"a bag"``). A part's
+representativeness is its share of the scene's ink: the part's pixel sum over
+the scene's pixel sum, in [0, 1] and summing to 1 over a scene's parts. Train scenes use items of the Fashion-MNIST training file and test
 scenes items of the test file, so every test item is unseen. Everything is
 deterministic for a given ``random_state``.
 """
@@ -135,10 +140,10 @@ class SceneSet:
     captions : list of str, length N
     caption_ids : int64 (N,)  equal ids = identical captions
     scene_labels : int64 (N, max_items)  item classes, largest first, -1 padded
-    parts : uint8 (P, s, s)  box crops resized to ``part_size``
+    parts : uint8 (P, S, S)  the scene canvas with every other item masked out
     part_labels, part_scene : int64 (P,)
     part_boxes : int64 (P, 4)  (row, col, height, width) on the canvas
-    representativeness : float64 (P,)  area share of the part in its scene
+    representativeness : float64 (P,)  the part's share of its scene's pixel sum
     part_source : int64 (P,)  index of the item in the Fashion-MNIST split
     split : str
     """
@@ -189,7 +194,6 @@ def make_scenes(
     *,
     split: str = "train",
     canvas: int = 48,
-    part_size: int = 24,
     max_items: int = 4,
     min_size: int = 10,
     max_size: int = 28,
@@ -204,9 +208,7 @@ def make_scenes(
     split : {"train", "test"}
         Which Fashion-MNIST file the items come from (test items are unseen in training).
     canvas : int
-        Scene side in pixels.
-    part_size : int
-        Side of the resized box crops.
+        Scene (and part) side in pixels.
     max_items : int
         Items per scene are drawn uniformly from 1..max_items, all of different classes.
     min_size, max_size : int
@@ -215,7 +217,7 @@ def make_scenes(
     source : (images, labels), optional
         Use these items instead of reading Fashion-MNIST (tests).
     """
-    for name, v in (("n_scenes", n_scenes), ("canvas", canvas), ("part_size", part_size), ("max_items", max_items)):
+    for name, v in (("n_scenes", n_scenes), ("canvas", canvas), ("max_items", max_items)):
         check_int(v, name, low=1)
     if not 4 <= min_size <= max_size <= canvas:
         raise ValueError(f"need 4 <= min_size <= max_size <= canvas, got {min_size}, {max_size}, {canvas}")
@@ -227,7 +229,7 @@ def make_scenes(
     by_class = [np.flatnonzero(labels == k) for k in range(n_classes)]
     scenes = np.zeros((n_scenes, canvas, canvas), np.uint8)
     scene_labels = np.full((n_scenes, max_items), -1, np.int64)
-    captions, p_lab, p_scene, p_box, p_rep, p_src = [], [], [], [], [], []
+    captions, p_lab, p_scene, p_box, p_src = [], [], [], [], []
     for i in range(n_scenes):  # first the layouts (cheap), then the pixels in batches
         k = int(rng.integers(1, max_items + 1))
         classes = rng.choice(n_classes, size=k, replace=False)
@@ -236,27 +238,29 @@ def make_scenes(
         while pos is None:  # too crowded: shrink everything a little and retry
             sizes = [max(min_size // 2, int(s * 0.85)) for s in sizes]
             pos = _place(rng, sizes, canvas)
-        total = float(sum(s * s for s in sizes))
         for j, ((r, c), s) in enumerate(zip(pos, sizes)):
             p_lab.append(int(classes[j]))
             p_scene.append(i)
             p_box.append((r, c, s, s))
-            p_rep.append(s * s / total)
             p_src.append(int(by_class[classes[j]][rng.integers(len(by_class[classes[j]]))]))
         scene_labels[i, :k] = classes  # sizes are sorted, so classes are largest first
         captions.append(scene_caption([int(c) for c in classes]))
     boxes = np.array(p_box, np.int64).reshape(-1, 4)
     src = np.array(p_src, np.int64)
-    parts = np.zeros((len(p_box), part_size, part_size), np.uint8)
+    parts = np.zeros((len(p_box), canvas, canvas), np.uint8)
     for s in np.unique(boxes[:, 2]):  # one batched resize per item size
         idx = np.flatnonzero(boxes[:, 2] == s)
-        items = _resize(images[src[idx]], int(s))
-        for t, item in zip(idx, items):
+        for t, item in zip(idx, _resize(images[src[idx]], int(s))):
             r, c = boxes[t, 0], boxes[t, 1]
-            win = scenes[p_scene[t], r : r + s, c : c + s]
-            np.maximum(win, item, out=win)
-        # boxes never overlap, so the box crop is exactly the pasted item
-        parts[idx] = _resize(items, part_size)
+            parts[t, r : r + s, c : c + s] = item
+    part_scene = np.array(p_scene, np.int64)
+    # boxes never overlap, so the scene is the pixel-wise maximum (and the sum) of its parts
+    np.maximum.at(scenes, part_scene, parts)
+    mass = parts.reshape(len(parts), -1).sum(1, dtype=np.float64)
+    total = np.bincount(part_scene, weights=mass, minlength=n_scenes)[part_scene]
+    n_parts = np.bincount(part_scene, minlength=n_scenes)[part_scene]
+    # an all-black scene (only possible with a synthetic source) shares equally
+    rep = np.where(total > 0, mass / np.where(total > 0, total, 1.0), 1.0 / n_parts)
     uniq = {cap: n for n, cap in enumerate(dict.fromkeys(captions))}
     return SceneSet(
         scenes=scenes,
@@ -265,9 +269,9 @@ def make_scenes(
         scene_labels=scene_labels,
         parts=parts,
         part_labels=np.array(p_lab, np.int64),
-        part_scene=np.array(p_scene, np.int64),
+        part_scene=part_scene,
         part_boxes=boxes,
-        representativeness=np.array(p_rep, np.float64),
+        representativeness=rep,
         part_source=src,
         split=split,
     )

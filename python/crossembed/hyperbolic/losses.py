@@ -298,15 +298,24 @@ def total_loss(
             ent = r_ti.mean()
         else:
             r_pp = entailment_loss(tp, ip, c, eta=config.eta_inter, alpha=config.alpha)
-            r_ii = entailment_loss(ip, batch.image[ps], c, eta=config.eta_intra, alpha=config.alpha)
-            r_tt = entailment_loss(tp, batch.text[ps], c, eta=config.eta_intra, alpha=config.alpha)
-            ent = 0.5 * r_ti.mean() + 0.5 * r_pp.mean() + 0.25 * r_ii.mean() + 0.25 * r_tt.mean()
-            if config.calibration:
-                kw = dict(entropy=config.entropy, entropy_weight=config.entropy_weight)
-                out["calibration"] = calibration_loss(r_ii, L.uncertainty(ip), **kw) + calibration_loss(
-                    r_tt, L.uncertainty(tp), **kw
-                )
-                ent = ent + out["calibration"]
+            # The only part of a one-item scene *is* the scene (same pixels, same caption): the
+            # part -> whole pair is a point and itself, where the exterior angle is undefined and
+            # its gradient ~ 1/|x - y| blows up (it froze the image tower once parts were masked
+            # scenes). Such a part entails its whole trivially, so only proper parts enter.
+            proper = torch.bincount(ps, minlength=B)[ps] > 1
+            ent = 0.5 * r_ti.mean() + 0.5 * r_pp.mean()
+            if bool(proper.any()):
+                ipp, whole = ip[proper], ps[proper]
+                tpp = tp[proper]
+                r_ii = entailment_loss(ipp, batch.image[whole], c, eta=config.eta_intra, alpha=config.alpha)
+                r_tt = entailment_loss(tpp, batch.text[whole], c, eta=config.eta_intra, alpha=config.alpha)
+                ent = ent + 0.25 * r_ii.mean() + 0.25 * r_tt.mean()
+                if config.calibration:
+                    kw = dict(entropy=config.entropy, entropy_weight=config.entropy_weight)
+                    out["calibration"] = calibration_loss(r_ii, L.uncertainty(ipp), **kw) + calibration_loss(
+                        r_tt, L.uncertainty(tpp), **kw
+                    )
+                    ent = ent + out["calibration"]
         out["entailment"] = ent
         loss = loss + config.lam * ent
     out["loss"] = loss
