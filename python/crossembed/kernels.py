@@ -211,7 +211,7 @@ def _fingerprint(arr: np.ndarray) -> tuple:
     return (arr.__array_interface__["data"][0], arr.shape, arr.strides, int(_core_module().content_hash(arr, 0)))
 
 
-def _cached_docs(mu_c, v_c) -> "ProbitDocs":
+def _cached_docs(mu_c, v_c) -> ProbitDocs:
     """The ProbitDocs of ``(mu_c, v_c)``, reused while the caller passes the same unchanged arrays.
 
     Only float32 C-contiguous ndarrays (which validation passes through
