@@ -42,6 +42,8 @@ struct Isa {
   void (*signature_rows)(float*, std::size_t, std::size_t, const float*, float);
   void (*lorentz_row_from_dots)(const float*, std::size_t, float, float, float, const float*, const float*,
                                 const float*, float, float*);
+  void (*lorentz_row_from_dots_f64)(const double*, std::size_t, double, double, double, const double*,
+                                    const double*, const double*, double, double*);
 };
 
 // Tree dots (dot_tree_f32, pair_dots_f32) take lengths that are a multiple of
@@ -63,6 +65,7 @@ static inline VD vfma(VD a, VD b, VD c) { return _mm512_fmadd_pd(a, b, c); }
 // Masked form with every lane on: _mm512_sqrt_ps passes _mm512_undefined_ps(),
 // which GCC 12 flags as maybe-uninitialized at -O1 (the sanitizer build).
 static inline VF vsqrt(VF a) { return _mm512_mask_sqrt_ps(a, __mmask16(-1), a); }
+static inline VD vsqrt(VD a) { return _mm512_mask_sqrt_pd(a, __mmask8(-1), a); }
 #include "detail/isa_impl.hpp"
 }  // namespace avx512
 #pragma GCC pop_options
@@ -77,6 +80,7 @@ constexpr int kMR = 6, kNRV = 2, kPR = 3, kPC = 3;
 static inline VF vfma(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
 static inline VD vfma(VD a, VD b, VD c) { return _mm256_fmadd_pd(a, b, c); }
 static inline VF vsqrt(VF a) { return _mm256_sqrt_ps(a); }
+static inline VD vsqrt(VD a) { return _mm256_sqrt_pd(a); }
 #include "detail/isa_impl.hpp"
 }  // namespace avx2
 #pragma GCC pop_options
@@ -91,6 +95,7 @@ constexpr int kMR = 4, kNRV = 2, kPR = 2, kPC = 3;
 static inline VF vfma(VF a, VF b, VF c) { return a * b + c; }
 static inline VD vfma(VD a, VD b, VD c) { return a * b + c; }
 static inline VF vsqrt(VF a) { return _mm_sqrt_ps(a); }
+static inline VD vsqrt(VD a) { return _mm_sqrt_pd(a); }
 #include "detail/isa_impl.hpp"
 }  // namespace generic
 

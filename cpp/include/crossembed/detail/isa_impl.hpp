@@ -3,7 +3,7 @@
 // its `#pragma GCC target` region, after defining there only what differs:
 //   kName, VF / VD (float / double vectors), kMR x kNRV (GEMM micro-kernel shape),
 //   kPR x kPC (pair_dots block),
-//   vfma(a, b, c) = a * b + c (one rounding where the ISA has FMA), vsqrt(VF).
+//   vfma(a, b, c) = a * b + c (one rounding where the ISA has FMA), vsqrt(VF), vsqrt(VD).
 // Everything below - templates too - is defined inside the region, so every
 // instantiation carries that ISA's target flags (GCC refuses to build an
 // intrinsic or a wide vector operation into a function without them, so a
@@ -331,10 +331,80 @@ static void lorentz_row_from_dots(const float* dots, std::size_t n, float rx, fl
   }
 }
 
+// ----------------------------------------------------------------- float64 Lorentz rows
+typedef long long VL __attribute__((vector_size(sizeof(VD))));
+
+// Natural log for normal x > 0: x = 2^e m, m in [sqrt(1/2), sqrt(2)), f = m - 1,
+// s = f / (2 + f), log m = f - f^2/2 + s (f^2/2 + R(s^2)) with fdlibm's
+// minimax R (error < 1 ulp), ln 2 split in a high and a low part.
+static inline VD vlog_d(VD x) {
+  const VL bits = (VL)x;
+  VL e = ((bits >> 52) & 0x7ff) - 1022;
+  VD m = (VD)((bits & 0x000fffffffffffffLL) | 0x3fe0000000000000LL);  // [0.5, 1)
+  const VL small = m < splat<VD>(0.70710678118654752440);
+  e = e + small;  // small lanes are -1
+  m = small ? m + m : m;
+  const VD f = m - 1.0;
+  const VD hfsq = 0.5 * f * f;
+  const VD s = f / (f + 2.0);
+  const VD z = s * s, w = z * z;
+  const VD t1 = w * (3.999999999940941908e-01 + w * (2.222219843214978396e-01 + w * 1.531383769920937332e-01));
+  const VD t2 = z * (6.666666666666735130e-01 +
+                     w * (2.857142874366239149e-01 + w * (1.818357216161805012e-01 + w * 1.479819860511658591e-01)));
+  const VD r = t1 + t2;
+  const VD ef = __builtin_convertvector(e, VD);
+  return ef * 6.93147180369123816490e-01 - ((hfsq - (s * (hfsq + r) + ef * 1.90821492927058770002e-10)) - f);
+}
+
+// asinh(z) for z >= 0, as vasinh_pos in float64.
+static inline VD vasinh_pos_d(VD z) {
+  const VD z2 = z * z;
+  const VD u = z + z2 / (vsqrt(z2 + 1.0) + 1.0);
+  const VD w = u + 1.0;
+  const VD wm1 = w - 1.0;
+  const VD zero = VD{};
+  const VD safe = wm1 == zero ? splat<VD>(1.0) : wm1;
+  const VD lg = vlog_d(wm1 == zero ? splat<VD>(1.0) : w);
+  return wm1 == zero ? u : lg * (u / safe);
+}
+
+// lorentz_row_from_dots in float64: the same decomposition; pairs with
+// x.y > 0.95 |x||y| or |x| + |y| < 1e-140 get NaN for the exact fallback.
+static void lorentz_row_from_dots_f64(const double* dots, std::size_t n, double rx, double tx, double ax,
+                                      const double* ry, const double* ty, const double* ay, double c, double* out) {
+  constexpr std::size_t WD = kWidth<double>;
+  const double two_over_sqrt_c = 2.0 / std::sqrt(c), half_sqrt_c = 0.5 * std::sqrt(c), inv_c = 1.0 / c;
+  const std::size_t nv = n - n % WD;
+  const VD nan = splat<VD>(__builtin_nan("")), zero = VD{};
+  for (std::size_t j = 0; j < nv; j += WD) {
+    const VD dot = load<VD>(dots + j), r = load<VD>(ry + j);
+    const VD rxy = rx * r;
+    VD q1 = 2.0 * (rxy - dot);
+    q1 = q1 < zero ? zero : q1;
+    const VD dr = rx - r, big_t = tx + load<VD>(ty + j), big_r = rx + r;
+    const VD q = q1 + dr * dr * ((ax + load<VD>(ay + j)) * inv_c) * ((big_t + big_r) / big_t / big_t);
+    VD dist = two_over_sqrt_c * vasinh_pos_d(half_sqrt_c * vsqrt(q));
+    dist = dot > 0.95 * rxy ? nan : dist;
+    dist = big_r < 1e-140 ? nan : dist;
+    __builtin_memcpy(out + j, &dist, sizeof(VD));
+  }
+  for (std::size_t j = nv; j < n; ++j) {
+    const double rxy = rx * ry[j];
+    if (dots[j] > 0.95 * rxy || rx + ry[j] < 1e-140) {
+      out[j] = __builtin_nan("");
+      continue;
+    }
+    const double q1 = std::max(0.0, 2.0 * (rxy - dots[j]));
+    const double dr = rx - ry[j], big_t = tx + ty[j], big_r = rx + ry[j];
+    const double q = q1 + dr * dr * ((ax + ay[j]) * inv_c) * ((big_t + big_r) / big_t / big_t);
+    out[j] = two_over_sqrt_c * std::asinh(half_sqrt_c * std::sqrt(q));
+  }
+}
+
 // This ISA's entry points. Its code may use the ISA's instructions: call it
 // only once the CPU is known to support them (select_isa).
 static Isa table() {
   return Isa{kName,          &dot<float>,         &dot<double>,         &panel_width<float>, &panel_width<double>,
              &gemm_panel<float>, &gemm_panel<double>, &dot_tree, &pair_dots, &signature_rows,
-             &lorentz_row_from_dots};
+             &lorentz_row_from_dots, &lorentz_row_from_dots_f64};
 }
