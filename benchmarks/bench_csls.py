@@ -1,9 +1,12 @@
-"""CSLS mutual top-k (GEH): the tiled C++ kernel against numpy (full similarity matrix + argpartition).
+"""CSLS mutual top-k (GEH): the tiled C++ kernel against numpy (full similarity matrix + argpartition) and faiss.
 
 Baseline: S = SA @ SB^T once (N_A x N_B float32, 1.6 GB at the full size),
 then, in row blocks to bound the index arrays, the csls_k-mean hubness terms,
 the CSLS matrix, row and column top-k by argpartition, the mutual test, and the
-same greedy one-to-one pass. FLOPs per call: 2 * N_A * N_B * A (the GEMM).
+same greedy one-to-one pass. Peer: faiss, two exact flat searches (IndexFlatIP,
+csls_k neighbours each way) plus the merge of the candidate baseline (CSLS
+restricted to those neighbours). FLOPs per call: 2 * N_A * N_B * A (the GEMM;
+faiss does it twice).
 """
 
 import numpy as np
@@ -11,7 +14,7 @@ import pytest
 
 import crossembed as ce
 from _bench import run, size
-from crossembed.baselines import numpy_csls_mutual_topk, numpy_csls_mutual_topk_candidates
+from crossembed.baselines import faiss_csls_mutual_topk, numpy_csls_mutual_topk, numpy_csls_mutual_topk_candidates
 
 N, A, K, CSLS_K = size("csls_n", 20_000, 2000), size("csls_a", 256, 256), 5, 50
 M = size("csls_m", 64, 64)  # candidates per row for the candidate-restricted kernel
@@ -44,6 +47,25 @@ def test_csls_numpy_baseline(benchmark, signatures):
     kernel = ce.csls_mutual_topk(SA, SB, k=K, csls_k=CSLS_K)
     same = len(set(map(tuple, got[0].tolist())) & set(map(tuple, kernel[0].tolist())))
     assert same >= 0.99 * len(kernel[0]), f"the baseline computes something else ({same} of {len(kernel[0])} pairs)"
+
+
+@pytest.mark.benchmark(group="csls_mutual_topk")
+def test_csls_faiss_two_flat_searches(benchmark, signatures):
+    pytest.importorskip("faiss")
+    SA, SB = signatures
+    got = run(
+        benchmark,
+        faiss_csls_mutual_topk,
+        SA,
+        SB,
+        K,
+        CSLS_K,
+        role="faiss 2 flat searches + merge",
+        flops=2.0 * N * N * A,
+    )
+    kernel = ce.csls_mutual_topk(SA, SB, k=K, csls_k=CSLS_K)
+    same = len(set(map(tuple, got[0].tolist())) & set(map(tuple, kernel[0].tolist())))
+    assert same >= 0.95 * len(kernel[0]), f"the peer computes something else ({same} of {len(kernel[0])} pairs)"
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@
 
 #include "crossembed/csls.hpp"
 #include "crossembed/greedy.hpp"
+#include "crossembed/hash.hpp"
 #include "crossembed/lorentz.hpp"
 #include "crossembed/probit.hpp"
 #include "crossembed/signatures.hpp"
@@ -166,6 +167,15 @@ PYBIND11_MODULE(_core, m) {
       .def("topk", &PyProbitDocs::topk)
       .def("rerank", &PyProbitDocs::rerank)
       .def("scores", &PyProbitDocs::scores);
+
+  // Hash of a C-contiguous array's bytes (the GIL is released while it reads).
+  m.def("content_hash", [](const py::array& a, int nt) {
+    if (!(a.flags() & py::array::c_style)) throw py::value_error("content_hash needs a C-contiguous array");
+    const void* p = a.data();
+    const std::size_t bytes = std::size_t(a.nbytes());
+    py::gil_scoped_release release;
+    return content_hash(p, bytes, nt);
+  });
 
   m.def("median_anchor_distance", [](const CArray<float>& a) {
     require_2d(a, "anchors");

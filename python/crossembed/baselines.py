@@ -9,8 +9,12 @@ float64 references of :mod:`crossembed.reference`: ``crossembed bench`` and
 - :func:`numpy_signatures`: anchor signatures (GEH).
 - :func:`numpy_csls_mutual_topk`: one-to-one CSLS mutual top-k (GEH).
 - :func:`numpy_lorentz`, :func:`numpy_lorentz_topk`, :func:`torch_lorentz`,
-  :func:`torch_lorentz_topk`: Lorentz distances (UNCHA); torch is imported
-  only when a torch function is called.
+  :func:`torch_lorentz_topk`: Lorentz distances (UNCHA).
+- Peers: :func:`faiss_flat_topk` (exact inner-product top-k, ``IndexFlatIP``:
+  cosine top-k on the means is what probit top-k refines),
+  :func:`faiss_csls_mutual_topk` (two flat searches plus the merge),
+  :func:`torch_probit_topk`, :func:`torch_signatures`. torch and faiss are
+  imported only when one of their functions is called.
 
 No input validation: these take what the kernels' own tests already
 validated (C-contiguous float32 arrays, ``1 <= k <= N``).
@@ -24,6 +28,8 @@ from typing import Callable, Tuple
 import numpy as np
 
 __all__ = [
+    "faiss_csls_mutual_topk",
+    "faiss_flat_topk",
     "numpy_csls_mutual_topk",
     "numpy_greedy_one_to_one",
     "numpy_lorentz",
@@ -33,6 +39,8 @@ __all__ = [
     "numpy_signatures",
     "torch_lorentz",
     "torch_lorentz_topk",
+    "torch_probit_topk",
+    "torch_signatures",
 ]
 
 
@@ -85,6 +93,31 @@ def numpy_probit_topk(
     return scores, index
 
 
+def torch_probit_topk(mu_q, v_q, docs, k: int, *, block: int = 128):
+    """:func:`numpy_probit_topk` in torch (CPU tensors): two matmuls per query block, then ``torch.topk``.
+
+    ``docs`` is :func:`numpy_probit_docs` of the candidates as torch tensors.
+    """
+    import torch
+
+    mean_t, var_t = docs
+    scores, index = [], []
+    with torch.no_grad():
+        for s in range(0, mu_q.shape[0], block):
+            q, vq = mu_q[s : s + block], v_q[s : s + block]
+            mu_s = q @ mean_t
+            sig2 = torch.cat([q * q, vq], dim=1) @ var_t
+            top = torch.topk(mu_s / torch.sqrt(1 + (math.pi / 8) * sig2), k, dim=1)
+            scores.append(top.values)
+            index.append(top.indices)
+    return torch.cat(scores), torch.cat(index)
+
+
+def faiss_flat_topk(index, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Exact inner-product top-``k`` with a built ``faiss.IndexFlatIP`` (unit rows: cosine)."""
+    return index.search(queries, k)
+
+
 # --------------------------------------------------------------------------- anchor signatures
 def numpy_signatures(X: np.ndarray, anchors: np.ndarray, sigma: float) -> np.ndarray:
     """Anchor signatures: cosine GEMM, ``exp(-(d - min d) / sigma)``, rows L2-normalised.
@@ -99,6 +132,18 @@ def numpy_signatures(X: np.ndarray, anchors: np.ndarray, sigma: float) -> np.nda
     kern = np.exp(-(dist - dist.min(axis=1, keepdims=True)) / np.float32(sigma))
     kern /= np.linalg.norm(kern, axis=1, keepdims=True)
     return kern
+
+
+def torch_signatures(X, anchors, sigma: float):
+    """:func:`numpy_signatures` in torch (CPU tensors)."""
+    import torch
+
+    with torch.no_grad():
+        xn = torch.nn.functional.normalize(X, dim=1)
+        an = torch.nn.functional.normalize(anchors, dim=1)
+        dist = 1 - xn @ an.T
+        kern = torch.exp(-(dist - dist.min(dim=1, keepdim=True).values) / sigma)
+        return torch.nn.functional.normalize(kern, dim=1)
 
 
 # --------------------------------------------------------------------------- CSLS mutual top-k
@@ -193,6 +238,24 @@ def numpy_csls_mutual_topk_candidates(
     i, j = i[mutual], j[mutual]
     score = 2 * np.einsum("ia,ia->i", SA[i], SB[j]) - r_a[i] - r_b[j]
     return _greedy_one_to_one(i, j, score, na, nb)
+
+
+def faiss_csls_mutual_topk(SA: np.ndarray, SB: np.ndarray, k: int, csls_k: int) -> Tuple[np.ndarray, np.ndarray]:
+    """CSLS mutual top-``k`` the faiss way: two exact flat searches (``csls_k`` neighbours each way), then the merge.
+
+    The hubness terms and each side's CSLS top-``k`` come from the
+    ``csls_k`` nearest neighbours by similarity (the usual practice:
+    a CSLS winner outside them is rare), merged by
+    :func:`numpy_csls_mutual_topk_candidates`.
+    """
+    import faiss
+
+    def search(base, queries):
+        index = faiss.IndexFlatIP(base.shape[1])
+        index.add(base)
+        return index.search(queries, csls_k)[1]
+
+    return numpy_csls_mutual_topk_candidates(SA, SB, search(SB, SA), search(SA, SB), k, csls_k)
 
 
 # --------------------------------------------------------------------------- Lorentz distances

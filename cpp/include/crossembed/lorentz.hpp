@@ -15,8 +15,8 @@
 // while x.y <= 0.95 |x||y|. Other pairs are recomputed from the coordinates
 // in double (long double for float64 inputs): Q_tan = |x-y|^2 - dr^2 where
 // tangential separation dominates, else |x||y| |xh - yh|^2 from the unit
-// vectors (radial separation dominates; whichever form rounds less). float32 uses vectorised asinh;
-// float64 is scalar.
+// vectors (radial separation dominates; whichever form rounds less). Both
+// float32 and float64 rows are vectorised (asinh through a vector log).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -111,16 +111,10 @@ void lorentz_row(const LorentzSide<T>& X, const LorentzSide<T>& Y, std::size_t i
     for (std::size_t j = c0; j < c1; ++j)
       if (!std::isfinite(out[j - c0])) out[j - c0] = float(lorentz_exact(X.rows[i], Y.rows[j], d, c));
   } else {
-    for (std::size_t j = c0; j < c1; ++j) {
-      const double rx = X.norm[i], ry = Y.norm[j], dot = dots[j - c0];
-      double dist = std::numeric_limits<double>::quiet_NaN();
-      if (dot <= 0.95 * rx * ry && rx + ry >= 1e-140) {
-        const double q = std::max(0.0, 2.0 * (rx * ry - dot)) +
-                         lorentz_radial<double>(rx - ry, rx, ry, X.time[i], Y.time[j], X.inv_tr[i], Y.inv_tr[j], c);
-        dist = lorentz_from_q<double>(q, c);
-      }
-      out[j - c0] = std::isfinite(dist) ? dist : lorentz_exact(X.rows[i], Y.rows[j], d, c);
-    }
+    simd::isa().lorentz_row_from_dots_f64(dots, c1 - c0, X.norm[i], X.time[i], X.inv_tr[i], Y.norm.data() + c0,
+                                          Y.time.data() + c0, Y.inv_tr.data() + c0, c, out);
+    for (std::size_t j = c0; j < c1; ++j)
+      if (!std::isfinite(out[j - c0])) out[j - c0] = lorentz_exact(X.rows[i], Y.rows[j], d, c);
   }
 }
 

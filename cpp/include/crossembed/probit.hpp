@@ -1,17 +1,21 @@
 // Kernel 1: batched probit similarity between diagonal Gaussians.
 //
 //   mu_s   = <mu_q, mu_c>
-//   sig2_s = <mu_q^2, v_c> + <v_q, mu_c^2 + v_c>
+//   sig2_s = <mu_q^2, v_c> + <v_q, mu_c^2 + v_c>  = <[mu_q^2 | v_q], [v_c | mu_c^2 + v_c]>
 //   score  = mu_s / sqrt(1 + pi/8 * sig2_s)
 //
-// The doc side is prepared once (ProbitDocs): means packed into GEMM panels, the stacked variance block
-// [v_c | mu_c^2 + v_c] (so sig2_s is one 2D-long dot with [mu_q^2 | v_q]) and
-// per-doc bounds. top_k sweeps (query block x doc tile) tiles (sweep.hpp),
-// computes mu_s for a tile with the register-blocked GEMM, and only evaluates sig2_s for candidates whose score
-// upper bound (from min/max variances) can still enter the query's heap. The
-// pruning is exact: a skipped candidate provably scores below the k-th best.
-// All paths (top_k, rerank, dense) compute mu_s with the same micro-kernel and
-// sig2_s with the same dot, so they agree bit for bit.
+// The doc side is prepared once (ProbitDocs): means packed into GEMM panels,
+// the stacked variance rows [v_c | mu_c^2 + v_c] (zero-padded to a multiple of
+// simd::kTreePad) and per-doc bounds. top_k sweeps (query block x doc tile)
+// tiles (sweep.hpp): mu_s for the tile with the register-blocked GEMM, then
+// sig2_s only for candidates whose score upper bound (from min/max variances)
+// can still enter the query's heap. Pruning is exact: a skipped candidate
+// provably scores below the k-th best. Where the bound is loose (wide
+// variances) most of a tile survives, and the tile's sig2_s are computed at
+// GEMM speed, kPR x kPC pairs per register block (pair_dots); where it is
+// tight, one dot per surviving pair. Both give sig2_s as the same tree dot
+// (detail/isa_impl.hpp), so top_k, rerank and the dense scores agree bit for
+// bit, whichever path a tile took, for any tiling and thread count.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -26,24 +30,27 @@ namespace crossembed {
 
 constexpr double kProbitScale = 0.39269908169872414;  // pi / 8
 
+// Length of a stacked variance row of dimension d (2d, zero-padded).
+inline std::size_t probit_stacked_len(std::size_t d) {
+  return (2 * d + simd::kTreePad - 1) / simd::kTreePad * simd::kTreePad;
+}
+
 struct ProbitQueries {
-  std::size_t q = 0, d = 0;
-  const float* mu = nullptr;     // (q, d), caller-owned
-  std::vector<const float*> rows;  // row pointers into mu, for the sweep
-  std::vector<float> stacked;    // (q, 2d): [mu^2 | v]
-  std::vector<double> norm2;     // |mu|^2
+  std::size_t q = 0, d = 0, len = 0;
+  std::vector<const float*> rows;   // row pointers into mu_q (caller-owned), for the sweep
+  std::vector<float> stacked;       // (q, len): [mu^2 | v | 0]
+  std::vector<const float*> vrows;  // row pointers into stacked
+  std::vector<double> norm2;        // |mu|^2
   std::vector<double> vmin, vmax;
 
-  ProbitQueries(const float* mu_q, const float* v_q, std::size_t q_, std::size_t d_) : q(q_), d(d_), mu(mu_q) {
+  ProbitQueries(const float* mu_q, const float* v_q, std::size_t q_, std::size_t d_)
+      : q(q_), d(d_), len(probit_stacked_len(d_)), stacked(q_ * len), norm2(q_), vmin(q_), vmax(q_) {
     rows = simd::Panels<float>::row_pointers(mu_q, q, d);
-    stacked.resize(q * 2 * d);
-    norm2.resize(q);
-    vmin.resize(q);
-    vmax.resize(q);
+    vrows = simd::Panels<float>::row_pointers(stacked.data(), q, len);
     for (std::size_t i = 0; i < q; ++i) {
       const float* m = mu_q + i * d;
       const float* v = v_q + i * d;
-      float* s = stacked.data() + i * 2 * d;
+      float* s = stacked.data() + i * len;
       double n2 = 0, lo = INFINITY, hi = 0;
       for (std::size_t j = 0; j < d; ++j) {
         s[j] = m[j] * m[j];
@@ -62,13 +69,14 @@ struct ProbitQueries {
 class ProbitDocs {
  public:
   ProbitDocs(const float* mu_c, const float* v_c, std::size_t n, std::size_t d)
-      : n_(n), d_(d), means_(mu_c, n, d), stacked_(n * 2 * d), mass_(n), vmin_(n), vmax_(n) {
+      : n_(n), d_(d), len_(probit_stacked_len(d)), means_(mu_c, n, d, 0), stacked_(n * len_), mass_(n), vmin_(n),
+        vmax_(n) {
     constexpr std::size_t kBlock = 1024;
     parallel_for(std::int64_t((n + kBlock - 1) / kBlock), 0, [&](std::int64_t b, int) {
       for (std::size_t i = std::size_t(b) * kBlock; i < std::min(n, std::size_t(b + 1) * kBlock); ++i) {
         const float* m = mu_c + i * d;
         const float* v = v_c + i * d;
-        float* s = stacked_.data() + i * 2 * d;
+        float* s = stacked_.data() + i * len_;
         double mass = 0, lo = INFINITY, hi = 0;
         for (std::size_t j = 0; j < d; ++j) {
           s[j] = v[j];
@@ -86,7 +94,7 @@ class ProbitDocs {
 
   std::size_t size() const { return n_; }
   std::size_t dim() const { return d_; }
-  const float* stacked(std::size_t i) const { return stacked_.data() + i * 2 * d_; }
+  const float* stacked(std::size_t i) const { return stacked_.data() + i * len_; }
 
   static float score_from(float mu_s, float sig2) {
     return mu_s / std::sqrt(1.0f + static_cast<float>(kProbitScale) * sig2);
@@ -105,9 +113,8 @@ class ProbitDocs {
     return mu_s / std::sqrt(1.0 + kProbitScale * ub) * (1.0 - 1e-6);
   }
 
-  float score_pair(const ProbitQueries& Q, std::size_t qi, std::size_t ci, float mu_s) const {
-    const float sig2 = simd::isa().dot_f32(Q.stacked.data() + qi * 2 * d_, stacked(ci), 2 * d_);
-    return score_from(mu_s, sig2);
+  float sig2(const ProbitQueries& Q, std::size_t qi, std::size_t ci) const {
+    return simd::isa().dot_tree_f32(Q.vrows[qi], stacked(ci), len_);
   }
 
   // Fused top-k over all docs. scores/indices are (q, k), best first.
@@ -143,16 +150,17 @@ class ProbitDocs {
       std::vector<std::int64_t> ids;
       for (std::size_t r = 0; r < m; ++r)
         if (cand[i * m + r] >= 0) ids.push_back(cand[i * m + r]);
-      std::vector<float> rows(ids.size() * d_), mus(ids.size());
-      for (std::size_t r = 0; r < ids.size(); ++r)
-        for (std::size_t t = 0; t < d_; ++t) rows[r * d_ + t] = means_.get(std::size_t(ids[r]), t);
+      std::vector<float> mus(ids.size());
       TopK heap(k);
       if (!ids.empty()) {
-        const simd::Panels<float> panel(rows.data(), ids.size(), d_);
-        const float* qrow = Q.mu + i * d_;
-        simd::gemm(&qrow, 1, panel, 0, ids.size(), mus.data(), ids.size());
+        const auto mean_row = [&](std::size_t r, float* dst) {
+          for (std::size_t t = 0; t < d_; ++t) dst[t] = means_.get(std::size_t(ids[r]), t);
+        };
+        const simd::Panels<float> panel(ids.size(), d_, mean_row, 1);
+        simd::gemm(&Q.rows[i], 1, panel, 0, ids.size(), mus.data(), ids.size());
       }
-      for (std::size_t r = 0; r < ids.size(); ++r) heap.push(score_pair(Q, i, std::size_t(ids[r]), mus[r]), ids[r]);
+      for (std::size_t r = 0; r < ids.size(); ++r)
+        heap.push(score_from(mus[r], sig2(Q, i, std::size_t(ids[r]))), ids[r]);
       write_topk(heap, k, out_scores + i * k, out_idx + i * k);
     });
   }
@@ -171,9 +179,24 @@ class ProbitDocs {
  private:
   static constexpr std::size_t kQueryBlock = 64, kDocTile = 256;  // kDocTile: a multiple of every panel width
 
-  // top_k: one heap per (query, doc chunk). The cheap bound (a positive score
-  // is <= mu_s) and the exact one (score_upper_bound) skip the variance dot
-  // for candidates that cannot enter the heap.
+  // sig2 of the block's rows against a whole doc tile, kPR x kPC pairs at a time.
+  struct VarianceTile {
+    std::vector<float> values;  // (rows, kDocTile)
+    explicit VarianceTile(const Block& b) : values((b.r1 - b.r0) * kDocTile) {}
+    void compute(const ProbitDocs& D, const ProbitQueries& Q, const Block& b, std::size_t t0, std::size_t t1) {
+      simd::isa().pair_dots_f32(Q.vrows.data() + b.r0, b.r1 - b.r0, D.stacked(t0), t1 - t0, D.len_, values.data(),
+                                kDocTile);
+    }
+    float at(const Block& b, std::size_t i, std::size_t j) const { return values[(i - b.r0) * kDocTile + j]; }
+  };
+
+  // The cheap test: the denominator is >= 1, so a positive score is <= mu_s,
+  // and a score with mu_s <= 0 is <= 0.
+  static bool below(float mu_s, float thr) { return mu_s > 0 ? double(mu_s) * (1.0 + 1e-6) < thr : thr > 0; }
+
+  // top_k: one heap per (query, doc chunk). The cheap test and the exact
+  // bound (score_upper_bound) skip the variance term of candidates that cannot
+  // enter the heap.
   struct TopKHandler {
     const ProbitDocs& D;
     const ProbitQueries& Q;
@@ -183,20 +206,38 @@ class ProbitDocs {
     struct OnBlock : BlockHandlerBase<float> {
       const TopKHandler& h;
       Block b;
-      OnBlock(const TopKHandler& h_, const Block& b_) : h(h_), b(b_) {
+      VarianceTile var;
+      OnBlock(const TopKHandler& h_, const Block& b_) : h(h_), b(b_), var(b_) {
         for (std::size_t i = b.r0; i < b.r1; ++i) h.partial[i * h.n_chunks + b.chunk].reset(h.k);
       }
+      bool skip(const TopK& heap, std::size_t i, std::size_t ci, float mu_s, float thr) const {
+        return below(mu_s, thr) || (heap.full() && h.D.score_upper_bound(h.Q, i, ci, mu_s) < thr);
+      }
       void add_tile(std::size_t t0, std::size_t t1, const float* tile, std::size_t ld) {
+        // Share of candidates passing the cheap test against the heaps as they
+        // are now (thresholds only rise during the walk), on every 8th row:
+        // it only picks the faster path, both give the same values. A lone
+        // tree dot is one FMA chain (latency-bound) on a doc row that is
+        // rarely in cache; measured on wide variances (U(0, 0.5), ~9% live),
+        // the whole tile through pair_dots was faster already, so past 1/32
+        // live the tile is computed whole.
+        std::size_t live = 0, seen = 0;
+        for (std::size_t i = b.r0; i < b.r1; i += 8, seen += t1 - t0) {
+          const float* row = tile + (i - b.r0) * ld;
+          const float thr = h.partial[i * h.n_chunks + b.chunk].threshold();
+          for (std::size_t j = 0; j < t1 - t0; ++j) live += !below(row[j], thr);
+        }
+        const bool dense = 32 * live >= seen;
+        if (dense) var.compute(h.D, h.Q, b, t0, t1);
         for (std::size_t i = b.r0; i < b.r1; ++i) {
           TopK& heap = h.partial[i * h.n_chunks + b.chunk];
           const float* row = tile + (i - b.r0) * ld;
           float thr = heap.threshold();
           for (std::size_t j = 0; j < t1 - t0; ++j) {
             const std::size_t ci = t0 + j;
-            // Cheap test first: the denominator is >= 1, so a positive score is <= mu_s.
-            if (row[j] > 0 && double(row[j]) * (1.0 + 1e-6) < thr) continue;
-            if (heap.full() && h.D.score_upper_bound(h.Q, i, ci, row[j]) < thr) continue;
-            heap.push(h.D.score_pair(h.Q, i, ci, row[j]), std::int64_t(ci));
+            if (skip(heap, i, ci, row[j], thr)) continue;
+            const float s2 = dense ? var.at(b, i, j) : h.D.sig2(h.Q, i, ci);
+            heap.push(score_from(row[j], s2), std::int64_t(ci));
             thr = heap.threshold();
           }
         }
@@ -214,14 +255,15 @@ class ProbitDocs {
     struct OnBlock : BlockHandlerBase<float> {
       const DenseHandler& h;
       Block b;
-      OnBlock(const DenseHandler& h_, const Block& b_) : h(h_), b(b_) {}
+      VarianceTile var;
+      OnBlock(const DenseHandler& h_, const Block& b_) : h(h_), b(b_), var(b_) {}
       void add_tile(std::size_t t0, std::size_t t1, const float* tile, std::size_t ld) {
-        const auto& I = simd::isa();
-        const std::size_t n = h.D.n_, d = h.D.d_;
+        const std::size_t n = h.D.n_;
+        var.compute(h.D, h.Q, b, t0, t1);
         for (std::size_t i = b.r0; i < b.r1; ++i)
           for (std::size_t j = t0; j < t1; ++j) {
             const float a = tile[(i - b.r0) * ld + j - t0];
-            const float s2 = I.dot_f32(h.Q.stacked.data() + i * 2 * d, h.D.stacked(j), 2 * d);
+            const float s2 = var.at(b, i, j - t0);
             h.out[i * n + j] = score_from(a, s2);
             if (h.out_mu) h.out_mu[i * n + j] = a;
             if (h.out_sig2) h.out_sig2[i * n + j] = s2;
@@ -231,9 +273,9 @@ class ProbitDocs {
     OnBlock begin_block(const Block& b) const { return OnBlock(*this, b); }
   };
 
-  std::size_t n_, d_;
-  simd::Panels<float> means_;  // mu_c packed for the GEMM micro-kernel
-  std::vector<float> stacked_;
+  std::size_t n_, d_, len_;
+  simd::Panels<float> means_;   // mu_c packed for the GEMM micro-kernel
+  std::vector<float> stacked_;  // (n, len_): [v_c | mu_c^2 + v_c | 0]
   std::vector<double> mass_, vmin_, vmax_;
 };
 

@@ -19,6 +19,8 @@
 #include <cstring>
 #include <vector>
 
+#include "parallel.hpp"
+
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define CROSSEMBED_X86 1
 #endif
@@ -33,14 +35,20 @@ struct Isa {
   double (*dot_f64)(const double*, const double*, std::size_t);
   std::size_t (*panel_width_f32)();
   std::size_t (*panel_width_f64)();
-  void (*pack_f32)(const float* const*, std::size_t, std::size_t, float*);
-  void (*pack_f64)(const double* const*, std::size_t, std::size_t, double*);
   void (*gemm_f32)(const float* const*, std::size_t, const float*, std::size_t, std::size_t, float*, std::size_t);
   void (*gemm_f64)(const double* const*, std::size_t, const double*, std::size_t, std::size_t, double*, std::size_t);
+  float (*dot_tree_f32)(const float*, const float*, std::size_t);
+  void (*pair_dots_f32)(const float* const*, std::size_t, const float*, std::size_t, std::size_t, float*, std::size_t);
   void (*signature_rows)(float*, std::size_t, std::size_t, const float*, float);
   void (*lorentz_row_from_dots)(const float*, std::size_t, float, float, float, const float*, const float*,
                                 const float*, float, float*);
+  void (*lorentz_row_from_dots_f64)(const double*, std::size_t, double, double, double, const double*,
+                                    const double*, const double*, double, double*);
 };
+
+// Tree dots (dot_tree_f32, pair_dots_f32) take lengths that are a multiple of
+// this (every ISA's float lanes divide it): pad with zeros.
+constexpr std::size_t kTreePad = 16;
 
 // One namespace per instruction set: what differs, then the shared
 // implementation compiled under that ISA's target flags.
@@ -51,12 +59,13 @@ namespace avx512 {
 constexpr const char* kName = "avx512";
 using VF = __m512;
 using VD = __m512d;
-constexpr int kMR = 8, kNRV = 2;
+constexpr int kMR = 8, kNRV = 2, kPR = 4, kPC = 4;
 static inline VF vfma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
 static inline VD vfma(VD a, VD b, VD c) { return _mm512_fmadd_pd(a, b, c); }
 // Masked form with every lane on: _mm512_sqrt_ps passes _mm512_undefined_ps(),
 // which GCC 12 flags as maybe-uninitialized at -O1 (the sanitizer build).
 static inline VF vsqrt(VF a) { return _mm512_mask_sqrt_ps(a, __mmask16(-1), a); }
+static inline VD vsqrt(VD a) { return _mm512_mask_sqrt_pd(a, __mmask8(-1), a); }
 #include "detail/isa_impl.hpp"
 }  // namespace avx512
 #pragma GCC pop_options
@@ -67,10 +76,11 @@ namespace avx2 {
 constexpr const char* kName = "avx2";
 using VF = __m256;
 using VD = __m256d;
-constexpr int kMR = 6, kNRV = 2;
+constexpr int kMR = 6, kNRV = 2, kPR = 3, kPC = 3;
 static inline VF vfma(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
 static inline VD vfma(VD a, VD b, VD c) { return _mm256_fmadd_pd(a, b, c); }
 static inline VF vsqrt(VF a) { return _mm256_sqrt_ps(a); }
+static inline VD vsqrt(VD a) { return _mm256_sqrt_pd(a); }
 #include "detail/isa_impl.hpp"
 }  // namespace avx2
 #pragma GCC pop_options
@@ -81,10 +91,11 @@ namespace generic {
 constexpr const char* kName = "generic";
 using VF = __m128;
 using VD = __m128d;
-constexpr int kMR = 4, kNRV = 2;
+constexpr int kMR = 4, kNRV = 2, kPR = 2, kPC = 3;
 static inline VF vfma(VF a, VF b, VF c) { return a * b + c; }
 static inline VD vfma(VD a, VD b, VD c) { return a * b + c; }
 static inline VF vsqrt(VF a) { return _mm_sqrt_ps(a); }
+static inline VD vsqrt(VD a) { return _mm_sqrt_pd(a); }
 #include "detail/isa_impl.hpp"
 }  // namespace generic
 
@@ -114,19 +125,34 @@ struct Panels {
   std::size_t n = 0, d = 0, width = 0;
   std::vector<T> data;
   Panels() = default;
-  Panels(const T* const* rows, std::size_t n_, std::size_t d_) : n(n_), d(d_) {
+  Panels(const T* const* rows, std::size_t n_, std::size_t d_, int num_threads = 1)
+      : Panels(n_, d_, [rows, d_](std::size_t j, T* dst) { std::memcpy(dst, rows[j], d_ * sizeof(T)); }, num_threads) {}
+  Panels(const T* x, std::size_t n_, std::size_t d_, int num_threads = 1)
+      : Panels(n_, d_, [x, d_](std::size_t j, T* dst) { std::memcpy(dst, x + j * d_, d_ * sizeof(T)); },
+               num_threads) {}
+  // Row j is whatever row_of(j, dst) writes to dst[0..d): derived rows (the
+  // probit variance block) are packed without materialising them first.
+  // Panels are independent, so they are filled in parallel.
+  template <class RowOf>
+  Panels(std::size_t n_, std::size_t d_, RowOf row_of, int num_threads) : n(n_), d(d_) {
     const Isa& I = isa();
-    if constexpr (sizeof(T) == sizeof(float)) {
-      width = I.panel_width_f32();
-      data.resize(((n + width - 1) / width) * width * d);
-      I.pack_f32(rows, n, d, data.data());
-    } else {
-      width = I.panel_width_f64();
-      data.resize(((n + width - 1) / width) * width * d);
-      I.pack_f64(rows, n, d, data.data());
-    }
+    width = sizeof(T) == sizeof(float) ? I.panel_width_f32() : I.panel_width_f64();
+    const std::size_t n_panels = (n + width - 1) / width;
+    data.resize(n_panels * width * d);
+    parallel_for(std::int64_t(n_panels), num_threads, [&](std::int64_t p, int) {
+      std::vector<T> row(d);
+      T* P = data.data() + std::size_t(p) * width * d;
+      for (std::size_t l = 0; l < width; ++l) {
+        const std::size_t j = std::size_t(p) * width + l;
+        if (j < n) {
+          row_of(j, row.data());
+        } else {
+          std::fill(row.begin(), row.end(), T(0));  // padding columns
+        }
+        for (std::size_t k = 0; k < d; ++k) P[k * width + l] = row[k];
+      }
+    });
   }
-  Panels(const T* x, std::size_t n_, std::size_t d_) : Panels(row_pointers(x, n_, d_).data(), n_, d_) {}
   // Panels starting at row `first` (a multiple of `width`).
   const T* at(std::size_t first) const { return data.data() + (first / width) * width * d; }
   // Entry k of row j.

@@ -8,7 +8,11 @@ small scale, where page faults of a first call are not noise), checks once
 per case that kernel and baseline agree, and prints a markdown table of
 times, speed ratios (baseline time / kernel time: above 1 means the kernel
 is faster) and the kernel's GFLOP/s. For the probit kernel, numpy's sgemm on
-the same FLOP count is timed too, as the machine's practical peak.
+the same FLOP count is timed too, as the machine's practical peak. Where
+faiss-cpu is installed, it is timed as a peer: ``IndexFlatIP`` top-k on the
+probit means (cosine top-k: the D-MAC-per-pair part of the probit work) and
+two flat searches plus the merge for CSLS; its rows say how much of the
+kernel's answer it shares, not whether it computes the same thing.
 
 Scales: ``full`` is the issue's sizes (probit Q=1000, N=100k, D=384, k=10;
 signatures N=100k, A=256, D=384; CSLS 20k per side, A=256; Lorentz
@@ -167,8 +171,9 @@ def _probit(size, rng, timer, threads, torch) -> Iterator[List[Dict[str, Any]]]:
 
     q, n, d, k = size["Q"], size["N"], size["D"], size["k"]
     mu_q, mu_c = _unit_rows(rng, q, d), _unit_rows(rng, n, d)
-    v_q = rng.uniform(0, 2e-3, (q, d)).astype(np.float32)
-    v_c = rng.uniform(0, 2e-3, (n, d)).astype(np.float32)
+    # variances like real Kronecker-factored posteriors: 0.016 U(0.5, 1.5)
+    v_q = (0.016 * rng.uniform(0.5, 1.5, (q, d))).astype(np.float32)
+    v_c = (0.016 * rng.uniform(0.5, 1.5, (n, d))).astype(np.float32)
     # both sides prepare the documents once, untimed (index time)
     docs, np_docs = ProbitDocs(mu_c, v_c), numpy_probit_docs(mu_c, v_c)
     flops = 2.0 * q * n * 3 * d
@@ -189,7 +194,16 @@ def _probit(size, rng, timer, threads, torch) -> Iterator[List[Dict[str, Any]]]:
     b = rng.standard_normal((3 * d, n), dtype=np.float32)
     t_s, _ = timer(lambda: np.dot(a, b))
     row["sgemm_gflops"] = flops / t_s / 1e9
-    yield [row]
+    rows = [row]
+    faiss = _import_faiss()
+    if faiss is not None:
+        index = faiss.IndexFlatIP(d)
+        index.add(mu_c)
+        t_f, (_, f_idx) = timer(lambda: index.search(mu_q, k))
+        overlap = np.mean([len(set(a) & set(b)) / k for a, b in zip(k_idx.tolist(), f_idx.tolist())])
+        peer = (True, f"peer: cosine top-k on the means shares {overlap:.3f} of the probit top-k")
+        rows.append(_row("probit", "probit_topk", size, "faiss IndexFlatIP (means)", flops, t_k, t_f, peer))
+    yield rows
 
 
 def _signatures(size, rng, timer, threads, torch) -> Iterator[List[Dict[str, Any]]]:
@@ -230,7 +244,17 @@ def _csls(size, rng, timer, threads, torch) -> Iterator[List[Dict[str, Any]]]:
         same >= _MIN_OVERLAP * max(len(ours), len(theirs)),
         f"{same} common of {len(ours)} kernel / {len(theirs)} baseline pairs",
     )
-    yield [_row("csls", "csls_mutual_topk", size, "numpy float32", 2.0 * n * n * a, t_k, t_b, check)]
+    rows = [_row("csls", "csls_mutual_topk", size, "numpy float32", 2.0 * n * n * a, t_k, t_b, check)]
+    if _import_faiss() is not None:
+        from crossembed.baselines import faiss_csls_mutual_topk
+
+        t_f, (f_pairs, _) = timer(lambda: faiss_csls_mutual_topk(SA, SB, k, csls_k))
+        same = len(ours & set(map(tuple, f_pairs.tolist())))
+        peer = (True, f"peer: {same} of {len(ours)} kernel pairs (CSLS within the csls_k neighbours)")
+        rows.append(
+            _row("csls", "csls_mutual_topk", size, "faiss 2 flat searches + merge", 2.0 * n * n * a, t_k, t_f, peer)
+        )
+    yield rows
 
 
 def _lorentz(size, rng, timer, threads, torch) -> Iterator[List[Dict[str, Any]]]:
@@ -333,6 +357,15 @@ def _baseline_threads(threads: Optional[int], torch, notes: List[str]):
             torch.set_num_threads(threads)
             stack.callback(torch.set_num_threads, before)
         yield
+
+
+def _import_faiss():
+    """faiss when installed (the peer rows), else None."""
+    try:
+        import faiss
+    except ImportError:
+        return None
+    return faiss
 
 
 def _import_torch(kernels: List[str], notes: List[str]):

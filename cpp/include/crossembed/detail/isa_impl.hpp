@@ -1,8 +1,9 @@
 // Per-ISA primitives. No include guard on purpose: simd.hpp includes this file
 // once per instruction set, each time inside that ISA's namespace and inside
 // its `#pragma GCC target` region, after defining there only what differs:
-//   kName, VF / VD (float / double vectors), kMR x kNRV (micro-kernel shape),
-//   vfma(a, b, c) = a * b + c (one rounding where the ISA has FMA), vsqrt(VF).
+//   kName, VF / VD (float / double vectors), kMR x kNRV (GEMM micro-kernel shape),
+//   kPR x kPC (pair_dots block),
+//   vfma(a, b, c) = a * b + c (one rounding where the ISA has FMA), vsqrt(VF), vsqrt(VD).
 // Everything below - templates too - is defined inside the region, so every
 // instantiation carries that ISA's target flags (GCC refuses to build an
 // intrinsic or a wide vector operation into a function without them, so a
@@ -74,42 +75,31 @@ static std::size_t panel_width() {
   return kNRV * kWidth<T>;
 }
 
-template <class T>
-static void pack_panels(const T* const* rows, std::size_t n, std::size_t d, T* dst) {
-  const std::size_t nr = panel_width<T>();
-  for (std::size_t p0 = 0; p0 < n; p0 += nr) {
-    T* P = dst + (p0 / nr) * d * nr;
-    for (std::size_t l = 0; l < nr; ++l) {
-      const T* r = p0 + l < n ? rows[p0 + l] : nullptr;
-      for (std::size_t k = 0; k < d; ++k) P[k * nr + l] = r ? r[k] : T(0);
-    }
-  }
-}
-
-// out[i * ld + j] = <q[i], column j of the panels> for i < nq, j < nc.
-template <class T>
-static void gemm_panel(const T* const* q, std::size_t nq, const T* panels, std::size_t nc, std::size_t d, T* out,
-                       std::size_t ld) {
+// out[i * ld + j] = <q[i], column j of the panels> for i < nq, j < nc, MR
+// left-hand rows at a time. The value of out[i][j] does not depend on MR.
+template <class T, int MR>
+static void gemm_rows(const T* const* q, std::size_t nq, const T* panels, std::size_t nc, std::size_t d, T* out,
+                      std::size_t ld) {
   using V = Vec<T>;
   constexpr std::size_t W = kWidth<T>, nr = kNRV * W;
   for (std::size_t p0 = 0; p0 < nc; p0 += nr) {
     const T* P = panels + (p0 / nr) * d * nr;
     const std::size_t ncols = std::min(nr, nc - p0);
-    for (std::size_t i0 = 0; i0 < nq; i0 += kMR) {
-      const T* qp[kMR];
-      for (int a = 0; a < kMR; ++a) qp[a] = q[std::min<std::size_t>(i0 + a, nq - 1)];
-      V acc[kMR][kNRV];
-      for (int a = 0; a < kMR; ++a)
+    for (std::size_t i0 = 0; i0 < nq; i0 += MR) {
+      const T* qp[MR];
+      for (int a = 0; a < MR; ++a) qp[a] = q[std::min<std::size_t>(i0 + a, nq - 1)];
+      V acc[MR][kNRV];
+      for (int a = 0; a < MR; ++a)
         for (int v = 0; v < kNRV; ++v) acc[a][v] = V{};
       for (std::size_t k = 0; k < d; ++k) {
         V b[kNRV];
         for (int v = 0; v < kNRV; ++v) b[v] = load<V>(P + k * nr + v * W);
-        for (int a = 0; a < kMR; ++a) {
+        for (int a = 0; a < MR; ++a) {
           const V qa = splat<V>(qp[a][k]);
           for (int v = 0; v < kNRV; ++v) acc[a][v] = vfma(qa, b[v], acc[a][v]);
         }
       }
-      for (int a = 0; a < kMR && i0 + a < nq; ++a) {
+      for (int a = 0; a < MR && i0 + a < nq; ++a) {
         T* o = out + (i0 + a) * ld + p0;
         if (ncols == nr) {
           __builtin_memcpy(o, acc[a], sizeof(acc[a]));
@@ -119,6 +109,76 @@ static void gemm_panel(const T* const* q, std::size_t nq, const T* panels, std::
           for (std::size_t j = 0; j < ncols; ++j) o[j] = tmp[j];
         }
       }
+    }
+  }
+}
+
+// One left-hand row (rerank) runs with one row of accumulators, not kMR copies of it.
+template <class T>
+static void gemm_panel(const T* const* q, std::size_t nq, const T* panels, std::size_t nc, std::size_t d, T* out,
+                       std::size_t ld) {
+  if (nq == 1) return gemm_rows<T, 1>(q, nq, panels, nc, d, out, ld);
+  gemm_rows<T, kMR>(q, nq, panels, nc, d, out, ld);
+}
+
+// ----------------------------------------------------------------- tree dots
+// A dot product whose value is the same whether it is computed alone or
+// inside a block of pairs: lane l of one vector accumulator sums the entries
+// k = l (mod W) in order (one FMA chain), then the lanes are added by halving
+// (l + W/2, then l + W/4, ...). Lengths are multiples of W (callers pad with
+// zeros, which leave every chain unchanged). The probit variance term is this
+// dot, alone for the few candidates that survive pruning and in register
+// blocks of kPR x kPC pairs (pair_dots) when most of a tile survives.
+template <class V>  // V = VF (a template so that only this ISA's branch is compiled)
+static inline float hsum_tree(V v) {
+  // Each step adds the upper half of the live lanes onto the lower half: the
+  // sums of the scalar loop t[l] += t[l + h], h = W/2, W/4, ..., 1. Shuffles,
+  // not memcpy: an accumulator whose address is taken stays out of registers.
+  typedef float F8 __attribute__((vector_size(32)));
+  typedef float F4 __attribute__((vector_size(16)));
+  F4 x4;
+  if constexpr (sizeof(V) == 64) {
+    const F8 x8 = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+                  __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    x4 = __builtin_shufflevector(x8, x8, 0, 1, 2, 3) + __builtin_shufflevector(x8, x8, 4, 5, 6, 7);
+  } else if constexpr (sizeof(V) == 32) {
+    x4 = __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
+  } else {
+    x4 = v;
+  }
+  const float a = x4[0] + x4[2], b = x4[1] + x4[3];
+  return a + b;
+}
+
+static float dot_tree(const float* a, const float* b, std::size_t n) {
+  VF acc = zerof();
+  for (std::size_t i = 0; i < n; i += WF) acc = vfma(load<VF>(a + i), load<VF>(b + i), acc);
+  return hsum_tree(acc);
+}
+
+// out[i * ld + j] = dot_tree(q[i], c + j * n, n) for i < nq, j < nc: kPR x kPC
+// pairs at a time share their loads (kPR + kPC loads for kPR * kPC FMAs).
+static void pair_dots(const float* const* q, std::size_t nq, const float* c, std::size_t nc, std::size_t n, float* out,
+                      std::size_t ld) {
+  for (std::size_t j0 = 0; j0 < nc; j0 += kPC) {
+    const float* cp[kPC];
+    for (int b = 0; b < kPC; ++b) cp[b] = c + std::min<std::size_t>(j0 + b, nc - 1) * n;
+    for (std::size_t i0 = 0; i0 < nq; i0 += kPR) {
+      const float* qp[kPR];
+      for (int a = 0; a < kPR; ++a) qp[a] = q[std::min<std::size_t>(i0 + a, nq - 1)];
+      VF acc[kPR][kPC];
+      for (int a = 0; a < kPR; ++a)
+        for (int b = 0; b < kPC; ++b) acc[a][b] = zerof();
+      for (std::size_t k = 0; k < n; k += WF) {
+        VF y[kPC];
+        for (int b = 0; b < kPC; ++b) y[b] = load<VF>(cp[b] + k);
+        for (int a = 0; a < kPR; ++a) {
+          const VF x = load<VF>(qp[a] + k);
+          for (int b = 0; b < kPC; ++b) acc[a][b] = vfma(x, y[b], acc[a][b]);
+        }
+      }
+      for (int a = 0; a < kPR && i0 + a < nq; ++a)
+        for (int b = 0; b < kPC && j0 + b < nc; ++b) out[(i0 + a) * ld + j0 + b] = hsum_tree(acc[a][b]);
     }
   }
 }
@@ -271,10 +331,80 @@ static void lorentz_row_from_dots(const float* dots, std::size_t n, float rx, fl
   }
 }
 
+// ----------------------------------------------------------------- float64 Lorentz rows
+typedef long long VL __attribute__((vector_size(sizeof(VD))));
+
+// Natural log for normal x > 0: x = 2^e m, m in [sqrt(1/2), sqrt(2)), f = m - 1,
+// s = f / (2 + f), log m = f - f^2/2 + s (f^2/2 + R(s^2)) with fdlibm's
+// minimax R (error < 1 ulp), ln 2 split in a high and a low part.
+static inline VD vlog_d(VD x) {
+  const VL bits = (VL)x;
+  VL e = ((bits >> 52) & 0x7ff) - 1022;
+  VD m = (VD)((bits & 0x000fffffffffffffLL) | 0x3fe0000000000000LL);  // [0.5, 1)
+  const VL small = m < splat<VD>(0.70710678118654752440);
+  e = e + small;  // small lanes are -1
+  m = small ? m + m : m;
+  const VD f = m - 1.0;
+  const VD hfsq = 0.5 * f * f;
+  const VD s = f / (f + 2.0);
+  const VD z = s * s, w = z * z;
+  const VD t1 = w * (3.999999999940941908e-01 + w * (2.222219843214978396e-01 + w * 1.531383769920937332e-01));
+  const VD t2 = z * (6.666666666666735130e-01 +
+                     w * (2.857142874366239149e-01 + w * (1.818357216161805012e-01 + w * 1.479819860511658591e-01)));
+  const VD r = t1 + t2;
+  const VD ef = __builtin_convertvector(e, VD);
+  return ef * 6.93147180369123816490e-01 - ((hfsq - (s * (hfsq + r) + ef * 1.90821492927058770002e-10)) - f);
+}
+
+// asinh(z) for z >= 0, as vasinh_pos in float64.
+static inline VD vasinh_pos_d(VD z) {
+  const VD z2 = z * z;
+  const VD u = z + z2 / (vsqrt(z2 + 1.0) + 1.0);
+  const VD w = u + 1.0;
+  const VD wm1 = w - 1.0;
+  const VD zero = VD{};
+  const VD safe = wm1 == zero ? splat<VD>(1.0) : wm1;
+  const VD lg = vlog_d(wm1 == zero ? splat<VD>(1.0) : w);
+  return wm1 == zero ? u : lg * (u / safe);
+}
+
+// lorentz_row_from_dots in float64: the same decomposition; pairs with
+// x.y > 0.95 |x||y| or |x| + |y| < 1e-140 get NaN for the exact fallback.
+static void lorentz_row_from_dots_f64(const double* dots, std::size_t n, double rx, double tx, double ax,
+                                      const double* ry, const double* ty, const double* ay, double c, double* out) {
+  constexpr std::size_t WD = kWidth<double>;
+  const double two_over_sqrt_c = 2.0 / std::sqrt(c), half_sqrt_c = 0.5 * std::sqrt(c), inv_c = 1.0 / c;
+  const std::size_t nv = n - n % WD;
+  const VD nan = splat<VD>(__builtin_nan("")), zero = VD{};
+  for (std::size_t j = 0; j < nv; j += WD) {
+    const VD dot = load<VD>(dots + j), r = load<VD>(ry + j);
+    const VD rxy = rx * r;
+    VD q1 = 2.0 * (rxy - dot);
+    q1 = q1 < zero ? zero : q1;
+    const VD dr = rx - r, big_t = tx + load<VD>(ty + j), big_r = rx + r;
+    const VD q = q1 + dr * dr * ((ax + load<VD>(ay + j)) * inv_c) * ((big_t + big_r) / big_t / big_t);
+    VD dist = two_over_sqrt_c * vasinh_pos_d(half_sqrt_c * vsqrt(q));
+    dist = dot > 0.95 * rxy ? nan : dist;
+    dist = big_r < 1e-140 ? nan : dist;
+    __builtin_memcpy(out + j, &dist, sizeof(VD));
+  }
+  for (std::size_t j = nv; j < n; ++j) {
+    const double rxy = rx * ry[j];
+    if (dots[j] > 0.95 * rxy || rx + ry[j] < 1e-140) {
+      out[j] = __builtin_nan("");
+      continue;
+    }
+    const double q1 = std::max(0.0, 2.0 * (rxy - dots[j]));
+    const double dr = rx - ry[j], big_t = tx + ty[j], big_r = rx + ry[j];
+    const double q = q1 + dr * dr * ((ax + ay[j]) * inv_c) * ((big_t + big_r) / big_t / big_t);
+    out[j] = two_over_sqrt_c * std::asinh(half_sqrt_c * std::sqrt(q));
+  }
+}
+
 // This ISA's entry points. Its code may use the ISA's instructions: call it
 // only once the CPU is known to support them (select_isa).
 static Isa table() {
   return Isa{kName,          &dot<float>,         &dot<double>,         &panel_width<float>, &panel_width<double>,
-             &pack_panels<float>, &pack_panels<double>, &gemm_panel<float>, &gemm_panel<double>, &signature_rows,
-             &lorentz_row_from_dots};
+             &gemm_panel<float>, &gemm_panel<double>, &dot_tree, &pair_dots, &signature_rows,
+             &lorentz_row_from_dots, &lorentz_row_from_dots_f64};
 }

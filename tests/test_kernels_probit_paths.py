@@ -1,0 +1,116 @@
+"""The probit variance term's two paths (whole-tile pair_dots, per-pair tree dot) and probit_topk's document reuse.
+
+top_k computes sig2 for a whole tile at once when many candidates survive
+pruning (wide variances) and one pair at a time when few do (tight
+variances); rerank always goes pair by pair and the dense scores always by
+tile. All of them must give the same bits, for every SIMD remainder of D.
+"""
+
+import numpy as np
+import pytest
+
+import crossembed as ce
+from crossembed import kernels
+from crossembed import reference as ref
+
+
+def _docs(rng, n, d, lo, hi):
+    mu = rng.standard_normal((n, d)).astype(np.float32)
+    mu /= np.linalg.norm(mu, axis=1, keepdims=True)
+    return mu, rng.uniform(lo, hi, (n, d)).astype(np.float32)
+
+
+@pytest.mark.parametrize("D", [1, 3, 8, 15, 16, 17, 33, 100, 384])
+@pytest.mark.parametrize("variances", [(0.0, 0.5), (0.008, 0.024), (0.0, 0.0)], ids=["wide", "kron", "zero"])
+def test_tile_and_pair_paths_agree_bitwise(rng, D, variances):
+    mu_c, v_c = _docs(rng, 700, D, *variances)
+    mu_q, v_q = _docs(rng, 70, D, *variances)
+    docs = ce.ProbitDocs(mu_c, v_c)
+    k = 9
+    scores, idx = docs.top_k(mu_q, v_q, k)
+    dense = docs.scores(mu_q, v_q)
+    np.testing.assert_array_equal(np.take_along_axis(dense, idx, axis=1), scores)
+    everything = np.tile(np.arange(len(mu_c)), (len(mu_q), 1))
+    r_scores, r_idx = docs.top_k(mu_q, v_q, k, candidates=everything)
+    np.testing.assert_array_equal(r_scores, scores)
+    np.testing.assert_array_equal(r_idx, idx)
+    for t in (1, 2, 3):
+        s_t, i_t = docs.top_k(mu_q, v_q, k, num_threads=t)
+        np.testing.assert_array_equal(s_t, scores)
+        np.testing.assert_array_equal(i_t, idx)
+    # and the values are the probit scores (the float64 reference picks the same best set up to near-ties)
+    exact = ref.probit_scores(mu_q, v_q, mu_c, v_c)
+    np.testing.assert_allclose(scores, -np.sort(-exact, axis=1)[:, :k], rtol=1e-5, atol=1e-6)
+
+
+def test_k_equals_n_and_n_equals_one_on_the_tile_path(rng):
+    mu_c, v_c = _docs(rng, 300, 17, 0.0, 0.5)
+    mu_q, v_q = _docs(rng, 5, 17, 0.0, 0.5)
+    scores, idx = ce.probit_topk(mu_q, v_q, mu_c, v_c, 300)
+    exact = ref.probit_scores(mu_q, v_q, mu_c, v_c)
+    np.testing.assert_allclose(scores, -np.sort(-exact, axis=1), rtol=1e-5, atol=1e-6)
+    one_s, one_i = ce.probit_topk(mu_q, v_q, mu_c[:1], v_c[:1], 1)
+    assert (one_i == 0).all()
+    np.testing.assert_allclose(one_s[:, 0], exact[:, 0], rtol=1e-5, atol=1e-6)
+
+
+def test_huge_and_tiny_values_on_both_paths(rng):
+    mu_c, v_c = _docs(rng, 400, 33, 0.0, 0.5)
+    mu_c[::7] *= 1e6
+    v_c[::5] *= 1e-30
+    mu_q, v_q = _docs(rng, 12, 33, 0.0, 0.5)
+    docs = ce.ProbitDocs(mu_c, v_c)
+    scores, idx = docs.top_k(mu_q, v_q, 40)
+    np.testing.assert_array_equal(np.take_along_axis(docs.scores(mu_q, v_q), idx, axis=1), scores)
+    exact = ref.probit_scores(mu_q, v_q, mu_c, v_c)
+    np.testing.assert_allclose(scores, -np.sort(-exact, axis=1)[:, :40], rtol=1e-5)
+
+
+def test_probit_topk_reuses_docs_until_they_change(rng):
+    mu_c, v_c = _docs(rng, 500, 24, 0.0, 0.1)
+    mu_q, v_q = _docs(rng, 6, 24, 0.0, 0.1)
+    kernels._DOCS_CACHE.clear()
+    first = ce.probit_topk(mu_q, v_q, mu_c, v_c, 5)
+    cached = kernels._DOCS_CACHE["docs"][3]
+    again = ce.probit_topk(mu_q, v_q, mu_c, v_c, 5)
+    assert kernels._DOCS_CACHE["docs"][3] is cached
+    np.testing.assert_array_equal(first[1], again[1])
+    # an in-place edit is seen: the best document of query 0 is pushed away
+    mu_c[first[1][0, 0]] *= -1
+    edited = ce.probit_topk(mu_q, v_q, mu_c, v_c, 5)
+    assert kernels._DOCS_CACHE["docs"][3] is not cached
+    fresh = ce.probit_topk(mu_q, v_q, mu_c, v_c, 5, reuse_docs=False)
+    np.testing.assert_array_equal(edited[1], fresh[1])
+    assert first[1][0, 0] not in edited[1][0]
+    # a copy with the same contents is another array: not reused, same answer
+    copy_s, copy_i = ce.probit_topk(mu_q, v_q, mu_c.copy(), v_c, 5)
+    np.testing.assert_array_equal(copy_i, edited[1])
+    # the entry goes with the arrays
+    del mu_c, v_c, copy_s
+    import gc
+
+    gc.collect()
+    assert "docs" not in kernels._DOCS_CACHE
+
+
+def test_probit_topk_does_not_cache_invalid_or_converted_input(rng):
+    mu_c, v_c = _docs(rng, 50, 8, 0.0, 0.1)
+    kernels._DOCS_CACHE.clear()
+    bad = v_c.copy()
+    bad[3, 3] = -1.0
+    with pytest.raises(ValueError, match="v_c"):
+        ce.probit_topk(mu_c[:2], v_c[:2], mu_c, bad, 3)
+    assert "docs" not in kernels._DOCS_CACHE
+    ce.probit_topk(mu_c[:2], v_c[:2], mu_c.astype(np.float64), v_c, 3)  # converted: a new array each call
+    assert "docs" not in kernels._DOCS_CACHE
+
+
+def test_content_hash_sees_one_bit_and_ignores_threads(rng):
+    x = rng.standard_normal((3000, 129)).astype(np.float32)  # > 1 MiB: several blocks, a ragged tail
+    core = kernels._core_module()
+    h = core.content_hash(x, 1)
+    assert h == core.content_hash(x, 2) == core.content_hash(x, 0)
+    y = x.copy()
+    y.view(np.uint32)[2999, 128] ^= 1
+    assert core.content_hash(y, 0) != h
+    assert core.content_hash(x[:0], 0) != core.content_hash(x[:1], 0)
