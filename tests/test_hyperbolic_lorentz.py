@@ -243,3 +243,17 @@ def test_lorentz_class_learnable_curvature_and_checks():
 
     with pytest.raises(TypeError, match="Lorentz"):
         entailment_loss(x, x, 1.0, eta=1.0, alpha=0.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_exterior_angle_has_a_finite_gradient_at_coincident_points(dtype):
+    # an UNCHA part equal to its scene: the old formula's gradient was ~1e9-1e10 here
+    x = torch.tensor([[0.3, -1.2, 0.5]], dtype=dtype, requires_grad=True)
+    y = x.detach().clone().requires_grad_(True)
+    angle = L.exterior_angle(x, y)
+    angle.sum().backward()
+    assert torch.isfinite(angle).all()
+    assert x.grad.abs().max() < 1e3 and y.grad.abs().max() < 1e3
+    # away from coincidence the gradient is untouched (the formula above, checked by gradcheck)
+    far = torch.tensor([[0.3, -1.2, 0.9]], dtype=dtype)
+    assert L.exterior_angle(x.detach(), far).item() != pytest.approx(math.pi / 2)

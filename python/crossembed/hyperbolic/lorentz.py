@@ -252,6 +252,10 @@ def half_aperture(
     return torch.asin(ratio.clamp(-1.0 + eps, 1.0 - eps))
 
 
+# (c q / 2)(c q / 2 + 2) below this (chord ~1e-5) counts as coincident in exterior_angle
+_COINCIDENT = 1e-10
+
+
 def exterior_angle(x: torch.Tensor, y: torch.Tensor, curvature: Curvature = 1.0, *, eps: float = 1e-6) -> torch.Tensor:
     """Exterior angle at ``x`` between the origin and ``y`` (matching rows).
 
@@ -272,7 +276,11 @@ def exterior_angle(x: torch.Tensor, y: torch.Tensor, curvature: Curvature = 1.0,
     # stays finite (the clamp below then zeroes it) at the origin and for x == y
     den = (_safe_norm(x) * torch.sqrt(den_sq.clamp_min(_TINY))).clamp_min(1e-12)
     num = yt - xt * a
-    return torch.acos((num / den).clamp(-1.0 + eps, 1.0 - eps)).to(out_dtype)
+    # at (nearly) coincident points the angle is undefined and num/den is 0/0: its gradient
+    # reached 1e9-1e10 there (an UNCHA part equal to its scene); such pairs get the angle of
+    # a zero ratio (pi/2) and no gradient
+    ratio = torch.where(den_sq > _COINCIDENT, num / den, torch.zeros_like(num))
+    return torch.acos(ratio.clamp(-1.0 + eps, 1.0 - eps)).to(out_dtype)
 
 
 def uncertainty(x: torch.Tensor) -> torch.Tensor:
