@@ -307,3 +307,56 @@ def test_replace_scoring_ranks_by_the_confidence_weighted_score():
     )
     with pytest.raises(ValueError, match="confidence_scoring"):
         UECEnsemble(embs, confidence_scoring="both")
+
+
+def _anisotropic_world():
+    """Model 1 looks confident everywhere (tiny cosine spread, like e5) but only sees the second half clearly."""
+    docs, (q0, q1), target = _expert_world(seed=3)
+    embs = [_embedder(16, 7), _embedder(16, 8)]
+    # a small unrelated-pair spread divides into sigma = c^2 / raw gap: a global lead for model 1
+    embs[1]._state["score_scale"] = 0.02 * embs[1].score_scale_
+    return docs, (q0, q1), target, embs
+
+
+def test_standardised_confidence_is_a_per_model_z_score():
+    docs, (q0, q1), _, embs = _anisotropic_world()
+    d_comps = [e.transform(docs) for e in embs]
+    comps = [embs[0].transform(q0), embs[1].transform(q1)]
+    # calibration queries on different scales per model, so the two spreads differ
+    cal = [embs[0].transform(q0[::2]), embs[1].transform(0.5 * q1[1::2] + 0.1)]
+    z = UECEnsemble(embs, uncertainty="confidence", temperature=0.5, standardize_confidence=True)
+    assert z.center_confidence  # a z-score is centred
+    with pytest.raises(ValueError, match="calibration"):
+        z.set_reference(d_comps).combine(comps)
+    z.set_reference(d_comps, queries=cal)
+    raw = UECEnsemble(embs, uncertainty="confidence").set_reference(d_comps)
+    lc = np.log(raw.confidence_variance([c.normalized() for c in cal]))
+    np.testing.assert_allclose(z.confidence_center_, lc.mean(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(z.confidence_spread_, lc.std(axis=0), rtol=1e-6)
+    assert abs(z.confidence_spread_[0] - z.confidence_spread_[1]) > 0.1 * z.confidence_spread_.max()
+    t = (np.log(raw.confidence_variance([c.normalized() for c in comps])) - lc.mean(axis=0)) / lc.std(axis=0)
+    ref = np.exp(-t / 0.5 - (-t / 0.5).max(axis=1, keepdims=True))
+    np.testing.assert_allclose(z.combine(comps).weights, ref / ref.sum(axis=1, keepdims=True), rtol=1e-4)
+
+
+def test_standardised_confidence_stops_a_globally_confident_model_winning_everywhere():
+    docs, (q0, q1), target, embs = _anisotropic_world()
+    d_comps = [e.transform(docs) for e in embs]
+    comps = [embs[0].transform(q0), embs[1].transform(q1)]
+    raw = UECEnsemble(embs, uncertainty="confidence", temperature=1.0).set_reference(d_comps)
+    w_raw = raw.combine(comps).weights
+    assert (w_raw[:, 1] > 0.5).mean() > 0.9  # the anisotropic model takes (nearly) every query
+    z = UECEnsemble(embs, uncertainty="confidence", temperature=1.0, standardize_confidence=True)
+    z.set_reference(d_comps, queries=comps)
+    w = z.combine(comps).weights
+    # per-model z-scores route each half to the model that sees it
+    assert (w[:30, 0] > w[:30, 1]).mean() > 0.9 and (w[30:, 1] > w[30:, 0]).mean() > 0.9
+    d = z.combine(d_comps, role="passage")
+    hits_z = (z.topk(z.combine(comps), d, 1)[1][:, 0] == target).mean()
+    hits_raw = (raw.topk(raw.combine(comps), d, 1)[1][:, 0] == target).mean()
+    assert hits_z > hits_raw
+    # the spread is saved and reloaded with the ensemble
+    back = UECEnsemble.from_state(*z.get_state())
+    assert back.standardize_confidence
+    np.testing.assert_array_equal(back.confidence_spread_, z.confidence_spread_)
+    np.testing.assert_array_equal(back.combine(comps).weights, z.combine(comps).weights)

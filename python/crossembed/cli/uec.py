@@ -195,6 +195,7 @@ def _uec_eval(args) -> int:
                 seed=args.seed,
                 prior_precision=_prior(args.prior_precision),
                 row_set=args.row_set,
+                last_dense=not args.no_last_dense,
                 show_progress_bar=not args.quiet,
             )
         )
@@ -329,6 +330,11 @@ def register(subparsers) -> None:
         choices=("full", "core"),
         default="full",
         help="every row, or the single models plus the rules/routing rows the issue asks for",
+    )
+    e.add_argument(
+        "--no-last-dense",
+        action="store_true",
+        help="skip the layer='last_dense' rows (they re-encode every text through the torch models: slow)",
     )
     add_num_threads(e)
     e.add_argument("--out", default=None, help="markdown report (a .json with the raw numbers goes next to it)")

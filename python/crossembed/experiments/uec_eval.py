@@ -240,6 +240,18 @@ def row_specs(models: Sequence[str]) -> List[RowSpec]:
             variant=True,
         ),
         RowSpec(
+            "confidence, z-scored per model (fit anchors)",
+            "kron",
+            {**score, "uncertainty": "confidence", "standardize_confidence": True},
+            grid="confidence",
+            variant=True,
+        ),
+        RowSpec(
+            "confidence, hard routing (T = 0.01, bound)",
+            "kron",
+            {**score, "uncertainty": "confidence", "temperature": 0.01},
+        ),
+        RowSpec(
             "confidence x kron Laplace (score mixing)",
             "kron",
             {**score, "uncertainty": "confidence*laplace"},
@@ -423,7 +435,7 @@ def evaluate_task(
             k = models.index(spec.models[0])
             lst, qc, dc = [lst[k]], [qc[k]], [dc[k]]
         cal = None
-        if spec.kwargs.get("center_confidence"):
+        if spec.kwargs.get("center_confidence") or spec.kwargs.get("standardize_confidence"):
             cal = [e.transform(emb.fit_anchors[m]) for e, m in zip(lst, spec.models or models)]
         return rank(UECEnsemble(lst, **{**spec.kwargs, **over}), qc, dc, relevant, cal)
 
@@ -608,7 +620,11 @@ Rows:
   the Laplace variances scored (`confidence_scoring="laplace"`); *official
   rules*: the same weights under the official normalisation and beta cosine
   (diagonal posterior); *centred per model*: log sigma_k^2 minus its mean
-  over the Laplace fit anchors (`center_confidence=True`); *x Laplace*:
+  over the Laplace fit anchors (`center_confidence=True`); *z-scored per
+  model*: that centred log sigma_k^2 divided by its standard deviation over
+  the anchors (`standardize_confidence=True`); *hard routing*: T = 0.01,
+  i.e. each query goes to its most confident model (a bound on how far
+  sharper weights go); *x Laplace*:
   sigma_k^2 times the Laplace trace relative to its fit-set mean (weights
   only);
 * *UEC default (as shipped)*: `UECEnsemble(embedders)` with every default

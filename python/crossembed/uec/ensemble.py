@@ -52,7 +52,11 @@ Which uncertainty drives the query coefficients (``uncertainty=``):
     unrelated-pair cosine spread). The coefficients are
     ``softmax_k(-log sigma_k^2(q) / T)`` (``∝ sigma^(-2/T)``, T = 1 is
     inverse-variance weighting), optionally with ``log sigma_k^2`` centred
-    by its mean over calibration queries (``center_confidence``). What the
+    by its mean over calibration queries (``center_confidence``) or
+    standardised by its mean and standard deviation over them
+    (``standardize_confidence``: ``(log sigma_k^2 - m_k) / s_k``, so a model
+    that is confident everywhere does not win everywhere; T is then in
+    units of those standard deviations). What the
     probit then scores (``confidence_scoring``): ``"replace"`` (default) -
     the query's variance is ``sigma_k^2(q)`` isotropically and documents are
     deterministic, so ``sig2_s = sum_k w_k^2 sigma_k^2(q)`` for unit
@@ -138,6 +142,17 @@ def uncertainty_coefficients(traces, *, temperature: float, center=None, scale=N
     return e / e.sum(axis=1, keepdims=True)
 
 
+def _log_variance_moments(u: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Per-model mean and standard deviation of ``log sigma^2`` over calibration rows ``u`` (n, K).
+
+    A spread below 1e-12 (one calibration query, or a model whose confidence
+    never moves) counts as 1, so the z-score stays finite.
+    """
+    t = np.log(np.asarray(u, dtype=np.float64))
+    sd = t.std(axis=0)
+    return t.mean(axis=0), np.where(sd > 1e-12, sd, 1.0)
+
+
 def convolve(components: Sequence[GaussianEmbedding], weights) -> GaussianEmbedding:
     """Gaussian convolution ``N(sum_k pi_k mu_k, sum_k pi_k^2 v_k)`` (same ``D``), float64 sums."""
     w = as_matrix(weights, "weights", dtype=np.float64, allow_float64=True, nonnegative=True)
@@ -201,6 +216,11 @@ class UECEnsemble:
         Subtract each model's mean ``log sigma^2`` over the calibration
         queries given to :meth:`set_reference` (removes a model's overall
         confidence level, keeps its per-query variation).
+    standardize_confidence : bool
+        Also divide the centred ``log sigma^2`` by its per-model standard
+        deviation over the calibration queries (a per-model z-score; implies
+        centring). Measured in ``docs/uec.md``: it removes the overall lead
+        of the anisotropic multilingual model and costs nDCG on FreeDict.
     confidence_scoring : {"replace", "add", "laplace"}
         Which variances the probit scores under the confidence uncertainties
         (module docstring).
@@ -225,6 +245,7 @@ class UECEnsemble:
         beta: float = 1.0,
         confidence_top: int = 20,
         center_confidence: bool = False,
+        standardize_confidence: bool = False,
         confidence_scoring: str = "replace",
         random_state=0,
     ):
@@ -244,10 +265,13 @@ class UECEnsemble:
         self.temperature = check_positive(temperature, "temperature")
         self.beta = check_positive(beta, "beta", allow_zero=True)
         self.confidence_top = check_int(confidence_top, "confidence_top", low=2)
-        self.center_confidence = bool(center_confidence)
+        self.standardize_confidence = bool(standardize_confidence)
+        # a z-score is centred by definition: one flag asks for the calibration queries
+        self.center_confidence = bool(center_confidence) or self.standardize_confidence
         self.confidence_scoring = check_choice(confidence_scoring, "confidence_scoring", _CONFIDENCE_SCORING)
         self.reference_: Optional[List[np.ndarray]] = None
         self.confidence_center_: Optional[np.ndarray] = None
+        self.confidence_spread_: Optional[np.ndarray] = None
         self.mixing = check_choice(mixing, "mixing", _MIXINGS)
         if isinstance(weights, str):
             if weights not in ("uncertainty", "uniform"):
@@ -310,6 +334,7 @@ class UECEnsemble:
             raise ValueError("documents must hold the same number of rows for every model")
         self.reference_ = ref
         self.confidence_center_ = None
+        self.confidence_spread_ = None
         if queries is not None:
             if isinstance(queries, (GaussianEmbedding, np.ndarray)) or len(queries) != self.n_models:
                 raise ValueError(f"queries must hold {self.n_models} items (one per model)")
@@ -317,7 +342,7 @@ class UECEnsemble:
             for k, q in enumerate(queries):
                 m = self._model_matrix(q, k, "queries")
                 qs.append(GaussianEmbedding(m, np.zeros_like(m)))
-            self.confidence_center_ = np.log(self.confidence_variance(qs)).mean(axis=0)
+            self.confidence_center_, self.confidence_spread_ = _log_variance_moments(self.confidence_variance(qs))
         return self
 
     def _model_matrix(self, item, k: int, name: str) -> np.ndarray:
@@ -387,6 +412,10 @@ class UECEnsemble:
                     "center_confidence=True needs calibration queries: set_reference(documents, queries=...)"
                 )
             t = t - self.confidence_center_[None, :]
+            if self.standardize_confidence:
+                if self.confidence_spread_ is None:
+                    raise ValueError("standardize_confidence=True needs the spread of calibration queries")
+                t = t / self.confidence_spread_[None, :]
         if self.uncertainty == "confidence*laplace":
             tr = np.stack([c.trace() for c in components], axis=1)
             t = t + np.log(np.maximum(tr, 1e-300) / np.array([e.trace_mean_ for e in self.embedders])[None, :])
@@ -545,6 +574,8 @@ class UECEnsemble:
             arrays.update({f"ref{k}": r for k, r in enumerate(self.reference_)})
         if self.confidence_center_ is not None:
             arrays["confidence_center"] = self.confidence_center_
+        if self.confidence_spread_ is not None:
+            arrays["confidence_spread"] = self.confidence_spread_
         weights = self.weights if isinstance(self.weights, str) else [float(x) for x in self.weights]
         meta = {
             "embedders": metas,
@@ -559,6 +590,7 @@ class UECEnsemble:
             "beta": self.beta,
             "confidence_top": self.confidence_top,
             "center_confidence": self.center_confidence,
+            "standardize_confidence": self.standardize_confidence,
             "confidence_scoring": self.confidence_scoring,
             "has_reference": self.reference_ is not None,
             "random_state": self.random_state,
@@ -589,6 +621,7 @@ class UECEnsemble:
             beta=meta.get("beta", 1.0),
             confidence_top=meta.get("confidence_top", 20),
             center_confidence=meta.get("center_confidence", False),
+            standardize_confidence=meta.get("standardize_confidence", False),
             confidence_scoring=meta.get("confidence_scoring", "replace"),
             random_state=meta["random_state"] if "random_state" in meta else meta["projection_seed"],  # older files
         )
@@ -599,6 +632,8 @@ class UECEnsemble:
             ens.set_reference([arrays[f"ref{k}"] for k in range(len(metas))])
             if "confidence_center" in arrays:
                 ens.confidence_center_ = np.asarray(arrays["confidence_center"], dtype=np.float64)
+            if "confidence_spread" in arrays:
+                ens.confidence_spread_ = np.asarray(arrays["confidence_spread"], dtype=np.float64)
         return ens
 
     def __repr__(self) -> str:

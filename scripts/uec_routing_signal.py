@@ -1,0 +1,100 @@
+"""How much language (and model-competence) signal the retrieval confidence carries, and its routing bounds.
+
+For each model k and evaluated query q of a ``crossembed uec-eval`` task
+(cached embeddings, seed 0): the calibrated gap g_k(q) over the documents
+(:func:`crossembed.uec.rules.retrieval_gap`, top 20) and its per-model
+z-score over the queries. Reports
+
+* ROC AUC of each model's log gap for "the query is foreign" (0.5: no signal);
+* ROC AUC of e5's z-score lead over the best other model for "foreign";
+* hard routing on the z-scores (each query to its most confident model):
+  e5's share of foreign / English queries and nDCG@10 on the test halves;
+* the per-query oracle (the best single model of each query, by its own
+  nDCG@10): an upper bound no unsupervised router reaches.
+
+    python scripts/uec_routing_signal.py --task freedict --out .uec_work/signal_freedict.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Dict, List
+
+import numpy as np
+
+from crossembed.experiments.tasks import dev_test_draws, freedict_task, wordnet_task
+from crossembed.experiments.uec_eval import embed_task
+from crossembed.uec import LaplaceEmbedder
+from crossembed.uec import rules as R
+from crossembed.uec.metrics import ranking_metrics, roc_auc
+
+MODELS = ("minilm", "minilm-l3", "e5")
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-30)
+
+
+def _ndcg(scores: List[np.ndarray], weights: np.ndarray, relevant) -> np.ndarray:
+    """Per-query nDCG@10 of the weighted sum of calibrated cosines (what score mixing ranks by)."""
+    mixed = sum(weights[:, k : k + 1] * s for k, s in enumerate(scores))
+    return ranking_metrics(np.argsort(-mixed, axis=1)[:, :100], relevant)["ndcg@10"]
+
+
+def measure(task_name: str) -> Dict[str, object]:
+    """The signal and bound figures of one task (module docstring)."""
+    ut = wordnet_task(seed=0) if task_name == "wordnet" else freedict_task(seed=0)
+    emb = embed_task(ut, MODELS, show_progress_bar=False, num_threads=1)
+    ev = ut.eval_queries
+    relevant = [ut.task.relevant[i] for i in ev]
+    langs = np.array(ut.task.languages)[ev]
+    pos = {int(r): i for i, r in enumerate(ev)}
+    tests = [np.array([pos[int(r)] for r in ts]) for _, ts in dev_test_draws(ut, 3, seed=0)]
+    scores, gaps = [], []
+    for m in MODELS:
+        e = LaplaceEmbedder(m, hessian="kron", prior_precision="marglik", random_state=0)
+        e.fit_embeddings(emb.fit_anchors[m], emb.fit_positives[m])
+        q, d = _unit(emb.queries[m][ev]), _unit(emb.docs[m])
+        scores.append((q @ d.T) / e.score_scale_)  # calibrated cosines
+        gaps.append(R.retrieval_gap(q, d, top=20, scale=e.score_scale_))
+    log_gap = np.log(np.maximum(np.stack(gaps, axis=1), 1e-3))
+    z = (log_gap - log_gap.mean(axis=0)) / log_gap.std(axis=0)
+    k5 = MODELS.index("e5")
+    hard = np.eye(len(MODELS))[np.argmax(z, axis=1)]
+    nd_hard = _ndcg(scores, hard, relevant)
+    single = np.stack([_ndcg(scores, np.eye(len(MODELS))[[k] * len(ev)], relevant) for k in range(len(MODELS))], 1)
+    out: Dict[str, object] = {
+        "task": ut.name,
+        "hard_z_ndcg@10": [100.0 * float(nd_hard[ts].mean()) for ts in tests],
+        "oracle_ndcg@10": [100.0 * float(single.max(axis=1)[ts].mean()) for ts in tests],
+    }
+    foreign = langs != "en"
+    if foreign.any():
+        fo = foreign.astype(float)
+        out["auc_log_gap_foreign"] = {m: float(roc_auc(log_gap[:, k], fo)) for k, m in enumerate(MODELS)}
+        lead = z[:, k5] - np.delete(z, k5, axis=1).max(axis=1)
+        out["auc_e5_z_lead_foreign"] = float(roc_auc(lead, fo))
+        out["hard_z_e5_share"] = {
+            "foreign": [float(hard[ts[foreign[ts]], k5].mean()) for ts in tests],
+            "en": [float(hard[ts[~foreign[ts]], k5].mean()) for ts in tests],
+        }
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--task", choices=("freedict", "wordnet"), default="freedict")
+    ap.add_argument("--out", default=None, help="JSON file (printed as well)")
+    args = ap.parse_args()
+    res = measure(args.task)
+    text = json.dumps(res, indent=1)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
