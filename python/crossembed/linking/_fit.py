@@ -84,9 +84,16 @@ class FitState:
     link_post: np.ndarray = field(default_factory=lambda: np.zeros(0))
     link_votes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     table: kernels.VoteTable = field(default_factory=kernels.VoteTable)
+    # whether the user's callables take the per-round shortcuts (asked once, not per view)
+    _sigma_kw: bool = field(init=False, repr=False, default=False)
+    _gram_kw: bool = field(init=False, repr=False, default=False)
     #: discounted held-out seed hits and trials of the rounds so far (ValidatedPromotion)
     holdout_hits: float = 0.0
     holdout_trials: float = 0.0
+
+    def __post_init__(self) -> None:
+        self._sigma_kw = _accepts(self.signature_fn, "sigma")
+        self._gram_kw = _accepts(self.view_sampler, "gram")
 
     @property
     def n_a(self) -> int:
@@ -133,7 +140,7 @@ class FitState:
         widths read from the pool's Gram matrices.
         """
         widths = None
-        if geometry is not None and view is not None and _accepts(self.signature_fn, "sigma"):
+        if geometry is not None and view is not None and self._sigma_kw:
             widths = geometry.kernel_widths(view)
         kw_a, kw_b = ({}, {}) if widths is None else ({"sigma": widths[0]}, {"sigma": widths[1]})
         SA = self.signature_fn(self.A, self.A[anchors[:, 0]], num_threads=self.num_threads, **kw_a)
@@ -142,6 +149,6 @@ class FitState:
 
     def view(self, geometry: PoolGeometry, size: int, subset: Optional[np.ndarray] = None) -> np.ndarray:
         """Pool positions of one view's anchors (see :class:`~crossembed.linking.views.ViewSampler`)."""
-        if geometry.gram_a is not None and _accepts(self.view_sampler, "gram"):
+        if geometry.gram_a is not None and self._gram_kw:
             return self.view_sampler(geometry.unit_a, self.n_seeds, size, self.rng, subset, gram=geometry.gram_a)
         return self.view_sampler(geometry.unit_a, self.n_seeds, size, self.rng, subset)

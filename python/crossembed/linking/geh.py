@@ -187,8 +187,7 @@ class GEHLinker:
             hasattr(candidate_backend, "candidate_lists") and hasattr(candidate_backend, "proposer")
         ):
             raise TypeError("candidate_backend must have candidate_lists() and proposer() (a CandidateBackend)")
-        self.candidate_backend = LocalCandidates() if candidate_backend is None else candidate_backend
-        self._backend_given = candidate_backend is not None
+        self.candidate_backend = candidate_backend
         self.random_state = random_state
         self.num_threads = num_threads if num_threads is None else check_num_threads(num_threads)
         self.show_progress_bar = bool(show_progress_bar)
@@ -200,7 +199,7 @@ class GEHLinker:
     def candidate_mode(self, n_a: int, n_b: int) -> str:
         """The candidate path ``"auto"`` resolves to for N_A x N_B rows."""
         if self.candidates == "auto":
-            return "pool" if self._backend_given or n_a * n_b > _AUTO_POOL_PAIRS else "exact"
+            return "pool" if self.candidate_backend is not None or n_a * n_b > _AUTO_POOL_PAIRS else "exact"
         return self.candidates
 
     def fit_threads(self, n_a: int, n_b: int) -> Optional[int]:
@@ -239,7 +238,7 @@ class GEHLinker:
         # link (right or wrong, seeds included) would be listed as its own partner's candidate
         SA, SB = fit.signatures(anchors)
         SA, SB = _without_own_anchor(SA, anchors[:, 0]), _without_own_anchor(SB, anchors[:, 1])
-        backend = self.candidate_backend
+        backend = self.candidate_backend or LocalCandidates()
         cand_a, cand_b = backend.candidate_lists(SA, SB, self.pool_k, num_threads=fit.num_threads)
         cache["proposer"] = backend.proposer(cand_a, cand_b, num_threads=fit.num_threads)
         return cache["proposer"]
