@@ -40,6 +40,7 @@ from crossembed.linking.preprocess import PREPROCESS, preprocess_side
 from crossembed.linking.promotion import PromotionRule, make_rule
 from crossembed.linking.proposers import AnnProposer, CandidateBackend, ExactProposer, LocalCandidates, Proposer
 from crossembed.linking.result import LinkResult
+from crossembed.linking.stopping import STOP_RULES, StopRule
 from crossembed.linking.views import FarthestPointViews, ViewSampler, kernel_signatures
 
 __all__ = ["CANDIDATES", "GEHLinker"]
@@ -75,12 +76,17 @@ class GEHLinker:
         Growth rule (:mod:`crossembed.linking.promotion`); a name uses the
         rule's defaults, an object (e.g. ``ValidatedPromotion(min_views=6)``)
         its own settings. Default ``"validated"``.
+    stop : {"best", "change"}
+        When growth has stopped (:class:`~crossembed.linking.stopping.StopRule`):
+        ``"best"`` (default) ends the fit after ``patience`` rounds in a row
+        that do not beat the best link count so far by more than ``tol``;
+        ``"change"`` after ``patience`` rounds whose count moved by less than
+        ``tol`` (earlier releases; at 10k objects the count oscillates by
+        +-4 % once growth stops, so that rule ran minilm <-> e5 to
+        ``max_iter``). Rounds held at the rule's growth limit never count.
     patience, tol : int, float
-        Stop when the link count changed by less than ``tol`` (relative) for
-        ``patience`` rounds in a row in which the rule could have grown (its
-        growth limit did not bind). Once growth stops, later rounds only
-        swap links (+-3% at 10k objects), so the defaults (3 rounds within
-        2%) end a fit 3 rounds after it reaches its size.
+        Stale rounds in a row that stop the fit, and the relative tolerance
+        (default 3 rounds, 2 %).
     signatures : callable
         ``signatures(X, anchors, num_threads=) -> S``; default the paper's
         :func:`~crossembed.linking.views.kernel_signatures`
@@ -145,6 +151,7 @@ class GEHLinker:
         k: int = 5,
         csls_k: int = 50,
         promotion: Union[str, PromotionRule] = "validated",
+        stop: str = "best",
         patience: int = 3,
         tol: float = 0.02,
         signatures: Callable[..., np.ndarray] = kernel_signatures,
@@ -167,6 +174,7 @@ class GEHLinker:
         self.k = check_int(k, "k", low=1)
         self.csls_k = check_int(csls_k, "csls_k", low=1)
         self.promotion = make_rule(promotion)
+        self.stop = check_choice(stop, "stop", STOP_RULES)
         self.patience = check_int(patience, "patience", low=1)
         self.tol = check_positive(tol, "tol", allow_zero=True)
         if not callable(signatures):
@@ -288,12 +296,11 @@ class GEHLinker:
         rule = self.promotion
         history: List[Dict[str, Any]] = []
         lists: Dict[str, Any] = {}  # the pool path's candidate lists and the pool they came from
-        stable = 0
+        stopper = StopRule(self.stop, patience=self.patience, tol=self.tol)
         bar = tqdm(total=self.max_iter, desc=f"GEH ({rule.name})", disable=not self.show_progress_bar, leave=False)
         try:
             for t in range(self.max_iter):
                 tic = time.perf_counter()
-                prev = len(fit.links)
                 info = rule.grow(fit, self._round_proposer(fit, fixed, lists))
                 info.update(round=t, links=len(fit.links), seconds=round(time.perf_counter() - tic, 4))
                 history.append(info)
@@ -301,12 +308,8 @@ class GEHLinker:
                 bar.set_postfix(links=len(fit.links), pool=info["pool"])
                 if info["promoted"] == 0:
                     break
-                change = abs(len(fit.links) - prev) / max(prev, 1)
-                # a round held at its size by the rule (the growth limit bound: links == limit) is
-                # not convergence - stopping there froze minilm <-> e5 at 465 mostly-wrong links
                 saturated = info.get("limit") is None or len(fit.links) < info["limit"]
-                stable = stable + 1 if change < self.tol and saturated else 0
-                if stable >= self.patience:
+                if stopper.update(len(fit.links), saturated=saturated):
                     break
         finally:
             bar.close()

@@ -1,0 +1,72 @@
+"""The GEH stop rule: a fit whose link count oscillates at its size must stop."""
+
+import numpy as np
+import pytest
+
+from crossembed.linking import GEHLinker
+from crossembed.linking.stopping import StopRule
+
+# rounds 19-26 of a 10k minilm <-> e5 fit (docs/linking.md): growth over, +-4 % swaps
+OSCILLATING = [800, 1500, 2100, 2512, 2604, 2604, 2509, 2602, 2515, 2600, 2520, 2601]
+
+
+def _stop_round(rule, counts, saturated=None, **kw):
+    stop = StopRule(rule, patience=kw.get("patience", 3), tol=kw.get("tol", 0.02))
+    for t, n in enumerate(counts):
+        if stop.update(n, saturated=True if saturated is None else saturated[t]):
+            return t
+    return None
+
+
+def test_best_stops_an_oscillating_fit_that_change_never_stops():
+    assert _stop_round("change", OSCILLATING) is None
+    # 2604 at round 4 is the best; rounds 5, 6, 7 do not beat it by 2 %
+    assert _stop_round("best", OSCILLATING) == 7
+
+
+def test_growing_fit_does_not_stop():
+    growing = [int(100 * 1.05**t) for t in range(30)]
+    assert _stop_round("best", growing) is None
+    assert _stop_round("change", growing) is None
+
+
+def test_growth_just_above_tol_resets_the_count():
+    counts = [1000, 1000, 1000 * 1.021, 1000 * 1.021**2, 1000 * 1.021**3]
+    assert _stop_round("best", counts) is None
+    assert _stop_round("best", [1000, 1000, 1010, 1015]) == 3  # +1.5 % total: stale
+
+
+def test_rounds_held_at_the_growth_limit_never_count():
+    flat = [500] * 8
+    assert _stop_round("best", flat, saturated=[False] * 8) is None
+    assert _stop_round("best", flat, saturated=[True] * 8) == 3
+    # a round at the limit in between restarts the count
+    assert _stop_round("best", flat, saturated=[True, True, True, False, True, True, True, True]) == 6
+
+
+def test_patience_and_tol_are_honoured():
+    assert _stop_round("best", OSCILLATING, patience=5) == 9
+    assert _stop_round("best", OSCILLATING, tol=0.0) == 7  # no later round exceeds 2604
+    assert _stop_round("best", [100, 100], patience=1) == 1
+
+
+def test_unknown_rule_is_rejected():
+    with pytest.raises(ValueError, match="stop"):
+        StopRule("max", patience=3, tol=0.02)
+    with pytest.raises(ValueError, match="stop"):
+        GEHLinker(stop="plateau")
+
+
+def test_linker_ends_at_the_round_its_stop_rule_names():
+    rng = np.random.default_rng(0)
+    Z = rng.standard_normal((400, 16)).astype(np.float32)
+    A = np.tanh(Z @ rng.standard_normal((16, 32)).astype(np.float32))
+    B = Z @ rng.standard_normal((16, 24)).astype(np.float32)
+    seeds = np.stack([np.arange(15), np.arange(15)], axis=1)
+    for stop in ("best", "change"):
+        res = GEHLinker(stop=stop, random_state=0, max_iter=40, show_progress_bar=False).link(A, B, seeds)
+        rounds = [h for h in res.history if "final_pass" not in h]
+        rule = StopRule(stop, patience=3, tol=0.02)
+        said = [rule.update(h["links"], saturated=h.get("limit") is None or h["links"] < h["limit"]) for h in rounds]
+        assert not any(said[:-1])  # it did not run past a stop
+        assert said[-1] or rounds[-1]["promoted"] == 0 or len(rounds) == 40
