@@ -109,7 +109,9 @@ class GEHLinker:
     pool_k : int
         Candidates per row on the ``"pool"`` path.
     pool_anchors : int
-        Most pool anchors (a random subset) for the ``"pool"`` candidate lists.
+        Most pool anchors (a random subset) for the ``"pool"`` candidate
+        lists. Default 256: at 10k objects (draw 0) 512 gave F1 82.9 / 74.6 on
+        minilm <-> USE / e5 in 32.7 / 51.6 s, 256 gave 82.0 / 74.2 in 27.2 / 34.6 s.
     ann_k : int
         Candidates per row on the ANN path.
     proposer : Proposer, optional
@@ -158,7 +160,7 @@ class GEHLinker:
         views: Optional[ViewSampler] = None,
         candidates: str = "auto",
         pool_k: int = 64,
-        pool_anchors: int = 512,
+        pool_anchors: int = 256,
         ann_k: int = 64,
         proposer: Optional[Proposer] = None,
         candidate_backend: Optional[CandidateBackend] = None,
