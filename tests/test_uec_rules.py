@@ -287,7 +287,7 @@ def test_bad_arguments(duo):
 def test_replace_scoring_ranks_by_the_confidence_weighted_score():
     docs, (q0, q1), _ = _expert_world(D=16)
     embs = [_embedder(16, 7), _embedder(16, 8)]
-    ens = UECEnsemble(embs, temperature=2.0)  # the defaults: confidence routing, confidence_scoring="replace"
+    ens = UECEnsemble(embs, temperature=2.0, uncertainty="confidence")  # confidence_scoring="replace" (default)
     assert (ens.uncertainty, ens.confidence_scoring, ens.temperature) == ("confidence", "replace", 2.0)
     d_comps = [e.transform(docs) for e in embs]
     ens.set_reference(d_comps)

@@ -162,7 +162,8 @@ def run(args) -> int:
             "UEC, official code's rules (diag posterior)": UECEnsemble(
                 forms["diag"], uncertainty="laplace", rules="official"
             ),
-            "UEC (default: retrieval-confidence routing)": UECEnsemble(embedders),
+            "UEC, retrieval-confidence routing": UECEnsemble(embedders, uncertainty="confidence"),
+            "UEC (default: rank-head routing)": UECEnsemble(embedders),
         }
         for label, ens in ensembles.items():
             served = label.startswith("UEC (default")

@@ -265,6 +265,37 @@ def row_specs(models: Sequence[str]) -> List[RowSpec]:
             grid="confidence",
             variant=True,
         ),
+        RowSpec(
+            "rank head (kron Laplace variances in the probit)",
+            "kron",
+            {**score, "uncertainty": "rank"},
+            grid="confidence",
+            variant=True,
+        ),
+        RowSpec(
+            "rank head (diag Laplace variances in the probit)",
+            "diag",
+            {**score, "uncertainty": "rank"},
+            grid="confidence",
+            variant=True,
+        ),
+        RowSpec(
+            "rank head, official rules (beta cosine)",
+            "diag",
+            {**score, "uncertainty": "rank", "rules": "official"},
+            grid="confidence",
+            variant=True,
+        ),
+        RowSpec(
+            "rank head, last_dense posterior",
+            "last_dense",
+            {**score, "uncertainty": "rank"},
+            grid="confidence",
+            variant=True,
+        ),
+        RowSpec(
+            "rank head, hard routing (T = 0.01, bound)", "kron", {**score, "uncertainty": "rank", "temperature": 0.01}
+        ),
         # the library's defaults as shipped (UECEnsemble() / LaplaceEmbedder()), T not tuned
         RowSpec(DEFAULT_ROW, "kron", {}),
         RowSpec("UEC default - Unc Sim", "kron", {"use_variance": False}),
@@ -286,6 +317,8 @@ CORE_ROWS = (
     "last_dense: official, score mixing",
     "confidence (sigma^2 in the probit, score mixing)",
     "confidence, official rules (beta cosine)",
+    "rank head (kron Laplace variances in the probit)",
+    "rank head, official rules (beta cosine)",
     DEFAULT_ROW,
     "UEC default - Unc Conv",
 )
@@ -516,6 +549,7 @@ def evaluate_task(
         "official: diag, embedding mixing",
         "confidence (sigma^2 in the probit, score mixing)",
         "confidence x kron Laplace (score mixing)",
+        "rank head (kron Laplace variances in the probit)",
         DEFAULT_ROW,
     ):
         if name in rankings:

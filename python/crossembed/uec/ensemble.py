@@ -69,6 +69,14 @@ Which uncertainty drives the query coefficients (``uncertainty=``):
     (they only matter for embedding mixing).
 ``"confidence*laplace"``
     the product of the two: ``sigma_k^2(q) * tr(Sigma_k(q)) / mean_fit tr(Sigma_k)``.
+``"rank"``
+    each model's predicted log-rank of the right document for the query,
+    ``t_k(q)`` (:mod:`crossembed.uec.rank_head`: a ridge head on the model's
+    own query embedding, fitted on the fit pairs' in-batch ranks by
+    :meth:`LaplaceEmbedder.fit`), with ``pi_k = softmax_k(-t_k(q) / T)``. It
+    sees what the posterior cannot (an English-only model on a German word
+    ranks it badly) and needs no reference collection. The probit scores the
+    Laplace variances; documents get uniform coefficients.
 
 Without a reference collection (no :meth:`UECEnsemble.set_reference`, no
 :meth:`UECIndex.build` with texts) the confidence forms weight queries by the
@@ -97,7 +105,8 @@ __all__ = ["UECEnsemble", "uncertainty_coefficients", "convolve"]
 _MIXINGS = ("score", "embedding")
 _ROLES = ("query", "passage")
 _RULES = ("paper", "official")
-_UNCERTAINTIES = ("laplace", "confidence", "confidence*laplace")
+_UNCERTAINTIES = ("laplace", "confidence", "confidence*laplace", "rank")
+_REFERENCE_UNCERTAINTIES = ("confidence", "confidence*laplace")  # measured over a reference collection
 _CONFIDENCE_SCORING = ("replace", "add", "laplace")
 #: ``temperature=None`` resolves to these, chosen on the FreeDict dev halves of docs/uec.md: the
 #: paper's Laplace form picked the top of its grid (near-uniform weights); the official precision
@@ -111,6 +120,8 @@ DEFAULT_TEMPERATURES = {
     ("official", "confidence"): 1.0,
     ("paper", "confidence*laplace"): 1.0,
     ("official", "confidence*laplace"): 1.0,
+    ("paper", "rank"): 0.5,
+    ("official", "rank"): 0.5,
 }
 
 
@@ -203,7 +214,7 @@ class UECEnsemble:
     rules : {"paper", "official"}
         Variance normalisation, Laplace coefficient formula and similarity
         (module docstring).
-    uncertainty : {"laplace", "confidence", "confidence*laplace"}
+    uncertainty : {"laplace", "confidence", "confidence*laplace", "rank"}
         What drives the per-query coefficients when ``weights="uncertainty"``
         (module docstring). The confidence forms need a reference collection
         (:meth:`set_reference`, or build an index).
@@ -241,7 +252,7 @@ class UECEnsemble:
         use_variance: bool = True,
         calibrate_scores: bool = True,
         rules: str = "paper",
-        uncertainty: str = "confidence",
+        uncertainty: str = "rank",
         beta: float = 1.0,
         confidence_top: int = 20,
         center_confidence: bool = False,
@@ -306,7 +317,11 @@ class UECEnsemble:
     @property
     def needs_reference(self) -> bool:
         """True when the coefficients use retrieval confidence (a reference collection)."""
-        return isinstance(self.weights, str) and self.weights == "uncertainty" and self.uncertainty != "laplace"
+        return (
+            isinstance(self.weights, str)
+            and self.weights == "uncertainty"
+            and self.uncertainty in _REFERENCE_UNCERTAINTIES
+        )
 
     def set_reference(self, documents, *, queries=None) -> UECEnsemble:
         """The collection the retrieval confidence is measured over (K items, one per model).
@@ -400,6 +415,11 @@ class UECEnsemble:
             return np.full((n, self.n_models), 1.0 / self.n_models)
         if self.uncertainty == "laplace":
             return _rules.softmax_rows(self._laplace_logits(components) / self.temperature)
+        if self.uncertainty == "rank":
+            if role == "passage":
+                return np.full((n, self.n_models), 1.0 / self.n_models)
+            t = np.stack([e.predicted_log_rank(c.mean) for e, c in zip(self.embedders, components)], axis=1)
+            return _rules.softmax_rows(-t / self.temperature)
         if role == "passage":  # documents carry no retrieval confidence
             if self.uncertainty == "confidence":
                 return np.full((n, self.n_models), 1.0 / self.n_models)

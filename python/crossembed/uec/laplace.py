@@ -72,6 +72,7 @@ from crossembed.uec.curvature import diag_curvature, kron_factors, normalize_row
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.linearisation import PooledLinearisation
 from crossembed.uec.posteriors import Posterior, last_dense_class, posterior_class
+from crossembed.uec.rank_head import RankHead, fit_rank_head
 
 __all__ = [
     "LaplaceEmbedder",
@@ -87,6 +88,8 @@ _LAYERS = ("head", "last_dense")
 _LAMBDA_GRID = np.logspace(-4, 10, 57)
 # state arrays the embedder itself keeps (the posterior form adds its own, see Posterior.array_names)
 _OWN_ARRAYS = ("dim", "prior_precision", "n_pairs", "trace_stats")
+_OPTIONAL_ARRAYS = ("score_scale", "rank_head")  # absent in files written by older releases
+_RANK_HEAD_PAIRS = 20_000
 
 
 def _log_marginal_likelihood(posterior: Posterior, lam: float) -> float:
@@ -377,6 +380,10 @@ class LaplaceEmbedder:
         m = min(n, 1000)
         cross = _means(A)[:m] @ _means(P)[:m].T
         self._state["score_scale"] = np.float64(max(float(cross[~np.eye(m, dtype=bool)].std()), 1e-12))
+        # where the frozen encoder itself fails (uncertainty="rank"): at most _RANK_HEAD_PAIRS pairs,
+        # so the in-batch ranks stay O(n^2 D) on a bounded n
+        sub = order[:_RANK_HEAD_PAIRS] if n > _RANK_HEAD_PAIRS else slice(None)
+        self._state["rank_head"] = fit_rank_head(_means(A)[sub], _means(P)[sub]).to_array()
 
     def _batches(self, order: np.ndarray):
         B = self.batch_size
@@ -486,6 +493,25 @@ class LaplaceEmbedder:
         return float(self._state.get("score_scale", 1.0))
 
     @property
+    def rank_head_(self) -> RankHead:
+        """The fit pairs' log-rank head (:mod:`crossembed.uec.rank_head`)."""
+        self._require_fit()
+        if "rank_head" not in self._state:
+            raise ValueError("this embedder was saved by an older release without a rank head: refit it")
+        return RankHead.from_array(self._state["rank_head"])
+
+    def predicted_log_rank(self, embeddings) -> np.ndarray:
+        """(n,) predicted ``log(1 + rank per 1,000 candidates)`` of the right document, per input.
+
+        ``embeddings``: this model's raw embeddings ``(n, D)`` or a
+        :class:`GaussianEmbedding` of them (the means are L2-normalised first).
+        """
+        m = as_matrix(embeddings.mean if isinstance(embeddings, GaussianEmbedding) else embeddings, "embeddings")
+        if m.shape[1] != self.dim:
+            raise ValueError(f"embeddings have dimension {m.shape[1]} but this embedder has {self.dim}")
+        return self.rank_head_.predict(normalize_rows(m))
+
+    @property
     def n_pairs_(self) -> int:
         self._require_fit()
         return int(self._state["n_pairs"])
@@ -521,8 +547,7 @@ class LaplaceEmbedder:
             D = int(arrays["dim"])
             posterior = obj._posterior_cls.from_arrays(arrays, D)
             state = {k: arrays[k] for k in _OWN_ARRAYS}
-            if "score_scale" in arrays:
-                state["score_scale"] = arrays["score_scale"]
+            state.update({k: arrays[k] for k in _OPTIONAL_ARRAYS if k in arrays})
         except (KeyError, TypeError) as exc:
             raise CorruptFileError(f"incomplete LaplaceEmbedder state ({exc})") from None
         obj._state = state

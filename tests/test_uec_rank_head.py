@@ -1,0 +1,96 @@
+"""uncertainty="rank": the fit pairs' log-rank head and the routing it gives."""
+
+import numpy as np
+import pytest
+
+from crossembed.uec import LaplaceEmbedder, UECEnsemble
+from crossembed.uec.rank_head import RankHead, fit_rank_head, in_batch_ranks
+
+
+def _unit(x):
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_in_batch_ranks_match_a_sort_and_ignore_ties():
+    rng = np.random.default_rng(0)
+    A, P = _unit(rng.standard_normal((50, 8))), _unit(rng.standard_normal((50, 8)))
+    S = A.astype(np.float64) @ P.T.astype(np.float64)
+    want = (S > np.diag(S)[:, None]).sum(1)
+    np.testing.assert_array_equal(in_batch_ranks(A, P, block=7), want)
+    same = np.ones((4, 3), np.float32) / np.sqrt(3)
+    np.testing.assert_array_equal(in_batch_ranks(same, same), 0)  # every tie goes to the pair itself
+
+
+def test_leave_one_out_choice_matches_brute_force():
+    rng = np.random.default_rng(1)
+    A = _unit(rng.standard_normal((60, 5)))
+    P = _unit(A + 0.8 * rng.standard_normal(A.shape))
+    head = fit_rank_head(A, P, alphas=(0.1, 10.0))
+    y = np.log1p(in_batch_ranks(A, P) * 1000.0 / 59)
+    X = np.c_[A.astype(np.float64), np.ones(60)]
+
+    def loo(alpha):
+        err = []
+        for i in range(60):
+            keep = np.arange(60) != i
+            Xk, yk = X[keep], y[keep]
+            xm, ym = Xk[:, :-1].mean(0), yk.mean()
+            Xc = Xk[:, :-1] - xm
+            w = np.linalg.solve(Xc.T @ Xc + alpha * np.eye(5), Xc.T @ (yk - ym))
+            err.append((y[i] - (ym + (X[i, :-1] - xm) @ w)) ** 2)
+        return np.mean(err)
+
+    errs = {a: loo(a) for a in (0.1, 10.0)}
+    assert head.alpha == min(errs, key=errs.get)
+    assert head.loo_mse == pytest.approx(errs[head.alpha], rel=1e-9)
+    back = RankHead.from_array(head.to_array())
+    np.testing.assert_array_equal(back.predict(A), head.predict(A))
+
+
+def test_rank_head_rejects_bad_input():
+    a = np.ones((3, 2), np.float32)
+    with pytest.raises(ValueError, match="pairs"):
+        fit_rank_head(a, a[:2])
+    with pytest.raises(ValueError, match="alphas"):
+        fit_rank_head(a, a, alphas=(0.0,))
+
+
+def _two_experts(seed=0, n=600, d=16):
+    """Model 0 sees group-0 inputs (positives near anchors), model 1 group 1; each is noise on the other group."""
+    rng = np.random.default_rng(seed)
+    group = np.arange(n) % 2
+    shift = np.zeros(d)
+    shift[0] = 3.0  # the groups are separable in every model's embedding
+    embs = []
+    for k in range(2):
+        A = rng.standard_normal((n, d)) + np.where(group[:, None] == 0, shift, -shift)
+        noise = np.where(group[:, None] == k, 0.3, 3.0)
+        P = A + noise * rng.standard_normal((n, d))
+        embs.append((_unit(A), _unit(P)))
+    return group, embs
+
+
+def test_rank_routing_sends_each_group_to_its_expert():
+    group, embs = _two_experts()
+    fit = slice(0, 400)
+    embedders = [LaplaceEmbedder(None, prior_precision=2.0).fit_embeddings(A[fit], P[fit]) for A, P in embs]
+    for k, e in enumerate(embedders):
+        t = e.predicted_log_rank(embs[k][0][400:])
+        g = group[400:]
+        assert t[g == k].mean() < t[g != k].mean() - 1.0  # the head knows where its model fails
+    ens = UECEnsemble(embedders, uncertainty="rank")
+    assert not ens.needs_reference
+    q = ens.combine([e.transform(A[400:]) for e, (A, _) in zip(embedders, embs)], role="query")
+    w = q.weights[:, 0]
+    assert w[group[400:] == 0].mean() > 0.8 and w[group[400:] == 1].mean() < 0.2
+    d = ens.combine([e.transform(P[400:]) for e, (_, P) in zip(embedders, embs)], role="passage")
+    np.testing.assert_allclose(d.weights, 0.5)
+
+
+def test_rank_head_survives_save_and_load(tmp_path):
+    _, embs = _two_experts(n=100)
+    e = LaplaceEmbedder(None, prior_precision=2.0).fit_embeddings(*embs[0])
+    back = LaplaceEmbedder.load(e.save(tmp_path / "e.cxa"))
+    np.testing.assert_array_equal(back.predicted_log_rank(embs[0][0]), e.predicted_log_rank(embs[0][0]))
+    with pytest.raises(ValueError, match="dimension"):
+        e.predicted_log_rank(np.ones((2, 3), np.float32))
