@@ -78,7 +78,7 @@ static inline VD vsqrt(VD a) { return _mm512_mask_sqrt_pd(a, __mmask8(-1), a); }
 static inline VF load_half(const half_t* p) {  // 16 halves, unaligned, widened exactly
   __m256i h;
   std::memcpy(&h, p, sizeof(h));
-  return _mm512_cvtph_ps(h);
+  return _mm512_maskz_cvtph_ps(__mmask16(-1), h);  // masked, for the reason vsqrt is
 }
 #include "detail/isa_impl.hpp"
 }  // namespace avx512
