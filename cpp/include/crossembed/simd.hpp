@@ -121,7 +121,9 @@ static inline VD vsqrt(VD a) { return _mm_sqrt_pd(a); }
 // is its 10-bit mantissa times 2^-24.
 static inline VF load_half(const half_t* p) {
   typedef std::uint32_t U4 __attribute__((vector_size(16)));
-  const U4 h = {p[0], p[1], p[2], p[3]};
+  // 4 halves into the low 64 bits (an unaligned, may-alias load), zero-extended to 32-bit lanes
+  const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  const U4 h = (U4)_mm_unpacklo_epi16(raw, _mm_setzero_si128());
   const U4 mag = h & 0x7fffu;
   const U4 normal = (mag << 13) + (112u << 23);
   const VF sub = __builtin_convertvector(mag, VF) * (1.0f / 16777216.0f);
