@@ -13,6 +13,10 @@ call: 2 * Q * N * 3D for all (faiss too, so GFLOP/s compare times). The
 ``sgemm`` group times numpy's np.dot on a (Q, 3D) x (3D, N) float32 product:
 the same FLOPs with no probit, no top-k - the roofline of report.py.
 
+The ``kron`` group also times the kernel on ``ProbitDocs(storage="float16")``
+(half the document memory; its recall@10 against the float32 kernel is in
+the role; benchmarks/recall_probit_float16.py measures it on real-ish means too).
+
 ``probit_topk function``: the function path at Q=256, N=50k (kron
 variances), called again with the same arrays as a user's loop does (it reuses
 the prepared documents after the first call) and with ``reuse_docs=False``
@@ -69,6 +73,19 @@ def test_probit_kernel_prepared_docs(benchmark, data, kernel_topk):
     benchmark.group = f"probit_topk {regime}"
     docs, _ = kernel_topk
     run(benchmark, docs.top_k, mu_q, v_q, K, role="kernel", flops=FLOPS, primary=True)
+
+
+def test_probit_kernel_float16_docs(benchmark, data, kernel_topk):
+    """The kernel on float16 document storage (6 D bytes a doc, not 12 D); its recall@10 vs float32 in the role."""
+    regime, (mu_q, v_q, mu_c, v_c) = data
+    if regime != "kron":
+        pytest.skip("float16 storage is timed in the kron regime")
+    benchmark.group = f"probit_topk {regime}"
+    docs = ce.ProbitDocs(mu_c, v_c, storage="float16")  # index time, like the float32 docs
+    recall = _overlap(docs.top_k(mu_q, v_q, K)[1], kernel_topk[1][1])
+    benchmark.extra_info["recall_at_10_vs_float32"] = recall
+    run(benchmark, docs.top_k, mu_q, v_q, K, role=f"kernel, float16 docs (recall@10 {recall:.4f})", flops=FLOPS)
+    assert recall > 0.9, f"float16 storage lost the top-{K} (recall {recall:.3f})"
 
 
 def test_probit_numpy_gemm_baseline(benchmark, data, kernel_topk):

@@ -52,10 +52,19 @@ std::vector<std::int64_t> checked_indices(const CArray<std::int64_t>& a, std::in
   return out;
 }
 
+// Docs: ProbitDocs (float32 storage) or ProbitDocsF16.
+template <class Docs>
 struct PyProbitDocs {
-  ProbitDocs docs;
+  Docs docs;
   PyProbitDocs(const CArray<float>& mu, const CArray<float>& v)
-      : docs(mu.data(), v.data(), std::size_t(mu.shape(0)), std::size_t(mu.shape(1))) {}
+      : docs(checked(mu, v).data(), v.data(), std::size_t(mu.shape(0)), std::size_t(mu.shape(1))) {}
+
+  static const CArray<float>& checked(const CArray<float>& mu, const CArray<float>& v) {
+    require_2d(mu, "mu_c");
+    require_2d(v, "v_c");
+    if (mu.shape(0) != v.shape(0) || mu.shape(1) != v.shape(1)) throw py::value_error("mu_c and v_c must have the same shape");
+    return mu;
+  }
 
   void check_queries(const CArray<float>& mu, const CArray<float>& v) const {
     require_2d(mu, "mu_q");
@@ -113,6 +122,18 @@ struct PyProbitDocs {
   }
 };
 
+template <class Docs>
+void bind_probit_docs(py::module_& m, const char* name) {
+  using P = PyProbitDocs<Docs>;
+  py::class_<P>(m, name)
+      .def(py::init<const CArray<float>&, const CArray<float>&>())
+      .def("topk", &P::topk)
+      .def("rerank", &P::rerank)
+      .def("scores", &P::scores)
+      .def_property_readonly("nbytes", [](const P& p) { return p.docs.nbytes(); })
+      .def_property_readonly("max_second_moment", [](const P& p) { return p.docs.max_second_moment(); });
+}
+
 py::tuple csls_result_to_python(const CslsResult& r) {
   const py::ssize_t p = py::ssize_t(r.scores.size());
   py::array_t<std::int64_t> pairs({p, py::ssize_t(2)});
@@ -162,11 +183,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("simd_level", []() { return std::string(simd::isa().name); });
   m.def("max_threads", &max_threads);
 
-  py::class_<PyProbitDocs>(m, "ProbitDocs")
-      .def(py::init<const CArray<float>&, const CArray<float>&>())
-      .def("topk", &PyProbitDocs::topk)
-      .def("rerank", &PyProbitDocs::rerank)
-      .def("scores", &PyProbitDocs::scores);
+  bind_probit_docs<ProbitDocs>(m, "ProbitDocs");
+  bind_probit_docs<ProbitDocsF16>(m, "ProbitDocsF16");
 
   // Hash of a C-contiguous array's bytes (the GIL is released while it reads).
   m.def("content_hash", [](const py::array& a, int nt) {

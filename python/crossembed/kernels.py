@@ -55,6 +55,10 @@ __all__ = [
 _FLOAT32_SAFE = 1e17
 # Largest first/second moment the probit kernel accumulates in float32 (3.4e38 is inf).
 _FLOAT32_MOMENT_LIMIT = 1e36
+# Largest finite float16: the bound on every value ProbitDocs(storage="float16") stores.
+_FLOAT16_MAX = 65504.0
+# ProbitDocs storage -> the C++ class holding the documents.
+_PROBIT_STORAGE = {"float32": "ProbitDocs", "float16": "ProbitDocsF16"}
 
 
 def _core_module():
@@ -71,12 +75,14 @@ def simd_level() -> str:
     return _core_module().simd_level()
 
 
-def _check_magnitude(arr: np.ndarray, name: str, limit: float = _FLOAT32_SAFE) -> None:
+def _check_magnitude(
+    arr: np.ndarray,
+    name: str,
+    limit: float = _FLOAT32_SAFE,
+    why: str = "float32 scoring would overflow (rescale the embeddings)",
+) -> None:
     if arr.size and float(np.abs(arr).max()) > limit:
-        raise ValueError(
-            f"{name} has entries above {limit:.0e} in magnitude; float32 scoring would overflow "
-            "(rescale the embeddings)"
-        )
+        raise ValueError(f"{name} has entries above {limit:g} in magnitude; {why}")
 
 
 # --------------------------------------------------------------------------- probit similarity
@@ -109,20 +115,70 @@ class ProbitDocs:
         Candidate means.
     v_c : array_like, shape (N, D)
         Candidate diagonal variances (>= 0).
+    storage : {"float32", "float16"}
+        How the documents are held: ``"float32"`` (``12 D`` bytes a document)
+        or IEEE ``"float16"`` (``6 D`` bytes; see :attr:`nbytes`). float16
+        rounds each stored value once, here, to nearest (ties to even), after
+        the usual conversion of the inputs to float32: ``mu_h = fp16(mu_c)``,
+        ``v_h = fp16(v_c)`` and the second moment ``s_h = fp16(mu_h**2 + v_h)``
+        (of the rounded values, rounded once). Scoring widens them to float32
+        exactly and accumulates in float32: a float16 document scores exactly
+        as the float32 kernel scores float32 copies of ``(mu_h, v_h, s_h)``, so
+        ``sig2_s = <mu_q**2, v_h> + <v_q, s_h>``. ``top_k``, ``top_k`` with
+        ``candidates`` and ``scores`` agree bit for bit, independently of
+        ``num_threads``, and the pruning bounds come from the stored values (it
+        stays exact). Every stored value must be finite in float16:
+        ``|mu_c| <= 65504``, ``v_c <= 65504`` and ``mu_h**2 + v_h <= 65504``
+        (so ``|mu_c| < 256``), else ``ValueError``. Precision is relative
+        (11 significant bits, a relative error up to ``2**-11``) down to
+        ``2**-14 ~ 6.1e-5``; smaller values (tiny variances) become subnormal
+        halves with fewer significant bits, and below ``2**-25 ~ 3e-8`` they
+        are stored as 0. Top-10 recall against float32 on unit means with
+        Kronecker-like variances: see ``benchmarks/recall_probit_float16.py``.
+
+    Attributes
+    ----------
+    n, dim : int
+    storage : str
+    nbytes : int
+        Bytes the prepared documents hold (mean panels, stacked variance rows
+        and three float64 bounds per document).
     """
 
-    def __init__(self, mu_c, v_c):
+    def __init__(self, mu_c, v_c, *, storage: str = "float32"):
+        if not isinstance(storage, str) or storage not in _PROBIT_STORAGE:
+            raise ValueError(f"storage must be 'float32' or 'float16', got {storage!r}")
         mu_c, v_c = _probit_docs(mu_c, v_c)
-        self._handle = _core_module().ProbitDocs(mu_c, v_c)
+        if storage == "float16":
+            _check_magnitude(mu_c, "mu_c", _FLOAT16_MAX, "beyond float16's range: use storage='float32'")
+            _check_magnitude(v_c, "v_c", _FLOAT16_MAX, "beyond float16's range: use storage='float32'")
+        handle = getattr(_core_module(), _PROBIT_STORAGE[storage])(mu_c, v_c)
+        if storage == "float16" and handle.max_second_moment > _FLOAT16_MAX:
+            raise ValueError(
+                f"mu_c**2 + v_c reaches {handle.max_second_moment:.6g}, beyond float16's range "
+                f"({_FLOAT16_MAX:g}): use storage='float32' (or rescale the embeddings)"
+            )
+        self._handle = handle
+        self.storage = storage
         self.n, self.dim = mu_c.shape
+        # The query checks bound the moments by the stored values (rounding can raise a value by 2**-11).
         self._max_mu = float(np.abs(mu_c).max())
         self._max_v = float(v_c.max())
+        if storage == "float16":
+            self._max_mu *= 1.0 + 2.0**-11
+            self._max_v *= 1.0 + 2.0**-11
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the prepared documents (about ``12 D`` a document in float32, ``6 D`` in float16)."""
+        return int(self._handle.nbytes)
 
     def __len__(self) -> int:
         return self.n
 
     def __repr__(self) -> str:
-        return f"ProbitDocs(n={self.n}, dim={self.dim})"
+        extra = "" if self.storage == "float32" else f", storage={self.storage!r}"
+        return f"ProbitDocs(n={self.n}, dim={self.dim}{extra})"
 
     def _queries(self, mu_q, v_q) -> Tuple[np.ndarray, np.ndarray]:
         mu_q = as_matrix(mu_q, "mu_q", allow_empty=True)

@@ -16,9 +16,24 @@
 // tight, one dot per surviving pair. Both give sig2_s as the same tree dot
 // (detail/isa_impl.hpp), so top_k, rerank and the dense scores agree bit for
 // bit, whichever path a tile took, for any tiling and thread count.
+//
+// Storage: float32 (ProbitDocs, 12 D bytes a doc) or IEEE float16
+// (ProbitDocsF16, 6 D bytes). float16 rounds every stored value once, at
+// packing, to nearest (ties to even): mu_h = fp16(mu_c), v_h = fp16(v_c), and
+// the second moment s_h = fp16(mu_h^2 + v_h), from the rounded values (exact
+// in double, then one rounding). The micro-kernels widen the halves to
+// float32 as they load them (exact) and accumulate in float32 in the same
+// order, so a float16 doc is scored exactly as the float32 kernel scores
+// float32 copies of (mu_h, v_h, s_h). The pruning bounds (mass, vmin, vmax)
+// come from the stored values, so pruning stays exact. Every stored value
+// must be <= 65504 in magnitude (the caller checks: max_second_moment);
+// variances below 2^-14 keep fewer significant bits (subnormal halves), and
+// below 2^-25 they become 0.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "parallel.hpp"
@@ -66,35 +81,67 @@ struct ProbitQueries {
   }
 };
 
-class ProbitDocs {
+// S: how the documents are stored, float or simd::half_t (see the top).
+template <class S>
+class ProbitDocsT {
+  static_assert(std::is_same_v<S, float> || std::is_same_v<S, simd::half_t>, "float32 or float16 storage");
+  static constexpr bool kHalf = std::is_same_v<S, simd::half_t>;
+
  public:
-  ProbitDocs(const float* mu_c, const float* v_c, std::size_t n, std::size_t d)
-      : n_(n), d_(d), len_(probit_stacked_len(d)), means_(mu_c, n, d, 0), stacked_(n * len_), mass_(n), vmin_(n),
-        vmax_(n) {
+  ProbitDocsT(const float* mu_c, const float* v_c, std::size_t n, std::size_t d)
+      : n_(n), d_(d), len_(probit_stacked_len(d)), means_(pack_means(mu_c, n, d)), stacked_(n * len_), mass_(n),
+        vmin_(n), vmax_(n) {
     constexpr std::size_t kBlock = 1024;
-    parallel_for(std::int64_t((n + kBlock - 1) / kBlock), 0, [&](std::int64_t b, int) {
+    const std::size_t n_blocks = (n + kBlock - 1) / kBlock;
+    std::vector<double> block_max(n_blocks, 0.0);
+    parallel_for(std::int64_t(n_blocks), 0, [&](std::int64_t b, int) {
+      double top = 0;
       for (std::size_t i = std::size_t(b) * kBlock; i < std::min(n, std::size_t(b + 1) * kBlock); ++i) {
         const float* m = mu_c + i * d;
         const float* v = v_c + i * d;
-        float* s = stacked_.data() + i * len_;
+        S* s = stacked_.data() + i * len_;
         double mass = 0, lo = INFINITY, hi = 0;
         for (std::size_t j = 0; j < d; ++j) {
-          s[j] = v[j];
-          s[d + j] = m[j] * m[j] + v[j];
-          mass += double(m[j]) * m[j] + v[j];
-          lo = std::min<double>(lo, v[j]);
-          hi = std::max<double>(hi, v[j]);
+          if constexpr (kHalf) {
+            const double mh = simd::half_to_float(simd::half_bits(m[j]));
+            const simd::half_t vh = simd::half_bits(v[j]);
+            const double vd = simd::half_to_float(vh), second = mh * mh + vd;
+            const simd::half_t sh = simd::half_bits(second);
+            s[j] = vh;
+            s[d + j] = sh;
+            mass += simd::half_to_float(sh);
+            lo = std::min(lo, vd);
+            hi = std::max(hi, vd);
+            top = std::max(top, second);
+          } else {
+            s[j] = v[j];
+            s[d + j] = m[j] * m[j] + v[j];
+            const double second = double(m[j]) * m[j] + v[j];
+            mass += second;
+            lo = std::min<double>(lo, v[j]);
+            hi = std::max<double>(hi, v[j]);
+            top = std::max(top, second);
+          }
         }
         mass_[i] = mass;
         vmin_[i] = lo;
         vmax_[i] = hi;
       }
+      block_max[std::size_t(b)] = top;
     });
+    for (const double t : block_max) max_second_ = std::max(max_second_, t);
   }
 
   std::size_t size() const { return n_; }
   std::size_t dim() const { return d_; }
-  const float* stacked(std::size_t i) const { return stacked_.data() + i * len_; }
+  const S* stacked(std::size_t i) const { return stacked_.data() + i * len_; }
+  // Bytes held: mean panels, stacked rows and the per-doc bounds.
+  std::size_t nbytes() const {
+    return (means_.data.size() + stacked_.size()) * sizeof(S) + 3 * n_ * sizeof(double);
+  }
+  // Largest mu^2 + v over the docs (float16: of the rounded mu_h, v_h, before
+  // s_h is rounded; beyond 65504, s_h is not a finite half).
+  double max_second_moment() const { return max_second_; }
 
   static float score_from(float mu_s, float sig2) {
     return mu_s / std::sqrt(1.0f + static_cast<float>(kProbitScale) * sig2);
@@ -114,7 +161,7 @@ class ProbitDocs {
   }
 
   float sig2(const ProbitQueries& Q, std::size_t qi, std::size_t ci) const {
-    return simd::isa().dot_tree_f32(Q.vrows[qi], stacked(ci), len_);
+    return simd::dot_tree(Q.vrows[qi], stacked(ci), len_);
   }
 
   // Fused top-k over all docs. scores/indices are (q, k), best first.
@@ -145,8 +192,9 @@ class ProbitDocs {
     const ProbitQueries Q(mu_q, v_q, q, d_);
     parallel_for(std::int64_t(q), num_threads, [&](std::int64_t ii, int) {
       const std::size_t i = std::size_t(ii);
-      // Gather the candidates' means and score them with the same micro-kernel
-      // as top_k, so both paths give identical scores.
+      // Gather the candidates' means (float16: widened, exactly) and score
+      // them with the same micro-kernel as top_k, so both paths give
+      // identical scores.
       std::vector<std::int64_t> ids;
       for (std::size_t r = 0; r < m; ++r)
         if (cand[i * m + r] >= 0) ids.push_back(cand[i * m + r]);
@@ -154,7 +202,7 @@ class ProbitDocs {
       TopK heap(k);
       if (!ids.empty()) {
         const auto mean_row = [&](std::size_t r, float* dst) {
-          for (std::size_t t = 0; t < d_; ++t) dst[t] = means_.get(std::size_t(ids[r]), t);
+          for (std::size_t t = 0; t < d_; ++t) dst[t] = widen(means_.get(std::size_t(ids[r]), t));
         };
         const simd::Panels<float> panel(ids.size(), d_, mean_row, 1);
         simd::gemm(&Q.rows[i], 1, panel, 0, ids.size(), mus.data(), ids.size());
@@ -179,13 +227,30 @@ class ProbitDocs {
  private:
   static constexpr std::size_t kQueryBlock = 64, kDocTile = 256;  // kDocTile: a multiple of every panel width
 
+  static float widen(S x) {
+    if constexpr (kHalf) {
+      return simd::half_to_float(x);
+    } else {
+      return x;
+    }
+  }
+  static simd::Panels<S> pack_means(const float* mu_c, std::size_t n, std::size_t d) {
+    if constexpr (kHalf) {
+      const auto row = [mu_c, d](std::size_t j, S* dst) {
+        for (std::size_t t = 0; t < d; ++t) dst[t] = simd::half_bits(mu_c[j * d + t]);
+      };
+      return simd::Panels<S>(n, d, row, 0);
+    } else {
+      return simd::Panels<S>(mu_c, n, d, 0);
+    }
+  }
+
   // sig2 of the block's rows against a whole doc tile, kPR x kPC pairs at a time.
   struct VarianceTile {
     std::vector<float> values;  // (rows, kDocTile)
     explicit VarianceTile(const Block& b) : values((b.r1 - b.r0) * kDocTile) {}
-    void compute(const ProbitDocs& D, const ProbitQueries& Q, const Block& b, std::size_t t0, std::size_t t1) {
-      simd::isa().pair_dots_f32(Q.vrows.data() + b.r0, b.r1 - b.r0, D.stacked(t0), t1 - t0, D.len_, values.data(),
-                                kDocTile);
+    void compute(const ProbitDocsT& D, const ProbitQueries& Q, const Block& b, std::size_t t0, std::size_t t1) {
+      simd::pair_dots(Q.vrows.data() + b.r0, b.r1 - b.r0, D.stacked(t0), t1 - t0, D.len_, values.data(), kDocTile);
     }
     float at(const Block& b, std::size_t i, std::size_t j) const { return values[(i - b.r0) * kDocTile + j]; }
   };
@@ -198,7 +263,7 @@ class ProbitDocs {
   // bound (score_upper_bound) skip the variance term of candidates that cannot
   // enter the heap.
   struct TopKHandler {
-    const ProbitDocs& D;
+    const ProbitDocsT& D;
     const ProbitQueries& Q;
     std::size_t k, n_chunks;
     std::vector<TopK>& partial;
@@ -248,7 +313,7 @@ class ProbitDocs {
 
   // scores: every (query, doc) gets its variance term and score.
   struct DenseHandler {
-    const ProbitDocs& D;
+    const ProbitDocsT& D;
     const ProbitQueries& Q;
     float *out, *out_mu, *out_sig2;
 
@@ -274,9 +339,13 @@ class ProbitDocs {
   };
 
   std::size_t n_, d_, len_;
-  simd::Panels<float> means_;   // mu_c packed for the GEMM micro-kernel
-  std::vector<float> stacked_;  // (n, len_): [v_c | mu_c^2 + v_c | 0]
-  std::vector<double> mass_, vmin_, vmax_;
+  simd::Panels<S> means_;   // mu_c packed for the GEMM micro-kernel
+  std::vector<S> stacked_;  // (n, len_): [v_c | mu_c^2 + v_c | 0]
+  std::vector<double> mass_, vmin_, vmax_;  // sum of the stored mu_c^2 + v_c; min / max stored v_c
+  double max_second_ = 0;
 };
+
+using ProbitDocs = ProbitDocsT<float>;
+using ProbitDocsF16 = ProbitDocsT<simd::half_t>;
 
 }  // namespace crossembed

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "parallel.hpp"
@@ -27,6 +28,10 @@
 
 namespace crossembed {
 namespace simd {
+
+// IEEE binary16 values are held as their bit patterns (ProbitDocs' float16
+// storage); the kernels widen them to float32 exactly as they load them.
+using half_t = std::uint16_t;
 
 // The primitives a kernel may call, as one table per instruction set.
 struct Isa {
@@ -39,6 +44,10 @@ struct Isa {
   void (*gemm_f64)(const double* const*, std::size_t, const double*, std::size_t, std::size_t, double*, std::size_t);
   float (*dot_tree_f32)(const float*, const float*, std::size_t);
   void (*pair_dots_f32)(const float* const*, std::size_t, const float*, std::size_t, std::size_t, float*, std::size_t);
+  // The same three with float16 right-hand sides (float32 queries, float32 accumulation).
+  void (*gemm_f16)(const float* const*, std::size_t, const half_t*, std::size_t, std::size_t, float*, std::size_t);
+  float (*dot_tree_f16)(const float*, const half_t*, std::size_t);
+  void (*pair_dots_f16)(const float* const*, std::size_t, const half_t*, std::size_t, std::size_t, float*, std::size_t);
   void (*signature_rows)(float*, std::size_t, std::size_t, const float*, float);
   void (*lorentz_row_from_dots)(const float*, std::size_t, float, float, float, const float*, const float*,
                                 const float*, float, float*);
@@ -66,12 +75,17 @@ static inline VD vfma(VD a, VD b, VD c) { return _mm512_fmadd_pd(a, b, c); }
 // which GCC 12 flags as maybe-uninitialized at -O1 (the sanitizer build).
 static inline VF vsqrt(VF a) { return _mm512_mask_sqrt_ps(a, __mmask16(-1), a); }
 static inline VD vsqrt(VD a) { return _mm512_mask_sqrt_pd(a, __mmask8(-1), a); }
+static inline VF load_half(const half_t* p) {  // 16 halves, unaligned, widened exactly
+  __m256i h;
+  std::memcpy(&h, p, sizeof(h));
+  return _mm512_maskz_cvtph_ps(__mmask16(-1), h);  // masked, for the reason vsqrt is
+}
 #include "detail/isa_impl.hpp"
 }  // namespace avx512
 #pragma GCC pop_options
 
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 namespace avx2 {
 constexpr const char* kName = "avx2";
 using VF = __m256;
@@ -81,6 +95,11 @@ static inline VF vfma(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
 static inline VD vfma(VD a, VD b, VD c) { return _mm256_fmadd_pd(a, b, c); }
 static inline VF vsqrt(VF a) { return _mm256_sqrt_ps(a); }
 static inline VD vsqrt(VD a) { return _mm256_sqrt_pd(a); }
+static inline VF load_half(const half_t* p) {  // 8 halves (F16C)
+  __m128i h;
+  std::memcpy(&h, p, sizeof(h));
+  return _mm256_cvtph_ps(h);
+}
 #include "detail/isa_impl.hpp"
 }  // namespace avx2
 #pragma GCC pop_options
@@ -96,6 +115,21 @@ static inline VF vfma(VF a, VF b, VF c) { return a * b + c; }
 static inline VD vfma(VD a, VD b, VD c) { return a * b + c; }
 static inline VF vsqrt(VF a) { return _mm_sqrt_ps(a); }
 static inline VD vsqrt(VD a) { return _mm_sqrt_pd(a); }
+// 4 halves without F16C, in integer arithmetic (exact, and unaffected by the
+// denormals-are-zero flag): a normal half moves its exponent and mantissa
+// into float position and rebiases (+112 = 127 - 15); a subnormal (or zero)
+// is its 10-bit mantissa times 2^-24.
+static inline VF load_half(const half_t* p) {
+  typedef std::uint32_t U4 __attribute__((vector_size(16)));
+  // 4 halves into the low 64 bits (an unaligned, may-alias load), zero-extended to 32-bit lanes
+  const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  const U4 h = (U4)_mm_unpacklo_epi16(raw, _mm_setzero_si128());
+  const U4 mag = h & 0x7fffu;
+  const U4 normal = (mag << 13) + (112u << 23);
+  const VF sub = __builtin_convertvector(mag, VF) * (1.0f / 16777216.0f);
+  const U4 bits = mag < 0x400u ? (U4)sub : normal;
+  return (VF)(bits | ((h & 0x8000u) << 16));
+}
 #include "detail/isa_impl.hpp"
 }  // namespace generic
 
@@ -108,7 +142,10 @@ inline Isa select_isa() {
   if (cap_level >= 2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
     return avx512::table();
-  if (cap_level >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return avx2::table();
+  // F16C (float16 loads) ships on every AVX2 CPU; checked all the same.
+  if (cap_level >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c"))
+    return avx2::table();
 #endif
   return generic::table();
 }
@@ -136,7 +173,8 @@ struct Panels {
   template <class RowOf>
   Panels(std::size_t n_, std::size_t d_, RowOf row_of, int num_threads) : n(n_), d(d_) {
     const Isa& I = isa();
-    width = sizeof(T) == sizeof(float) ? I.panel_width_f32() : I.panel_width_f64();
+    // float16 panels (ProbitDocs' float16 storage) have the float32 layout.
+    width = std::is_same_v<T, double> ? I.panel_width_f64() : I.panel_width_f32();
     const std::size_t n_panels = (n + width - 1) / width;
     data.resize(n_panels * width * d);
     parallel_for(std::int64_t(n_panels), num_threads, [&](std::int64_t p, int) {
@@ -173,6 +211,59 @@ inline void gemm(const float* const* q, std::size_t nq, const Panels<float>& p, 
 inline void gemm(const double* const* q, std::size_t nq, const Panels<double>& p, std::size_t first, std::size_t nc,
                  double* out, std::size_t ld) {
   isa().gemm_f64(q, nq, p.at(first), nc, p.d, out, ld);
+}
+// float32 rows against float16 panels: the float32 product of the widened values.
+inline void gemm(const float* const* q, std::size_t nq, const Panels<half_t>& p, std::size_t first, std::size_t nc,
+                 float* out, std::size_t ld) {
+  isa().gemm_f16(q, nq, p.at(first), nc, p.d, out, ld);
+}
+
+// Tree dots (see detail/isa_impl.hpp) against float32 or float16 right-hand rows.
+inline float dot_tree(const float* a, const float* b, std::size_t n) { return isa().dot_tree_f32(a, b, n); }
+inline float dot_tree(const float* a, const half_t* b, std::size_t n) { return isa().dot_tree_f16(a, b, n); }
+inline void pair_dots(const float* const* q, std::size_t nq, const float* c, std::size_t nc, std::size_t n,
+                      float* out, std::size_t ld) {
+  isa().pair_dots_f32(q, nq, c, nc, n, out, ld);
+}
+inline void pair_dots(const float* const* q, std::size_t nq, const half_t* c, std::size_t nc, std::size_t n,
+                      float* out, std::size_t ld) {
+  isa().pair_dots_f16(q, nq, c, nc, n, out, ld);
+}
+
+// float <-> IEEE binary16, in scalar integer arithmetic (packing, tests, the
+// rerank gather; the kernels widen with load_half). half_bits rounds to
+// nearest, ties to even, straight from the double (one rounding: a float
+// widens to double exactly), for |x| <= 65504 (the caller checks; beyond,
+// the bits are those of an infinity or garbage). Values below 2^-14 become
+// subnormal halves (fewer significant bits); below 2^-25, zero.
+inline half_t half_bits(double x) {
+  std::uint64_t b;
+  std::memcpy(&b, &x, sizeof(b));
+  const auto sign = half_t((b >> 48) & 0x8000u);
+  const int e0 = int((b >> 52) & 0x7ff) - 1023;  // x = 1.m * 2^e0 (doubles below 2^-25 round to 0 anyway)
+  if (e0 < -25) return sign;
+  const int e = std::max(e0, -14);  // the half's exponent; -14 also for subnormals
+  const int shift = 42 + (e - e0);  // 52 - 10 mantissa bits, more for subnormals: 42..53
+  const std::uint64_t m = (b & ((std::uint64_t(1) << 52) - 1)) | (std::uint64_t(1) << 52);
+  std::uint64_t q = m >> shift;
+  const std::uint64_t rest = m & ((std::uint64_t(1) << shift) - 1), half_way = std::uint64_t(1) << (shift - 1);
+  if (rest > half_way || (rest == half_way && (q & 1))) ++q;  // a carry into the exponent is right
+  return half_t(sign | ((std::uint64_t(e + 14) << 10) + q));
+}
+inline float half_to_float(half_t h) {
+  const std::uint32_t mag = h & 0x7fffu, sign = std::uint32_t(h & 0x8000u) << 16;
+  float f;
+  if (mag < 0x400u) {
+    f = float(mag) * (1.0f / 16777216.0f);  // subnormal or zero: mantissa * 2^-24
+  } else {
+    const std::uint32_t bits = (mag << 13) + (112u << 23);
+    std::memcpy(&f, &bits, sizeof(f));
+  }
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  bits |= sign;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
 }
 
 }  // namespace simd

@@ -90,9 +90,10 @@ struct BlockHandlerBase {
   void end_block() {}
 };
 
-// rows: n_rows pointers to d-long rows; cols: the packed right-hand side.
-template <class T, class Handler>
-void sweep(const T* const* rows, const simd::Panels<T>& cols, const SweepPlan& plan, int num_threads, Handler& h) {
+// rows: n_rows pointers to d-long rows; cols: the packed right-hand side (P = T,
+// or float16 panels for float rows, widened in the micro-kernel).
+template <class T, class P, class Handler>
+void sweep(const T* const* rows, const simd::Panels<P>& cols, const SweepPlan& plan, int num_threads, Handler& h) {
   parallel_for(plan.n_tasks(), num_threads, [&](std::int64_t task, int tid) {
     const Block b = plan.block(task, tid);
     auto bh = h.begin_block(b);

@@ -3,7 +3,8 @@
 // its `#pragma GCC target` region, after defining there only what differs:
 //   kName, VF / VD (float / double vectors), kMR x kNRV (GEMM micro-kernel shape),
 //   kPR x kPC (pair_dots block),
-//   vfma(a, b, c) = a * b + c (one rounding where the ISA has FMA), vsqrt(VF), vsqrt(VD).
+//   vfma(a, b, c) = a * b + c (one rounding where the ISA has FMA), vsqrt(VF), vsqrt(VD),
+//   load_half(p) = WF float16 values (half_t bits) widened to a VF (exact).
 // Everything below - templates too - is defined inside the region, so every
 // instantiation carries that ISA's target flags (GCC refuses to build an
 // intrinsic or a wide vector operation into a function without them, so a
@@ -41,6 +42,15 @@ static inline V splat(T x) {
   return V{} + x;
 }
 static inline VF splatf(float x) { return splat<VF>(x); }
+// A vector of right-hand values: float32 / float64 as they are, float16 (V = VF) widened exactly on load.
+template <class V, class T>
+static inline V load_rhs(const T* p) {
+  if constexpr (std::is_same_v<T, half_t>) {
+    return load_half(p);
+  } else {
+    return load<V>(p);
+  }
+}
 static inline VF zerof() { return VF{}; }
 
 template <class V, class S>
@@ -77,13 +87,15 @@ static std::size_t panel_width() {
 
 // out[i * ld + j] = <q[i], column j of the panels> for i < nq, j < nc, MR
 // left-hand rows at a time. The value of out[i][j] does not depend on MR.
-template <class T, int MR>
-static void gemm_rows(const T* const* q, std::size_t nq, const T* panels, std::size_t nc, std::size_t d, T* out,
+// P: the panels' element type, T or (with T = float) half_t, widened on load,
+// so a float16 panel gives exactly the product of its float32 copy.
+template <class T, int MR, class P = T>
+static void gemm_rows(const T* const* q, std::size_t nq, const P* panels, std::size_t nc, std::size_t d, T* out,
                       std::size_t ld) {
   using V = Vec<T>;
   constexpr std::size_t W = kWidth<T>, nr = kNRV * W;
   for (std::size_t p0 = 0; p0 < nc; p0 += nr) {
-    const T* P = panels + (p0 / nr) * d * nr;
+    const P* pp = panels + (p0 / nr) * d * nr;
     const std::size_t ncols = std::min(nr, nc - p0);
     for (std::size_t i0 = 0; i0 < nq; i0 += MR) {
       const T* qp[MR];
@@ -93,7 +105,7 @@ static void gemm_rows(const T* const* q, std::size_t nq, const T* panels, std::s
         for (int v = 0; v < kNRV; ++v) acc[a][v] = V{};
       for (std::size_t k = 0; k < d; ++k) {
         V b[kNRV];
-        for (int v = 0; v < kNRV; ++v) b[v] = load<V>(P + k * nr + v * W);
+        for (int v = 0; v < kNRV; ++v) b[v] = load_rhs<V>(pp + k * nr + v * W);
         for (int a = 0; a < MR; ++a) {
           const V qa = splat<V>(qp[a][k]);
           for (int v = 0; v < kNRV; ++v) acc[a][v] = vfma(qa, b[v], acc[a][v]);
@@ -114,8 +126,8 @@ static void gemm_rows(const T* const* q, std::size_t nq, const T* panels, std::s
 }
 
 // One left-hand row (rerank) runs with one row of accumulators, not kMR copies of it.
-template <class T>
-static void gemm_panel(const T* const* q, std::size_t nq, const T* panels, std::size_t nc, std::size_t d, T* out,
+template <class T, class P = T>
+static void gemm_panel(const T* const* q, std::size_t nq, const P* panels, std::size_t nc, std::size_t d, T* out,
                        std::size_t ld) {
   if (nq == 1) return gemm_rows<T, 1>(q, nq, panels, nc, d, out, ld);
   gemm_rows<T, kMR>(q, nq, panels, nc, d, out, ld);
@@ -150,18 +162,21 @@ static inline float hsum_tree(V v) {
   return a + b;
 }
 
-static float dot_tree(const float* a, const float* b, std::size_t n) {
+// R: the right-hand rows' element type, float or half_t (widened on load).
+template <class R>
+static float dot_tree(const float* a, const R* b, std::size_t n) {
   VF acc = zerof();
-  for (std::size_t i = 0; i < n; i += WF) acc = vfma(load<VF>(a + i), load<VF>(b + i), acc);
+  for (std::size_t i = 0; i < n; i += WF) acc = vfma(load<VF>(a + i), load_rhs<VF>(b + i), acc);
   return hsum_tree(acc);
 }
 
 // out[i * ld + j] = dot_tree(q[i], c + j * n, n) for i < nq, j < nc: kPR x kPC
 // pairs at a time share their loads (kPR + kPC loads for kPR * kPC FMAs).
-static void pair_dots(const float* const* q, std::size_t nq, const float* c, std::size_t nc, std::size_t n, float* out,
+template <class R>
+static void pair_dots(const float* const* q, std::size_t nq, const R* c, std::size_t nc, std::size_t n, float* out,
                       std::size_t ld) {
   for (std::size_t j0 = 0; j0 < nc; j0 += kPC) {
-    const float* cp[kPC];
+    const R* cp[kPC];
     for (int b = 0; b < kPC; ++b) cp[b] = c + std::min<std::size_t>(j0 + b, nc - 1) * n;
     for (std::size_t i0 = 0; i0 < nq; i0 += kPR) {
       const float* qp[kPR];
@@ -171,7 +186,7 @@ static void pair_dots(const float* const* q, std::size_t nq, const float* c, std
         for (int b = 0; b < kPC; ++b) acc[a][b] = zerof();
       for (std::size_t k = 0; k < n; k += WF) {
         VF y[kPC];
-        for (int b = 0; b < kPC; ++b) y[b] = load<VF>(cp[b] + k);
+        for (int b = 0; b < kPC; ++b) y[b] = load_rhs<VF>(cp[b] + k);
         for (int a = 0; a < kPR; ++a) {
           const VF x = load<VF>(qp[a] + k);
           for (int b = 0; b < kPC; ++b) acc[a][b] = vfma(x, y[b], acc[a][b]);
@@ -404,7 +419,19 @@ static void lorentz_row_from_dots_f64(const double* dots, std::size_t n, double 
 // This ISA's entry points. Its code may use the ISA's instructions: call it
 // only once the CPU is known to support them (select_isa).
 static Isa table() {
-  return Isa{kName,          &dot<float>,         &dot<double>,         &panel_width<float>, &panel_width<double>,
-             &gemm_panel<float>, &gemm_panel<double>, &dot_tree, &pair_dots, &signature_rows,
-             &lorentz_row_from_dots, &lorentz_row_from_dots_f64};
+  return Isa{kName,
+             &dot<float>,
+             &dot<double>,
+             &panel_width<float>,
+             &panel_width<double>,
+             &gemm_panel<float>,
+             &gemm_panel<double>,
+             &dot_tree<float>,
+             &pair_dots<float>,
+             &gemm_panel<float, half_t>,
+             &dot_tree<half_t>,
+             &pair_dots<half_t>,
+             &signature_rows,
+             &lorentz_row_from_dots,
+             &lorentz_row_from_dots_f64};
 }
