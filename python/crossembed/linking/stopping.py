@@ -8,6 +8,10 @@ fires on such a sequence; a rule on the running maximum does.
 
 from __future__ import annotations
 
+from typing import Optional
+
+import numpy as np
+
 STOP_RULES = ("best", "change")
 
 
@@ -25,21 +29,27 @@ class StopRule:
         Stale rounds in a row that end the fit.
     tol : float
         Relative tolerance.
+    max_turnover : float or None
+        A round is stale only while its link set is settled: at most this
+        share of its links was not among the previous round's. Measured at
+        10k objects: converged fits swap 10-18 % a round, while a fit whose
+        pool is still mostly false links (minilm <-> e5 draw 4: precision
+        3-10 % for 20 rounds at a flat count) swaps 25-45 % and must go on.
 
     A round held at its size by the growth rule (``saturated=False``: the
     growth limit bound) is never stale: stopping there froze minilm <-> e5
     at 465 mostly-wrong links.
     """
 
-    def __init__(self, rule: str, *, patience: int, tol: float):
+    def __init__(self, rule: str, *, patience: int, tol: float, max_turnover: Optional[float] = None):
         if rule not in STOP_RULES:
             raise ValueError(f"stop must be one of {STOP_RULES}, got {rule!r}")
-        self.rule, self.patience, self.tol = rule, patience, tol
+        self.rule, self.patience, self.tol, self.max_turnover = rule, patience, tol, max_turnover
         self.best = self.prev = None
         self.stale = 0
 
-    def update(self, links: int, *, saturated: bool = True) -> bool:
-        """Record one round's link count; True when the fit should stop."""
+    def update(self, links: int, *, saturated: bool = True, turnover: Optional[float] = None) -> bool:
+        """Record one round's link count (and link-set turnover); True when the fit should stop."""
         ref = self.best if self.rule == "best" else self.prev
         if ref is None:
             stale = False
@@ -47,7 +57,19 @@ class StopRule:
             stale = links <= ref * (1.0 + self.tol)
         else:
             stale = abs(links - ref) / max(ref, 1) < self.tol
-        self.stale = self.stale + 1 if stale and saturated else 0
+        settled = self.max_turnover is None or turnover is None or turnover <= self.max_turnover
+        self.stale = self.stale + 1 if stale and saturated and settled else 0
         self.prev = links
         self.best = links if self.best is None else max(self.best, links)
         return self.stale >= self.patience
+
+
+def turnover(links: np.ndarray, previous: np.ndarray, n_b: int) -> float:
+    """Share of ``links`` (pairs ``(a, b)``) that were not in ``previous``; 1.0 for a first round."""
+    if len(links) == 0:
+        return 0.0
+    if len(previous) == 0:
+        return 1.0
+    keys = links[:, 0].astype(np.int64) * n_b + links[:, 1]
+    old = previous[:, 0].astype(np.int64) * n_b + previous[:, 1]
+    return float(1.0 - np.isin(keys, old).mean())
