@@ -160,9 +160,12 @@ def test_confidence_reference_comes_from_the_documents():
     A = normalize_rows(rng.normal(size=(40, 16)))
     P = normalize_rows(A + 0.3 * rng.normal(size=(40, 16)))
     texts = ["apple pie", "banana split", "cherry tart", "date loaf", "elderberry jam"] * 4
-    make = lambda: UECEnsemble(
-        [LaplaceEmbedder(_WordEncoder(), batch_size=10).fit_embeddings(A, P)] * 2, uncertainty="confidence"
-    )  # noqa: E731
+
+    def make():
+        return UECEnsemble(
+            [LaplaceEmbedder(_WordEncoder(), batch_size=10).fit_embeddings(A, P)] * 2, uncertainty="confidence"
+        )
+
     built = make()
     assert built.needs_reference and built.reference_ is None
     index = UECIndex.build(built, texts, show_progress_bar=False, M=8, rerank=10)
