@@ -94,3 +94,18 @@ def test_rank_head_survives_save_and_load(tmp_path):
     np.testing.assert_array_equal(back.predicted_log_rank(embs[0][0]), e.predicted_log_rank(embs[0][0]))
     with pytest.raises(ValueError, match="dimension"):
         e.predicted_log_rank(np.ones((2, 3), np.float32))
+
+
+def test_default_scores_the_rank_weighted_cosine():
+    group, embs = _two_experts(n=300)
+    embedders = [LaplaceEmbedder(None, prior_precision=2.0).fit_embeddings(A[:200], P[:200]) for A, P in embs]
+    qc = [e.transform(A[200:]) for e, (A, _) in zip(embedders, embs)]
+    dc = [e.transform(P[200:]) for e, (_, P) in zip(embedders, embs)]
+    ens = UECEnsemble(embedders)  # the default: rank routing, confidence_scoring="replace"
+    q, d = ens.combine(qc, role="query"), ens.combine(dc, role="passage")
+    assert not q.var.any() and not d.var.any()
+    w = q.weights.astype(np.float64) * ens._score_scales()[None, :]
+    want = sum(w[:, k : k + 1] * (qc[k].mean @ dc[k].mean.T) for k in range(2))
+    np.testing.assert_allclose(ens.similarity(q, d), want, rtol=1e-4, atol=1e-5)
+    lap = UECEnsemble(embedders, confidence_scoring="laplace").combine(qc, role="query")
+    assert lap.var.any()  # "laplace" keeps the posterior variances

@@ -75,8 +75,11 @@ Which uncertainty drives the query coefficients (``uncertainty=``):
     own query embedding, fitted on the fit pairs' in-batch ranks by
     :meth:`LaplaceEmbedder.fit`), with ``pi_k = softmax_k(-t_k(q) / T)``. It
     sees what the posterior cannot (an English-only model on a German word
-    ranks it badly) and needs no reference collection. The probit scores the
-    Laplace variances; documents get uniform coefficients.
+    ranks it badly) and needs no reference collection. Documents get uniform
+    coefficients. With ``confidence_scoring="replace"`` (default) both sides
+    are scored as deterministic (the rank head carries no score variance, and
+    the kron head's variances cost 2.5 nDCG@10 on FreeDict once the weights
+    route); ``"laplace"`` or ``"add"`` score the Laplace variances.
 
 Without a reference collection (no :meth:`UECEnsemble.set_reference`, no
 :meth:`UECIndex.build` with texts) the confidence forms weight queries by the
@@ -496,6 +499,11 @@ class UECEnsemble:
                     GaussianEmbedding(c.mean, (keep * c.var + u[:, k : k + 1]).astype(np.float32))
                     for k, c in enumerate(comps)
                 ]
+        rank_routed = isinstance(self.weights, str) and self.weights == "uncertainty" and self.uncertainty == "rank"
+        if rank_routed and self.confidence_scoring == "replace":
+            # the rank head is no score variance: "replace" scores deterministic Gaussians (the weighted
+            # cosine). Measured on FreeDict (docs/uec.md): kron variances in the probit cost 2.5 nDCG@10.
+            comps = [GaussianEmbedding(c.mean, np.zeros_like(c.var)) for c in comps]
         if self.mixing == "score":
             w = pi * self._score_scales()[None, :] if role == "query" else np.ones_like(pi)
             mean = np.concatenate([w[:, k : k + 1] * c.mean for k, c in enumerate(comps)], axis=1)
