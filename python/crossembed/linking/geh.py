@@ -340,7 +340,7 @@ def _mostly_same_pool(pool: np.ndarray, old: np.ndarray, n_b: int) -> bool:
     """Whether >= 90% of ``pool``'s pairs were in ``old`` and it grew by <= 10%."""
     if len(pool) > 1.1 * len(old):
         return False
-    return bool(np.isin(pool[:, 0] * n_b + pool[:, 1], old[:, 0] * n_b + old[:, 1]).mean() >= 0.9)
+    return 1.0 - turnover(pool, old, n_b) >= 0.9
 
 
 class _LazyProposer:

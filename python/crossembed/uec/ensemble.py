@@ -320,11 +320,11 @@ class UECEnsemble:
     @property
     def needs_reference(self) -> bool:
         """True when the coefficients use retrieval confidence (a reference collection)."""
-        return (
-            isinstance(self.weights, str)
-            and self.weights == "uncertainty"
-            and self.uncertainty in _REFERENCE_UNCERTAINTIES
-        )
+        return self._routed_by(_REFERENCE_UNCERTAINTIES)
+
+    def _routed_by(self, kinds: Tuple[str, ...]) -> bool:
+        """Whether the query coefficients come from one of these uncertainties."""
+        return isinstance(self.weights, str) and self.weights == "uncertainty" and self.uncertainty in kinds
 
     def set_reference(self, documents, *, queries=None) -> UECEnsemble:
         """The collection the retrieval confidence is measured over (K items, one per model).
@@ -418,15 +418,13 @@ class UECEnsemble:
             return np.full((n, self.n_models), 1.0 / self.n_models)
         if self.uncertainty == "laplace":
             return _rules.softmax_rows(self._laplace_logits(components) / self.temperature)
-        if self.uncertainty == "rank":
-            if role == "passage":
-                return np.full((n, self.n_models), 1.0 / self.n_models)
-            t = np.stack([e.predicted_log_rank(c.mean) for e, c in zip(self.embedders, components)], axis=1)
-            return _rules.softmax_rows(-t / self.temperature)
-        if role == "passage":  # documents carry no retrieval confidence
-            if self.uncertainty == "confidence":
+        if role == "passage":  # documents carry no retrieval confidence and no rank
+            if self.uncertainty in ("confidence", "rank"):
                 return np.full((n, self.n_models), 1.0 / self.n_models)
             return _rules.softmax_rows(self._laplace_logits(components) / self.temperature)
+        if self.uncertainty == "rank":
+            t = np.stack([e.predicted_log_rank(c.mean) for e, c in zip(self.embedders, components)], axis=1)
+            return _rules.softmax_rows(-t / self.temperature)
         u = self.confidence_variance(components) if confidence_var is None else np.asarray(confidence_var)
         t = np.log(u)
         if self.center_confidence:
@@ -499,8 +497,7 @@ class UECEnsemble:
                     GaussianEmbedding(c.mean, (keep * c.var + u[:, k : k + 1]).astype(np.float32))
                     for k, c in enumerate(comps)
                 ]
-        rank_routed = isinstance(self.weights, str) and self.weights == "uncertainty" and self.uncertainty == "rank"
-        if rank_routed and self.confidence_scoring == "replace":
+        if self._routed_by(("rank",)) and self.confidence_scoring == "replace":
             # the rank head is no score variance: "replace" scores deterministic Gaussians (the weighted
             # cosine). Measured on FreeDict (docs/uec.md): kron variances in the probit cost 2.5 nDCG@10.
             comps = [GaussianEmbedding(c.mean, np.zeros_like(c.var)) for c in comps]
