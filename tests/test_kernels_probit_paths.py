@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import crossembed as ce
+from _probit_paths import assert_paths_agree
 from crossembed import kernels
 from crossembed import reference as ref
 
@@ -27,17 +28,7 @@ def test_tile_and_pair_paths_agree_bitwise(rng, D, variances):
     mu_q, v_q = _docs(rng, 70, D, *variances)
     docs = ce.ProbitDocs(mu_c, v_c)
     k = 9
-    scores, idx = docs.top_k(mu_q, v_q, k)
-    dense = docs.scores(mu_q, v_q)
-    np.testing.assert_array_equal(np.take_along_axis(dense, idx, axis=1), scores)
-    everything = np.tile(np.arange(len(mu_c)), (len(mu_q), 1))
-    r_scores, r_idx = docs.top_k(mu_q, v_q, k, candidates=everything)
-    np.testing.assert_array_equal(r_scores, scores)
-    np.testing.assert_array_equal(r_idx, idx)
-    for t in (1, 2, 3):
-        s_t, i_t = docs.top_k(mu_q, v_q, k, num_threads=t)
-        np.testing.assert_array_equal(s_t, scores)
-        np.testing.assert_array_equal(i_t, idx)
+    scores, _, _ = assert_paths_agree(docs, mu_q, v_q, k)
     # and the values are the probit scores (the float64 reference picks the same best set up to near-ties)
     exact = ref.probit_scores(mu_q, v_q, mu_c, v_c)
     np.testing.assert_allclose(scores, -np.sort(-exact, axis=1)[:, :k], rtol=1e-5, atol=1e-6)

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import crossembed as ce
+from _probit_paths import assert_paths_agree
 from crossembed import reference as ref
 
 U32 = 2.0**-24
@@ -57,23 +58,6 @@ def reference(mu_q, v_q, mu_c, v_c):
 def gaussians(rng, n, d, *, scale=1.0, var_scale=0.1):
     mu = (rng.standard_normal((n, d)) * scale).astype(np.float32)
     return mu, (rng.random((n, d)) * var_scale).astype(np.float32)
-
-
-def assert_paths_agree(docs, mu_q, v_q, k):
-    """top_k, rerank over every doc and the dense scores give the same bits, for 1-3 threads."""
-    scores, idx = docs.top_k(mu_q, v_q, k)
-    dense = docs.scores(mu_q, v_q)
-    np.testing.assert_array_equal(np.take_along_axis(dense, idx, axis=1), scores)
-    everything = np.tile(np.arange(docs.n), (len(mu_q), 1))
-    r_scores, r_idx = docs.top_k(mu_q, v_q, k, candidates=everything)
-    np.testing.assert_array_equal(r_scores, scores)
-    np.testing.assert_array_equal(r_idx, idx)
-    for t in (1, 2, 3):
-        s_t, i_t = docs.top_k(mu_q, v_q, k, num_threads=t)
-        np.testing.assert_array_equal(s_t, scores)
-        np.testing.assert_array_equal(i_t, idx)
-        np.testing.assert_array_equal(docs.scores(mu_q, v_q, num_threads=t), dense)
-    return scores, idx, dense
 
 
 @pytest.mark.parametrize("D", [1, 7, 16, 33, 385])
