@@ -231,6 +231,26 @@ PYBIND11_MODULE(_core, m) {
     return csls_result_to_python(r);
   });
 
+  m.def("topk_rows_and_columns", [](const CArray<float>& sa, const CArray<float>& sb, std::size_t k_row,
+                                    std::size_t k_col, int nt) {
+    require_2d(sa, "SA");
+    require_2d(sb, "SB");
+    require_same_dim(sa, sb, "SA", "SB");
+    if (k_row > std::size_t(sb.shape(0)) || k_col > std::size_t(sa.shape(0)))
+      throw py::value_error("k_row must be <= rows of SB and k_col <= rows of SA");
+    auto rs = new_f32(sa.shape(0), py::ssize_t(k_row));
+    auto cs = new_f32(sb.shape(0), py::ssize_t(k_col));
+    py::array_t<std::int64_t> ri({sa.shape(0), py::ssize_t(k_row)}), ci({sb.shape(0), py::ssize_t(k_col)});
+    float *rsp = rs.mutable_data(), *csp = cs.mutable_data();
+    std::int64_t *rip = ri.mutable_data(), *cip = ci.mutable_data();
+    {
+      py::gil_scoped_release release;
+      topk_rows_and_columns(sa.data(), std::size_t(sa.shape(0)), sb.data(), std::size_t(sb.shape(0)),
+                            std::size_t(sa.shape(1)), k_row, k_col, rsp, rip, csp, cip, nt);
+    }
+    return py::make_tuple(rs, ri, cs, ci);
+  });
+
   m.def("csls_mutual_topk_candidates",
         [](const CArray<float>& sa, const CArray<float>& sb, const CArray<std::int64_t>& ca,
            const CArray<std::int64_t>& cb, std::size_t k, std::size_t csls_k, const CArray<std::uint8_t>& ma,

@@ -22,6 +22,7 @@ from crossembed.kernels import (
     probit_scores,
     probit_topk,
     simd_level,
+    topk_rows_and_columns,
 )
 
 __version__ = "0.1.0"
@@ -40,4 +41,5 @@ __all__ = [
     "probit_scores",
     "probit_topk",
     "simd_level",
+    "topk_rows_and_columns",
 ]

@@ -8,6 +8,8 @@ float64 references of :mod:`crossembed.reference`: ``crossembed bench`` and
 - :func:`numpy_probit_docs`, :func:`numpy_probit_topk`: probit top-k (UEC).
 - :func:`numpy_signatures`: anchor signatures (GEH).
 - :func:`numpy_csls_mutual_topk`: one-to-one CSLS mutual top-k (GEH).
+- :func:`numpy_topk_rows_and_columns`, :func:`faiss_topk_rows_and_columns`:
+  GEH's per-round candidate lists (both directions' dot-product top-k).
 - :func:`numpy_lorentz`, :func:`numpy_lorentz_topk`, :func:`torch_lorentz`,
   :func:`torch_lorentz_topk`: Lorentz distances (UNCHA).
 - Peers: :func:`faiss_flat_topk` (exact inner-product top-k, ``IndexFlatIP``:
@@ -30,6 +32,7 @@ import numpy as np
 __all__ = [
     "faiss_csls_mutual_topk",
     "faiss_flat_topk",
+    "faiss_topk_rows_and_columns",
     "numpy_csls_mutual_topk",
     "numpy_greedy_one_to_one",
     "numpy_lorentz",
@@ -37,6 +40,7 @@ __all__ = [
     "numpy_probit_docs",
     "numpy_probit_topk",
     "numpy_signatures",
+    "numpy_topk_rows_and_columns",
     "torch_lorentz",
     "torch_lorentz_topk",
     "torch_probit_topk",
@@ -256,6 +260,29 @@ def faiss_csls_mutual_topk(SA: np.ndarray, SB: np.ndarray, k: int, csls_k: int) 
         return index.search(queries, csls_k)[1]
 
     return numpy_csls_mutual_topk_candidates(SA, SB, search(SB, SA), search(SA, SB), k, csls_k)
+
+
+def numpy_topk_rows_and_columns(SA: np.ndarray, SB: np.ndarray, k: int, *, block: int = 2048):
+    """Each side's ``k`` best rows of the other by dot product: row blocks of ``SA @ SB.T`` and of ``SB @ SA.T``.
+
+    Returns the unordered index lists ``(row_idx, col_idx)`` (argpartition;
+    the kernel also sorts them, which this skips in its favour).
+    """
+    row_idx = _top_k(lambda s, e: SA[s:e] @ SB.T, len(SA), k, block)
+    col_idx = _top_k(lambda s, e: SB[s:e] @ SA.T, len(SB), k, block)
+    return row_idx, col_idx
+
+
+def faiss_topk_rows_and_columns(SA: np.ndarray, SB: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+    """The same lists the faiss way: two exact flat searches (``IndexFlatIP``), one each way."""
+    import faiss
+
+    def search(base, queries):
+        index = faiss.IndexFlatIP(base.shape[1])
+        index.add(base)
+        return index.search(queries, k)[1]
+
+    return search(SB, SA), search(SA, SB)
 
 
 # --------------------------------------------------------------------------- Lorentz distances

@@ -161,9 +161,7 @@ class DaskProposer:
 # --------------------------------------------------------------------------- the "pool" path, B sharded
 def _shard_candidate_lists(SA: np.ndarray, SB_shard: np.ndarray, m: int, offset: int):
     """One shard's part of :func:`~crossembed.linking.proposers.pool_candidate_lists`."""
-    zeros_a, zeros_b = np.zeros_like(SA), np.zeros_like(SB_shard)
-    score_a, cand_a = kernels.ProbitDocs(SB_shard, zeros_b).top_k(SA, zeros_a, min(m, len(SB_shard)))
-    _, cand_b = kernels.ProbitDocs(SA, zeros_a).top_k(SB_shard, zeros_b, min(m, len(SA)))
+    score_a, cand_a, _, cand_b = kernels.topk_rows_and_columns(SA, SB_shard, m)
     return score_a, cand_a + offset, cand_b
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "probit_scores",
     "probit_topk",
     "simd_level",
+    "topk_rows_and_columns",
 ]
 
 # float32 products of values above ~1e18 overflow inside a D-long dot product;
@@ -402,13 +403,13 @@ def _exclusion_mask(exclude, n: int, name: str) -> np.ndarray:
     return mask
 
 
-def _signature_pair(SA, SB, k, csls_k) -> Tuple[np.ndarray, np.ndarray]:
+def _signature_pair(SA, SB, k, csls_k, k_name="k", csls_k_name="csls_k") -> Tuple[np.ndarray, np.ndarray]:
     """Validated float32 signature matrices of the CSLS kernels (and their k arguments)."""
     SA = as_matrix(SA, "SA", allow_empty=True)
     SB = as_matrix(SB, "SB", allow_empty=True)
     if SA.shape[1] != SB.shape[1]:
         raise ValueError(f"SA has {SA.shape[1]} columns but SB has {SB.shape[1]}")
-    for val, name in ((k, "k"), (csls_k, "csls_k")):
+    for val, name in ((k, k_name), (csls_k, csls_k_name)):
         if isinstance(val, bool) or not isinstance(val, (int, np.integer)):
             raise TypeError(f"{name} must be an integer, got {type(val).__name__}")
         if val < 1:
@@ -450,6 +451,44 @@ def csls_mutual_topk(
     mask_a = _exclusion_mask(exclude_a, SA.shape[0], "exclude_a")
     mask_b = _exclusion_mask(exclude_b, SB.shape[0], "exclude_b")
     return _core_module().csls_mutual_topk(SA, SB, int(k), int(csls_k), mask_a, mask_b, check_num_threads(num_threads))
+
+
+def topk_rows_and_columns(SA, SB, k_row: int, k_col: Optional[int] = None, *, num_threads: Optional[int] = None):
+    """Each row's ``k_row`` best rows of ``SB`` and each row of ``SB``'s ``k_col`` best rows of ``SA``.
+
+    The score is the dot product ``s_ij = <SA_i, SB_j>``; both lists come
+    from one tiled sweep, so every ``s_ij`` is computed once (two
+    :meth:`ProbitDocs.top_k` calls would compute it twice). GEH's per-round
+    candidate lists (:func:`crossembed.linking.proposers.pool_candidate_lists`).
+
+    Parameters
+    ----------
+    SA : array_like, shape (N_A, A)
+    SB : array_like, shape (N_B, A)
+    k_row : int
+        Best columns per row of ``SA`` (clipped to ``N_B``).
+    k_col : int, optional
+        Best rows per row of ``SB`` (clipped to ``N_A``; default ``k_row``).
+    num_threads : int, optional
+
+    Returns
+    -------
+    row_scores : ndarray, shape (N_A, min(k_row, N_B)), float32, best first
+    row_idx : ndarray, same shape, int64 (ties to the lower index)
+    col_scores : ndarray, shape (N_B, min(k_col, N_A)), float32
+    col_idx : ndarray, same shape, int64
+    """
+    k_col = k_row if k_col is None else k_col
+    SA, SB = _signature_pair(SA, SB, k_row, k_col, "k_row", "k_col")
+    k_row, k_col = min(int(k_row), SB.shape[0]), min(int(k_col), SA.shape[0])
+    if SA.shape[0] == 0 or SB.shape[0] == 0:
+        return (
+            np.zeros((SA.shape[0], k_row), np.float32),
+            np.zeros((SA.shape[0], k_row), np.int64),
+            np.zeros((SB.shape[0], k_col), np.float32),
+            np.zeros((SB.shape[0], k_col), np.int64),
+        )
+    return _core_module().topk_rows_and_columns(SA, SB, k_row, k_col, check_num_threads(num_threads))
 
 
 def _candidate_lists(cand, n_rows: int, n_other: int, name: str) -> np.ndarray:

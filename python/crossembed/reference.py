@@ -31,6 +31,7 @@ __all__ = [
     "otsu_threshold",
     "probit_scores",
     "probit_topk",
+    "topk_rows_and_columns",
 ]
 
 
@@ -209,6 +210,25 @@ def csls_mutual_topk(
             if a in col_top[b]:
                 proposals.append((-csls[a, b], int(rows[a]), int(cols[b])))
     return _greedy(proposals)
+
+
+def topk_rows_and_columns(SA, SB, k_row: int, k_col: Optional[int] = None, *, num_threads: Optional[int] = None):
+    """Each row's ``k_row`` best columns and each column's ``k_col`` best rows of ``SA @ SB.T``.
+
+    Best first, ties to the lower index; ``k_row``/``k_col`` clipped to the
+    other side's rows. Returns ``(row_scores, row_idx, col_scores, col_idx)``.
+    """
+    k_col = k_row if k_col is None else k_col
+    sim = _f64(SA) @ _f64(SB).T
+    k_row, k_col = min(k_row, sim.shape[1]), min(k_col, sim.shape[0])
+    row_idx = _top_order(sim, k_row, largest=True)
+    col_idx = _top_order(sim.T, k_col, largest=True)
+    return (
+        np.take_along_axis(sim, row_idx, axis=1),
+        row_idx.astype(np.int64),
+        np.take_along_axis(sim.T, col_idx, axis=1),
+        col_idx.astype(np.int64),
+    )
 
 
 def csls_mutual_topk_candidates(

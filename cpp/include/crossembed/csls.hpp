@@ -151,6 +151,30 @@ inline CslsResult greedy_mutual(const MutualPairs& m, std::size_t na, std::size_
 
 }  // namespace detail
 
+// Each row's k_row best columns and each column's k_col best rows of
+// s_ij = <SA_i, SB_j>, from one sweep (GEH's per-round candidate lists: two
+// separate top-k searches would compute every s_ij twice). Outputs are
+// (na, k_row) and (nb, k_col), best first, ties to the lower index, padded
+// with (-inf, -1); k_row <= nb and k_col <= na are the caller's to ensure.
+inline void topk_rows_and_columns(const float* SA, std::size_t na, const float* SB, std::size_t nb, std::size_t d,
+                                  std::size_t k_row, std::size_t k_col, float* row_scores, std::int64_t* row_idx,
+                                  float* col_scores, std::int64_t* col_idx, int num_threads) {
+  if (na == 0 || nb == 0) return;
+  std::vector<const float*> xa(na), xb(nb);
+  for (std::size_t i = 0; i < na; ++i) xa[i] = SA + i * d;
+  for (std::size_t j = 0; j < nb; ++j) xb[j] = SB + j * d;
+  const simd::Panels<float> pb(xb.data(), nb, d);
+  std::vector<TopK> rows, cols;
+  detail::best_per_row_and_column(
+      xa, pb, k_row, k_col, num_threads, [](float s, std::size_t, std::size_t) { return s; }, rows, cols);
+  parallel_for(std::int64_t(na), num_threads, [&](std::int64_t i, int) {
+    write_topk(rows[std::size_t(i)], k_row, row_scores + std::size_t(i) * k_row, row_idx + std::size_t(i) * k_row);
+  });
+  parallel_for(std::int64_t(nb), num_threads, [&](std::int64_t j, int) {
+    write_topk(cols[std::size_t(j)], k_col, col_scores + std::size_t(j) * k_col, col_idx + std::size_t(j) * k_col);
+  });
+}
+
 // SA (na, d), SB (nb, d); masks: 1 = excluded. Two sweeps: the first finds
 // r_A and r_B, the second the CSLS top-k of every row and column.
 inline CslsResult csls_mutual_topk(const float* SA, std::size_t na_all, const float* SB, std::size_t nb_all,

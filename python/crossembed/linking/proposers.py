@@ -142,8 +142,9 @@ class AnnProposer:
 def pool_candidate_lists(SA, SB, m: int, *, num_threads: Optional[int] = None):
     """Each row's ``m`` best rows on the other side by signature dot product.
 
-    Uses the fused C++ top-k of :class:`crossembed.kernels.ProbitDocs`: with
-    zero variances the probit score is exactly the dot product.
+    Both directions come from one sweep of the C++
+    :func:`crossembed.kernels.topk_rows_and_columns`, so every similarity is
+    computed once.
 
     Parameters
     ----------
@@ -158,14 +159,7 @@ def pool_candidate_lists(SA, SB, m: int, *, num_threads: Optional[int] = None):
     cand_a : ndarray, shape (N_A, min(m, N_B)), int64
     cand_b : ndarray, shape (N_B, min(m, N_A)), int64
     """
-    SA = np.ascontiguousarray(SA, dtype=np.float32)
-    SB = np.ascontiguousarray(SB, dtype=np.float32)
-    _, cand_a = kernels.ProbitDocs(SB, np.zeros_like(SB)).top_k(
-        SA, np.zeros_like(SA), min(m, len(SB)), num_threads=num_threads
-    )
-    _, cand_b = kernels.ProbitDocs(SA, np.zeros_like(SA)).top_k(
-        SB, np.zeros_like(SB), min(m, len(SA)), num_threads=num_threads
-    )
+    _, cand_a, _, cand_b = kernels.topk_rows_and_columns(SA, SB, m, num_threads=num_threads)
     return cand_a, cand_b
 
 
