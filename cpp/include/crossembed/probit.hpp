@@ -190,25 +190,28 @@ class ProbitDocsT {
               std::size_t k, float* out_scores, std::int64_t* out_idx, int num_threads) const {
     if (q == 0) return;
     const ProbitQueries Q(mu_q, v_q, q, d_);
+    const std::size_t w = means_.width;
     parallel_for(std::int64_t(q), num_threads, [&](std::int64_t ii, int) {
       const std::size_t i = std::size_t(ii);
-      // Gather the candidates' means (float16: widened, exactly) and score
-      // them with the same micro-kernel as top_k, so both paths give
-      // identical scores.
+      // Score each candidate against its whole stored panel (one query row
+      // times `w` lanes: the same FMA count as one scalar dot, but contiguous
+      // loads) with the micro-kernel top_k uses, so both paths give identical
+      // scores. Sorted ids let candidates that share a panel share the product.
       std::vector<std::int64_t> ids;
       for (std::size_t r = 0; r < m; ++r)
         if (cand[i * m + r] >= 0) ids.push_back(cand[i * m + r]);
-      std::vector<float> mus(ids.size());
+      std::sort(ids.begin(), ids.end());
+      std::vector<float> lanes(w);
+      std::size_t panel_first = n_;  // none computed yet
       TopK heap(k);
-      if (!ids.empty()) {
-        const auto mean_row = [&](std::size_t r, float* dst) {
-          for (std::size_t t = 0; t < d_; ++t) dst[t] = widen(means_.get(std::size_t(ids[r]), t));
-        };
-        const simd::Panels<float> panel(ids.size(), d_, mean_row, 1);
-        simd::gemm(&Q.rows[i], 1, panel, 0, ids.size(), mus.data(), ids.size());
+      for (const std::int64_t id : ids) {
+        const std::size_t j = std::size_t(id), first = j - j % w;
+        if (first != panel_first) {
+          simd::gemm(&Q.rows[i], 1, means_, first, std::min(w, n_ - first), lanes.data(), w);
+          panel_first = first;
+        }
+        heap.push(score_from(lanes[j - first], sig2(Q, i, j)), id);
       }
-      for (std::size_t r = 0; r < ids.size(); ++r)
-        heap.push(score_from(mus[r], sig2(Q, i, std::size_t(ids[r]))), ids[r]);
       write_topk(heap, k, out_scores + i * k, out_idx + i * k);
     });
   }
@@ -227,13 +230,6 @@ class ProbitDocsT {
  private:
   static constexpr std::size_t kQueryBlock = 64, kDocTile = 256;  // kDocTile: a multiple of every panel width
 
-  static float widen(S x) {
-    if constexpr (kHalf) {
-      return simd::half_to_float(x);
-    } else {
-      return x;
-    }
-  }
   static simd::Panels<S> pack_means(const float* mu_c, std::size_t n, std::size_t d) {
     if constexpr (kHalf) {
       const auto row = [mu_c, d](std::size_t j, S* dst) {

@@ -230,8 +230,8 @@ inline void pair_dots(const float* const* q, std::size_t nq, const half_t* c, st
   isa().pair_dots_f16(q, nq, c, nc, n, out, ld);
 }
 
-// float <-> IEEE binary16, in scalar integer arithmetic (packing, tests, the
-// rerank gather; the kernels widen with load_half). half_bits rounds to
+// float <-> IEEE binary16, in scalar integer arithmetic (packing, the
+// probit moments, tests; the kernels widen with load_half). half_bits rounds to
 // nearest, ties to even, straight from the double (one rounding: a float
 // widens to double exactly), for |x| <= 65504 (the caller checks; beyond,
 // the bits are those of an infinity or garbage). Values below 2^-14 become
