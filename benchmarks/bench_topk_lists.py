@@ -40,7 +40,9 @@ def test_lists_kernel(benchmark, signatures):
 
 @pytest.mark.benchmark(group="topk_rows_and_columns")
 def test_lists_numpy_baseline(benchmark, signatures):
-    rows, cols = run(benchmark, numpy_topk_rows_and_columns, *signatures, K, role="numpy float32", flops=4.0 * N * N * A)
+    rows, cols = run(
+        benchmark, numpy_topk_rows_and_columns, *signatures, K, role="numpy float32", flops=4.0 * N * N * A
+    )
     _, want_rows, _, want_cols = kernels.topk_rows_and_columns(*signatures, K)
     assert _agreement(rows, want_rows) > 0.99 and _agreement(cols, want_cols) > 0.99
 

@@ -21,7 +21,14 @@ def _check(SA, SB, k_row, k_col=None, **kw):
 
 @pytest.mark.parametrize(
     "n_a,n_b,d,k_row,k_col",
-    [(70, 50, 24, 8, 5), (300, 257, 13, 16, 64), (1, 9, 5, 4, 1), (9, 1, 5, 1, 4), (33, 40, 17, 40, 33), (600, 5, 3, 5, 2)],
+    [
+        (70, 50, 24, 8, 5),
+        (300, 257, 13, 16, 64),
+        (1, 9, 5, 4, 1),
+        (9, 1, 5, 1, 4),
+        (33, 40, 17, 40, 33),
+        (600, 5, 3, 5, 2),
+    ],
 )
 def test_matches_reference(n_a, n_b, d, k_row, k_col):
     rng = np.random.default_rng(n_a * 7 + n_b)
