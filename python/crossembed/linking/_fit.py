@@ -80,6 +80,8 @@ class FitState:
     rho0: float
     c: float
     num_threads: Optional[int] = None
+    #: candidate lists from anchor cells (``candidates="cells"``): the map pass uses them too
+    cells: bool = False
     links: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
     link_post: np.ndarray = field(default_factory=lambda: np.zeros(0))
     link_votes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))

@@ -38,20 +38,30 @@ from crossembed.linking._fit import FitState
 from crossembed.linking._inputs import check_link_inputs, unit_rows
 from crossembed.linking.preprocess import PREPROCESS, preprocess_side
 from crossembed.linking.promotion import PromotionRule, make_rule
-from crossembed.linking.proposers import AnnProposer, CandidateBackend, ExactProposer, LocalCandidates, Proposer
+from crossembed.linking.proposers import (
+    AnnProposer,
+    CandidateBackend,
+    CellCandidates,
+    ExactProposer,
+    LocalCandidates,
+    Proposer,
+)
 from crossembed.linking.result import LinkResult
 from crossembed.linking.stopping import STOP_RULES, StopRule, turnover
 from crossembed.linking.views import FarthestPointViews, ViewSampler, kernel_signatures
 
 __all__ = ["CANDIDATES", "GEHLinker"]
 
-CANDIDATES = ("auto", "exact", "pool", "ann")
+CANDIDATES = ("auto", "exact", "pool", "cells", "ann")
 # below this many row pairs (N_A * N_B) a fit with num_threads=None runs on one thread: its
 # kernels take milliseconds, and waking a team of threads on a busy machine cost 8x at 300 rows
 _SMALL_FIT_PAIRS = 1_000_000
 # "auto" switches from exact to pool proposals above this many row pairs (N_A * N_B):
 # exact was better on the anisotropic minilm <-> e5 pair at 1k rows, pool is ~2x faster at 10k.
 _AUTO_POOL_PAIRS = 4_000_000
+# ... and from pool to anchor-cell lists above this many (30k rows a side): the exact lists grow as
+# N_A N_B x 512 per round (2 min at 100k a side), the cells' as N_A N_B x 16
+_AUTO_CELL_PAIRS = 900_000_000
 
 
 class GEHLinker:
@@ -99,9 +109,9 @@ class GEHLinker:
         Picks each view's anchors; default
         :class:`~crossembed.linking.views.FarthestPointViews`
         (:class:`~crossembed.linking.views.RandomViews` is the ablation).
-    candidates : {"auto", "exact", "pool", "ann"}
+    candidates : {"auto", "exact", "pool", "cells", "ann"}
         ``"auto"`` (default): ``"exact"`` while N_A x N_B <= 4e6 (2,000 rows a
-        side), ``"pool"`` above.
+        side), ``"pool"`` up to 9e8 (30,000 a side), ``"cells"`` above.
         ``"exact"``: every view scores all N_A x N_B pairs (C++ tiled top-k).
         ``"pool"``: once per round each row gets its ``pool_k``
         nearest rows on the other side by signatures against (up to
@@ -109,6 +119,9 @@ class GEHLinker:
         out, and every view scores only those pairs - O(N pool_k) per view
         instead of O(N_A N_B); same F1 on minilm <-> USE, but far lower on
         minilm <-> e5 at 1k rows (docs/linking.md).
+        ``"cells"``: the same lists restricted to pairs whose rows share one
+        of their 4 nearest list anchors (:mod:`crossembed.linking.cells`), and
+        the map pass linked over such lists too: ~30x less work per round.
         ``"ann"``: hnswlib candidates rebuilt per view.
     pool_k : int
         Candidates per row on the ``"pool"`` path.
@@ -216,9 +229,13 @@ class GEHLinker:
     # ------------------------------------------------------------------ proposers
     def candidate_mode(self, n_a: int, n_b: int) -> str:
         """The candidate path ``"auto"`` resolves to for N_A x N_B rows."""
-        if self.candidates == "auto":
-            return "pool" if self.candidate_backend is not None or n_a * n_b > _AUTO_POOL_PAIRS else "exact"
-        return self.candidates
+        if self.candidates != "auto":
+            return self.candidates
+        if self.candidate_backend is not None:
+            return "pool"
+        if n_a * n_b > _AUTO_CELL_PAIRS:
+            return "cells"
+        return "pool" if n_a * n_b > _AUTO_POOL_PAIRS else "exact"
 
     def fit_threads(self, n_a: int, n_b: int) -> Optional[int]:
         """The kernel threads of a fit of N_A x N_B rows (see ``num_threads``)."""
@@ -256,7 +273,7 @@ class GEHLinker:
         # link (right or wrong, seeds included) would be listed as its own partner's candidate
         SA, SB = fit.signatures(anchors)
         SA, SB = _without_own_anchor(SA, anchors[:, 0]), _without_own_anchor(SB, anchors[:, 1])
-        backend = self.candidate_backend or LocalCandidates()
+        backend = self.candidate_backend or (CellCandidates() if fit.cells else LocalCandidates())
         cand_a, cand_b = backend.candidate_lists(SA, SB, self.pool_k, num_threads=fit.num_threads)
         cache["proposer"] = backend.proposer(cand_a, cand_b, num_threads=fit.num_threads)
         return cache["proposer"]
@@ -301,6 +318,7 @@ class GEHLinker:
             rho0=self.rho0,
             c=self.c,
             num_threads=threads,
+            cells=self.candidate_backend is None and self.candidate_mode(len(A), len(B)) == "cells",
         )
         fixed = self._fit_proposer(len(A), len(B), threads)
         rule = self.promotion

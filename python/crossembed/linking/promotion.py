@@ -399,6 +399,7 @@ class ValidatedPromotion(PromotionRule):
             exclude_b=fit.seeds[:, 1],
             lam=self.map_lam,
             score_filter=self.score_filter,
+            cells=fit.cells,
             num_threads=fit.num_threads,
         )
         post, vts, n_confirmed = _carry_over(fit, final, np.full(len(final), 0.5))  # new links: no votes

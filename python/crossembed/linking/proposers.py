@@ -18,6 +18,12 @@ on the other side by the dot product of signatures against the whole pool
 mostly pick anyway). A view then costs O((N_A + N_B) M anchors) instead of
 O(N_A N_B anchors).
 
+:class:`CellCandidates` (``GEHLinker(candidates="cells")``, the default above
+30,000 rows a side) builds the same kind of lists from anchor cells
+(:mod:`crossembed.linking.cells`): a pair is scored only if both rows have
+one of the list anchors among their ``r`` nearest, 32x less work than
+the exact lists at 512 anchors.
+
 :class:`AnnProposer` (``GEHLinker(candidates="ann")``) builds one HNSW index
 (inner product) per side over the view's signatures and keeps each row's
 ``ann_k`` approximate neighbours. The hubness terms ``r_A``/``r_B`` are the
@@ -36,11 +42,13 @@ import numpy as np
 
 from crossembed import kernels
 from crossembed.linking._inputs import active_rows as _active
+from crossembed.linking.cells import CELLS_PER_ROW, cell_candidate_lists, top_cells
 from crossembed.linking.pairs import greedy_one_to_one, positions
 
 __all__ = [
     "AnnProposer",
     "CandidateBackend",
+    "CellCandidates",
     "ExactProposer",
     "LocalCandidates",
     "PoolProposer",
@@ -220,3 +228,30 @@ class LocalCandidates:
 
     def __repr__(self) -> str:
         return "LocalCandidates()"
+
+
+class CellCandidates:
+    """The ``"cells"`` path: lists among rows sharing one of their ``r`` nearest anchors, then :class:`PoolProposer`.
+
+    A row's nearest anchors are its largest signature entries (the
+    signature is a decreasing function of the distance to each anchor), so
+    the cells cost nothing beyond the signatures the lists use anyway.
+
+    Parameters
+    ----------
+    cells_per_row : int
+        ``r``, the cells each row belongs to (default 4).
+    """
+
+    def __init__(self, *, cells_per_row: int = CELLS_PER_ROW):
+        self.cells_per_row = int(cells_per_row)
+
+    def candidate_lists(self, SA, SB, m, *, num_threads=None):
+        r = self.cells_per_row
+        return cell_candidate_lists(SA, SB, top_cells(SA, r), top_cells(SB, r), m, n_cells=np.shape(SA)[1])
+
+    def proposer(self, cand_a, cand_b, *, num_threads=None):
+        return PoolProposer(cand_a, cand_b, num_threads=num_threads)
+
+    def __repr__(self) -> str:
+        return f"CellCandidates(cells_per_row={self.cells_per_row})"

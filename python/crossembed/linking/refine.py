@@ -22,6 +22,7 @@ import numpy as np
 
 from crossembed import kernels
 from crossembed.linking._inputs import unit_rows
+from crossembed.linking.cells import CELLS_PER_ROW, cell_candidate_lists, top_cells
 
 __all__ = ["ridge_map", "map_links"]
 
@@ -34,9 +35,30 @@ def ridge_map(X: np.ndarray, Y: np.ndarray, *, lam: float = 1.0) -> np.ndarray:
     return np.linalg.solve(gram, X64.T @ Y64).astype(np.float32)
 
 
-def _propose(A, B, W, *, csls_k, exclude_a, exclude_b, num_threads):
-    return kernels.csls_mutual_topk(
-        unit_rows(A @ W), B, k=1, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=num_threads
+# the cell lists of a large map pass: candidates per row, and cell centres (anchors' B rows)
+_CELL_CANDIDATES = 32
+_CELL_CENTRES = 512
+
+
+def _propose(A, B, W, *, csls_k, exclude_a, exclude_b, num_threads, cells_of=None):
+    FA = unit_rows(A @ W)
+    if cells_of is None:
+        return kernels.csls_mutual_topk(
+            FA, B, k=1, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=num_threads
+        )
+    # both sides now live in B's space: the cells are the nearest centre rows of B, and only
+    # pairs sharing a cell are scored (crossembed.linking.cells)
+    centres = B[cells_of]
+    cand_a, cand_b = cell_candidate_lists(
+        FA,
+        B,
+        top_cells(FA @ centres.T, CELLS_PER_ROW),
+        top_cells(B @ centres.T, CELLS_PER_ROW),
+        max(_CELL_CANDIDATES, csls_k),
+        n_cells=len(centres),
+    )
+    return kernels.csls_mutual_topk_candidates(
+        FA, B, cand_a, cand_b, k=1, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=num_threads
     )
 
 
@@ -51,6 +73,7 @@ def map_links(
     csls_k: int = 10,
     refits: int = 1,
     score_filter: bool = True,
+    cells: bool = False,
     num_threads: Optional[int] = None,
 ) -> Tuple[np.ndarray, np.ndarray, float]:
     """One-to-one links ``(L, 2)``, their CSLS scores and the score threshold (-inf: none)
@@ -72,6 +95,10 @@ def map_links(
         Times the map is refitted on ``fixed anchors + kept links`` and reapplied.
     score_filter : bool
         Drop links in the lower Otsu class of scores.
+    cells : bool
+        Score only pairs that share one of their 4 nearest cell centres
+        (up to 512 of the anchors' B rows, evenly spaced) instead of all
+        N_A x N_B pairs (:mod:`crossembed.linking.cells`; large fits).
     """
     fixed = np.stack([exclude_a, exclude_b], axis=1) if len(exclude_a) else np.zeros((0, 2), np.int64)
     fit_on = anchors
@@ -80,8 +107,12 @@ def map_links(
     thr = -np.inf
     for _ in range(refits + 1):
         W = ridge_map(A[fit_on[:, 0]], B[fit_on[:, 1]], lam=lam)
+        centres = None
+        if cells:
+            pick = np.unique(np.linspace(0, len(fit_on) - 1, min(_CELL_CENTRES, len(fit_on))).astype(np.int64))
+            centres = np.unique(fit_on[pick, 1])
         pairs, scores = _propose(
-            A, B, W, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=num_threads
+            A, B, W, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=num_threads, cells_of=centres
         )
         if score_filter and len(pairs) > 1:
             thr = kernels.otsu_threshold(scores.astype(np.float64))

@@ -1,0 +1,119 @@
+"""Anchor-cell candidate lists (crossembed.linking.cells) and the "cells" path of GEH."""
+
+import numpy as np
+import pytest
+
+from _linking_data import linking_problem
+from crossembed import reference
+from crossembed.linking import GEHLinker, evaluate_links
+from crossembed.linking import cells as cells_module
+from crossembed.linking.cells import cell_candidate_lists, top_cells
+from crossembed.linking.proposers import CellCandidates
+from crossembed.linking.refine import map_links
+
+
+def _brute_force(FA, FB, cells_a, cells_b, m):
+    """float64: each row's m best rows among those sharing a cell (score desc, then lower row), -1 padded."""
+    S = FA.astype(np.float64) @ FB.astype(np.float64).T
+    share = (cells_a[:, :, None, None] == cells_b[None, None, :, :]).any(axis=(1, 3))
+
+    def lists(S, share):
+        out = np.full((len(S), m), -1, np.int64)
+        for i in range(len(S)):
+            cand = np.flatnonzero(share[i])
+            cand = cand[np.lexsort((cand, -S[i, cand]))][:m]
+            out[i, : len(cand)] = cand
+        return out
+
+    return lists(S, share), lists(S.T, share.T)
+
+
+@pytest.mark.parametrize("n_a,n_b,f,n_cells,r,m", [(90, 70, 12, 9, 3, 8), (40, 55, 7, 5, 1, 30), (1, 6, 3, 4, 2, 3)])
+def test_lists_equal_the_float64_brute_force(n_a, n_b, f, n_cells, r, m):
+    rng = np.random.default_rng(n_a)
+    FA, FB = rng.random((n_a, f), dtype=np.float32), rng.random((n_b, f), dtype=np.float32)
+    ca = np.stack([rng.permutation(n_cells)[:r] for _ in range(n_a)])
+    cb = np.stack([rng.permutation(n_cells)[:r] for _ in range(n_b)])
+    got_a, got_b = cell_candidate_lists(FA, FB, ca, cb, m, n_cells=n_cells)
+    want_a, want_b = _brute_force(FA, FB, ca, cb, m)
+    np.testing.assert_array_equal(got_a, want_a)
+    np.testing.assert_array_equal(got_b, want_b)
+
+
+def test_ties_go_to_the_lower_row_and_a_pair_sharing_many_cells_is_listed_once():
+    FA = np.ones((5, 3), np.float32)  # every score ties
+    FB = np.ones((8, 3), np.float32)
+    every = np.tile(np.arange(4), (5, 1)), np.tile(np.arange(4), (8, 1))
+    cand_a, cand_b = cell_candidate_lists(FA, FB, *every, 6, n_cells=4)
+    np.testing.assert_array_equal(cand_a, np.tile(np.arange(6), (5, 1)))
+    np.testing.assert_array_equal(cand_b[:, :5], np.tile(np.arange(5), (8, 1)))
+    assert (cand_b[:, 5] == -1).all()  # only five rows of A exist: padded
+
+
+def test_every_cell_per_row_gives_the_exact_lists():
+    rng = np.random.default_rng(3)
+    SA, SB = rng.random((200, 16), dtype=np.float32), rng.random((150, 16), dtype=np.float32)
+    got = cell_candidate_lists(SA, SB, top_cells(SA, 16), top_cells(SB, 16), 10, n_cells=16)
+    _, want_a, _, want_b = reference.topk_rows_and_columns(SA, SB, 10)
+    np.testing.assert_array_equal(got[0], want_a)
+    np.testing.assert_array_equal(got[1], want_b)
+
+
+def test_split_blocks_give_the_same_lists(monkeypatch):
+    rng = np.random.default_rng(4)
+    SA, SB = rng.random((300, 8), dtype=np.float32), rng.random((260, 8), dtype=np.float32)
+    args = (SA, SB, top_cells(SA, 2), top_cells(SB, 2), 12)
+    whole = cell_candidate_lists(*args, n_cells=8)
+    monkeypatch.setattr(cells_module, "_BLOCK_ENTRIES", 500)  # forces the chunked branch on every cell
+    split = cell_candidate_lists(*args, n_cells=8)
+    np.testing.assert_array_equal(whole[0], split[0])
+    np.testing.assert_array_equal(whole[1], split[1])
+
+
+def test_top_cells_are_the_largest_columns():
+    S = np.array([[0.1, 0.9, 0.5, 0.7], [4.0, 3.0, 2.0, 1.0]], np.float32)
+    assert [set(row) for row in top_cells(S, 2)] == [{1, 3}, {0, 1}]
+    assert top_cells(S, 9).shape == (2, 4)
+
+
+def test_the_cells_path_links_like_the_pool_path():
+    A, B, split = linking_problem(1500, noise=0.05, seed=1)
+    kw = dict(random_state=0, max_iter=15, show_progress_bar=False)
+    pool = evaluate_links(GEHLinker(candidates="pool", **kw).link(A, B, split.seeds).links, split.truth)
+    cells = evaluate_links(GEHLinker(candidates="cells", **kw).link(A, B, split.seeds).links, split.truth)
+    assert pool["f1"] > 0.9
+    assert cells["f1"] > pool["f1"] - 0.03, (cells, pool)
+
+
+def test_auto_switches_to_cells_only_for_large_fits():
+    linker = GEHLinker()
+    assert linker.candidate_mode(1000, 1000) == "exact"
+    assert linker.candidate_mode(10_000, 10_000) == "pool"
+    assert linker.candidate_mode(40_000, 40_000) == "cells"
+    assert GEHLinker(candidates="pool").candidate_mode(40_000, 40_000) == "pool"
+    with pytest.raises(ValueError, match="candidates"):
+        GEHLinker(candidates="cell")
+
+
+def test_cell_backend_lists_only_pairs_with_a_shared_nearest_anchor():
+    rng = np.random.default_rng(5)
+    SA, SB = rng.random((120, 10), dtype=np.float32), rng.random((100, 10), dtype=np.float32)
+    cand_a, _ = CellCandidates(cells_per_row=2).candidate_lists(SA, SB, 20)
+    ca, cb = top_cells(SA, 2), top_cells(SB, 2)
+    for i, row in enumerate(cand_a):
+        for j in row[row >= 0]:
+            assert set(ca[i]) & set(cb[j])
+
+
+def test_map_pass_over_cells_keeps_the_exact_links():
+    A, B, split = linking_problem(2000, noise=0.05, seed=2)
+    unit = lambda X: X / np.linalg.norm(X, axis=1, keepdims=True)  # noqa: E731
+    A, B = unit(A).astype(np.float32), unit(B).astype(np.float32)
+    anchors = np.concatenate([split.seeds, split.truth[:200]])
+    kw = dict(exclude_a=split.seeds[:, 0], exclude_b=split.seeds[:, 1])
+    exact, _, _ = map_links(A, B, anchors, **kw)
+    fast, _, _ = map_links(A, B, anchors, cells=True, **kw)
+    e, f = evaluate_links(exact, split.truth), evaluate_links(fast, split.truth)
+    assert e["f1"] > 0.9 and f["f1"] > e["f1"] - 0.02, (e, f)
+    shared = len({tuple(p) for p in exact.tolist()} & {tuple(p) for p in fast.tolist()})
+    assert shared >= 0.95 * len(exact)
