@@ -85,6 +85,8 @@ METHODS: Dict[str, Callable[..., LinkResult]] = {
     "geh-validated-fold-pass": _geh(promotion="validated", final_pass="folds"),
     "geh-validated-no-final-pass": _geh(promotion="validated", final_pass="none"),
     "geh-validated-exact": _geh(promotion="validated", candidates="exact"),
+    "geh-validated-pool": _geh(promotion="validated", candidates="pool"),
+    "geh-validated-cells": _geh(promotion="validated", candidates="cells"),
     "geh-validated-no-kernel": _geh(promotion="validated", kernel=False),
     "geh-validated-random-anchors": _geh(promotion="validated", sampling="random"),
     "geh-validated-fixed-votes": _geh(promotion="validated", posterior=False),
