@@ -252,14 +252,16 @@ def faiss_csls_mutual_topk(SA: np.ndarray, SB: np.ndarray, k: int, csls_k: int) 
     a CSLS winner outside them is rare), merged by
     :func:`numpy_csls_mutual_topk_candidates`.
     """
+    return numpy_csls_mutual_topk_candidates(SA, SB, _faiss_knn(SB, SA, csls_k), _faiss_knn(SA, SB, csls_k), k, csls_k)
+
+
+def _faiss_knn(base: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    """Each query's ``k`` best rows of ``base`` by inner product: one exact flat search (``IndexFlatIP``)."""
     import faiss
 
-    def search(base, queries):
-        index = faiss.IndexFlatIP(base.shape[1])
-        index.add(base)
-        return index.search(queries, csls_k)[1]
-
-    return numpy_csls_mutual_topk_candidates(SA, SB, search(SB, SA), search(SA, SB), k, csls_k)
+    index = faiss.IndexFlatIP(base.shape[1])
+    index.add(base)
+    return index.search(queries, k)[1]
 
 
 def numpy_topk_rows_and_columns(SA: np.ndarray, SB: np.ndarray, k: int, *, block: int = 2048):
@@ -275,14 +277,7 @@ def numpy_topk_rows_and_columns(SA: np.ndarray, SB: np.ndarray, k: int, *, block
 
 def faiss_topk_rows_and_columns(SA: np.ndarray, SB: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
     """The same lists the faiss way: two exact flat searches (``IndexFlatIP``), one each way."""
-    import faiss
-
-    def search(base, queries):
-        index = faiss.IndexFlatIP(base.shape[1])
-        index.add(base)
-        return index.search(queries, k)[1]
-
-    return search(SB, SA), search(SA, SB)
+    return _faiss_knn(SB, SA, k), _faiss_knn(SA, SB, k)
 
 
 # --------------------------------------------------------------------------- Lorentz distances

@@ -230,7 +230,7 @@ class LocalCandidates:
         return "LocalCandidates()"
 
 
-class CellCandidates:
+class CellCandidates(LocalCandidates):
     """The ``"cells"`` path: lists among rows sharing one of their ``r`` nearest anchors, then :class:`PoolProposer`.
 
     A row's nearest anchors are its largest signature entries (the
@@ -249,9 +249,6 @@ class CellCandidates:
     def candidate_lists(self, SA, SB, m, *, num_threads=None):
         r = self.cells_per_row
         return cell_candidate_lists(SA, SB, top_cells(SA, r), top_cells(SB, r), m, n_cells=np.shape(SA)[1])
-
-    def proposer(self, cand_a, cand_b, *, num_threads=None):
-        return PoolProposer(cand_a, cand_b, num_threads=num_threads)
 
     def __repr__(self) -> str:
         return f"CellCandidates(cells_per_row={self.cells_per_row})"
