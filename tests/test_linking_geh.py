@@ -248,6 +248,38 @@ def test_pool_lists_do_not_leak_the_anchor_pairing(cells):
     assert listed_a < 0.15 and listed_b < 0.15, (listed_a, listed_b)
 
 
+def test_cells_fit_with_fewer_rows_than_pool_k():
+    # the cell lists are -1 padded to pool_k; relisted anchor rows must keep that width
+    from crossembed.linking._fit import FitState
+    from crossembed.linking.views import FarthestPointViews, kernel_signatures
+
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((40, 16)).astype(np.float32)
+    B = A + 0.01 * rng.standard_normal((40, 16)).astype(np.float32)
+    A /= np.linalg.norm(A, axis=1, keepdims=True)
+    B /= np.linalg.norm(B, axis=1, keepdims=True)
+    seeds = np.stack([np.arange(10), np.arange(10)], axis=1)
+    GEHLinker(candidates="cells", random_state=0, max_iter=3, show_progress_bar=False).link(A, B, seeds)
+    fit = FitState(
+        A=A,
+        B=B,
+        seeds=seeds,
+        rng=np.random.default_rng(1),
+        signature_fn=kernel_signatures,
+        view_sampler=FarthestPointViews(),
+        k=5,
+        csls_k=50,
+        m0=5,
+        rho0=0.4,
+        c=0.3,
+        cells=True,
+    )
+    proposer = GEHLinker(pool_k=64)._round_proposer(fit, None, {})
+    assert proposer.cand_a.shape == (40, 64) and proposer.cand_b.shape == (40, 64)
+    # an anchor row lists at most the 40 rows of the other side, the rest is padding
+    assert (proposer.cand_a[seeds[:, 0], 40:] == -1).all() and (proposer.cand_a[seeds[:, 0], :40] >= 0).all()
+
+
 def test_farthest_point_sampling_spreads_out():
     X = np.array([[1, 0], [0.99, 0.141], [0, 1], [-1, 0]], np.float32)
     X /= np.linalg.norm(X, axis=1, keepdims=True)

@@ -270,8 +270,8 @@ class GEHLinker:
         cache["pool"] = anchors
         if len(anchors) > self.pool_anchors:
             anchors = anchors[np.sort(fit.rng.choice(len(anchors), size=self.pool_anchors, replace=False))]
-        # an anchor's own column spikes in its signature, and in its partner's: drop it, or every
-        # link (right or wrong, seeds included) would be listed as its own partner's candidate
+        # an anchor's own column spikes in its signature, and in its partner's: drop it for the
+        # other rows' lists; the anchor rows themselves are relisted without their own pairing
         SA0, SB0 = fit.signatures(anchors)
         SA, SB = _without_own_anchor(SA0, anchors[:, 0]), _without_own_anchor(SB0, anchors[:, 1])
         backend = self.candidate_backend or (CellCandidates() if fit.cells else LocalCandidates())
@@ -382,15 +382,16 @@ def _cross_fit_anchor_lists(cand_a, cand_b, SA0, SB0, anchors, rng, *, num_threa
     then share a hole at the same column, a pattern no other row has, so each
     was still listed as the other's best candidate. Held-out seeds were found
     through that leak, not through their geometry (held-out precision 1.0
-    while the promoted links were 5 % right, minilm <-> USE at 10k), and every
+    while the promoted links were 2-13 % right, minilm <-> USE at 10k), and every
     pool link re-confirmed itself. Here the anchors are split in two halves;
     the rows of one half get their lists from signatures against the other
-    half only, so nothing in them knows their own pairing.
+    half only, so nothing in them knows their own pairing. Lists wider than
+    the other side (the cell lists are ``-1`` padded to ``pool_k``) keep their padding.
     """
     if len(anchors) < 4:
         return
     half = rng.permutation(len(anchors)) % 2
-    m_a, m_b = cand_a.shape[1], cand_b.shape[1]
+    m_a, m_b = cand_a.shape[1], cand_b.shape[1]  # clipped to the other side's rows by the kernel
     for h in (0, 1):
         other = np.flatnonzero(half != h)
         SA = _without_own_anchor(unit_rows(SA0[:, other]), anchors[other, 0])
@@ -398,8 +399,10 @@ def _cross_fit_anchor_lists(cand_a, cand_b, SA0, SB0, anchors, rng, *, num_threa
         rows_a, rows_b = anchors[half == h, 0], anchors[half == h, 1]
         _, best_a, _, _ = kernels.topk_rows_and_columns(SA[rows_a], SB, m_a, 1, num_threads=num_threads)
         _, best_b, _, _ = kernels.topk_rows_and_columns(SB[rows_b], SA, m_b, 1, num_threads=num_threads)
-        cand_a[rows_a] = best_a
-        cand_b[rows_b] = best_b
+        cand_a[rows_a] = -1
+        cand_a[rows_a, : best_a.shape[1]] = best_a
+        cand_b[rows_b] = -1
+        cand_b[rows_b, : best_b.shape[1]] = best_b
 
 
 def _without_own_anchor(S: np.ndarray, rows: np.ndarray) -> np.ndarray:
