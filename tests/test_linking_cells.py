@@ -8,7 +8,7 @@ from crossembed import reference
 from crossembed.linking import GEHLinker, evaluate_links
 from crossembed.linking import cells as cells_module
 from crossembed.linking.cells import cell_candidate_lists, top_cells
-from crossembed.linking.proposers import CellCandidates
+from crossembed.linking.proposers import CellCandidates, pool_candidate_lists
 from crossembed.linking.refine import map_links
 
 
@@ -97,12 +97,23 @@ def test_auto_switches_to_cells_only_for_large_fits():
 
 def test_cell_backend_lists_only_pairs_with_a_shared_nearest_anchor():
     rng = np.random.default_rng(5)
-    SA, SB = rng.random((120, 10), dtype=np.float32), rng.random((100, 10), dtype=np.float32)
+    SA, SB = rng.random((120, 64), dtype=np.float32), rng.random((100, 64), dtype=np.float32)
     cand_a, _ = CellCandidates(cells_per_row=2).candidate_lists(SA, SB, 20)
     ca, cb = top_cells(SA, 2), top_cells(SB, 2)
+    assert (cand_a == -1).any()  # cells of ~4 rows a side cannot fill 20 slots: the cell path ran
     for i, row in enumerate(cand_a):
         for j in row[row >= 0]:
             assert set(ca[i]) & set(cb[j])
+
+
+def test_cell_backend_takes_the_exact_lists_when_few_anchors_make_huge_cells():
+    # 15 seed anchors, 4 cells a row: the cells would score every pair (round 0 of a 100k fit)
+    rng = np.random.default_rng(6)
+    SA, SB = rng.random((300, 15), dtype=np.float32), rng.random((250, 15), dtype=np.float32)
+    got_a, got_b = CellCandidates().candidate_lists(SA, SB, 12)
+    want_a, want_b = pool_candidate_lists(SA, SB, 12)
+    np.testing.assert_array_equal(got_a, want_a)
+    np.testing.assert_array_equal(got_b, want_b)
 
 
 def test_map_pass_over_cells_keeps_the_exact_links():

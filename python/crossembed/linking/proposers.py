@@ -230,12 +230,28 @@ class LocalCandidates:
         return "LocalCandidates()"
 
 
+# the cells score a block of pairs ~6x slower per pair than the fused exact top-k (numpy GEMM and
+# argpartition): measured at 30k rows a side, one thread, the cells were faster from 128 list
+# anchors on (5.5 s vs 6.5 s, 12 % of the pairs scored), 4-7x slower at 15-32 anchors (51-107 %)
+_CELL_PAIR_SHARE = 0.125
+
+
+def _cell_pairs(cells_a: np.ndarray, cells_b: np.ndarray, n_cells: int) -> float:
+    """How many (row, row) entries the cell blocks score: sum over cells of |A_c| x |B_c|."""
+    size_a = np.bincount(cells_a.reshape(-1), minlength=n_cells).astype(np.float64)
+    size_b = np.bincount(cells_b.reshape(-1), minlength=n_cells).astype(np.float64)
+    return float(size_a @ size_b)
+
+
 class CellCandidates(LocalCandidates):
     """The ``"cells"`` path: lists among rows sharing one of their ``r`` nearest anchors, then :class:`PoolProposer`.
 
     A row's nearest anchors are its largest signature entries (the
     signature is a decreasing function of the distance to each anchor), so
-    the cells cost nothing beyond the signatures the lists use anyway.
+    the cells cost nothing beyond the signatures the lists use anyway. While
+    the anchors are few (the first rounds), the cells would score more than
+    an eighth of all pairs and the exact lists (:func:`pool_candidate_lists`)
+    are built instead.
 
     Parameters
     ----------
@@ -247,8 +263,13 @@ class CellCandidates(LocalCandidates):
         self.cells_per_row = int(cells_per_row)
 
     def candidate_lists(self, SA, SB, m, *, num_threads=None):
-        r = self.cells_per_row
-        return cell_candidate_lists(SA, SB, top_cells(SA, r), top_cells(SB, r), m, n_cells=np.shape(SA)[1])
+        r, n_cells = self.cells_per_row, np.shape(SA)[1]
+        cells_a, cells_b = top_cells(SA, r), top_cells(SB, r)
+        if _cell_pairs(cells_a, cells_b, n_cells) > _CELL_PAIR_SHARE * len(SA) * len(SB):
+            # few anchors make few, huge cells: a GEH fit starts from 15 seeds, whose cells cover
+            # every pair (round 0 of a 100k-a-side fit took 307 s); the exact lists are cheaper there
+            return pool_candidate_lists(SA, SB, m, num_threads=num_threads)
+        return cell_candidate_lists(SA, SB, cells_a, cells_b, m, n_cells=n_cells)
 
     def __repr__(self) -> str:
         return f"CellCandidates(cells_per_row={self.cells_per_row})"
