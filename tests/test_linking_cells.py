@@ -6,7 +6,6 @@ import pytest
 from _linking_data import linking_problem
 from crossembed import reference
 from crossembed.linking import GEHLinker, evaluate_links
-from crossembed.linking import cells as cells_module
 from crossembed.linking.cells import cell_candidate_lists, top_cells
 from crossembed.linking.proposers import CellCandidates, pool_candidate_lists
 from crossembed.linking.refine import map_links
@@ -59,15 +58,14 @@ def test_every_cell_per_row_gives_the_exact_lists():
     np.testing.assert_array_equal(got[1], want_b)
 
 
-def test_split_blocks_give_the_same_lists(monkeypatch):
+def test_lists_do_not_depend_on_threads():
     rng = np.random.default_rng(4)
     SA, SB = rng.random((300, 8), dtype=np.float32), rng.random((260, 8), dtype=np.float32)
     args = (SA, SB, top_cells(SA, 2), top_cells(SB, 2), 12)
-    whole = cell_candidate_lists(*args, n_cells=8)
-    monkeypatch.setattr(cells_module, "_BLOCK_ENTRIES", 500)  # forces the chunked branch on every cell
-    split = cell_candidate_lists(*args, n_cells=8)
-    np.testing.assert_array_equal(whole[0], split[0])
-    np.testing.assert_array_equal(whole[1], split[1])
+    one = cell_candidate_lists(*args, n_cells=8, num_threads=1)
+    two = cell_candidate_lists(*args, n_cells=8, num_threads=2)
+    np.testing.assert_array_equal(one[0], two[0])
+    np.testing.assert_array_equal(one[1], two[1])
 
 
 def test_top_cells_are_the_largest_columns():

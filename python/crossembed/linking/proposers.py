@@ -230,9 +230,9 @@ class LocalCandidates:
         return "LocalCandidates()"
 
 
-# the cells score a block of pairs ~6x slower per pair than the fused exact top-k (numpy GEMM and
-# argpartition): measured at 30k rows a side, one thread, the cells were faster from 128 list
-# anchors on (5.5 s vs 6.5 s, 12 % of the pairs scored), 4-7x slower at 15-32 anchors (51-107 %)
+# the cells score a pair ~4x slower than the exact lists (small blocks, where the top-k dominates,
+# and the merge): measured at 30k rows a side, one thread, the cells were faster from 128 list
+# anchors on (5.4 s vs 6.0 s, 12 % of the pairs scored; 4.0 s vs 12.2 s at 512), 1.7-2.6x slower at 15-32
 _CELL_PAIR_SHARE = 0.125
 
 
@@ -269,7 +269,7 @@ class CellCandidates(LocalCandidates):
             # few anchors make few, huge cells: a GEH fit starts from 15 seeds, whose cells cover
             # every pair (round 0 of a 100k-a-side fit took 307 s); the exact lists are cheaper there
             return pool_candidate_lists(SA, SB, m, num_threads=num_threads)
-        return cell_candidate_lists(SA, SB, cells_a, cells_b, m, n_cells=n_cells)
+        return cell_candidate_lists(SA, SB, cells_a, cells_b, m, n_cells=n_cells, num_threads=num_threads)
 
     def __repr__(self) -> str:
         return f"CellCandidates(cells_per_row={self.cells_per_row})"

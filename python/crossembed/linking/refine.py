@@ -56,6 +56,7 @@ def _propose(A, B, W, *, csls_k, exclude_a, exclude_b, num_threads, cells_of=Non
         top_cells(B @ centres.T, CELLS_PER_ROW),
         max(_CELL_CANDIDATES, csls_k),
         n_cells=len(centres),
+        num_threads=num_threads,
     )
     return kernels.csls_mutual_topk_candidates(
         FA, B, cand_a, cand_b, k=1, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=num_threads
