@@ -6,9 +6,16 @@ import pytest
 from _linking_data import linking_problem
 from crossembed import reference
 from crossembed.linking import GEHLinker, evaluate_links
-from crossembed.linking.cells import cell_candidate_lists, top_cells
+from crossembed.linking import cells as cells_module
+from crossembed.linking.cells import cell_candidate_lists, cell_pairs, top_cells
 from crossembed.linking.proposers import CellCandidates, pool_candidate_lists
 from crossembed.linking.refine import map_links
+
+
+@pytest.fixture
+def always_cells(monkeypatch):
+    """The cell path even where the cells cover most pairs (small test inputs)."""
+    monkeypatch.setattr(cells_module, "_CELL_PAIR_SHARE", np.inf)
 
 
 def _brute_force(FA, FB, cells_a, cells_b, m):
@@ -28,7 +35,7 @@ def _brute_force(FA, FB, cells_a, cells_b, m):
 
 
 @pytest.mark.parametrize("n_a,n_b,f,n_cells,r,m", [(90, 70, 12, 9, 3, 8), (40, 55, 7, 5, 1, 30), (1, 6, 3, 4, 2, 3)])
-def test_lists_equal_the_float64_brute_force(n_a, n_b, f, n_cells, r, m):
+def test_lists_equal_the_float64_brute_force(n_a, n_b, f, n_cells, r, m, always_cells):
     rng = np.random.default_rng(n_a)
     FA, FB = rng.random((n_a, f), dtype=np.float32), rng.random((n_b, f), dtype=np.float32)
     ca = np.stack([rng.permutation(n_cells)[:r] for _ in range(n_a)])
@@ -39,7 +46,7 @@ def test_lists_equal_the_float64_brute_force(n_a, n_b, f, n_cells, r, m):
     np.testing.assert_array_equal(got_b, want_b)
 
 
-def test_ties_go_to_the_lower_row_and_a_pair_sharing_many_cells_is_listed_once():
+def test_ties_go_to_the_lower_row_and_a_pair_sharing_many_cells_is_listed_once(always_cells):
     FA = np.ones((5, 3), np.float32)  # every score ties
     FB = np.ones((8, 3), np.float32)
     every = np.tile(np.arange(4), (5, 1)), np.tile(np.arange(4), (8, 1))
@@ -49,7 +56,7 @@ def test_ties_go_to_the_lower_row_and_a_pair_sharing_many_cells_is_listed_once()
     assert (cand_b[:, 5] == -1).all()  # only five rows of A exist: padded
 
 
-def test_every_cell_per_row_gives_the_exact_lists():
+def test_every_cell_per_row_gives_the_exact_lists(always_cells):
     rng = np.random.default_rng(3)
     SA, SB = rng.random((200, 16), dtype=np.float32), rng.random((150, 16), dtype=np.float32)
     got = cell_candidate_lists(SA, SB, top_cells(SA, 16), top_cells(SB, 16), 10, n_cells=16)
@@ -58,7 +65,7 @@ def test_every_cell_per_row_gives_the_exact_lists():
     np.testing.assert_array_equal(got[1], want_b)
 
 
-def test_lists_do_not_depend_on_threads():
+def test_lists_do_not_depend_on_threads(always_cells):
     rng = np.random.default_rng(4)
     SA, SB = rng.random((300, 8), dtype=np.float32), rng.random((260, 8), dtype=np.float32)
     args = (SA, SB, top_cells(SA, 2), top_cells(SB, 2), 12)
@@ -104,14 +111,23 @@ def test_cell_backend_lists_only_pairs_with_a_shared_nearest_anchor():
             assert set(ca[i]) & set(cb[j])
 
 
-def test_cell_backend_takes_the_exact_lists_when_few_anchors_make_huge_cells():
+def test_few_huge_cells_give_the_exact_lists_padded():
     # 15 seed anchors, 4 cells a row: the cells would score every pair (round 0 of a 100k fit)
     rng = np.random.default_rng(6)
-    SA, SB = rng.random((300, 15), dtype=np.float32), rng.random((250, 15), dtype=np.float32)
+    SA, SB = rng.random((300, 15), dtype=np.float32), rng.random((10, 15), dtype=np.float32)
+    ca, cb = top_cells(SA, 4), top_cells(SB, 4)
+    assert cell_pairs(ca, cb, 15) > 0.125 * 300 * 10
     got_a, got_b = CellCandidates().candidate_lists(SA, SB, 12)
     want_a, want_b = pool_candidate_lists(SA, SB, 12)
-    np.testing.assert_array_equal(got_a, want_a)
+    np.testing.assert_array_equal(got_a[:, :10], want_a)
+    assert (got_a[:, 10:] == -1).all() and got_a.shape == (300, 12)  # B has 10 rows: padded to m
     np.testing.assert_array_equal(got_b, want_b)
+
+
+def test_cell_pairs_counts_the_scored_entries():
+    ca = np.array([[0, 1], [1, 2]])  # cell 0: A row 0; cell 1: A rows 0, 1; cell 2: A row 1
+    cb = np.array([[1, 2], [0, 1], [2, 0]])  # cell 0: B rows 1, 2; cell 1: B rows 0, 1; cell 2: B rows 0, 2
+    assert cell_pairs(ca, cb, 3) == 1 * 2 + 2 * 2 + 1 * 2
 
 
 def test_map_pass_over_cells_keeps_the_exact_links():

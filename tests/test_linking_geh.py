@@ -250,10 +250,10 @@ def test_pool_lists_do_not_leak_the_anchor_pairing(cells):
 
 def test_cells_fit_with_fewer_rows_than_pool_k(monkeypatch):
     # the cell lists are -1 padded to pool_k; relisted anchor rows must keep that width
-    from crossembed.linking import proposers
+    from crossembed.linking import cells
     from crossembed.linking._fit import FitState
 
-    monkeypatch.setattr(proposers, "_CELL_PAIR_SHARE", 2.0)  # cells even where they cover every pair
+    monkeypatch.setattr(cells, "_CELL_PAIR_SHARE", np.inf)  # cells even where they cover every pair
     from crossembed.linking.views import FarthestPointViews, kernel_signatures
 
     rng = np.random.default_rng(0)

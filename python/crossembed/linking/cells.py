@@ -26,9 +26,14 @@ import numpy as np
 
 from crossembed import kernels
 
-__all__ = ["CELLS_PER_ROW", "cell_candidate_lists", "top_cells"]
+__all__ = ["CELLS_PER_ROW", "cell_candidate_lists", "cell_pairs", "top_cells"]
 
 CELLS_PER_ROW = 4
+# the cells score a pair ~4x slower than the exact lists (small blocks, where the top-k dominates,
+# and the merge): measured at 30k rows a side, one thread, the cells were faster from 128 list
+# anchors on (5.4 s vs 6.0 s, 12 % of the pairs scored; 4.0 s vs 12.2 s at 512), 1.7-2.6x slower
+# at 15-32 anchors (50-107 % of the pairs scored: few anchors make few, huge cells)
+_CELL_PAIR_SHARE = 0.125
 
 
 def top_cells(S: np.ndarray, r: int) -> np.ndarray:
@@ -47,6 +52,22 @@ def _members(cells: np.ndarray, n_cells: int):
     bounds = np.searchsorted(flat[order], np.arange(n_cells + 1))
     r = cells.shape[1]
     return order // r, order % r, bounds
+
+
+def cell_pairs(cells_a: np.ndarray, cells_b: np.ndarray, n_cells: int) -> float:
+    """How many (row, row) entries the cell blocks score: the sum over cells of ``|A_c| |B_c|``."""
+    size_a = np.bincount(cells_a.reshape(-1), minlength=n_cells).astype(np.float64)
+    size_b = np.bincount(cells_b.reshape(-1), minlength=n_cells).astype(np.float64)
+    return float(size_a @ size_b)
+
+
+def _pad(cand: np.ndarray, m: int) -> np.ndarray:
+    """``cand`` widened to ``m`` columns with ``-1``."""
+    if cand.shape[1] >= m:
+        return cand
+    out = np.full((cand.shape[0], m), -1, np.int64)
+    out[:, : cand.shape[1]] = cand
+    return out
 
 
 def _put(scores, idx, rows, slots, best_score, best_local, members) -> None:
@@ -103,10 +124,16 @@ def cell_candidate_lists(
     cand_a : ndarray, shape (N_A, m), int64
     cand_b : ndarray, shape (N_B, m), int64
         Best first (ties to the lower row), ``-1`` where a row has fewer
-        than ``m`` candidates.
+        than ``m`` candidates. Where the cells would score more than an
+        eighth of all pairs, every pair is a candidate (the exact lists).
     """
     FA = np.ascontiguousarray(FA, dtype=np.float32)
     FB = np.ascontiguousarray(FB, dtype=np.float32)
+    if cell_pairs(cells_a, cells_b, n_cells) > _CELL_PAIR_SHARE * len(FA) * len(FB):
+        # a GEH fit starts from 15 seed anchors, whose cells cover every pair (round 0 of a
+        # 100k-a-side fit took 307 s): there the exact lists are cheaper, and a superset
+        _, cand_a, _, cand_b = kernels.topk_rows_and_columns(FA, FB, m, m, num_threads=num_threads)
+        return _pad(cand_a, m), _pad(cand_b, m)
     ra_all, sa_all, ba = _members(cells_a, n_cells)
     rb_all, sb_all, bb = _members(cells_b, n_cells)
     out = []

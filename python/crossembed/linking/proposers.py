@@ -230,28 +230,14 @@ class LocalCandidates:
         return "LocalCandidates()"
 
 
-# the cells score a pair ~4x slower than the exact lists (small blocks, where the top-k dominates,
-# and the merge): measured at 30k rows a side, one thread, the cells were faster from 128 list
-# anchors on (5.4 s vs 6.0 s, 12 % of the pairs scored; 4.0 s vs 12.2 s at 512), 1.7-2.6x slower at 15-32
-_CELL_PAIR_SHARE = 0.125
-
-
-def _cell_pairs(cells_a: np.ndarray, cells_b: np.ndarray, n_cells: int) -> float:
-    """How many (row, row) entries the cell blocks score: sum over cells of |A_c| x |B_c|."""
-    size_a = np.bincount(cells_a.reshape(-1), minlength=n_cells).astype(np.float64)
-    size_b = np.bincount(cells_b.reshape(-1), minlength=n_cells).astype(np.float64)
-    return float(size_a @ size_b)
-
-
 class CellCandidates(LocalCandidates):
     """The ``"cells"`` path: lists among rows sharing one of their ``r`` nearest anchors, then :class:`PoolProposer`.
 
     A row's nearest anchors are its largest signature entries (the
     signature is a decreasing function of the distance to each anchor), so
     the cells cost nothing beyond the signatures the lists use anyway. While
-    the anchors are few (the first rounds), the cells would score more than
-    an eighth of all pairs and the exact lists (:func:`pool_candidate_lists`)
-    are built instead.
+    the anchors are few (the first rounds) the exact lists are built instead
+    (see :func:`~crossembed.linking.cells.cell_candidate_lists`).
 
     Parameters
     ----------
@@ -264,12 +250,9 @@ class CellCandidates(LocalCandidates):
 
     def candidate_lists(self, SA, SB, m, *, num_threads=None):
         r, n_cells = self.cells_per_row, np.shape(SA)[1]
-        cells_a, cells_b = top_cells(SA, r), top_cells(SB, r)
-        if _cell_pairs(cells_a, cells_b, n_cells) > _CELL_PAIR_SHARE * len(SA) * len(SB):
-            # few anchors make few, huge cells: a GEH fit starts from 15 seeds, whose cells cover
-            # every pair (round 0 of a 100k-a-side fit took 307 s); the exact lists are cheaper there
-            return pool_candidate_lists(SA, SB, m, num_threads=num_threads)
-        return cell_candidate_lists(SA, SB, cells_a, cells_b, m, n_cells=n_cells, num_threads=num_threads)
+        return cell_candidate_lists(
+            SA, SB, top_cells(SA, r), top_cells(SB, r), m, n_cells=n_cells, num_threads=num_threads
+        )
 
     def __repr__(self) -> str:
         return f"CellCandidates(cells_per_row={self.cells_per_row})"
