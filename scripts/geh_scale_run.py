@@ -27,19 +27,22 @@ from crossembed.linking.promotion import PromotionRule, make_rule
 class _Traced(PromotionRule):
     """Delegates to a rule and scores the pool after every round (diagnostics only)."""
 
-    def __init__(self, rule: PromotionRule, truth: np.ndarray, log):
-        self.rule, self.truth, self.log = rule, truth, log
+    def __init__(self, rule: PromotionRule, truth: np.ndarray, n_a: int, n_b: int, log):
+        self.rule, self.truth, self.n_a, self.n_b, self.log = rule, truth, n_a, n_b, log
         self.name = rule.name
         self.tic = time.perf_counter()
 
     def grow(self, fit, propose):
         t0 = time.perf_counter()
         info = self.rule.grow(fit, propose)
-        m = evaluate_links(np.asarray(fit.links), self.truth)
-        info.update(pool_precision=round(m["precision"], 4), pool_recall=round(m["recall"], 4))
+        quality = ""
+        if fit.n_a == self.n_a and fit.n_b == self.n_b:  # a sampled fit's rows are not the truth's
+            m = evaluate_links(np.asarray(fit.links), self.truth)
+            info.update(pool_precision=round(m["precision"], 4), pool_recall=round(m["recall"], 4))
+            quality = f"P {m['precision']:.3f} R {m['recall']:.3f} "
         self.log(
-            f"round: pool {info['pool']:>6} links {len(fit.links):>6} promoted {info.get('promoted', 0):>6} "
-            f"P {m['precision']:.3f} R {m['recall']:.3f} holdout {info.get('holdout_precision')} "
+            f"round: {fit.n_a} x {fit.n_b} rows, pool {info['pool']:>6} links {len(fit.links):>6} "
+            f"promoted {info.get('promoted', 0):>6} {quality}holdout {info.get('holdout_precision')} "
             f"{time.perf_counter() - t0:.1f}s (total {time.perf_counter() - self.tic:.0f}s)"
         )
         return info
@@ -47,6 +50,10 @@ class _Traced(PromotionRule):
     @property
     def has_final_pass(self):
         return self.rule.has_final_pass
+
+    @property
+    def links_every_row(self):
+        return self.rule.links_every_row
 
     def finish(self, fit, propose):
         return self.rule.finish(fit, propose)
@@ -73,7 +80,7 @@ def main() -> None:
     split = make_partial_overlap(len(objects), alpha=args.alpha, n_seeds=args.seeds, random_state=args.draw)
     A, B = XA[objects[split.rows_a]], XB[objects[split.rows_b]]
     options = {k: ast.literal_eval(v) for k, v in (o.split("=", 1) for o in args.option)}
-    rule = _Traced(make_rule(options.pop("promotion", "validated")), split.truth, print)
+    rule = _Traced(make_rule(options.pop("promotion", "validated")), split.truth, len(A), len(B), print)
     linker = GEHLinker(
         promotion=rule,
         random_state=args.draw,
@@ -82,11 +89,7 @@ def main() -> None:
         show_progress_bar=False,
         **options,
     )
-    print(
-        f"{args.pair}: {len(A)} x {len(B)} rows, overlap {len(split.truth) + len(split.seeds)}, "
-        f"candidates {linker.candidate_mode(len(A), len(B))}",
-        flush=True,
-    )
+    print(f"{args.pair}: {len(A)} x {len(B)} rows, overlap {len(split.truth) + len(split.seeds)}", flush=True)
     tic = time.perf_counter()
     res = linker.link(A, B, split.seeds)
     secs = time.perf_counter() - tic

@@ -6,6 +6,7 @@ import pytest
 from _linking_data import linking_problem
 from crossembed.experiments.link_table import geh_config
 from crossembed.linking.geh import GEHLinker
+from crossembed.linking.promotion import ValidatedPromotion
 from crossembed.linking.protocol import evaluate_links
 from crossembed.linking.result import LinkResult
 from crossembed.linking.views import farthest_point_sampling
@@ -324,3 +325,31 @@ def test_bad_inputs():
         geh.fit(A, B[0], np.array([[0, 0], [1, 1]]))
     with pytest.raises(TypeError, match="A must hold real numbers"):
         geh.fit(A.astype(str), B, np.array([[0, 0], [1, 1]]))
+
+
+def test_sampled_rounds_link_every_row_through_the_map_pass():
+    A, B, split = linking_problem(3000, alpha=0.6, noise=0.05, seed=4)
+    kw = dict(random_state=0, max_iter=15, show_progress_bar=False)
+    full = GEHLinker(sample_rows=None, **kw).link(A, B, split.seeds)
+    sampled = GEHLinker(sample_rows=800, **kw).link(A, B, split.seeds)
+    f_full, f_sampled = evaluate_links(full.links, split.truth), evaluate_links(sampled.links, split.truth)
+    assert f_full["f1"] > 0.9 and f_sampled["f1"] > f_full["f1"] - 0.03, (f_full, f_sampled)
+    # the rounds saw 800 rows a side, the links cover far more
+    assert len(np.unique(sampled.links[:, 0])) > 1200
+    assert sampled.history[-1]["final_pass"] == "map"
+    assert all(h["pool"] <= 800 for h in sampled.history[:-1])
+
+
+def test_sampling_applies_only_to_rules_whose_final_pass_links_every_row():
+    A, B, split = linking_problem(900, seed=5)
+    kw = dict(random_state=0, max_iter=4, show_progress_bar=False)
+    for rule in ("paper", ValidatedPromotion(final_pass="none")):
+        few = GEHLinker(promotion=rule, sample_rows=100, **kw).link(A, B, split.seeds)
+        every = GEHLinker(promotion=rule, sample_rows=None, **kw).link(A, B, split.seeds)
+        np.testing.assert_array_equal(few.links, every.links)
+    # a sample as large as a side is no sample: the same fit as none
+    big = GEHLinker(sample_rows=10_000, **kw).link(A, B, split.seeds)
+    none = GEHLinker(sample_rows=None, **kw).link(A, B, split.seeds)
+    np.testing.assert_array_equal(big.links, none.links)
+    with pytest.raises(ValueError, match="sample_rows"):
+        GEHLinker(sample_rows=1)

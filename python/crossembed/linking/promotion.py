@@ -70,6 +70,9 @@ class PromotionRule:
 
     #: whether :meth:`finish` does anything (the linker builds no proposer for it otherwise)
     has_final_pass = False
+    #: whether :meth:`finish` links every row from the pool alone (no signatures, no proposer), so
+    #: the rounds may run on a sample of the rows (``GEHLinker(sample_rows=...)``)
+    links_every_row = False
 
     def finish(self, fit: FitState, propose: Proposer) -> Optional[Info]:
         """After the last round; ``None`` when the rule has no final step."""
@@ -379,6 +382,10 @@ class ValidatedPromotion(PromotionRule):
     @property
     def has_final_pass(self) -> bool:
         return self.final_pass != "none"
+
+    @property
+    def links_every_row(self) -> bool:
+        return self.final_pass == "map"
 
     def finish(self, fit: FitState, propose: Proposer) -> Optional[Info]:
         """The final pass chosen by ``final_pass`` (None for ``"none"`` or an empty pool)."""
