@@ -30,6 +30,7 @@ from typing import Callable, Tuple
 import numpy as np
 
 __all__ = [
+    "numpy_cell_candidate_lists",
     "faiss_csls_mutual_topk",
     "faiss_flat_topk",
     "faiss_topk_rows_and_columns",
@@ -278,6 +279,46 @@ def numpy_topk_rows_and_columns(SA: np.ndarray, SB: np.ndarray, k: int, *, block
 def faiss_topk_rows_and_columns(SA: np.ndarray, SB: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
     """The same lists the faiss way: two exact flat searches (``IndexFlatIP``), one each way."""
     return _faiss_knn(SB, SA, k), _faiss_knn(SA, SB, k)
+
+
+def numpy_cell_candidate_lists(FA: np.ndarray, FB: np.ndarray, cells_a: np.ndarray, cells_b: np.ndarray, m: int):
+    """GEH's anchor-cell lists the numpy way: per cell one GEMM block and an argpartition each way.
+
+    Each row's ``m`` best rows among those sharing one of its cells, as
+    unordered sets per row (``-1`` padded; duplicates across cells dropped
+    by a sort per row). What :func:`crossembed.linking.cells.cell_candidate_lists`
+    did before it scored cells with the fused C++ top-k.
+    """
+    n_cells = int(max(cells_a.max(), cells_b.max())) + 1
+    lists = []
+    for F, G, own, other in ((FA, FB, cells_a, cells_b), (FB, FA, cells_b, cells_a)):
+        r = own.shape[1]
+        best = np.full((len(F), r, m), -1, np.int64)
+        score = np.full((len(F), r, m), -np.inf, np.float32)
+        for c in range(n_cells):
+            rows, slots = np.nonzero(own == c)
+            cols = np.flatnonzero((other == c).any(axis=1))
+            if len(rows) == 0 or len(cols) == 0:
+                continue
+            S = F[rows] @ G[cols].T
+            kk = min(m, len(cols))
+            top = (
+                np.argpartition(-S, kk - 1, axis=1)[:, :kk]
+                if kk < len(cols)
+                else np.broadcast_to(np.arange(kk), (len(rows), kk))
+            )
+            best[rows, slots, :kk] = cols[top]
+            score[rows, slots, :kk] = np.take_along_axis(S, top, axis=1)
+        flat, flat_score = best.reshape(len(F), -1), score.reshape(len(F), -1)
+        order = np.argsort(-flat_score, axis=1, kind="stable")
+        flat = np.take_along_axis(flat, order, axis=1)
+        out = np.full((len(F), m), -1, np.int64)
+        for i, row in enumerate(flat):  # first occurrences, best first
+            uniq, first = np.unique(row[row >= 0], return_index=True)
+            keep = uniq[np.argsort(first)][:m]
+            out[i, : len(keep)] = keep
+        lists.append(out)
+    return lists[0], lists[1]
 
 
 # --------------------------------------------------------------------------- Lorentz distances
