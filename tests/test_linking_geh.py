@@ -214,57 +214,12 @@ def test_pool_candidate_lists_leave_out_the_own_anchor():
     assert S[1, 0] == np.float32(0.6)  # input untouched
 
 
-@pytest.mark.parametrize("cells", [False, True])
-def test_pool_lists_do_not_leak_the_anchor_pairing(cells):
-    # two unrelated clouds: no pairing is recoverable, so an anchor's partner may appear in its
-    # candidate list only by chance (pool_k / N_B = 3 %). Zeroing the own column alone left a
-    # shared hole at that column on both rows, and every anchor listed its partner first.
+def _fit_state(A, B, seeds, *, cells):
+    """A fit's state with the default signatures and views, for the candidate-list tests."""
     from crossembed.linking._fit import FitState
     from crossembed.linking.views import FarthestPointViews, kernel_signatures
 
-    rng = np.random.default_rng(0)
-    A = rng.standard_normal((2000, 32)).astype(np.float32)
-    B = rng.standard_normal((2000, 32)).astype(np.float32)
-    A /= np.linalg.norm(A, axis=1, keepdims=True)
-    B /= np.linalg.norm(B, axis=1, keepdims=True)
-    pool = np.stack([rng.permutation(2000)[:30], rng.permutation(2000)[:30]], axis=1)
-    fit = FitState(
-        A=A,
-        B=B,
-        seeds=pool[:15],
-        rng=np.random.default_rng(1),
-        signature_fn=kernel_signatures,
-        view_sampler=FarthestPointViews(),
-        k=5,
-        csls_k=50,
-        m0=5,
-        rho0=0.4,
-        c=0.3,
-        cells=cells,
-    )
-    fit.set_links(pool[15:], np.ones(15), np.ones(15, np.int64))
-    proposer = GEHLinker(pool_k=64)._round_proposer(fit, None, {})
-    listed_a = np.mean([b in proposer.cand_a[a] for a, b in pool])
-    listed_b = np.mean([a in proposer.cand_b[b] for a, b in pool])
-    assert listed_a < 0.15 and listed_b < 0.15, (listed_a, listed_b)
-
-
-def test_cells_fit_with_fewer_rows_than_pool_k(monkeypatch):
-    # the cell lists are -1 padded to pool_k; relisted anchor rows must keep that width
-    from crossembed.linking import cells
-    from crossembed.linking._fit import FitState
-
-    monkeypatch.setattr(cells, "_CELL_PAIR_SHARE", np.inf)  # cells even where they cover every pair
-    from crossembed.linking.views import FarthestPointViews, kernel_signatures
-
-    rng = np.random.default_rng(0)
-    A = rng.standard_normal((40, 16)).astype(np.float32)
-    B = A + 0.01 * rng.standard_normal((40, 16)).astype(np.float32)
-    A /= np.linalg.norm(A, axis=1, keepdims=True)
-    B /= np.linalg.norm(B, axis=1, keepdims=True)
-    seeds = np.stack([np.arange(10), np.arange(10)], axis=1)
-    GEHLinker(candidates="cells", random_state=0, max_iter=3, show_progress_bar=False).link(A, B, seeds)
-    fit = FitState(
+    return FitState(
         A=A,
         B=B,
         seeds=seeds,
@@ -276,8 +231,44 @@ def test_cells_fit_with_fewer_rows_than_pool_k(monkeypatch):
         m0=5,
         rho0=0.4,
         c=0.3,
-        cells=True,
+        cells=cells,
     )
+
+
+@pytest.mark.parametrize("cells", [False, True])
+def test_pool_lists_do_not_leak_the_anchor_pairing(cells):
+    # two unrelated clouds: no pairing is recoverable, so an anchor's partner may appear in its
+    # candidate list only by chance (pool_k / N_B = 3 %). Zeroing the own column alone left a
+    # shared hole at that column on both rows, and every anchor listed its partner first.
+
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((2000, 32)).astype(np.float32)
+    B = rng.standard_normal((2000, 32)).astype(np.float32)
+    A /= np.linalg.norm(A, axis=1, keepdims=True)
+    B /= np.linalg.norm(B, axis=1, keepdims=True)
+    pool = np.stack([rng.permutation(2000)[:30], rng.permutation(2000)[:30]], axis=1)
+    fit = _fit_state(A, B, pool[:15], cells=cells)
+    fit.set_links(pool[15:], np.ones(15), np.ones(15, np.int64))
+    proposer = GEHLinker(pool_k=64)._round_proposer(fit, None, {})
+    listed_a = np.mean([b in proposer.cand_a[a] for a, b in pool])
+    listed_b = np.mean([a in proposer.cand_b[b] for a, b in pool])
+    assert listed_a < 0.15 and listed_b < 0.15, (listed_a, listed_b)
+
+
+def test_cells_fit_with_fewer_rows_than_pool_k(monkeypatch):
+    # the cell lists are -1 padded to pool_k; relisted anchor rows must keep that width
+    from crossembed.linking import cells
+
+    monkeypatch.setattr(cells, "_CELL_PAIR_SHARE", np.inf)  # cells even where they cover every pair
+
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((40, 16)).astype(np.float32)
+    B = A + 0.01 * rng.standard_normal((40, 16)).astype(np.float32)
+    A /= np.linalg.norm(A, axis=1, keepdims=True)
+    B /= np.linalg.norm(B, axis=1, keepdims=True)
+    seeds = np.stack([np.arange(10), np.arange(10)], axis=1)
+    GEHLinker(candidates="cells", random_state=0, max_iter=3, show_progress_bar=False).link(A, B, seeds)
+    fit = _fit_state(A, B, seeds, cells=True)
     proposer = GEHLinker(pool_k=64)._round_proposer(fit, None, {})
     assert proposer.cand_a.shape == (40, 64) and proposer.cand_b.shape == (40, 64)
     # an anchor row lists at most the 40 rows of the other side, the rest is padding
