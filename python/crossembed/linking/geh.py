@@ -141,9 +141,9 @@ class GEHLinker:
         final map pass links every row through a map fitted on that pool;
         only with a rule whose final pass links every row (``validated``,
         ``final_pass="map"``); the paper and capped rules always run on every
-        row. None: every round on every row. Measured at 100k rows a side
-        (docs/linking.md): the map from a sampled pool gives the same F1 as
-        the rounds on every row, in a fraction of the time.
+        row. None: every round on every row. Measured on minilm <-> USE
+        (docs/linking.md): F1 61.3 in 196 s against 63.6 in 2,377 s at 100k
+        rows a side, 72.3 in 414 s against 74.1 in 877 s at 32,500.
     ann_k : int
         Candidates per row on the ANN path.
     proposer : Proposer, optional
