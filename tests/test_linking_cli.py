@@ -63,6 +63,18 @@ def test_link_geh_runs(saved, capsys):
     assert "links from 30 seeds" in capsys.readouterr().out
 
 
+def test_link_sample_rows_flag(saved, capsys):
+    d, _ = saved
+    args = ["link", str(d / "A.npy"), str(d / "B.npy"), "--seeds", str(d / "seeds.csv"), "--max-iter", "2"]
+    assert main([*args, "--sample-rows", "100", "--quiet", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["history"][-1]["final_pass"] == "map"
+    assert main([*args, "--sample-rows", "0", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main([*args, "--sample-rows", "-1", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "sample_rows" in err and len(err.splitlines()) == 1
+
+
 @pytest.mark.parametrize(
     "setup, message",
     [

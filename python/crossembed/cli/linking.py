@@ -41,6 +41,12 @@ def register(subparsers) -> None:
     p.add_argument("--method", default="geh", choices=_METHODS)
     p.add_argument("--promotion", default="validated", choices=PROMOTIONS)
     p.add_argument("--max-iter", type=int, default=100)
+    p.add_argument(
+        "--sample-rows",
+        type=int,
+        default=None,
+        help="GEH rounds on this many sampled rows a side, the map pass on all (default 20000; 0: every row)",
+    )
     add_seed(p)
     add_num_threads(p)
     add_output_flags(p)
@@ -116,9 +122,11 @@ def _link(args) -> int:
     B = _load_matrix(args.b, "B")
     seeds = read_seeds(args.seeds)
     if args.method == "geh":
+        sample = {} if args.sample_rows is None else {"sample_rows": args.sample_rows or None}
         res = GEHLinker(
             promotion=args.promotion,
             max_iter=args.max_iter,
+            **sample,
             random_state=args.seed,
             num_threads=args.num_threads,
             show_progress_bar=not args.quiet,
