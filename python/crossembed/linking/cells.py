@@ -8,7 +8,8 @@ similar anchors (its ``r`` largest signature entries), row j of B in the
 cells of its ``r`` most similar anchors on B's side, and (i, j) is a
 candidate only if they share a cell - an inverted file whose centroids
 correspond by construction. Each cell's block of rows is scored by the
-fused top-k of :func:`crossembed.kernels.topk_rows_and_columns`; each row keeps its ``m`` best partners over its ``r`` cells. With
+fused top-k of :func:`crossembed.kernels.topk_rows_and_columns`; each row
+keeps its ``m`` best partners over its ``r`` cells. With
 cells of ~N r / A rows a side the work is 2 N_A N_B r^2 (A / r^2 = 32x less
 at A = 512, r = 4); the quadratic term remains, so 1M rows a side still
 costs ~10^13 per build.
@@ -29,10 +30,10 @@ from crossembed import kernels
 __all__ = ["CELLS_PER_ROW", "cell_candidate_lists", "cell_pairs", "top_cells"]
 
 CELLS_PER_ROW = 4
-# the cells score a pair ~4x slower than the exact lists (small blocks, where the top-k dominates,
-# and the merge): measured at 30k rows a side, one thread, the cells were faster from 128 list
-# anchors on (5.4 s vs 6.0 s, 12 % of the pairs scored; 4.0 s vs 12.2 s at 512), 1.7-2.6x slower
-# at 15-32 anchors (50-107 % of the pairs scored: few anchors make few, huge cells)
+# a pair scored in a cell costs 7-10x one scored by the exact lists (small blocks, where the top-k
+# bookkeeping dominates, and the merge): measured at 30k rows a side, one thread, the cells were
+# faster from 128 list anchors on (5.4 s vs 6.0 s, 12 % of the pairs scored; 4.0 s vs 12.2 s at 512),
+# 1.7-2.6x slower at 15-32 anchors (50-107 % of the pairs scored: few anchors make few, huge cells)
 _CELL_PAIR_SHARE = 0.125
 
 
