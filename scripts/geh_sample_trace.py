@@ -20,6 +20,7 @@ from geh_scale_run import _Traced
 
 from crossembed.experiments.corpora import _n_available, embed_corpus
 from crossembed.linking import GEHLinker, evaluate_links, make_partial_overlap
+from crossembed.linking.geh import _sample_rows
 from crossembed.linking.preprocess import preprocess_side
 from crossembed.linking.promotion import make_rule
 from crossembed.linking.refine import map_links
@@ -39,12 +40,8 @@ def main() -> None:
     split = make_partial_overlap(n, alpha=args.alpha, n_seeds=15, random_state=args.draw)
     A, B = XA[split.rows_a], XB[split.rows_b]
     rng = np.random.default_rng(args.draw)
-
-    def sample(n_rows, keep):
-        rest = np.setdiff1d(np.arange(n_rows), keep)
-        return np.sort(np.concatenate([keep, rng.choice(rest, args.sample - len(keep), replace=False)]))
-
-    ia, ib = sample(len(A), split.seeds[:, 0]), sample(len(B), split.seeds[:, 1])
+    ia = _sample_rows(len(A), split.seeds[:, 0], args.sample, rng)  # as GEHLinker(sample_rows=) draws them
+    ib = _sample_rows(len(B), split.seeds[:, 1], args.sample, rng)
     pa, pb = np.full(len(A), -1), np.full(len(B), -1)
     pa[ia], pb[ib] = np.arange(len(ia)), np.arange(len(ib))
     seeds = np.stack([pa[split.seeds[:, 0]], pb[split.seeds[:, 1]]], 1)
