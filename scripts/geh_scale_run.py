@@ -7,6 +7,12 @@ true precision/recall (read off the hidden truth after the fact: the linker
 never sees it). Ends with P/R/F1 of the final links, wall time and peak RSS.
 
     python scripts/geh_scale_run.py --pair minilm:use --alpha 0.714 --draw 0 --out .geh_work/100k.json
+
+WordNet has 117k glosses; ``--mix-objects N`` makes N synthetic objects
+instead, for runs past that size: object o mixes two random glosses,
+``unit(x_i + w x_j)`` with ``w ~ U(0.5, 1)``, and each side mixes its own
+encoder's real embeddings of the two, so the cross-encoder geometry is the
+real one (each gloss takes part in ~2 N / 117k objects: many near-duplicates).
 """
 
 from __future__ import annotations
@@ -59,6 +65,16 @@ class _Traced(PromotionRule):
         return self.rule.finish(fit, propose)
 
 
+def _mixed(X: np.ndarray, rows: np.ndarray, glosses: np.ndarray, w: np.ndarray, chunk: int = 100_000) -> np.ndarray:
+    """Unit rows ``x_i + w x_j`` of the objects ``rows`` (each object's two glosses and weight)."""
+    out = np.empty((len(rows), X.shape[1]), np.float32)
+    for s in range(0, len(rows), chunk):
+        o = rows[s : s + chunk]
+        part = X[glosses[o, 0]] + w[o, None] * X[glosses[o, 1]]
+        out[s : s + chunk] = part / np.linalg.norm(part, axis=1, keepdims=True)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pair", default="minilm:use")
@@ -68,17 +84,25 @@ def main() -> None:
     p.add_argument("--draw", type=int, default=0)
     p.add_argument("--max-iter", type=int, default=30)
     p.add_argument("--num-threads", type=int, default=None)
+    p.add_argument("--mix-objects", type=int, default=0, help="synthetic objects mixing two glosses each (0: real)")
     p.add_argument("--option", action="append", default=[], help="extra GEHLinker option name=python-literal")
     p.add_argument("--out", default=None, help="write the record (history included) as JSON here")
     args = p.parse_args()
 
     enc_a, enc_b = args.pair.split(":")
-    n = args.n_objects or _n_available()
-    XA, XB = embed_corpus(enc_a, n), embed_corpus(enc_b, n)
     rng = np.random.default_rng(args.draw)
-    objects = np.sort(rng.choice(len(XA), size=min(n, len(XA)), replace=False))
-    split = make_partial_overlap(len(objects), alpha=args.alpha, n_seeds=args.seeds, random_state=args.draw)
-    A, B = XA[objects[split.rows_a]], XB[objects[split.rows_b]]
+    if args.mix_objects:
+        XA, XB = embed_corpus(enc_a, _n_available()), embed_corpus(enc_b, _n_available())
+        split = make_partial_overlap(args.mix_objects, alpha=args.alpha, n_seeds=args.seeds, random_state=args.draw)
+        mix = rng.integers(0, len(XA), (args.mix_objects, 2)), rng.uniform(0.5, 1.0, args.mix_objects)
+        A, B = _mixed(XA, split.rows_a, *mix), _mixed(XB, split.rows_b, *mix)
+        del XA, XB
+    else:
+        n = args.n_objects or _n_available()
+        XA, XB = embed_corpus(enc_a, n), embed_corpus(enc_b, n)
+        objects = np.sort(rng.choice(len(XA), size=min(n, len(XA)), replace=False))
+        split = make_partial_overlap(len(objects), alpha=args.alpha, n_seeds=args.seeds, random_state=args.draw)
+        A, B = XA[objects[split.rows_a]], XB[objects[split.rows_b]]
     options = {k: ast.literal_eval(v) for k, v in (o.split("=", 1) for o in args.option)}
     rule = _Traced(make_rule(options.pop("promotion", "validated")), split.truth, len(A), len(B), print)
     linker = GEHLinker(
@@ -106,6 +130,7 @@ def main() -> None:
             rows_a=len(A),
             rows_b=len(B),
             alpha=args.alpha,
+            mix_objects=args.mix_objects,
             draw=args.draw,
             options={k: repr(v) for k, v in options.items()},
             seconds=round(secs, 1),

@@ -27,7 +27,7 @@ import numpy as np
 
 from crossembed import kernels
 
-__all__ = ["CELLS_PER_ROW", "cell_candidate_lists", "cell_pairs", "top_cells"]
+__all__ = ["CELLS_PER_ROW", "cell_candidate_lists", "cell_pairs", "nearest_cells", "top_cells"]
 
 CELLS_PER_ROW = 4
 # a pair scored in a cell costs 7-10x one scored by the exact lists (small blocks, where the top-k
@@ -44,6 +44,14 @@ def top_cells(S: np.ndarray, r: int) -> np.ndarray:
     if r == S.shape[1]:
         return np.broadcast_to(np.arange(r, dtype=np.int64), (S.shape[0], r)).copy()
     return np.argpartition(-S, r - 1, axis=1)[:, :r].astype(np.int64)
+
+
+def nearest_cells(X: np.ndarray, centres: np.ndarray, r: int, *, num_threads: Optional[int] = None) -> np.ndarray:
+    """``(N, min(r, C))`` int64: each row's ``r`` most similar centres by dot product, best first
+    (ties to the lower centre), without holding the ``N x C`` scores (15 GB at 1M rows, 4,000 centres)."""
+    r = min(int(r), len(centres))
+    _, idx, _, _ = kernels.topk_rows_and_columns(X, centres, r, 1, num_threads=num_threads)
+    return np.ascontiguousarray(idx, dtype=np.int64)
 
 
 def _members(cells: np.ndarray, n_cells: int):
@@ -78,10 +86,20 @@ def _put(scores, idx, rows, slots, best_score, best_local, members) -> None:
     idx[rows, slots, :kk] = members[best_local]
 
 
-def _merge(scores: np.ndarray, idx: np.ndarray, m: int) -> np.ndarray:
-    """Each row's ``m`` best distinct candidates (score descending, ties to the lower row), -1 padded."""
+def _merge(scores: np.ndarray, idx: np.ndarray, m: int, *, chunk: int = 1 << 16) -> np.ndarray:
+    """Each row's ``m`` best distinct candidates (score descending, ties to the lower row), -1 padded.
+
+    Rows go in chunks: the sorts below copy the ``(N, r m)`` slots several times (4 GB at 1M rows)."""
     n = scores.shape[0]
-    scores, idx = scores.reshape(n, -1), idx.reshape(n, -1)
+    out = np.empty((n, m), np.int64)
+    for s in range(0, n, chunk):
+        out[s : s + chunk] = _merge_rows(scores[s : s + chunk].reshape(-1, scores[0].size), idx[s : s + chunk], m)
+    return out
+
+
+def _merge_rows(scores: np.ndarray, idx: np.ndarray, m: int) -> np.ndarray:
+    n = scores.shape[0]
+    idx = idx.reshape(n, -1)
     by_idx = np.argsort(idx, axis=1, kind="stable")
     idx = np.take_along_axis(idx, by_idx, axis=1)
     scores = np.take_along_axis(scores, by_idx, axis=1)

@@ -22,7 +22,7 @@ import numpy as np
 
 from crossembed import kernels
 from crossembed.linking._inputs import unit_rows
-from crossembed.linking.cells import CELLS_PER_ROW, cell_candidate_lists, top_cells
+from crossembed.linking.cells import CELLS_PER_ROW, cell_candidate_lists, nearest_cells
 
 __all__ = ["ridge_map", "map_links"]
 
@@ -38,6 +38,22 @@ def ridge_map(X: np.ndarray, Y: np.ndarray, *, lam: float = 1.0) -> np.ndarray:
 # the cell lists of a large map pass: candidates per row, and cell centres (anchors' B rows)
 _CELL_CANDIDATES = 32
 _CELL_CENTRES = 512
+# ... and at most this many rows of the larger side a cell: a pass's cost grows as N^2 / centres, and
+# 512 anchor centres at 1M rows a side make cells of ~8,000 rows (~3e13 multiply-adds); there evenly
+# spaced B rows are added as centres (both sides live in B's space, so any B row can centre a cell)
+_ROWS_PER_CENTRE = 256
+
+
+def _cell_centres(fit_on: np.ndarray, n_b: int, n_rows: int) -> np.ndarray:
+    """Sorted B rows centring the cells: up to 512 of the anchors', then evenly spaced rows of B
+    up to ``n_rows / 256`` centres in all."""
+    pick = np.unique(np.linspace(0, len(fit_on) - 1, min(_CELL_CENTRES, len(fit_on))).astype(np.int64))
+    centres = np.unique(fit_on[pick, 1])
+    want = min(n_b, -(-n_rows // _ROWS_PER_CENTRE))
+    if want > len(centres):
+        rest = np.setdiff1d(np.arange(n_b), centres)
+        centres = np.union1d(centres, rest[np.linspace(0, len(rest) - 1, want - len(centres)).astype(np.int64)])
+    return centres
 
 
 def _propose(A, B, W, *, csls_k, exclude_a, exclude_b, num_threads, cells_of=None):
@@ -52,8 +68,8 @@ def _propose(A, B, W, *, csls_k, exclude_a, exclude_b, num_threads, cells_of=Non
     cand_a, cand_b = cell_candidate_lists(
         FA,
         B,
-        top_cells(FA @ centres.T, CELLS_PER_ROW),
-        top_cells(B @ centres.T, CELLS_PER_ROW),
+        nearest_cells(FA, centres, CELLS_PER_ROW, num_threads=num_threads),
+        nearest_cells(B, centres, CELLS_PER_ROW, num_threads=num_threads),
         max(_CELL_CANDIDATES, csls_k),
         n_cells=len(centres),
         num_threads=num_threads,
@@ -98,7 +114,8 @@ def map_links(
         Drop links in the lower Otsu class of scores.
     cells : bool
         Score only pairs that share one of their 4 nearest cell centres
-        (up to 512 of the anchors' B rows, evenly spaced) instead of all
+        (up to 512 of the anchors' B rows, evenly spaced, and more B rows
+        where the larger side has over 256 rows a centre) instead of all
         N_A x N_B pairs (:mod:`crossembed.linking.cells`; large fits).
     """
     fixed = np.stack([exclude_a, exclude_b], axis=1) if len(exclude_a) else np.zeros((0, 2), np.int64)
@@ -108,10 +125,7 @@ def map_links(
     thr = -np.inf
     for _ in range(refits + 1):
         W = ridge_map(A[fit_on[:, 0]], B[fit_on[:, 1]], lam=lam)
-        centres = None
-        if cells:
-            pick = np.unique(np.linspace(0, len(fit_on) - 1, min(_CELL_CENTRES, len(fit_on))).astype(np.int64))
-            centres = np.unique(fit_on[pick, 1])
+        centres = _cell_centres(fit_on, len(B), max(len(A), len(B))) if cells else None
         pairs, scores = _propose(
             A, B, W, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=num_threads, cells_of=centres
         )
