@@ -40,8 +40,8 @@ def main() -> None:
     split = make_partial_overlap(n, alpha=args.alpha, n_seeds=15, random_state=args.draw)
     A, B = XA[split.rows_a], XB[split.rows_b]
     rng = np.random.default_rng(args.draw)
-    ia = _sample_rows(len(A), split.seeds[:, 0], args.sample, rng)  # as GEHLinker(sample_rows=) draws them
-    ib = _sample_rows(len(B), split.seeds[:, 1], args.sample, rng)
+    ia = _sample_rows(A, split.seeds[:, 0], args.sample, rng)  # as GEHLinker(sample_rows=) draws them
+    ib = _sample_rows(B, split.seeds[:, 1], args.sample, rng)
     pa, pb = np.full(len(A), -1), np.full(len(B), -1)
     pa[ia], pb[ib] = np.arange(len(ia)), np.arange(len(ib))
     seeds = np.stack([pa[split.seeds[:, 0]], pb[split.seeds[:, 1]]], 1)

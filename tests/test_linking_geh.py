@@ -5,6 +5,7 @@ import pytest
 
 from _linking_data import linking_problem
 from crossembed.experiments.link_table import geh_config
+from crossembed.linking import geh as geh_module
 from crossembed.linking.geh import GEHLinker
 from crossembed.linking.promotion import ValidatedPromotion
 from crossembed.linking.protocol import evaluate_links
@@ -344,3 +345,26 @@ def test_sampling_applies_only_to_rules_whose_final_pass_links_every_row():
     np.testing.assert_array_equal(big.links, none.links)
     with pytest.raises(ValueError, match="sample_rows"):
         GEHLinker(sample_rows=1)
+
+
+def test_seed_sample_holds_the_rows_nearest_the_seeds():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50, 6))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    keep = np.array([3, 17])
+    rows = geh_module._sample_rows(X, keep, 10, rng, "seeds")
+    assert np.isin(keep, rows).all() and len(rows) == 10 and (np.diff(rows) > 0).all()
+    near = np.max(X @ X[keep].T, axis=1)
+    outside = np.setdiff1d(np.arange(50), rows)
+    assert near[np.setdiff1d(rows, keep)].min() >= near[outside].max()
+    assert geh_module._sample_rows(X, keep, 50, rng, "seeds") is None  # the whole side: no sample
+
+
+def test_seed_sampled_fit_links_rows_outside_its_sample():
+    A, B, split = linking_problem(3000, alpha=0.6, noise=0.05, seed=4)
+    kw = dict(random_state=0, max_iter=15, show_progress_bar=False, sample_rows=800)
+    res = GEHLinker(row_sample="seeds", **kw).link(A, B, split.seeds)
+    assert evaluate_links(res.links, split.truth)["f1"] > 0.85
+    assert len(np.unique(res.links[:, 0])) > 1200
+    with pytest.raises(ValueError, match="row_sample"):
+        GEHLinker(row_sample="nearest")

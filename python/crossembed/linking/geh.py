@@ -55,6 +55,8 @@ from crossembed.linking.views import FarthestPointViews, ViewSampler, kernel_sig
 __all__ = ["CANDIDATES", "GEHLinker"]
 
 CANDIDATES = ("auto", "exact", "pool", "cells", "ann")
+#: which rows a sampled fit's rounds run on (GEHLinker(row_sample=))
+ROW_SAMPLES = ("random", "seeds")
 # below this many row pairs (N_A * N_B) a fit with num_threads=None runs on one thread: its
 # kernels take milliseconds, and waking a team of threads on a busy machine cost 8x at 300 rows
 _SMALL_FIT_PAIRS = 1_000_000
@@ -145,6 +147,12 @@ class GEHLinker:
         row. None: every round on every row. Measured on minilm <-> USE
         (docs/linking.md): F1 61.3 in 196 s against 63.6 in 2,377 s at 100k
         rows a side, 72.3 in 414 s against 74.1 in 877 s at 32,500.
+    row_sample : {"random", "seeds"}
+        Which rows that sample holds: ``"random"`` ones, or ``"seeds"``: the
+        rows most similar to any seed row of their side (the objects near
+        the seeds, so a row's partner is more often in the other side's
+        sample: 8,842 of a 20k sample's rows against 3,272 at random,
+        minilm <-> USE at 100k rows a side).
     ann_k : int
         Candidates per row on the ANN path.
     proposer : Proposer, optional
@@ -196,6 +204,7 @@ class GEHLinker:
         pool_k: int = 64,
         pool_anchors: int = 512,
         sample_rows: Optional[int] = _SAMPLE_ROWS,
+        row_sample: str = "random",
         ann_k: int = 64,
         proposer: Optional[Proposer] = None,
         candidate_backend: Optional[CandidateBackend] = None,
@@ -226,6 +235,7 @@ class GEHLinker:
         self.pool_k = check_int(pool_k, "pool_k", low=1)
         self.pool_anchors = check_int(pool_anchors, "pool_anchors", low=2)
         self.sample_rows = None if sample_rows is None else check_int(sample_rows, "sample_rows", low=2)
+        self.row_sample = check_choice(row_sample, "row_sample", ROW_SAMPLES)
         self.ann_k = check_int(ann_k, "ann_k", low=1)
         if proposer is not None and not callable(proposer):
             raise TypeError("proposer must be callable")
@@ -343,8 +353,8 @@ class GEHLinker:
         rule = self.promotion
         rows_a = rows_b = None
         if self.sample_rows is not None and rule.links_every_row:
-            rows_a = _sample_rows(len(A), seeds[:, 0], self.sample_rows, rng)
-            rows_b = _sample_rows(len(B), seeds[:, 1], self.sample_rows, rng)
+            rows_a = _sample_rows(A, seeds[:, 0], self.sample_rows, rng, self.row_sample)
+            rows_b = _sample_rows(B, seeds[:, 1], self.sample_rows, rng, self.row_sample)
         whole = self._state(A, B, seeds, rng)
         if rows_a is None and rows_b is None:
             fit = whole
@@ -397,11 +407,17 @@ class GEHLinker:
         return LinkResult(fit.links, fit.link_post, fit.link_votes, history)
 
 
-def _sample_rows(n: int, keep: np.ndarray, size: int, rng: np.random.Generator) -> Optional[np.ndarray]:
-    """Sorted rows: ``keep`` plus random others, ``size`` in all; None when ``n <= size`` (every row)."""
+def _sample_rows(X: np.ndarray, keep: np.ndarray, size: int, rng: np.random.Generator, how: str = "random"):
+    """Sorted rows of ``X``: ``keep`` plus ``size - len(keep)`` others, random or nearest to ``keep``
+    (largest cosine to any kept row, ties to the lower row); None when ``len(X) <= size`` (every row)."""
+    n = len(X)
     size = max(size, len(keep))
     if n <= size:
         return None
+    if how == "seeds":
+        near = np.max(X @ X[keep].T, axis=1)
+        near[keep] = np.inf
+        return np.sort(np.argsort(-near, kind="stable")[:size])
     rest = np.setdiff1d(np.arange(n), keep)
     return np.sort(np.concatenate([keep, rng.choice(rest, size - len(keep), replace=False)]))
 
