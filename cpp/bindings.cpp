@@ -215,6 +215,23 @@ PYBIND11_MODULE(_core, m) {
     return out;
   });
 
+  m.def("signatures_from_cosines", [](const CArray<float>& c, const CArray<std::int64_t>& cols, double sigma, int nt) {
+    require_2d(c, "C");
+    if (cols.ndim() != 1) throw py::value_error("cols must be 1-dimensional");
+    if (!(sigma > 0)) throw py::value_error("sigma must be > 0");
+    const std::size_t n = std::size_t(c.shape(0)), p = std::size_t(c.shape(1));
+    const std::vector<std::int64_t> idx = checked_indices(cols, std::int64_t(p), "cols");  // a copy: see above
+    for (const std::int64_t j : idx)
+      if (j < 0) throw py::value_error("cols out of range");
+    auto out = new_f32(c.shape(0), py::ssize_t(idx.size()));
+    float* op = out.mutable_data();
+    {
+      py::gil_scoped_release release;
+      signatures_from_cosines(c.data(), n, p, idx.data(), idx.size(), sigma, op, nt);
+    }
+    return out;
+  });
+
   m.def("csls_mutual_topk", [](const CArray<float>& sa, const CArray<float>& sb, std::size_t k, std::size_t csls_k,
                                const CArray<std::uint8_t>& ma, const CArray<std::uint8_t>& mb, int nt) {
     require_2d(sa, "SA");

@@ -368,3 +368,35 @@ def test_seed_sampled_fit_links_rows_outside_its_sample():
     assert len(np.unique(res.links[:, 0])) > 1200
     with pytest.raises(ValueError, match="row_sample"):
         GEHLinker(row_sample="nearest")
+
+
+def test_round_cosines_give_the_per_view_signature_links(monkeypatch):
+    from crossembed.linking import _fit
+
+    A, B, split = linking_problem(1500, alpha=0.5, noise=0.05, seed=6)
+    kw = dict(random_state=0, max_iter=8, show_progress_bar=False)
+    shared = GEHLinker(**kw).link(A, B, split.seeds)
+    calls = []
+    monkeypatch.setattr(_fit, "_COSINES_MAX", 0)  # every view computes its own signatures again
+    real = _fit.kernels.anchor_signatures
+    monkeypatch.setattr(_fit.kernels, "anchor_signatures", lambda *a, **k: calls.append(1) or real(*a, **k))
+    per_view = GEHLinker(**kw).link(A, B, split.seeds)
+    assert len(calls) > 40  # the per-view path really ran
+    a, b = {tuple(p) for p in shared.links.tolist()}, {tuple(p) for p in per_view.links.tolist()}
+    assert len(a & b) >= 0.98 * max(len(a), len(b))
+    f_shared, f_view = evaluate_links(shared.links, split.truth), evaluate_links(per_view.links, split.truth)
+    assert f_shared["f1"] > 0.9 and abs(f_shared["f1"] - f_view["f1"]) < 0.01
+
+
+def test_round_cosines_only_for_the_default_signatures():
+    from crossembed.linking.views import cosine_signatures
+
+    A, B, split = linking_problem(300, seed=1)
+    geh = GEHLinker(signatures=cosine_signatures, random_state=0, show_progress_bar=False)
+    fit = geh._state(A, B, split.seeds, np.random.default_rng(0))
+    geo = fit.geometry(fit.pool())
+    assert fit.view_cosines(geo, [np.arange(3)]) is None
+    fit = GEHLinker(random_state=0)._state(A, B, split.seeds, np.random.default_rng(0))
+    cos = fit.view_cosines(fit.geometry(fit.pool()), [np.array([0, 2]), np.array([2, 5])])
+    np.testing.assert_array_equal(cos.cols, [0, 2, 5])
+    assert cos.a.shape == (len(A), 3) and cos.b.shape == (len(B), 3)

@@ -87,6 +87,11 @@ def test_candidate_lists_are_reused_only_for_a_mostly_unchanged_pool():
     assert not _mostly_same_pool(swapped, old, 1000)
     grown = np.concatenate([old, old[:11] + 200])  # 11% more anchors
     assert not _mostly_same_pool(grown, old, 1000)
+    # GEHLinker(list_refresh=) moves both bounds
+    assert _mostly_same_pool(swapped, old, 1000, 0.25) and _mostly_same_pool(grown, old, 1000, 0.25)
+    assert not _mostly_same_pool(swapped, old, 1000, 0.05)
+    with pytest.raises(ValueError, match="list_refresh"):
+        GEHLinker(list_refresh=1.5)
 
 
 class CountingCandidates(LocalCandidates):

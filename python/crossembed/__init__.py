@@ -21,6 +21,7 @@ from crossembed.kernels import (
     otsu_threshold,
     probit_scores,
     probit_topk,
+    signatures_from_cosines,
     simd_level,
     topk_rows_and_columns,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "otsu_threshold",
     "probit_scores",
     "probit_topk",
+    "signatures_from_cosines",
     "simd_level",
     "topk_rows_and_columns",
 ]

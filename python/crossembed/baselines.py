@@ -41,6 +41,7 @@ __all__ = [
     "numpy_probit_docs",
     "numpy_probit_topk",
     "numpy_signatures",
+    "numpy_signatures_from_cosines",
     "numpy_topk_rows_and_columns",
     "torch_lorentz",
     "torch_lorentz_topk",
@@ -124,6 +125,19 @@ def faiss_flat_topk(index, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.
 
 
 # --------------------------------------------------------------------------- anchor signatures
+def numpy_signatures_from_cosines(C: np.ndarray, cols: np.ndarray, sigma: float) -> np.ndarray:
+    """Signatures read off given cosines: gather ``C[:, cols]``, ``exp(-(d - min d) / sigma)``, rows L2-normalised.
+
+    Returns
+    -------
+    ndarray, shape (N, len(cols)), float32
+    """
+    dist = np.float32(1) - C[:, cols]
+    kern = np.exp(-(dist - dist.min(axis=1, keepdims=True)) / np.float32(sigma))
+    kern /= np.linalg.norm(kern, axis=1, keepdims=True)
+    return kern
+
+
 def numpy_signatures(X: np.ndarray, anchors: np.ndarray, sigma: float) -> np.ndarray:
     """Anchor signatures: cosine GEMM, ``exp(-(d - min d) / sigma)``, rows L2-normalised.
 

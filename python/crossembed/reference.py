@@ -152,6 +152,15 @@ def anchor_signatures(
     return kern / np.linalg.norm(kern, axis=1, keepdims=True)
 
 
+def signatures_from_cosines(C, cols, *, sigma: float, num_threads: Optional[int] = None) -> np.ndarray:
+    """:func:`anchor_signatures` rows from given cosines ``C[:, cols]``; (N, V) float64."""
+    dist = 1.0 - _f64(C)[:, np.asarray(cols, dtype=np.int64)]
+    if dist.size == 0:
+        return dist
+    kern = np.exp(-(dist - dist.min(axis=1, keepdims=True)) / float(sigma))
+    return kern / np.linalg.norm(kern, axis=1, keepdims=True)
+
+
 # --------------------------------------------------------------------------- CSLS mutual top-k
 def _active(exclude, n: int) -> np.ndarray:
     mask = np.ones(n, dtype=bool)

@@ -121,4 +121,23 @@ inline void anchor_signatures(const float* x, std::size_t n, const float* anchor
   sweep(rows.data(), panels, plan, num_threads, h);
 }
 
+// The same signatures from cosines already computed: row i of out (n, v) is
+// built from c[i, cols[0..v)] of c (n, p), exactly as anchor_signatures
+// builds a row from its tile of cosines. A GEH round computes each side's
+// cosines to the whole pool once; its ~20 views each read their anchors'
+// columns here instead of a GEMM apiece.
+inline void signatures_from_cosines(const float* c, std::size_t n, std::size_t p, const std::int64_t* cols,
+                                    std::size_t v, double sigma, float* out, int num_threads) {
+  if (n == 0 || v == 0) return;
+  const float inv_sigma = float(std::min(1.0 / sigma, 3.0e38));
+  const float one = 1.0f;
+  parallel_for(std::int64_t(n), num_threads, [&](std::int64_t ii, int) {
+    const std::size_t i = std::size_t(ii);
+    const float* ci = c + i * p;
+    float* oi = out + i * v;
+    for (std::size_t t = 0; t < v; ++t) oi[t] = ci[std::size_t(cols[t])];
+    simd::isa().signature_rows(oi, 1, v, &one, inv_sigma);
+  });
+}
+
 }  // namespace crossembed

@@ -138,6 +138,10 @@ class GEHLinker:
         minilm <-> USE / e5 in 27 / 35 s against 82.9 / 74.6 in 33 / 52 s),
         but minilm <-> e5 draw 4 then never recovers from its false early
         pool (F1 9 vs 70), so the default stays 512.
+    list_refresh : float
+        The ``"pool"``/``"cells"`` candidate lists are rebuilt once more than
+        this fraction of the pool they came from has changed (or the pool has
+        grown by more than it); until then each round reuses them.
     sample_rows : int or None
         Above this many rows a side, the rounds grow the pool on a random
         sample of ``sample_rows`` rows of that side (the seeds kept), and the
@@ -203,6 +207,7 @@ class GEHLinker:
         candidates: str = "auto",
         pool_k: int = 64,
         pool_anchors: int = 512,
+        list_refresh: float = 0.1,
         sample_rows: Optional[int] = _SAMPLE_ROWS,
         row_sample: str = "random",
         ann_k: int = 64,
@@ -234,6 +239,7 @@ class GEHLinker:
         self.candidates = check_choice(candidates, "candidates", CANDIDATES)
         self.pool_k = check_int(pool_k, "pool_k", low=1)
         self.pool_anchors = check_int(pool_anchors, "pool_anchors", low=2)
+        self.list_refresh = check_fraction(list_refresh, "list_refresh", allow_zero=True)
         self.sample_rows = None if sample_rows is None else check_int(sample_rows, "sample_rows", low=2)
         self.row_sample = check_choice(row_sample, "row_sample", ROW_SAMPLES)
         self.ann_k = check_int(ann_k, "ann_k", low=1)
@@ -290,7 +296,7 @@ class GEHLinker:
         if fixed is not None:
             return fixed
         anchors = fit.pool()
-        if "pool" in cache and _mostly_same_pool(anchors, cache["pool"], fit.n_b):
+        if "pool" in cache and _mostly_same_pool(anchors, cache["pool"], fit.n_b, self.list_refresh):
             return cache["proposer"]
         cache["pool"] = anchors
         if len(anchors) > self.pool_anchors:
@@ -422,11 +428,11 @@ def _sample_rows(X: np.ndarray, keep: np.ndarray, size: int, rng: np.random.Gene
     return np.sort(np.concatenate([keep, rng.choice(rest, size - len(keep), replace=False)]))
 
 
-def _mostly_same_pool(pool: np.ndarray, old: np.ndarray, n_b: int) -> bool:
-    """Whether >= 90% of ``pool``'s pairs were in ``old`` and it grew by <= 10%."""
-    if len(pool) > 1.1 * len(old):
+def _mostly_same_pool(pool: np.ndarray, old: np.ndarray, n_b: int, change: float = 0.1) -> bool:
+    """Whether at most ``change`` of ``pool``'s pairs are new against ``old`` and it grew by at most ``change``."""
+    if len(pool) > (1.0 + change) * len(old):
         return False
-    return 1.0 - turnover(pool, old, n_b) >= 0.9
+    return turnover(pool, old, n_b) <= change
 
 
 class _LazyProposer:

@@ -290,9 +290,11 @@ class ValidatedPromotion(PromotionRule):
         seed_pos_b = _positions_of(fit.seeds[:, 1], fit.n_b)
         pos_a, pos_b = _positions_of(pool[:, 0], fit.n_a), _positions_of(pool[:, 1], fit.n_b)
         geo = fit.geometry(pool)
+        views = []
         for v in range(m):
             sub = fit.rng.choice(P, size=sub_size, replace=False)
             view = fit.view(geo, size, sub)
+            views.append(view)
             in_view[v, view] = True
             sizes.append(len(view))
             # decoys: held-out pool pairs whose B row is hidden, so their A row is an object with
@@ -303,7 +305,9 @@ class ValidatedPromotion(PromotionRule):
             if self.decoy_fraction > 0:
                 out = np.flatnonzero(~in_view[v])
                 decoy[v, out[fit.rng.random(len(out)) < self.decoy_fraction]] = True
-            SA, SB = fit.signatures(pool[view], geometry=geo, view=view)
+        cosines = fit.view_cosines(geo, views)
+        for v, view in enumerate(views):
+            SA, SB = fit.signatures(pool[view], geometry=geo, view=view, cosines=cosines)
             pairs, scores = propose(
                 SA,
                 SB,

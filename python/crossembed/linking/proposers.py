@@ -185,18 +185,19 @@ class PoolProposer:
     def __init__(self, cand_a: np.ndarray, cand_b: np.ndarray, *, num_threads: Optional[int] = None):
         self.cand_a, self.cand_b = cand_a, cand_b
         self.num_threads = num_threads
+        self._checked = None  # private checked copies, made on the first call (the rows of SA/SB)
 
     def __call__(self, SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None):
-        return kernels.csls_mutual_topk_candidates(
-            SA,
-            SB,
-            self.cand_a,
-            self.cand_b,
-            k=k,
-            csls_k=csls_k,
-            exclude_a=exclude_a,
-            exclude_b=exclude_b,
-            num_threads=self.num_threads,
+        n_a, n_b = np.shape(SA)[0], np.shape(SB)[0]
+        if self._checked is None or self._checked[0] != (n_a, n_b):
+            lists = (
+                kernels._candidate_lists(self.cand_a, n_a, n_b, "cand_a"),
+                kernels._candidate_lists(self.cand_b, n_b, n_a, "cand_b"),
+            )
+            self._checked = ((n_a, n_b), lists)
+        cand_a, cand_b = self._checked[1]
+        return kernels._csls_over_checked_lists(
+            SA, SB, cand_a, cand_b, k, csls_k, exclude_a, exclude_b, self.num_threads
         )
 
 
