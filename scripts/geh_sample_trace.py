@@ -33,6 +33,7 @@ def main() -> None:
     p.add_argument("--sample", type=int, default=20_000)
     p.add_argument("--draw", type=int, default=0)
     p.add_argument("--max-iter", type=int, default=30)
+    p.add_argument("--row-sample", default="seeds", choices=("seeds", "random"))
     args = p.parse_args()
     enc_a, enc_b = args.pair.split(":")
     n = _n_available()
@@ -40,8 +41,9 @@ def main() -> None:
     split = make_partial_overlap(n, alpha=args.alpha, n_seeds=15, random_state=args.draw)
     A, B = XA[split.rows_a], XB[split.rows_b]
     rng = np.random.default_rng(args.draw)
-    ia = _sample_rows(A, split.seeds[:, 0], args.sample, rng)  # as GEHLinker(sample_rows=) draws them
-    ib = _sample_rows(B, split.seeds[:, 1], args.sample, rng)
+    # as GEHLinker(sample_rows=, row_sample=) draws them
+    ia = _sample_rows(A, split.seeds[:, 0], args.sample, rng, args.row_sample)
+    ib = _sample_rows(B, split.seeds[:, 1], args.sample, rng, args.row_sample)
     pa, pb = np.full(len(A), -1), np.full(len(B), -1)
     pa[ia], pb[ib] = np.arange(len(ia)), np.arange(len(ib))
     seeds = np.stack([pa[split.seeds[:, 0]], pb[split.seeds[:, 1]]], 1)

@@ -69,6 +69,7 @@ def test_link_sample_rows_flag(saved, capsys):
     assert main([*args, "--sample-rows", "100", "--quiet", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["history"][-1]["final_pass"] == "map"
     assert main([*args, "--sample-rows", "0", "--quiet"]) == 0
+    assert main([*args, "--sample-rows", "100", "--row-sample", "random", "--quiet"]) == 0
     capsys.readouterr()
     assert main([*args, "--sample-rows", "-1", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()

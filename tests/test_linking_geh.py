@@ -319,11 +319,12 @@ def test_bad_inputs():
         geh.fit(A.astype(str), B, np.array([[0, 0], [1, 1]]))
 
 
-def test_sampled_rounds_link_every_row_through_the_map_pass():
+@pytest.mark.parametrize("row_sample", ["seeds", "random"])
+def test_sampled_rounds_link_every_row_through_the_map_pass(row_sample):
     A, B, split = linking_problem(3000, alpha=0.6, noise=0.05, seed=4)
     kw = dict(random_state=0, max_iter=15, show_progress_bar=False)
     full = GEHLinker(sample_rows=None, **kw).link(A, B, split.seeds)
-    sampled = GEHLinker(sample_rows=800, **kw).link(A, B, split.seeds)
+    sampled = GEHLinker(sample_rows=800, row_sample=row_sample, **kw).link(A, B, split.seeds)
     f_full, f_sampled = evaluate_links(full.links, split.truth), evaluate_links(sampled.links, split.truth)
     assert f_full["f1"] > 0.9 and f_sampled["f1"] > f_full["f1"] - 0.03, (f_full, f_sampled)
     # the rounds saw 800 rows a side, the links cover far more
@@ -363,7 +364,8 @@ def test_seed_sample_holds_the_rows_nearest_the_seeds():
 def test_seed_sampled_fit_links_rows_outside_its_sample():
     A, B, split = linking_problem(3000, alpha=0.6, noise=0.05, seed=4)
     kw = dict(random_state=0, max_iter=15, show_progress_bar=False, sample_rows=800)
-    res = GEHLinker(row_sample="seeds", **kw).link(A, B, split.seeds)
+    res = GEHLinker(**kw).link(A, B, split.seeds)
+    assert GEHLinker().row_sample == "seeds"
     assert evaluate_links(res.links, split.truth)["f1"] > 0.85
     assert len(np.unique(res.links[:, 0])) > 1200
     with pytest.raises(ValueError, match="row_sample"):

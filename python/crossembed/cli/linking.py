@@ -47,6 +47,12 @@ def register(subparsers) -> None:
         default=None,
         help="GEH rounds on this many sampled rows a side, the map pass on all (default 20000; 0: every row)",
     )
+    p.add_argument(
+        "--row-sample",
+        default="seeds",
+        choices=("seeds", "random"),
+        help="which rows that sample holds: those nearest the seeds (default) or random ones",
+    )
     add_seed(p)
     add_num_threads(p)
     add_output_flags(p)
@@ -127,6 +133,7 @@ def _link(args) -> int:
             promotion=args.promotion,
             max_iter=args.max_iter,
             **sample,
+            row_sample=args.row_sample,
             random_state=args.seed,
             num_threads=args.num_threads,
             show_progress_bar=not args.quiet,
