@@ -195,10 +195,10 @@ PYBIND11_MODULE(_core, m) {
     return content_hash(p, bytes, nt);
   });
 
-  m.def("median_anchor_distance", [](const CArray<float>& a) {
+  m.def("median_anchor_distance", [](const CArray<float>& a, int nt) {
     require_2d(a, "anchors");
     py::gil_scoped_release release;
-    return median_anchor_distance(a.data(), std::size_t(a.shape(0)), std::size_t(a.shape(1)));
+    return median_anchor_distance(a.data(), std::size_t(a.shape(0)), std::size_t(a.shape(1)), nt);
   });
   m.def("anchor_signatures", [](const CArray<float>& x, const CArray<float>& a, double sigma, int nt) {
     require_2d(x, "X");

@@ -68,6 +68,13 @@ def test_signatures_tiny_sigma_do_not_underflow(rng):
     assert_signatures_close(got, X, anchors, 1e-4)
 
 
+def test_median_anchor_distance_does_not_depend_on_threads(rng):
+    anchors = rng.standard_normal((97, 19)).astype(np.float32)
+    one = ce.median_anchor_distance(anchors, num_threads=1)
+    assert ce.median_anchor_distance(anchors, num_threads=2) == one
+    assert ce.median_anchor_distance(anchors, num_threads=5) == one
+
+
 @pytest.mark.parametrize("D", [1, 7, 33, 384])
 def test_median_anchor_distance_matches_reference(rng, D):
     for A in (2, 3, 10, 11, 64):  # even and odd pair counts

@@ -351,15 +351,16 @@ def probit_topk(
 
 
 # --------------------------------------------------------------------------- anchor signatures
-def median_anchor_distance(anchors) -> float:
+def median_anchor_distance(anchors, *, num_threads: Optional[int] = None) -> float:
     """Median cosine distance ``1 - cos`` over all pairs of distinct anchors.
 
     This is the default kernel width of :func:`anchor_signatures`. With one
     anchor, or when every pair coincides, it falls back to 1.0 (the width is
-    then irrelevant: a one-column signature normalises to 1).
+    then irrelevant: a one-column signature normalises to 1). The result does
+    not depend on ``num_threads``.
     """
     anchors = as_matrix(anchors, "anchors")
-    return float(_core_module().median_anchor_distance(anchors))
+    return float(_core_module().median_anchor_distance(anchors, check_num_threads(num_threads)))
 
 
 def anchor_signatures(
@@ -391,7 +392,10 @@ def anchor_signatures(
     anchors = as_matrix(anchors, "anchors")
     if X.shape[1] != anchors.shape[1]:
         raise ValueError(f"X has dimension {X.shape[1]} but anchors have {anchors.shape[1]}")
-    sigma = median_anchor_distance(anchors) if sigma is None else check_positive(sigma, "sigma")
+    if sigma is None:
+        sigma = median_anchor_distance(anchors, num_threads=num_threads)
+    else:
+        sigma = check_positive(sigma, "sigma")
     return _core_module().anchor_signatures(X, anchors, float(sigma), check_num_threads(num_threads))
 
 
