@@ -212,26 +212,6 @@ inline CslsResult csls_mutual_topk(const float* SA, std::size_t na_all, const fl
   return detail::greedy_mutual(mutual, na, nb, ia.data(), ib.data());
 }
 
-namespace detail {
-// Candidate rows are gathered by index, so each dot starts with a cache miss on a row the
-// hardware prefetcher cannot guess; asking for the row a few candidates ahead hides that
-// latency (the dot itself is a few dozen cycles at d = 256).
-constexpr std::size_t kPrefetchAhead = 4;
-inline void prefetch_row(const float* p, std::size_t d) {
-#if defined(__GNUC__) || defined(__clang__)
-  const char* c = reinterpret_cast<const char*>(p);
-  for (std::size_t off = 0; off < d * sizeof(float); off += 64) __builtin_prefetch(c + off);
-#else
-  (void)p;
-  (void)d;
-#endif
-}
-inline void prefetch_candidate(const float* Y, std::size_t d, const std::int64_t* cand, std::size_t t, std::size_t m) {
-  if (t + kPrefetchAhead < m && cand[t + kPrefetchAhead] >= 0)
-    prefetch_row(Y + std::size_t(cand[t + kPrefetchAhead]) * d, d);
-}
-}  // namespace detail
-
 // s_it = <X_i, Y_cand[i,t]> for every listed pair, NaN for -1 padding: the
 // exact float32 values csls_mutual_topk_candidates scores (the same dot
 // routine, whose order of operations does not depend on where the rows live),
@@ -242,7 +222,6 @@ inline void candidate_dots(const float* X, std::size_t nx, const float* Y, std::
   parallel_for(std::int64_t(nx), num_threads, [&](std::int64_t ii, int) {
     const std::size_t i = std::size_t(ii);
     for (std::size_t t = 0; t < m; ++t) {
-      detail::prefetch_candidate(Y, d, cand + i * m, t, m);
       const std::int64_t j = cand[i * m + t];
       out[i * m + t] = j < 0 ? std::numeric_limits<float>::quiet_NaN() : I.dot_f32(X + i * d, Y + std::size_t(j) * d, d);
     }
@@ -277,7 +256,6 @@ inline CslsResult csls_mutual_topk_candidates(const float* SA, std::size_t na, c
       Scored* row = out.e.data() + i * m;
       std::size_t c = 0;
       for (std::size_t t = 0; t < m; ++t) {
-        detail::prefetch_candidate(Y, d, cand + i * m, t, m);
         const std::int64_t j = cand[i * m + t];
         if (j < 0 || mask_y[std::size_t(j)]) continue;
         row[c++] = Scored{I.dot_f32(X + i * d, Y + std::size_t(j) * d, d), j};
