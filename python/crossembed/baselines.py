@@ -132,10 +132,7 @@ def numpy_signatures_from_cosines(C: np.ndarray, cols: np.ndarray, sigma: float)
     -------
     ndarray, shape (N, len(cols)), float32
     """
-    dist = np.float32(1) - C[:, cols]
-    kern = np.exp(-(dist - dist.min(axis=1, keepdims=True)) / np.float32(sigma))
-    kern /= np.linalg.norm(kern, axis=1, keepdims=True)
-    return kern
+    return _numpy_kernel_rows(np.float32(1) - C[:, cols], sigma)
 
 
 def numpy_signatures(X: np.ndarray, anchors: np.ndarray, sigma: float) -> np.ndarray:
@@ -147,7 +144,11 @@ def numpy_signatures(X: np.ndarray, anchors: np.ndarray, sigma: float) -> np.nda
     """
     xn = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), np.float32(1e-30))
     an = anchors / np.maximum(np.linalg.norm(anchors, axis=1, keepdims=True), np.float32(1e-30))
-    dist = np.float32(1) - xn @ an.T
+    return _numpy_kernel_rows(np.float32(1) - xn @ an.T, sigma)
+
+
+def _numpy_kernel_rows(dist: np.ndarray, sigma: float) -> np.ndarray:
+    """float32 ``exp(-(d - min_row d) / sigma)``, rows L2-normalised in place."""
     kern = np.exp(-(dist - dist.min(axis=1, keepdims=True)) / np.float32(sigma))
     kern /= np.linalg.norm(kern, axis=1, keepdims=True)
     return kern

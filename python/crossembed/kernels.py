@@ -583,7 +583,7 @@ def csls_mutual_topk_candidates(
     SA, SB = _signature_pair(SA, SB, k, csls_k)
     cand_a = _candidate_lists(cand_a, SA.shape[0], SB.shape[0], "cand_a")
     cand_b = _candidate_lists(cand_b, SB.shape[0], SA.shape[0], "cand_b")
-    return _csls_over_checked_lists(SA, SB, cand_a, cand_b, k, csls_k, exclude_a, exclude_b, num_threads)
+    return _csls_candidates_core(SA, SB, cand_a, cand_b, k, csls_k, exclude_a, exclude_b, num_threads)
 
 
 def _csls_over_checked_lists(SA, SB, cand_a, cand_b, k, csls_k, exclude_a, exclude_b, num_threads):
@@ -591,6 +591,11 @@ def _csls_over_checked_lists(SA, SB, cand_a, cand_b, k, csls_k, exclude_a, exclu
     round's ~20 views share one pair of lists: the duplicate check sorted both for every view, 9 of a
     call's 65 ms at 6,500 rows a side); the C++ side still range-checks its own copy."""
     SA, SB = _signature_pair(SA, SB, k, csls_k)
+    return _csls_candidates_core(SA, SB, cand_a, cand_b, k, csls_k, exclude_a, exclude_b, num_threads)
+
+
+def _csls_candidates_core(SA, SB, cand_a, cand_b, k, csls_k, exclude_a, exclude_b, num_threads):
+    """The C++ call on checked signatures and lists (exclusions still checked here)."""
     mask_a = _exclusion_mask(exclude_a, SA.shape[0], "exclude_a")
     mask_b = _exclusion_mask(exclude_b, SB.shape[0], "exclude_b")
     return _core_module().csls_mutual_topk_candidates(

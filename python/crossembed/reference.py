@@ -145,19 +145,19 @@ def anchor_signatures(
     if metric != "cosine":
         raise ValueError(f"metric must be 'cosine', got {metric!r}")
     sigma = median_anchor_distance(anchors) if sigma is None else float(sigma)
-    dist = cosine_distances(X, anchors)
-    if dist.size == 0:
-        return dist
-    kern = np.exp(-(dist - dist.min(axis=1, keepdims=True)) / sigma)
-    return kern / np.linalg.norm(kern, axis=1, keepdims=True)
+    return _kernel_rows(cosine_distances(X, anchors), sigma)
 
 
 def signatures_from_cosines(C, cols, *, sigma: float, num_threads: Optional[int] = None) -> np.ndarray:
     """:func:`anchor_signatures` rows from given cosines ``C[:, cols]``; (N, V) float64."""
-    dist = 1.0 - _f64(C)[:, np.asarray(cols, dtype=np.int64)]
+    return _kernel_rows(1.0 - _f64(C)[:, np.asarray(cols, dtype=np.int64)], float(sigma))
+
+
+def _kernel_rows(dist: np.ndarray, sigma: float) -> np.ndarray:
+    """``exp(-(d - min_row d) / sigma)`` per row, L2-normalised (empty input returned as is)."""
     if dist.size == 0:
         return dist
-    kern = np.exp(-(dist - dist.min(axis=1, keepdims=True)) / float(sigma))
+    kern = np.exp(-(dist - dist.min(axis=1, keepdims=True)) / sigma)
     return kern / np.linalg.norm(kern, axis=1, keepdims=True)
 
 
