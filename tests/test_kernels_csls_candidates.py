@@ -74,3 +74,20 @@ def test_bad_candidates_are_refused():
         ce.csls_mutual_topk_candidates(SA, SB, good_a.astype(float), good_b)
     with pytest.raises(ValueError, match="k"):
         ce.csls_mutual_topk_candidates(SA, SB, good_a, good_b, k=0)
+
+
+@pytest.mark.parametrize("d", [16, 37, 256])
+def test_candidate_dots_do_not_depend_on_the_list_around_them(d):
+    # the kernel computes a row's dots several chains at a time and the rest one by one; a
+    # sharded caller lists each pair among other neighbours, so every value must be the same
+    # bits whatever its position in the list
+    rng = np.random.default_rng(d)
+    X = rng.standard_normal((5, d)).astype(np.float32)
+    Y = (rng.standard_normal((40, d)) * 10.0 ** rng.uniform(-3, 3, (40, 1))).astype(np.float32)
+    cand = np.stack([rng.permutation(40)[:21] for _ in range(5)]).astype(np.int64)
+    full = ce.kernels.candidate_dots(X, Y, cand)
+    for t in range(cand.shape[1]):
+        alone = ce.kernels.candidate_dots(X, Y, cand[:, [t]])
+        np.testing.assert_array_equal(alone[:, 0], full[:, t])
+    shifted = ce.kernels.candidate_dots(X, Y, np.roll(cand, 3, axis=1))
+    np.testing.assert_array_equal(np.roll(shifted, -3, axis=1), full)

@@ -178,7 +178,8 @@ def csls_from_candidate_dots(
 
     ``dots_a``/``dots_b`` are :func:`crossembed.kernels.candidate_dots` of
     the two lists. Every step is the kernel's, in its order of operations
-    (``r`` summed best first in float64, CSLS rounded to float32, ties to
+    (``r`` from the kc-th best value and the values above it, summed in list order in float64,
+    CSLS rounded to float32, ties to
     the lower index, the same greedy one-to-one), so the result is the
     kernel's bit for bit; the sharded path merges its shards' similarities
     here.
@@ -195,12 +196,17 @@ def csls_from_candidate_dots(
     def side(dots, cand, mask_own, mask_other):
         valid = (cand >= 0) & ~mask_own[:, None] & ~mask_other[np.maximum(cand, 0)]
         s = np.where(valid, dots, -np.inf).astype(np.float32)
-        best = -np.sort(-s, axis=1)
         kc = np.minimum(csls_k, valid.sum(axis=1))
-        csum = np.cumsum(np.where(np.isfinite(best), best, 0).astype(np.float64), axis=1)  # sequential, best first
         r = np.zeros(len(cand))
-        has = kc > 0
-        r[has] = csum[np.flatnonzero(has), kc[has] - 1] / kc[has]
+        has = np.flatnonzero(kc > 0)
+        if len(has):
+            # the kernel's r: v = the kc-th best value, the values above v summed in list order
+            # (a sequential float64 cumsum; the zeros in between add nothing), plus kc - #above copies of v
+            v = -np.sort(-s[has], axis=1)[np.arange(len(has)), kc[has] - 1]
+            above = s[has] > v[:, None]
+            total = np.cumsum(np.where(above, s[has], 0).astype(np.float64), axis=1)[:, -1]
+            total += (kc[has] - above.sum(axis=1)) * v.astype(np.float64)
+            r[has] = total / kc[has]
         return s, valid, r
 
     sa, va, ra = side(dots_a, cand_a, mask_a, mask_b)

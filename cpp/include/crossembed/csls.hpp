@@ -212,6 +212,28 @@ inline CslsResult csls_mutual_topk(const float* SA, std::size_t na_all, const fl
   return detail::greedy_mutual(mutual, na, nb, ia.data(), ib.data());
 }
 
+namespace detail {
+// Mean of the kc largest of s[0..c) (kc in 1..c) without sorting the row: v =
+// the kc-th largest (nth_element on a copy), then the values above v summed in
+// float64 in their order in s, plus the kc - #above copies of v. The value
+// depends on the order of s (the candidate list's), not on how the selection
+// permutes the copy; distributed.csls_from_candidate_dots repeats it step for step.
+inline double mean_of_best(const float* s, std::size_t c, std::size_t kc, float* scratch) {
+  std::copy(s, s + c, scratch);
+  std::nth_element(scratch, scratch + (kc - 1), scratch + c, [](float a, float b) { return a > b; });
+  const float v = scratch[kc - 1];
+  double sum = 0;
+  std::size_t above = 0;
+  for (std::size_t t = 0; t < c; ++t)
+    if (s[t] > v) {
+      sum += s[t];
+      ++above;
+    }
+  sum += double(kc - above) * double(v);
+  return sum / double(kc);
+}
+}  // namespace detail
+
 // s_it = <X_i, Y_cand[i,t]> for every listed pair, NaN for -1 padding: the
 // exact float32 values csls_mutual_topk_candidates scores (the same dot
 // routine, whose order of operations does not depend on where the rows live),
@@ -219,12 +241,19 @@ inline CslsResult csls_mutual_topk(const float* SA, std::size_t na_all, const fl
 inline void candidate_dots(const float* X, std::size_t nx, const float* Y, std::size_t d, const std::int64_t* cand,
                            std::size_t m, float* out, int num_threads) {
   const auto& I = simd::isa();
-  parallel_for(std::int64_t(nx), num_threads, [&](std::int64_t ii, int) {
+  std::vector<std::vector<std::int64_t>> listed(std::size_t(worker_slots(std::int64_t(nx), num_threads)),
+                                               std::vector<std::int64_t>(m));
+  std::vector<std::vector<float>> dots(listed.size(), std::vector<float>(m));
+  parallel_for(std::int64_t(nx), num_threads, [&](std::int64_t ii, int slot) {
     const std::size_t i = std::size_t(ii);
-    for (std::size_t t = 0; t < m; ++t) {
-      const std::int64_t j = cand[i * m + t];
-      out[i * m + t] = j < 0 ? std::numeric_limits<float>::quiet_NaN() : I.dot_f32(X + i * d, Y + std::size_t(j) * d, d);
-    }
+    std::int64_t* js = listed[std::size_t(slot)].data();
+    float* s = dots[std::size_t(slot)].data();
+    std::size_t c = 0;
+    for (std::size_t t = 0; t < m; ++t)
+      if (cand[i * m + t] >= 0) js[c++] = cand[i * m + t];
+    I.gather_dots_f32(X + i * d, Y, d, js, c, s);
+    for (std::size_t t = 0, u = 0; t < m; ++t)
+      out[i * m + t] = cand[i * m + t] < 0 ? std::numeric_limits<float>::quiet_NaN() : s[u++];
   });
 }
 
@@ -250,28 +279,26 @@ inline CslsResult csls_mutual_topk_candidates(const float* SA, std::size_t na, c
   auto side = [&](const float* X, std::size_t nx, const float* Y, const std::int64_t* cand, std::size_t m,
                   const std::uint8_t* mask_x, const std::uint8_t* mask_y) {
     Edges out{std::vector<Scored>(nx * m), std::vector<std::size_t>(nx, 0), std::vector<double>(nx, 0.0)};
-    parallel_for(std::int64_t(nx), num_threads, [&](std::int64_t ii, int) {
+    const std::size_t slots = std::size_t(worker_slots(std::int64_t(nx), num_threads));
+    std::vector<std::vector<std::int64_t>> listed(slots, std::vector<std::int64_t>(m));
+    std::vector<std::vector<float>> dots(slots, std::vector<float>(m)), best(slots, std::vector<float>(m));
+    parallel_for(std::int64_t(nx), num_threads, [&](std::int64_t ii, int slot) {
       const std::size_t i = std::size_t(ii);
       if (mask_x[i]) return;
-      Scored* row = out.e.data() + i * m;
+      std::int64_t* js = listed[std::size_t(slot)].data();
+      float* s = dots[std::size_t(slot)].data();
       std::size_t c = 0;
       for (std::size_t t = 0; t < m; ++t) {
         const std::int64_t j = cand[i * m + t];
-        if (j < 0 || mask_y[std::size_t(j)]) continue;
-        row[c++] = Scored{I.dot_f32(X + i * d, Y + std::size_t(j) * d, d), j};
+        if (j >= 0 && !mask_y[std::size_t(j)]) js[c++] = j;
       }
+      I.gather_dots_f32(X + i * d, Y, d, js, c, s);
+      Scored* row = out.e.data() + i * m;
+      for (std::size_t t = 0; t < c; ++t) row[t] = Scored{s[t], js[t]};
       out.count[i] = c;
       const std::size_t kc = std::min(csls_k, c);
       if (!kc) return;
-      // the same first kc in the same order either way (Better is a total order); a full sort
-      // is the cheaper of the two when most of the row is wanted (csls_k 50 of 64 candidates)
-      if (2 * kc > c)
-        std::sort(row, row + c, Better<float>{});
-      else
-        std::partial_sort(row, row + kc, row + c, Better<float>{});
-      double sum = 0;  // best first, as detail::mean_best sums
-      for (std::size_t t = 0; t < kc; ++t) sum += row[t].score;
-      out.r[i] = sum / double(kc);
+      out.r[i] = detail::mean_of_best(s, c, kc, best[std::size_t(slot)].data());
     });
     return out;
   };

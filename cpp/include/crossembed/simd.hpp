@@ -38,6 +38,9 @@ struct Isa {
   const char* name;
   float (*dot_f32)(const float*, const float*, std::size_t);
   double (*dot_f64)(const double*, const double*, std::size_t);
+  // out[t] = dot_f32(x, Y + rows[t] * d, d) for t < m (the same values, several chains at once)
+  void (*gather_dots_f32)(const float* x, const float* Y, std::size_t d, const std::int64_t* rows, std::size_t m,
+                          float* out);
   std::size_t (*panel_width_f32)();
   std::size_t (*panel_width_f64)();
   void (*gemm_f32)(const float* const*, std::size_t, const float*, std::size_t, std::size_t, float*, std::size_t);

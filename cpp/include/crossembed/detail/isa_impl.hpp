@@ -73,6 +73,33 @@ static T dot(const T* a, const T* b, std::size_t d) {
   return hsum<V, T>(acc) + tail;
 }
 
+// out[t] = dot(x, Y + rows[t] * d, d) for t < m, bit for bit: each pair is the
+// same single FMA chain and the same horizontal sum. One chain is latency
+// bound (d / W dependent FMAs); kChains pairs at a time overlap their chains
+// and share the loads of x.
+static void gather_dots(const float* x, const float* Y, std::size_t d, const std::int64_t* rows, std::size_t m,
+                        float* out) {
+  constexpr std::size_t kChains = 8;
+  const std::size_t dv = d - d % WF;
+  std::size_t t0 = 0;
+  for (; t0 + kChains <= m; t0 += kChains) {
+    const float* y[kChains];
+    for (std::size_t c = 0; c < kChains; ++c) y[c] = Y + std::size_t(rows[t0 + c]) * d;
+    VF acc[kChains];
+    for (std::size_t c = 0; c < kChains; ++c) acc[c] = zerof();
+    for (std::size_t i = 0; i < dv; i += WF) {
+      const VF xv = load<VF>(x + i);
+      for (std::size_t c = 0; c < kChains; ++c) acc[c] = vfma(xv, load<VF>(y[c] + i), acc[c]);
+    }
+    for (std::size_t c = 0; c < kChains; ++c) {
+      float tail = 0;
+      for (std::size_t i = dv; i < d; ++i) tail += x[i] * y[c][i];
+      out[t0 + c] = hsum<VF, float>(acc[c]) + tail;
+    }
+  }
+  for (; t0 < m; ++t0) out[t0] = dot<float>(x, Y + std::size_t(rows[t0]) * d, d);
+}
+
 // ----------------------------------------------------------------- panel GEMM
 // The right-hand rows of a product are packed once into column panels of
 // NR = kNRV vectors: panel p stores, for each k, the k-th entries of rows
@@ -422,6 +449,7 @@ static Isa table() {
   return Isa{kName,
              &dot<float>,
              &dot<double>,
+             &gather_dots,
              &panel_width<float>,
              &panel_width<double>,
              &gemm_panel<float>,
