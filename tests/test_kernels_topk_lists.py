@@ -44,6 +44,16 @@ def test_ties_go_to_the_lower_index():
     assert (ri == np.arange(3)).all() and (ci == np.arange(2)).all()
 
 
+def test_many_ties_across_buffer_compactions():
+    # the lists keep 2k admitted items before cutting back to k: values on a coarse grid tie
+    # across many cuts, and the kept set must still be the lowest indices among equals
+    rng = np.random.default_rng(5)
+    SA = rng.integers(-1, 2, (200, 6)).astype(np.float32)
+    SB = rng.integers(-1, 2, (150, 6)).astype(np.float32)
+    _check(SA, SB, 16, 24)
+    _check(SA, SB, 1, 1)
+
+
 def test_zeros_huge_and_tiny_values():
     rng = np.random.default_rng(1)
     SA = rng.standard_normal((40, 9)).astype(np.float32)

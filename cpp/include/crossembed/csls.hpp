@@ -36,15 +36,15 @@ namespace detail {
 inline float csls_value(float s, double r_a, double r_b) { return float(2.0 * s - (r_a + r_b)); }
 
 // Tile handler keeping the best `k_row` values per row and `k_col` per column
-// of value(s, i, j). Row heaps belong to the task's rows; column heaps are per
-// worker slot (with cached admission thresholds, so the hot loop is one
+// of value(s, i, j). Row buffers belong to the task's rows; column buffers are
+// per worker slot (with cached admission thresholds, so the hot loop is one
 // compare per entry) and merged exactly afterwards.
 template <class Value>
 struct BestPerRowAndColumn {
   static constexpr std::size_t kFilter = 16;
   const Value& value;
-  std::vector<TopK>& rows;
-  std::vector<std::vector<TopK>>& col_heaps;  // [slot][column]
+  std::vector<TopKBuffer>& rows;
+  std::vector<std::vector<TopKBuffer>>& col_heaps;  // [slot][column]
   std::vector<std::vector<float>>& col_thr;   // [slot][column]
 
   struct OnBlock : BlockHandlerBase<float> {
@@ -57,7 +57,7 @@ struct BestPerRowAndColumn {
       float vals[kFilter];
       for (std::size_t i = b.r0; i < b.r1; ++i) {
         const float* row = tile + (i - b.r0) * ld;
-        TopK& rh = h.rows[i];
+        TopKBuffer& rh = h.rows[i];
         float rthr = rh.threshold();
         // Most entries enter neither heap: test a short block at once (a loop
         // the compiler vectorises) and only walk the blocks that have a hit.
@@ -96,15 +96,19 @@ void best_per_row_and_column(const std::vector<const float*>& xa, const simd::Pa
   const std::size_t na = xa.size(), nb = pb.n;
   const SweepPlan plan(na, nb, kRows, kCols);
   const std::size_t slots = std::size_t(plan.slots(num_threads));
-  rows.assign(na, TopK(k_row));
-  std::vector<std::vector<TopK>> col_heaps(slots, std::vector<TopK>(nb, TopK(k_col)));
+  std::vector<TopKBuffer> row_buf(na, TopKBuffer(k_row));
+  std::vector<std::vector<TopKBuffer>> col_heaps(slots, std::vector<TopKBuffer>(nb, TopKBuffer(k_col)));
   std::vector<std::vector<float>> col_thr(slots, std::vector<float>(nb, -INFINITY));
-  BestPerRowAndColumn<Value> h{value, rows, col_heaps, col_thr};
+  BestPerRowAndColumn<Value> h{value, row_buf, col_heaps, col_thr};
   sweep(xa.data(), pb, plan, num_threads, h);
-  cols = std::move(col_heaps[0]);
-  for (std::size_t t = 1; t < col_heaps.size(); ++t)
-    for (std::size_t j = 0; j < nb; ++j)
-      cols[j].merge(col_heaps[t][j]);
+  rows.resize(na);
+  cols.resize(nb);
+  parallel_for(std::int64_t(na), num_threads, [&](std::int64_t i, int) { rows[std::size_t(i)] = row_buf[std::size_t(i)].finish(); });
+  parallel_for(std::int64_t(nb), num_threads, [&](std::int64_t jj, int) {
+    const std::size_t j = std::size_t(jj);
+    for (std::size_t t = 1; t < col_heaps.size(); ++t) col_heaps[0][j].merge(col_heaps[t][j]);
+    cols[j] = col_heaps[0][j].finish();
+  });
 }
 
 // Mean of the `kc` best similarities of a heap (summed best-first, in double).

@@ -75,8 +75,53 @@ class BasicTopK {
   std::vector<Scored> items_;
 };
 
+// Keeps the k best items seen, like BasicTopK, by reservoir: an admitted item is
+// appended to a buffer of up to 2k; when the buffer fills, nth_element keeps the
+// k best and the k-th best becomes the bar a new item must beat. O(1) amortised
+// per admitted item against a heap's O(log k) (the row and column lists of a GEH
+// round admit millions); the kept set is the same, since the order is total and
+// the bar only turns away items that k kept ones beat.
+template <class S>
+class BasicTopKBuffer {
+ public:
+  using Scored = BasicScored<S>;
+  explicit BasicTopKBuffer(std::size_t k = 0) : k_(k) {}
+
+  // Score a new item must reach (ties by index); -inf until k items were kept.
+  S threshold() const { return bar_.score; }
+  void push(S score, std::int64_t index) {
+    const Scored s{score, index};
+    if (k_ == 0 || !better(s, bar_)) return;
+    if (items_.empty()) items_.reserve(2 * k_);
+    items_.push_back(s);
+    if (items_.size() >= 2 * k_) compact();
+  }
+  void merge(const BasicTopKBuffer& other) {
+    for (const Scored& s : other.items_) push(s.score, s.index);
+  }
+  // The k best (fewer if fewer came) as a BasicTopK.
+  BasicTopK<S> finish() {
+    compact();
+    BasicTopK<S> out(k_);
+    for (const Scored& s : items_) out.push(s.score, s.index);
+    return out;
+  }
+
+ private:
+  void compact() {
+    if (items_.size() < k_ || k_ == 0) return;
+    std::nth_element(items_.begin(), items_.begin() + std::ptrdiff_t(k_ - 1), items_.end(), Better<S>{});
+    items_.resize(k_);
+    bar_ = items_[k_ - 1];
+  }
+  std::size_t k_;
+  Scored bar_{-std::numeric_limits<S>::infinity(), std::numeric_limits<std::int64_t>::max()};
+  std::vector<Scored> items_;
+};
+
 using TopK = BasicTopK<float>;
 using Scored = BasicScored<float>;
+using TopKBuffer = BasicTopKBuffer<float>;
 
 // Writes the k best of `heap` (best first) padded with (-inf, -1).
 inline void write_topk(TopK& heap, std::size_t k, float* scores, std::int64_t* indices) {
