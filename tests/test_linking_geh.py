@@ -141,6 +141,21 @@ def test_deterministic_across_thread_counts(problem):
     assert not np.array_equal(a.links, c.links) or len(a.links) == 0
 
 
+def test_views_side_by_side_give_the_sequential_links(problem, monkeypatch):
+    # over the pool lists, two threads run two views at once (one kernel thread each)
+    from crossembed.linking import promotion
+
+    calls = []
+    run = promotion._propose_views
+    monkeypatch.setattr(promotion, "_propose_views", lambda fit, *a: calls.append(fit.num_threads) or run(fit, *a))
+    a = _fit(problem, max_iter=3, min_views=6, candidates="pool", num_threads=1)
+    b = _fit(problem, max_iter=3, min_views=6, candidates="pool", num_threads=2)
+    assert calls and set(calls) == {1, 2}
+    assert len(a.links) > 0
+    np.testing.assert_array_equal(a.links, b.links)
+    np.testing.assert_array_equal(a.votes, b.votes)
+
+
 @pytest.mark.parametrize("kw", [dict(kernel=False), dict(sampling="random"), dict(posterior=False)])
 def test_ablations_run(problem, kw):
     res = _fit(problem, max_iter=3, min_views=6, **kw)

@@ -182,6 +182,7 @@ class FitState:
         geometry: Optional[PoolGeometry] = None,
         view=None,
         cosines: Optional[ViewCosines] = None,
+        num_threads: Optional[int] = None,
     ):
         """Both sides' signatures against the anchor pairs ``anchors`` (rows of A, rows of B).
 
@@ -189,20 +190,21 @@ class FitState:
         in its pool, a signature function that takes ``sigma`` gets the kernel
         widths read from the pool's Gram matrices; with the round's
         ``cosines`` the default kernel signatures are read off them.
+        ``num_threads`` overrides the fit's (views running side by side).
         """
+        nt = self.num_threads if num_threads is None else num_threads
         widths = None
         if geometry is not None and view is not None and self._sigma_kw:
             widths = geometry.kernel_widths(view)
         if cosines is not None and widths is not None:
             at = cosines.columns(view)
-            nt = self.num_threads
             return (
                 kernels._signatures_from_trusted_cosines(cosines.a, at, widths[0], nt),
                 kernels._signatures_from_trusted_cosines(cosines.b, at, widths[1], nt),
             )
         kw_a, kw_b = ({}, {}) if widths is None else ({"sigma": widths[0]}, {"sigma": widths[1]})
-        SA = self.signature_fn(self.A, self.A[anchors[:, 0]], num_threads=self.num_threads, **kw_a)
-        SB = self.signature_fn(self.B, self.B[anchors[:, 1]], num_threads=self.num_threads, **kw_b)
+        SA = self.signature_fn(self.A, self.A[anchors[:, 0]], num_threads=nt, **kw_a)
+        SB = self.signature_fn(self.B, self.B[anchors[:, 1]], num_threads=nt, **kw_b)
         return SA, SB
 
     def view(self, geometry: PoolGeometry, size: int, subset: Optional[np.ndarray] = None) -> np.ndarray:

@@ -188,17 +188,26 @@ class PoolProposer:
         self._checked = None  # private checked copies, made on the first call (the rows of SA/SB)
 
     def __call__(self, SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None):
-        n_a, n_b = np.shape(SA)[0], np.shape(SB)[0]
+        cand_a, cand_b = self.checked_lists(np.shape(SA)[0], np.shape(SB)[0])
+        return kernels._csls_over_checked_lists(
+            SA, SB, cand_a, cand_b, k, csls_k, exclude_a, exclude_b, self.num_threads
+        )
+
+    def checked_lists(self, n_a: int, n_b: int) -> Tuple[np.ndarray, np.ndarray]:
+        """The lists checked against ``n_a`` x ``n_b`` rows (once; a round's views share them)."""
         if self._checked is None or self._checked[0] != (n_a, n_b):
             lists = (
                 kernels._candidate_lists(self.cand_a, n_a, n_b, "cand_a"),
                 kernels._candidate_lists(self.cand_b, n_b, n_a, "cand_b"),
             )
             self._checked = ((n_a, n_b), lists)
-        cand_a, cand_b = self._checked[1]
-        return kernels._csls_over_checked_lists(
-            SA, SB, cand_a, cand_b, k, csls_k, exclude_a, exclude_b, self.num_threads
-        )
+        return self._checked[1]
+
+    def with_threads(self, num_threads: Optional[int]) -> PoolProposer:
+        """The same proposer (and checked lists) on ``num_threads`` kernel threads."""
+        other = PoolProposer(self.cand_a, self.cand_b, num_threads=num_threads)
+        other._checked = self._checked
+        return other
 
 
 class CandidateBackend(Protocol):
