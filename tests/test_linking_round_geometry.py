@@ -7,7 +7,7 @@ from _linking_data import linking_problem
 from crossembed import kernels
 from crossembed.linking._fit import _GRAM_MAX_POOL, FitState, PoolGeometry
 from crossembed.linking._inputs import unit_rows
-from crossembed.linking.geh import GEHLinker, _mostly_same_pool
+from crossembed.linking.geh import GEHLinker, _lists_still_serve
 from crossembed.linking.proposers import LocalCandidates
 from crossembed.linking.views import FarthestPointViews, farthest_point_sampling, kernel_signatures
 
@@ -79,19 +79,33 @@ def test_large_pools_skip_the_gram_matrix():
 
 def test_candidate_lists_are_reused_only_for_a_mostly_unchanged_pool():
     old = np.stack([np.arange(100), np.arange(100)], axis=1)
-    assert _mostly_same_pool(old, old, 1000)
+    assert _lists_still_serve(old, old, 0, 1000)
     swapped = old.copy()
     swapped[:9, 1] += 500  # 9% of the pairs changed
-    assert _mostly_same_pool(swapped, old, 1000)
+    assert _lists_still_serve(swapped, old, 5, 1000)
     swapped[:11, 1] += 500
-    assert not _mostly_same_pool(swapped, old, 1000)
+    assert not _lists_still_serve(swapped, old, 0, 1000)
     grown = np.concatenate([old, old[:11] + 200])  # 11% more anchors
-    assert not _mostly_same_pool(grown, old, 1000)
+    assert not _lists_still_serve(grown, old, 0, 1000)
     # GEHLinker(list_refresh=) moves both bounds
-    assert _mostly_same_pool(swapped, old, 1000, 0.25) and _mostly_same_pool(grown, old, 1000, 0.25)
-    assert not _mostly_same_pool(swapped, old, 1000, 0.05)
+    assert _lists_still_serve(swapped, old, 0, 1000, 0.25) and _lists_still_serve(grown, old, 0, 1000, 0.25)
+    assert not _lists_still_serve(swapped, old, 0, 1000, 0.05)
     with pytest.raises(ValueError, match="list_refresh"):
         GEHLinker(list_refresh=1.5)
+
+
+def test_list_reuse_serves_a_swapped_pool_for_that_many_rounds_but_not_a_grown_one():
+    old = np.stack([np.arange(100), np.arange(100)], axis=1)
+    swapped = old.copy()
+    swapped[:40, 1] += 500  # a round's churn: 40% of the pairs changed, no growth
+    grown = np.concatenate([old, old[:11] + 200])
+    for reuse in (1, 2):
+        assert all(_lists_still_serve(swapped, old, age, 1000, 0.1, reuse) for age in range(reuse))
+        assert not _lists_still_serve(swapped, old, reuse, 1000, 0.1, reuse)
+        assert not _lists_still_serve(grown, old, 0, 1000, 0.1, reuse)
+    assert not _lists_still_serve(swapped, old, 0, 1000, 0.1, 0)
+    with pytest.raises(ValueError, match="list_reuse"):
+        GEHLinker(list_reuse=-1)
 
 
 class CountingCandidates(LocalCandidates):
@@ -101,6 +115,24 @@ class CountingCandidates(LocalCandidates):
     def candidate_lists(self, SA, SB, m, *, num_threads=None):
         self.calls += 1
         return super().candidate_lists(SA, SB, m, num_threads=num_threads)
+
+
+def test_a_fit_rebuilds_the_lists_by_list_reuse():
+    # a weak pair: the pool keeps swapping 15-60 % of its pairs a round, as real 10k pools do
+    A, B, split = linking_problem(900, seed=3, noise=0.5)
+    counts = {}
+    for reuse in (0, 1):
+        backend = CountingCandidates()
+        GEHLinker(
+            candidate_backend=backend,
+            candidates="pool",
+            list_reuse=reuse,
+            random_state=0,
+            max_iter=12,
+            show_progress_bar=False,
+        ).link(A, B, split.seeds)
+        counts[reuse] = backend.calls
+    assert counts[1] < counts[0]
 
 
 def test_the_map_final_pass_builds_no_candidate_lists():
