@@ -117,22 +117,25 @@ class CountingCandidates(LocalCandidates):
         return super().candidate_lists(SA, SB, m, num_threads=num_threads)
 
 
+def _list_builds(problem, **kw):
+    A, B, split = problem
+    backend = CountingCandidates()
+    GEHLinker(
+        candidate_backend=backend, candidates="pool", random_state=0, max_iter=12, show_progress_bar=False, **kw
+    ).link(A, B, split.seeds)
+    return backend.calls
+
+
 def test_a_fit_rebuilds_the_lists_by_list_reuse():
     # a weak pair: the pool keeps swapping 15-60 % of its pairs a round, as real 10k pools do
-    A, B, split = linking_problem(900, seed=3, noise=0.5)
-    counts = {}
-    for reuse in (0, 1):
-        backend = CountingCandidates()
-        GEHLinker(
-            candidate_backend=backend,
-            candidates="pool",
-            list_reuse=reuse,
-            random_state=0,
-            max_iter=12,
-            show_progress_bar=False,
-        ).link(A, B, split.seeds)
-        counts[reuse] = backend.calls
-    assert counts[1] < counts[0]
+    problem = linking_problem(900, seed=3, noise=0.5)
+    every_round, every_other = _list_builds(problem, list_reuse=0), _list_builds(problem, list_reuse=1)
+    assert every_other < every_round
+    # the default reuses them on a fit of every row, not on a sampled one (docs/linking.md)
+    assert _list_builds(problem) == every_other
+    sampled = dict(sample_rows=400, row_sample="random")
+    assert _list_builds(problem, **sampled) == _list_builds(problem, list_reuse=0, **sampled)
+    assert _list_builds(problem, list_reuse=1, **sampled) < _list_builds(problem, list_reuse=0, **sampled)
 
 
 def test_the_map_final_pass_builds_no_candidate_lists():

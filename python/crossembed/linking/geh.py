@@ -142,14 +142,17 @@ class GEHLinker:
         The ``"pool"``/``"cells"`` candidate lists are rebuilt once more than
         this fraction of the pool they came from has changed (or the pool has
         grown by more than it); until then each round reuses them.
-    list_reuse : int
+    list_reuse : int or None
         Rounds in a row that may reuse the lists while the pool has grown by
         at most ``list_refresh``, however many of its pairs were swapped
         (``0``: only the rule above). A round swaps 18-50 % of a 10k pool,
         so that rule alone rebuilt them every round, a third of the fit's
-        time. Every other round (``1``), 10k objects, 5 draws: minilm <-> e5
-        F1 73.32 vs 73.54 in 26.1 vs 30.8 s a fit; minilm <-> USE 82.06 vs
-        82.36 in 17.9 vs 21.4 s.
+        time. ``None`` (default): ``1`` when the rounds run on every row,
+        ``0`` on a sample (``sample_rows``). Every other round at 10k objects,
+        5 draws: minilm <-> e5 F1 73.32 vs 73.54 in 26.1 vs 30.8 s a fit;
+        minilm <-> USE 82.06 vs 82.36 in 17.9 vs 21.4 s. On the sampled
+        rounds of a 100k fit (minilm <-> USE, one draw) it cost 2.0 F1
+        (60.0 vs 62.1) for 99 vs 127 s: that pool never settles.
     sample_rows : int or None
         Above this many rows a side, the rounds grow the pool on a sample of
         ``sample_rows`` rows of that side (the seeds kept; see ``row_sample``), and the
@@ -220,7 +223,7 @@ class GEHLinker:
         pool_k: int = 64,
         pool_anchors: int = 512,
         list_refresh: float = 0.1,
-        list_reuse: int = 1,
+        list_reuse: Optional[int] = None,
         sample_rows: Optional[int] = _SAMPLE_ROWS,
         row_sample: str = "seeds",
         ann_k: int = 64,
@@ -253,7 +256,7 @@ class GEHLinker:
         self.pool_k = check_int(pool_k, "pool_k", low=1)
         self.pool_anchors = check_int(pool_anchors, "pool_anchors", low=2)
         self.list_refresh = check_fraction(list_refresh, "list_refresh", allow_zero=True)
-        self.list_reuse = check_int(list_reuse, "list_reuse", low=0)
+        self.list_reuse = None if list_reuse is None else check_int(list_reuse, "list_reuse", low=0)
         self.sample_rows = None if sample_rows is None else check_int(sample_rows, "sample_rows", low=2)
         self.row_sample = check_choice(row_sample, "row_sample", ROW_SAMPLES)
         self.ann_k = check_int(ann_k, "ann_k", low=1)
@@ -304,8 +307,8 @@ class GEHLinker:
         """This round's proposer: the fit's fixed one, or candidate lists from (a subset of) the pool.
 
         The lists of an earlier round are reused while the pool is still mostly
-        (>= 90%) the one they were built from, or for ``list_reuse`` rounds
-        while it has not grown by more than ``list_refresh``: they are a
+        (>= 90%) the one they were built from, or for ``cache["reuse"]`` rounds
+        (``list_reuse``) while it has not grown by more than ``list_refresh``: they are a
         superset of what the views pick, and rebuilding them was a third of a
         10k fit's time.
         """
@@ -313,7 +316,7 @@ class GEHLinker:
             return fixed
         anchors = fit.pool()
         if "pool" in cache and _lists_still_serve(
-            anchors, cache["pool"], cache["age"], fit.n_b, self.list_refresh, self.list_reuse
+            anchors, cache["pool"], cache["age"], fit.n_b, self.list_refresh, cache["reuse"]
         ):
             cache["age"] += 1
             return cache["proposer"]
@@ -391,7 +394,9 @@ class GEHLinker:
         threads = fit.num_threads
         fixed = self._fit_proposer(fit.n_a, fit.n_b, threads)
         history: List[Dict[str, Any]] = []
-        lists: Dict[str, Any] = {}  # the pool path's candidate lists and the pool they came from
+        # the pool path's candidate lists, the pool they came from, and how many rounds they may serve
+        reuse = self.list_reuse if self.list_reuse is not None else (1 if fit is whole else 0)
+        lists: Dict[str, Any] = {"reuse": reuse}
         # a sampled fit's pool only seeds the map pass, which cleans it: at 100k rows a side a pool
         # that settled at 29 % precision (36 % turnover a round, 15 rounds) mapped to F1 62.0, within
         # 2 points of an 89 %-precision pool of all rows (63.6), so there the turnover does not hold the fit
