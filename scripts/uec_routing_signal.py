@@ -10,7 +10,12 @@ z-score over the queries. Reports
 * hard routing on the z-scores (each query to its most confident model):
   e5's share of foreign / English queries and nDCG@10 on the test halves;
 * the per-query oracle (the best single model of each query, by its own
-  nDCG@10): an upper bound no unsupervised router reaches.
+  nDCG@10): an upper bound no unsupervised router reaches;
+* query-independent fusions, for scale: the calibrated uniform mix, per-query
+  z-scored scores (each model's scores standardised over the documents),
+  reciprocal-rank fusion (k = 10, 60), and the best fixed weights on a 0.1
+  grid of the simplex chosen on each draw's dev half (what any global
+  weighting can reach).
 
     python scripts/uec_routing_signal.py --task freedict --out .uec_work/signal_freedict.json
 """
@@ -51,7 +56,11 @@ def measure(task_name: str) -> Dict[str, object]:
     relevant = [ut.task.relevant[i] for i in ev]
     langs = np.array(ut.task.languages)[ev]
     pos = {int(r): i for i, r in enumerate(ev)}
-    tests = [np.array([pos[int(r)] for r in ts]) for _, ts in dev_test_draws(ut, 3, seed=0)]
+    halves = [
+        (np.array([pos[int(r)] for r in dv]), np.array([pos[int(r)] for r in ts]))
+        for dv, ts in dev_test_draws(ut, 3, seed=0)
+    ]
+    tests = [ts for _, ts in halves]
     scores, gaps = [], []
     for m in MODELS:
         e = LaplaceEmbedder(m, hessian="kron", prior_precision="marglik", random_state=0)
@@ -70,6 +79,7 @@ def measure(task_name: str) -> Dict[str, object]:
         "hard_z_ndcg@10": [100.0 * float(nd_hard[ts].mean()) for ts in tests],
         "oracle_ndcg@10": [100.0 * float(single.max(axis=1)[ts].mean()) for ts in tests],
     }
+    out["fusion_ndcg@10"] = _fusions(scores, relevant, halves)
     foreign = langs != "en"
     if foreign.any():
         fo = foreign.astype(float)
@@ -80,6 +90,31 @@ def measure(task_name: str) -> Dict[str, object]:
             "foreign": [float(hard[ts[foreign[ts]], k5].mean()) for ts in tests],
             "en": [float(hard[ts[~foreign[ts]], k5].mean()) for ts in tests],
         }
+    return out
+
+
+def _fusions(scores: List[np.ndarray], relevant, halves) -> Dict[str, List[float]]:
+    """Test-half nDCG@10 of query-independent fusions of the models' calibrated scores."""
+
+    def ndcg_of(mixed: np.ndarray) -> np.ndarray:
+        return ranking_metrics(np.argsort(-mixed, axis=1)[:, :100], relevant)["ndcg@10"]
+
+    def per_test(nd: np.ndarray) -> List[float]:
+        return [100.0 * float(nd[ts].mean()) for _, ts in halves]
+
+    z = [(s - s.mean(axis=1, keepdims=True)) / s.std(axis=1, keepdims=True) for s in scores]
+    ranks = [np.argsort(np.argsort(-s, axis=1), axis=1) for s in scores]
+    out = {
+        "uniform_calibrated": per_test(ndcg_of(sum(scores))),
+        "per_query_z": per_test(ndcg_of(sum(z))),
+        "rrf_10": per_test(ndcg_of(sum(1.0 / (11.0 + r) for r in ranks))),
+        "rrf_60": per_test(ndcg_of(sum(1.0 / (61.0 + r) for r in ranks))),
+    }
+    grid = [(a / 10, b / 10, (10 - a - b) / 10) for a in range(11) for b in range(11 - a)]
+    nds = [ndcg_of(sum(w * s for w, s in zip(ws, scores))) for ws in grid]
+    best = [max(range(len(grid)), key=lambda g: nds[g][dv].mean()) for dv, _ in halves]
+    out["global_weights_chosen_on_dev"] = [100.0 * float(nds[g][ts].mean()) for g, (_, ts) in zip(best, halves)]
+    out["global_weights"] = [list(grid[g]) for g in best]
     return out
 
 
