@@ -477,7 +477,6 @@ def _propose_views(fit: FitState, propose: Proposer, pool, views, exclude_b, geo
     on one, 25 ms on two), and the Python between them overlaps another view's
     kernels. The views are drawn before, so the result is the same either way.
     """
-
     pool_path = isinstance(propose, PoolProposer)
 
     def one(v: int, run: Proposer, threads: Optional[int]):
@@ -488,8 +487,8 @@ def _propose_views(fit: FitState, propose: Proposer, pool, views, exclude_b, geo
     workers = min(resolve_num_threads(fit.num_threads), len(views)) if pool_path else 1
     if workers <= 1:
         return [one(v, propose, None) for v in range(len(views))]
+    propose.checked_lists(fit.n_a, fit.n_b)  # once per lists (rounds reuse them), before the views share them
     single = propose.with_threads(1)
-    single.checked_lists(fit.n_a, fit.n_b)  # once, before the views share it
     with ThreadPoolExecutor(workers) as pool_of_views:
         return list(pool_of_views.map(lambda v: one(v, single, 1), range(len(views))))
 
