@@ -66,7 +66,7 @@ def test_linker_ends_at_the_round_its_stop_rule_names():
     for stop in ("best", "change"):
         res = GEHLinker(stop=stop, random_state=0, max_iter=40, show_progress_bar=False).link(A, B, seeds)
         rounds = [h for h in res.history if "final_pass" not in h]
-        rule = StopRule(stop, patience=3, tol=0.02, max_turnover=0.2)
+        rule = StopRule(stop, patience=3, tol=0.02, max_turnover=0.2, unsettled_patience=20)
         said = [
             rule.update(h["links"], saturated=h.get("limit") is None or h["links"] < h["limit"], turnover=h["turnover"])
             for h in rounds
@@ -79,10 +79,27 @@ def test_a_flat_count_with_a_churning_link_set_does_not_stop():
     # minilm <-> e5 draw 4: ~1,900 links for 10 rounds at 40 % turnover, precision 5-15 %
     counts = [1866, 1817, 1855, 1875, 1817, 1929, 1889, 1912]
     churn = [0.45, 0.43, 0.43, 0.41, 0.41, 0.44, 0.41, 0.40]
-    rule = StopRule("best", patience=3, tol=0.02, max_turnover=0.2)
+    rule = StopRule("best", patience=3, tol=0.02, max_turnover=0.2, unsettled_patience=20)
     assert not any(rule.update(n, turnover=x) for n, x in zip(counts, churn))
     settled = StopRule("best", patience=3, tol=0.02, max_turnover=0.2)
     assert [settled.update(n, turnover=0.12) for n in counts][3]  # the same counts, settled: stops
+
+
+def test_a_churning_fit_stops_after_unsettled_patience_stale_rounds():
+    # minilm <-> e5 at 1,500 objects: ~540 links at 17-23 % turnover from round 20 to 86
+    rule = StopRule("best", patience=3, tol=0.02, max_turnover=0.2, unsettled_patience=15)
+    said = [rule.update(530 + (r % 3), turnover=0.22) for r in range(20)]
+    assert said.index(True) == 15  # the first round sets the best; the next 15 are stale
+    # a round that beats the best by more than tol starts the count again
+    rule = StopRule("best", patience=3, tol=0.02, max_turnover=0.2, unsettled_patience=15)
+    counts = [530] * 10 + [560] + [560] * 15
+    said = [rule.update(n, turnover=0.22) for n in counts]
+    assert not any(said[:-1]) and said[-1]
+    # held rounds (growth limit) never count, settled or not
+    rule = StopRule("best", patience=3, tol=0.02, max_turnover=0.2, unsettled_patience=2)
+    assert not any(rule.update(530, saturated=False, turnover=0.3) for _ in range(5))
+    with pytest.raises(ValueError, match="unsettled_patience"):
+        GEHLinker(unsettled_patience=0)
 
 
 def test_turnover_counts_new_pairs():

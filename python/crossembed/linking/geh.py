@@ -108,6 +108,11 @@ class GEHLinker:
         new (default 0.2; None: ignore turnover; ignored while the rounds run
         on a sample, see ``sample_rows``). See
         :class:`~crossembed.linking.stopping.StopRule`.
+    unsettled_patience : int or None
+        Stale rounds in a row that end the fit even while its link set is
+        not settled (default 20; None: only ``stop_turnover`` decides). Small
+        fits can hover at the turnover bound: minilm <-> e5 at 1,500 objects
+        ran 86 rounds (F1 51.1, 47 s) against 36 (52.5, 19 s) with it.
     signatures : callable
         ``signatures(X, anchors, num_threads=) -> S``; default the paper's
         :func:`~crossembed.linking.views.kernel_signatures`
@@ -217,6 +222,7 @@ class GEHLinker:
         patience: int = 3,
         tol: float = 0.02,
         stop_turnover: Optional[float] = 0.2,
+        unsettled_patience: Optional[int] = 20,
         signatures: Callable[..., np.ndarray] = kernel_signatures,
         views: Optional[ViewSampler] = None,
         candidates: str = "auto",
@@ -245,6 +251,9 @@ class GEHLinker:
         self.patience = check_int(patience, "patience", low=1)
         self.tol = check_positive(tol, "tol", allow_zero=True)
         self.stop_turnover = None if stop_turnover is None else check_fraction(stop_turnover, "stop_turnover")
+        self.unsettled_patience = (
+            None if unsettled_patience is None else check_int(unsettled_patience, "unsettled_patience", low=1)
+        )
         if not callable(signatures):
             raise TypeError("signatures must be callable: signatures(X, anchors, num_threads=) -> S")
         self.signatures = signatures
@@ -401,7 +410,13 @@ class GEHLinker:
         # that settled at 29 % precision (36 % turnover a round, 15 rounds) mapped to F1 62.0, within
         # 2 points of an 89 %-precision pool of all rows (63.6), so there the turnover does not hold the fit
         max_turnover = self.stop_turnover if fit is whole else None
-        stopper = StopRule(self.stop, patience=self.patience, tol=self.tol, max_turnover=max_turnover)
+        stopper = StopRule(
+            self.stop,
+            patience=self.patience,
+            tol=self.tol,
+            max_turnover=max_turnover,
+            unsettled_patience=self.unsettled_patience,
+        )
         bar = tqdm(total=self.max_iter, desc=f"GEH ({rule.name})", disable=not self.show_progress_bar, leave=False)
         try:
             for t in range(self.max_iter):
