@@ -44,7 +44,7 @@ struct BestPerRowAndColumn {
   static constexpr std::size_t kFilter = 16;
   const Value& value;
   std::vector<TopKBuffer>& rows;
-  std::vector<std::vector<TopKBuffer>>& col_heaps;  // [slot][column]
+  std::vector<std::vector<TopKBuffer>>& col_bufs;  // [slot][column]
   std::vector<std::vector<float>>& col_thr;   // [slot][column]
 
   struct OnBlock : BlockHandlerBase<float> {
@@ -52,14 +52,14 @@ struct BestPerRowAndColumn {
     Block b;
     OnBlock(const BestPerRowAndColumn& h_, const Block& b_) : h(h_), b(b_) {}
     void add_tile(std::size_t c0, std::size_t c1, const float* tile, std::size_t ld) {
-      auto& ch = h.col_heaps[std::size_t(b.tid)];
+      auto& ch = h.col_bufs[std::size_t(b.tid)];
       float* cthr = h.col_thr[std::size_t(b.tid)].data();
       float vals[kFilter];
       for (std::size_t i = b.r0; i < b.r1; ++i) {
         const float* row = tile + (i - b.r0) * ld;
         TopKBuffer& rh = h.rows[i];
         float rthr = rh.threshold();
-        // Most entries enter neither heap: test a short block at once (a loop
+        // Most entries enter neither buffer: test a short block at once (a loop
         // the compiler vectorises) and only walk the blocks that have a hit.
         for (std::size_t j0 = c0; j0 < c1; j0 += kFilter) {
           const std::size_t nj = std::min(kFilter, c1 - j0);
@@ -97,17 +97,18 @@ void best_per_row_and_column(const std::vector<const float*>& xa, const simd::Pa
   const SweepPlan plan(na, nb, kRows, kCols);
   const std::size_t slots = std::size_t(plan.slots(num_threads));
   std::vector<TopKBuffer> row_buf(na, TopKBuffer(k_row));
-  std::vector<std::vector<TopKBuffer>> col_heaps(slots, std::vector<TopKBuffer>(nb, TopKBuffer(k_col)));
+  std::vector<std::vector<TopKBuffer>> col_bufs(slots, std::vector<TopKBuffer>(nb, TopKBuffer(k_col)));
   std::vector<std::vector<float>> col_thr(slots, std::vector<float>(nb, -INFINITY));
-  BestPerRowAndColumn<Value> h{value, row_buf, col_heaps, col_thr};
+  BestPerRowAndColumn<Value> h{value, row_buf, col_bufs, col_thr};
   sweep(xa.data(), pb, plan, num_threads, h);
   rows.resize(na);
   cols.resize(nb);
-  parallel_for(std::int64_t(na), num_threads, [&](std::int64_t i, int) { rows[std::size_t(i)] = row_buf[std::size_t(i)].finish(); });
+  parallel_for(std::int64_t(na), num_threads,
+               [&](std::int64_t i, int) { rows[std::size_t(i)] = row_buf[std::size_t(i)].finish(); });
   parallel_for(std::int64_t(nb), num_threads, [&](std::int64_t jj, int) {
     const std::size_t j = std::size_t(jj);
-    for (std::size_t t = 1; t < col_heaps.size(); ++t) col_heaps[0][j].merge(col_heaps[t][j]);
-    cols[j] = col_heaps[0][j].finish();
+    for (std::size_t t = 1; t < col_bufs.size(); ++t) col_bufs[0][j].merge(col_bufs[t][j]);
+    cols[j] = col_bufs[0][j].finish();
   });
 }
 
@@ -236,6 +237,26 @@ inline double mean_of_best(const float* s, std::size_t c, std::size_t kc, float*
   sum += double(kc - above) * double(v);
   return sum / double(kc);
 }
+
+// One worker's gather of a row's listed candidates: the rows of cand[0..m) that are not
+// -1 padding or flagged in skip_y (may be null), in list order, into js[0..c), and their
+// dot products with x into s[0..c). candidate_dots and csls_mutual_topk_candidates both
+// score through it, so they see the same bits.
+struct ListedDots {
+  std::vector<std::int64_t> js;
+  std::vector<float> s;
+  explicit ListedDots(std::size_t m) : js(m), s(m) {}
+  std::size_t gather(const float* x, const float* Y, std::size_t d, const std::int64_t* cand, std::size_t m,
+                     const std::uint8_t* skip_y) {
+    std::size_t c = 0;
+    for (std::size_t t = 0; t < m; ++t) {
+      const std::int64_t j = cand[t];
+      if (j >= 0 && !(skip_y && skip_y[std::size_t(j)])) js[c++] = j;
+    }
+    simd::isa().gather_dots_f32(x, Y, d, js.data(), c, s.data());
+    return c;
+  }
+};
 }  // namespace detail
 
 // s_it = <X_i, Y_cand[i,t]> for every listed pair, NaN for -1 padding: the
@@ -244,20 +265,14 @@ inline double mean_of_best(const float* s, std::size_t c, std::size_t kc, float*
 // so a sharded caller that merges them reproduces that kernel bit for bit.
 inline void candidate_dots(const float* X, std::size_t nx, const float* Y, std::size_t d, const std::int64_t* cand,
                            std::size_t m, float* out, int num_threads) {
-  const auto& I = simd::isa();
-  std::vector<std::vector<std::int64_t>> listed(std::size_t(worker_slots(std::int64_t(nx), num_threads)),
-                                               std::vector<std::int64_t>(m));
-  std::vector<std::vector<float>> dots(listed.size(), std::vector<float>(m));
+  std::vector<detail::ListedDots> scratch(std::size_t(worker_slots(std::int64_t(nx), num_threads)),
+                                         detail::ListedDots(m));
   parallel_for(std::int64_t(nx), num_threads, [&](std::int64_t ii, int slot) {
     const std::size_t i = std::size_t(ii);
-    std::int64_t* js = listed[std::size_t(slot)].data();
-    float* s = dots[std::size_t(slot)].data();
-    std::size_t c = 0;
-    for (std::size_t t = 0; t < m; ++t)
-      if (cand[i * m + t] >= 0) js[c++] = cand[i * m + t];
-    I.gather_dots_f32(X + i * d, Y, d, js, c, s);
+    detail::ListedDots& row = scratch[std::size_t(slot)];
+    row.gather(X + i * d, Y, d, cand + i * m, m, nullptr);
     for (std::size_t t = 0, u = 0; t < m; ++t)
-      out[i * m + t] = cand[i * m + t] < 0 ? std::numeric_limits<float>::quiet_NaN() : s[u++];
+      out[i * m + t] = cand[i * m + t] < 0 ? std::numeric_limits<float>::quiet_NaN() : row.s[u++];
   });
 }
 
@@ -272,9 +287,8 @@ inline CslsResult csls_mutual_topk_candidates(const float* SA, std::size_t na, c
                                               const std::int64_t* cand_b, std::size_t mb, std::size_t k,
                                               std::size_t csls_k, const std::uint8_t* mask_a,
                                               const std::uint8_t* mask_b, int num_threads) {
-  const auto& I = simd::isa();
-  // Each row's valid candidate edges in a flat (n, m) store (no per-row heaps: every candidate
-  // is kept anyway), the csls_k best moved to the front in order, and r = their mean.
+  // Each row's valid candidate edges in a flat (n, m) store, in list order (no per-row heaps:
+  // every candidate is kept anyway), and r = the mean of its csls_k best (mean_of_best).
   struct Edges {
     std::vector<Scored> e;
     std::vector<std::size_t> count;
@@ -284,25 +298,19 @@ inline CslsResult csls_mutual_topk_candidates(const float* SA, std::size_t na, c
                   const std::uint8_t* mask_x, const std::uint8_t* mask_y) {
     Edges out{std::vector<Scored>(nx * m), std::vector<std::size_t>(nx, 0), std::vector<double>(nx, 0.0)};
     const std::size_t slots = std::size_t(worker_slots(std::int64_t(nx), num_threads));
-    std::vector<std::vector<std::int64_t>> listed(slots, std::vector<std::int64_t>(m));
-    std::vector<std::vector<float>> dots(slots, std::vector<float>(m)), best(slots, std::vector<float>(m));
+    std::vector<detail::ListedDots> scratch(slots, detail::ListedDots(m));
+    std::vector<std::vector<float>> best(slots, std::vector<float>(m));
     parallel_for(std::int64_t(nx), num_threads, [&](std::int64_t ii, int slot) {
       const std::size_t i = std::size_t(ii);
       if (mask_x[i]) return;
-      std::int64_t* js = listed[std::size_t(slot)].data();
-      float* s = dots[std::size_t(slot)].data();
-      std::size_t c = 0;
-      for (std::size_t t = 0; t < m; ++t) {
-        const std::int64_t j = cand[i * m + t];
-        if (j >= 0 && !mask_y[std::size_t(j)]) js[c++] = j;
-      }
-      I.gather_dots_f32(X + i * d, Y, d, js, c, s);
+      detail::ListedDots& listed = scratch[std::size_t(slot)];
+      const std::size_t c = listed.gather(X + i * d, Y, d, cand + i * m, m, mask_y);
       Scored* row = out.e.data() + i * m;
-      for (std::size_t t = 0; t < c; ++t) row[t] = Scored{s[t], js[t]};
+      for (std::size_t t = 0; t < c; ++t) row[t] = Scored{listed.s[t], listed.js[t]};
       out.count[i] = c;
       const std::size_t kc = std::min(csls_k, c);
       if (!kc) return;
-      out.r[i] = detail::mean_of_best(s, c, kc, best[std::size_t(slot)].data());
+      out.r[i] = detail::mean_of_best(listed.s.data(), c, kc, best[std::size_t(slot)].data());
     });
     return out;
   };
