@@ -43,7 +43,9 @@ class StopRule:
         round from round 20 to 86 (F1 51.1 in 47 s); a limit of 20 (or 15)
         stale rounds ended it at round 36 (F1 52.5, 19 s). No 10k fit of the
         link table reaches 10 (minilm <-> e5 and USE, 5 draws each: the same
-        rounds and links with a limit of 10 / 15).
+        rounds and links with a limit of 10 / 15); the 20 flat rounds of
+        minilm <-> e5 draw 4 above were an earlier rule's, and that draw now
+        ends by itself at round 28.
 
     A round held at its size by the growth rule (``saturated=False``: the
     growth limit bound) is never stale: stopping there froze minilm <-> e5
@@ -64,7 +66,7 @@ class StopRule:
         self.rule, self.patience, self.tol, self.max_turnover = rule, patience, tol, max_turnover
         self.unsettled_patience = unsettled_patience
         self.best = self.prev = None
-        self.stale = self.stale_unsettled = 0
+        self.stale = self.stale_any = 0
 
     def update(self, links: int, *, saturated: bool = True, turnover: Optional[float] = None) -> bool:
         """Record one round's link count (and link-set turnover); True when the fit should stop."""
@@ -77,11 +79,11 @@ class StopRule:
             stale = abs(links - ref) / max(ref, 1) < self.tol
         settled = self.max_turnover is None or turnover is None or turnover <= self.max_turnover
         self.stale = self.stale + 1 if stale and saturated and settled else 0
-        self.stale_unsettled = self.stale_unsettled + 1 if stale and saturated else 0
+        self.stale_any = self.stale_any + 1 if stale and saturated else 0  # settled or not
         self.prev = links
         self.best = links if self.best is None else max(self.best, links)
         limit = self.unsettled_patience
-        return self.stale >= self.patience or (limit is not None and self.stale_unsettled >= limit)
+        return self.stale >= self.patience or (limit is not None and self.stale_any >= limit)
 
 
 def turnover(links: np.ndarray, previous: np.ndarray, n_b: int) -> float:
