@@ -75,7 +75,7 @@ def test_encode_build_search(tmp_path, capsys, monkeypatch):
         == 0
     )
     info = json.loads(capsys.readouterr().out)
-    assert info["n_docs"] == 40 and info["dim"] == 32
+    assert info["n_docs"] == 40 and info["dim"] == 32 + 2  # two models, plus their hubness coordinates
     for exact in ([], ["--exact"]):
         assert (
             main(["index", "search", str(tmp_path / "i.uec"), "--query", "the cow sat", "-k", "3", "--json", *exact])

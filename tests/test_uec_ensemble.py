@@ -76,7 +76,9 @@ def test_embedding_mixing_normalises_the_convolution(trio):
 
 @pytest.mark.parametrize("calibrate", [True, False])
 def test_score_mixing_is_the_probit_of_the_weighted_score_sum(trio, calibrate):
-    ens = UECEnsemble(trio, uncertainty="laplace", temperature=0.5, mixing="score", calibrate_scores=calibrate)
+    ens = UECEnsemble(
+        trio, uncertainty="laplace", temperature=0.5, mixing="score", calibrate_scores=calibrate, hubness=0
+    )
     qc, dc = _components(trio, n=5, seed=3), _components(trio, n=7, seed=4)
     q, d = ens.combine(qc, role="query"), ens.combine(dc, role="passage")
     assert q.dim == 24 and d.dim == 24
@@ -124,7 +126,8 @@ def test_different_dimensions():
     assert g.dim == 6
     np.testing.assert_allclose(np.linalg.norm(g.mean, axis=1), 1.0, rtol=1e-5)
     # the projection is orthonormal: a projected unit block keeps its variance total when it spans everything
-    assert UECEnsemble(embs, uncertainty="laplace", mixing="score").combine(comps).dim == 14
+    assert UECEnsemble(embs, uncertainty="laplace", mixing="score", hubness=0).combine(comps).dim == 14
+    assert UECEnsemble(embs, uncertainty="laplace", mixing="score").combine(comps).dim == 14 + 2  # hubness
 
 
 def test_state_round_trip(trio):
@@ -185,7 +188,7 @@ def test_score_calibration_puts_models_on_one_footing_and_keeps_the_overall_scal
     s = np.array([e.score_scale_ for e in models])
     assert s.max() > 1.5 * s.min()  # the models' spreads differ, so the factors must too
     qc = _components(models, n=6, seed=7)
-    ens = UECEnsemble(models, weights="uniform", mixing="score")
+    ens = UECEnsemble(models, weights="uniform", mixing="score", hubness=0)
     D = [e.dim for e in models]
     cuts = np.cumsum(D)[:-1]
     blocks = np.split(ens.combine(qc, role="query").mean.astype(np.float64), cuts, axis=1)

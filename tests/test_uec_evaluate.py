@@ -101,7 +101,13 @@ def test_evaluate_task_end_to_end():
         "confidence (sigma^2 in the probit, score mixing)",
         "UEC default (as shipped)",
         "UEC default - Unc Conv",
+        "UEC default - hubness",
+        "a + hubness (CSLS)",
+        "uniform ensemble (calibrated scores) + hubness (CSLS)",
     }
+    # the hubness rows differ from their plain twins; the baselines and variants score without it
+    assert rows["a + hubness (CSLS)"]["ndcg@10"] != rows["a"]["ndcg@10"]
+    assert rows["UEC default - hubness"]["ndcg@10"] != rows["UEC default (as shipped)"]["ndcg@10"]
     # last_dense needs a torch model: absent here, so its rows are skipped with a reason
     assert "last_dense: paper, score mixing" not in rows and res["skipped"]["last_dense"]
     for row in rows.values():
@@ -121,7 +127,7 @@ def test_evaluate_task_end_to_end():
             assert sum(w) == pytest.approx(1.0, abs=1e-5)
     md = render_markdown([res], command="crossembed uec-eval --test")
     assert "| paper: kron, score mixing |" in md and "Findings" in md and "uec-eval --test" in md
-    assert "w(b) foreign" in md
+    assert "w(b) foreign" in md and "vs uniform ensemble (calibrated scores) + hubness (CSLS)" in md
     json.dumps(res, default=float)
     core = evaluate_task(uec, emb, models=["a", "b"], n_draws=2, row_set="core", show_progress_bar=False)
     assert "UEC default (as shipped)" in core["rows"] and "paper: diag, score mixing" not in core["rows"]

@@ -130,7 +130,7 @@ def _expert_world(seed=0, n_docs=200, D=16):
 def test_a_confident_model_gets_the_higher_weight():
     docs, (q0, q1), target = _expert_world()
     embs = [_embedder(16, 7), _embedder(16, 8)]
-    ens = UECEnsemble(embs, uncertainty="confidence", temperature=1.0, confidence_scoring="laplace")
+    ens = UECEnsemble(embs, uncertainty="confidence", temperature=1.0, confidence_scoring="laplace", hubness=0)
     d_comps = [e.transform(docs) for e in embs]
     # no reference yet: the queries fall back to the Laplace coefficients, with a warning
     with pytest.warns(RuntimeWarning, match="reference"):
@@ -148,7 +148,7 @@ def test_a_confident_model_gets_the_higher_weight():
     ref = (1 / u) / (1 / u).sum(axis=1, keepdims=True)
     np.testing.assert_allclose(w, ref, rtol=1e-4)
     # confidence_scoring="add": sigma_k^2 joins the Laplace variance of the query: + (pi_k c_k)^2 sigma_k^2 per dim
-    both = UECEnsemble(embs, uncertainty="confidence", temperature=1.0, confidence_scoring="add")
+    both = UECEnsemble(embs, uncertainty="confidence", temperature=1.0, confidence_scoring="add", hubness=0)
     both.set_reference(d_comps)
     qb = both.combine([embs[0].transform(q0), embs[1].transform(q1)], role="query")
     wc = (w.astype(np.float64) * ens._score_scales()[None, :]) ** 2
@@ -171,7 +171,7 @@ def test_a_confident_model_gets_the_higher_weight():
     # routing beats the uniform mix on this task
     d = ens.combine(d_comps, role="passage")
     hits = (ens.topk(q, d, 1)[1][:, 0] == target).mean()
-    uni = UECEnsemble(embs, weights="uniform")
+    uni = UECEnsemble(embs, weights="uniform", hubness=0)
     qu = uni.combine([embs[0].transform(q0), embs[1].transform(q1)], role="query")
     hits_u = (uni.topk(qu, d, 1)[1][:, 0] == target).mean()
     assert hits > hits_u
@@ -287,7 +287,7 @@ def test_bad_arguments(duo):
 def test_replace_scoring_ranks_by_the_confidence_weighted_score():
     docs, (q0, q1), _ = _expert_world(D=16)
     embs = [_embedder(16, 7), _embedder(16, 8)]
-    ens = UECEnsemble(embs, temperature=2.0, uncertainty="confidence")  # confidence_scoring="replace" (default)
+    ens = UECEnsemble(embs, temperature=2.0, uncertainty="confidence", hubness=0)  # confidence_scoring="replace"
     assert (ens.uncertainty, ens.confidence_scoring, ens.temperature) == ("confidence", "replace", 2.0)
     d_comps = [e.transform(docs) for e in embs]
     ens.set_reference(d_comps)

@@ -1,0 +1,159 @@
+"""Document hubness (CSLS) in UEC score mixing, against float64 numpy references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from crossembed.uec import LaplaceEmbedder, UECEnsemble
+from crossembed.uec.gaussian import GaussianEmbedding
+
+
+def _unit(x):
+    x = np.asarray(x, dtype=np.float64)
+    n = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(n > 0, n, 1.0)
+
+
+def _hubness_reference(X, ref, k):
+    """Mean of each row's k best cosines to the reference rows (float64)."""
+    S = _unit(X) @ _unit(ref).T
+    k = min(k, S.shape[1])
+    return np.sort(S, axis=1)[:, ::-1][:, :k].mean(axis=1)
+
+
+def _fitted(D, n=60, seed=0, prior=2.0):
+    rng = np.random.default_rng(seed)
+    A = rng.normal(size=(n, D))
+    P = A + 0.5 * rng.normal(size=(n, D))
+    return LaplaceEmbedder(None, prior_precision=prior, batch_size=10, random_state=seed).fit_embeddings(A, P), A
+
+
+@pytest.mark.parametrize("D", [1, 13, 16, 33])
+def test_hubness_matches_the_numpy_reference(D):
+    emb, A = _fitted(D, seed=D)
+    ref = emb.hub_reference_
+    assert ref.shape == (60, D) and ref.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(ref, axis=1), 1.0, rtol=1e-5)
+    # the reference is the fit anchors themselves (unit), in their order
+    np.testing.assert_allclose(ref, _unit(A), rtol=1e-5, atol=1e-6)
+    X = np.random.default_rng(1).normal(size=(25, D)) * 1e3  # scale does not matter: cosines
+    for k in (1, 10, 60, 500):  # k = N and k > N (capped)
+        np.testing.assert_allclose(emb.hubness(X, k=k), _hubness_reference(X, A, k), rtol=1e-5, atol=1e-6)
+    # a GaussianEmbedding's mean is used the same way
+    g = GaussianEmbedding(X.astype(np.float32), np.ones_like(X, dtype=np.float32))
+    np.testing.assert_allclose(emb.hubness(g), _hubness_reference(X, A, 10), rtol=1e-5, atol=1e-6)
+
+
+def test_hubness_adversarial_inputs():
+    emb, A = _fitted(7, n=12, seed=3)
+    # ties: a row equal to a reference row, repeated; a zero row (cosine 0 everywhere); one row
+    X = np.vstack([A[[0, 0, 5]], np.zeros((1, 7)), 1e-30 * A[[2]], 1e30 * A[[3]]])
+    np.testing.assert_allclose(emb.hubness(X, k=3), _hubness_reference(X, A, 3), rtol=1e-5, atol=1e-6)
+    assert emb.hubness(X[3:4], k=3)[0] == 0.0
+    assert emb.hubness(np.zeros((0, 7))).shape == (0,)
+    one, A1 = _fitted(4, n=2, seed=4)  # N = 2 anchors
+    np.testing.assert_allclose(one.hubness(A1[:1], k=10), _hubness_reference(A1[:1], A1, 10), rtol=1e-5)
+    with pytest.raises(ValueError, match="dimension"):
+        emb.hubness(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="k"):
+        emb.hubness(X, k=0)
+
+
+def test_the_reference_is_capped_and_drawn_from_the_fit_anchors(monkeypatch):
+    import crossembed.uec.laplace as laplace_mod
+
+    monkeypatch.setattr(laplace_mod, "_HUB_REFERENCE_ROWS", 16)
+    emb, A = _fitted(5, n=60, seed=6)
+    ref = emb.hub_reference_.astype(np.float64)
+    assert ref.shape == (16, 5)
+    # every kept row is one of the anchors
+    assert (np.abs(ref @ _unit(A).T).max(axis=1) > 1 - 1e-5).all()
+
+
+def _experts(seed=0, n=80, D=12):
+    rng = np.random.default_rng(seed)
+    embs = []
+    for k in range(2):
+        e, _ = _fitted(D, n=n, seed=seed + 10 * k)
+        embs.append(e)
+    Q = [rng.normal(size=(9, D)) for _ in embs]
+    Dc = [rng.normal(size=(14, D)) for _ in embs]
+    return embs, [e.transform(q) for e, q in zip(embs, Q)], [e.transform(d) for e, d in zip(embs, Dc)]
+
+
+@pytest.mark.parametrize(("beta", "k"), [(0.5, 10), (1.3, 3)])
+def test_score_mixing_subtracts_the_weighted_hubness(beta, k):
+    embs, qc, dc = _experts()
+    ens = UECEnsemble(embs, hubness=beta, hubness_k=k)
+    q, d = ens.combine(qc, role="query"), ens.combine(dc, role="passage")
+    assert q.dim == d.dim == ens.dim == 12 + 12 + 2
+    assert not q.var[:, -2:].any() and not d.var[:, -2:].any()
+    w = q.weights.astype(np.float64) * ens._score_scales()[None, :]
+    want = np.zeros((9, 14))
+    for j, e in enumerate(embs):
+        r = _hubness_reference(dc[j].mean, e.hub_reference_, k)
+        want += w[:, j : j + 1] * (_unit(qc[j].mean) @ _unit(dc[j].mean).T - beta * r[None, :])
+    np.testing.assert_allclose(ens.similarity(q, d), want, rtol=1e-4, atol=1e-5)
+    _, top = ens.topk(q, d, 14)  # k = N
+    np.testing.assert_array_equal(top, np.argsort(-want, axis=1, kind="stable"))
+    # hubness=0 is the plain score mix, with the K coordinates gone
+    plain = UECEnsemble(embs, hubness=0)
+    assert plain.dim == 24 and plain.combine(dc, role="passage").dim == 24
+
+
+def test_a_hub_document_loses_its_lead():
+    # The fit anchors crowd around e1, so the document e1 is a hub (r ~ 1); e2 is far from them
+    # (r ~ 0.2). A query a bit closer to e1 than to e2 gets the hub first by cosine; CSLS
+    # (cos - r / 2) puts e2 first because the hub's lead (0.07) is smaller than r's half-gap.
+    rng = np.random.default_rng(2)
+    D = 16
+    eye = np.eye(D)
+    A = eye[0] + 0.1 * rng.normal(size=(200, D))
+    emb = LaplaceEmbedder(None, prior_precision=2.0, batch_size=20).fit_embeddings(A, A + 0.05 * rng.normal(size=A.shape))
+    docs = np.vstack([eye[0], eye[1], eye[2:7]])
+    r = emb.hubness(docs)
+    assert r[0] > 0.9 and r[1] < 0.5
+    q = (eye[0] + 0.9 * eye[1])[None]
+    first = []
+    for beta in (0.0, 0.5):
+        ens = UECEnsemble([emb], hubness=beta)
+        first.append(ens.topk(ens.combine([emb.transform(q)]), ens.combine([emb.transform(docs)], role="passage"), 1)[1][0, 0])
+    assert first == [0, 1]
+
+
+def test_hubness_options_are_checked():
+    embs, qc, dc = _experts(seed=5)
+    with pytest.raises(ValueError, match="hubness"):
+        UECEnsemble(embs, hubness=-0.1)
+    with pytest.raises(ValueError, match="hubness_k"):
+        UECEnsemble(embs, hubness_k=0)
+    with pytest.raises(ValueError, match="hubness"):
+        UECEnsemble(embs, hubness=0.5, mixing="embedding")
+    with pytest.raises(ValueError, match="hubness"):
+        UECEnsemble(embs, hubness=0.5, rules="official")
+    # where it cannot apply, the default turns it off
+    assert UECEnsemble(embs, mixing="embedding").hubness == 0.0
+    assert UECEnsemble(embs, rules="official").hubness == 0.0
+    assert UECEnsemble(embs).hubness == 0.5
+
+
+def test_state_round_trip_and_older_files():
+    embs, qc, dc = _experts(seed=7)
+    ens = UECEnsemble(embs, hubness=0.8, hubness_k=4)
+    arrays, meta = ens.get_state()
+    back = UECEnsemble.from_state(arrays, meta)
+    assert (back.hubness, back.hubness_k) == (0.8, 4)
+    np.testing.assert_array_equal(back.combine(dc, role="passage").mean, ens.combine(dc, role="passage").mean)
+    # an ensemble saved before hubness scores without it
+    old_meta = {k: v for k, v in meta.items() if k not in ("hubness", "hubness_k")}
+    assert UECEnsemble.from_state(arrays, old_meta).hubness == 0.0
+    # an embedder saved before the fit anchors were kept: hubness needs a refit, hubness=0 works
+    arr, m = embs[0].get_state()
+    old = LaplaceEmbedder.from_state({k: v for k, v in arr.items() if k != "hub_reference"}, m)
+    assert old.hub_reference_ is None
+    with pytest.raises(ValueError, match="refit"):
+        old.hubness(np.ones((2, 12)))
+    with pytest.raises(ValueError, match="refit"):
+        UECEnsemble([old, embs[1]])
+    assert UECEnsemble([old, embs[1]], hubness=0).dim == 24
