@@ -15,45 +15,72 @@ def _unit(x):
     return x / np.where(n > 0, n, 1.0)
 
 
-def _hubness_reference(X, ref, k):
-    """Mean of each row's k best cosines to the reference rows (float64)."""
+def _hubness_reference(X, ref, k, positives=None):
+    """Mean of each row's k best cosines to the reference rows (float64), leaving out the
+    reference rows whose positive is the row itself (cosine >= 1 - 1e-5 to it)."""
     S = _unit(X) @ _unit(ref).T
-    k = min(k, S.shape[1])
-    return np.sort(S, axis=1)[:, ::-1][:, :k].mean(axis=1)
+    out = np.zeros(len(X))
+    for i, row in enumerate(S):
+        keep = np.ones(len(ref), bool)
+        if positives is not None:
+            P = _unit(positives).astype(np.float32).astype(np.float64)
+            c = _unit(X[i : i + 1]) @ P.T
+            j = int(np.argmax(c[0]))
+            if c[0, j] >= 1 - 1e-5:
+                keep = ~(P == P[j]).all(axis=1)
+        vals = np.sort(row[keep])[::-1][:k]
+        out[i] = vals.mean() if vals.size else 0.0
+    return out
 
 
-def _fitted(D, n=60, seed=0, prior=2.0):
+def _fitted(D, n=60, seed=0, prior=2.0, shared=0):
+    """An embedder fitted on n random pairs (the first ``shared`` + 1 pairs share one positive)."""
     rng = np.random.default_rng(seed)
     A = rng.normal(size=(n, D))
     P = A + 0.5 * rng.normal(size=(n, D))
-    return LaplaceEmbedder(None, prior_precision=prior, batch_size=10, random_state=seed).fit_embeddings(A, P), A
+    P[1 : shared + 1] = P[0]
+    return LaplaceEmbedder(None, prior_precision=prior, batch_size=10, random_state=seed).fit_embeddings(A, P), A, P
 
 
 @pytest.mark.parametrize("D", [1, 13, 16, 33])
 def test_hubness_matches_the_numpy_reference(D):
-    emb, A = _fitted(D, seed=D)
+    emb, A, P = _fitted(D, seed=D)
     ref = emb.hub_reference_
     assert ref.shape == (60, D) and ref.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(ref, axis=1), 1.0, rtol=1e-5)
     # the reference is the fit anchors themselves (unit), in their order
     np.testing.assert_allclose(ref, _unit(A), rtol=1e-5, atol=1e-6)
     X = np.random.default_rng(1).normal(size=(25, D)) * 1e3  # scale does not matter: cosines
+    X = np.vstack([X, P[:4]])  # fit documents: their own anchors are left out
     for k in (1, 10, 60, 500):  # k = N and k > N (capped)
-        np.testing.assert_allclose(emb.hubness(X, k=k), _hubness_reference(X, A, k), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(emb.hubness(X, k=k), _hubness_reference(X, A, k, P), rtol=1e-5, atol=1e-6)
     # a GaussianEmbedding's mean is used the same way
     g = GaussianEmbedding(X.astype(np.float32), np.ones_like(X, dtype=np.float32))
-    np.testing.assert_allclose(emb.hubness(g), _hubness_reference(X, A, 10), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(emb.hubness(g), _hubness_reference(X, A, 10, P), rtol=1e-5, atol=1e-6)
+
+
+def test_a_fit_document_leaves_out_its_own_anchors():
+    # pairs 0-2 share one positive: that document's three anchors do not count toward its hubness
+    emb, A, P = _fitted(9, n=30, seed=2, shared=2)
+    r = emb.hubness(P[:5], k=4)
+    np.testing.assert_allclose(r, _hubness_reference(P[:5], A, 4, P), rtol=1e-5, atol=1e-6)
+    S = _unit(P[:1]) @ _unit(A).T
+    assert np.argsort(-S[0])[0] in (0, 1, 2)  # its own anchor is its nearest, and left out
+    np.testing.assert_allclose(r[0], np.sort(np.delete(S[0], [0, 1, 2]))[::-1][:4].mean(), rtol=1e-5)
+    # with every anchor its own, nothing is left: hubness 0
+    lone, _, P1 = _fitted(3, n=3, seed=1, shared=2)
+    assert lone.hubness(P1[:1])[0] == 0.0
 
 
 def test_hubness_adversarial_inputs():
-    emb, A = _fitted(7, n=12, seed=3)
+    emb, A, P = _fitted(7, n=12, seed=3)
     # ties: a row equal to a reference row, repeated; a zero row (cosine 0 everywhere); one row
     X = np.vstack([A[[0, 0, 5]], np.zeros((1, 7)), 1e-30 * A[[2]], 1e30 * A[[3]]])
-    np.testing.assert_allclose(emb.hubness(X, k=3), _hubness_reference(X, A, 3), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(emb.hubness(X, k=3), _hubness_reference(X, A, 3, P), rtol=1e-5, atol=1e-6)
     assert emb.hubness(X[3:4], k=3)[0] == 0.0
     assert emb.hubness(np.zeros((0, 7))).shape == (0,)
-    one, A1 = _fitted(4, n=2, seed=4)  # N = 2 anchors
-    np.testing.assert_allclose(one.hubness(A1[:1], k=10), _hubness_reference(A1[:1], A1, 10), rtol=1e-5)
+    one, A1, P1 = _fitted(4, n=2, seed=4)  # N = 2 anchors
+    np.testing.assert_allclose(one.hubness(A1[:1], k=10), _hubness_reference(A1[:1], A1, 10, P1), rtol=1e-5)
     with pytest.raises(ValueError, match="dimension"):
         emb.hubness(np.ones((2, 3)))
     with pytest.raises(ValueError, match="k"):
@@ -64,7 +91,7 @@ def test_the_reference_is_capped_and_drawn_from_the_fit_anchors(monkeypatch):
     import crossembed.uec.laplace as laplace_mod
 
     monkeypatch.setattr(laplace_mod, "_HUB_REFERENCE_ROWS", 16)
-    emb, A = _fitted(5, n=60, seed=6)
+    emb, A, _ = _fitted(5, n=60, seed=6)
     ref = emb.hub_reference_.astype(np.float64)
     assert ref.shape == (16, 5)
     # every kept row is one of the anchors
@@ -75,7 +102,7 @@ def _experts(seed=0, n=80, D=12):
     rng = np.random.default_rng(seed)
     embs = []
     for k in range(2):
-        e, _ = _fitted(D, n=n, seed=seed + 10 * k)
+        e, _, _ = _fitted(D, n=n, seed=seed + 10 * k)
         embs.append(e)
     Q = [rng.normal(size=(9, D)) for _ in embs]
     Dc = [rng.normal(size=(14, D)) for _ in embs]
@@ -110,7 +137,9 @@ def test_a_hub_document_loses_its_lead():
     D = 16
     eye = np.eye(D)
     A = eye[0] + 0.1 * rng.normal(size=(200, D))
-    emb = LaplaceEmbedder(None, prior_precision=2.0, batch_size=20).fit_embeddings(A, A + 0.05 * rng.normal(size=A.shape))
+    emb = LaplaceEmbedder(None, prior_precision=2.0, batch_size=20).fit_embeddings(
+        A, A + 0.05 * rng.normal(size=A.shape)
+    )
     docs = np.vstack([eye[0], eye[1], eye[2:7]])
     r = emb.hubness(docs)
     assert r[0] > 0.9 and r[1] < 0.5
@@ -118,7 +147,9 @@ def test_a_hub_document_loses_its_lead():
     first = []
     for beta in (0.0, 0.5):
         ens = UECEnsemble([emb], hubness=beta)
-        first.append(ens.topk(ens.combine([emb.transform(q)]), ens.combine([emb.transform(docs)], role="passage"), 1)[1][0, 0])
+        first.append(
+            ens.topk(ens.combine([emb.transform(q)]), ens.combine([emb.transform(docs)], role="passage"), 1)[1][0, 0]
+        )
     assert first == [0, 1]
 
 

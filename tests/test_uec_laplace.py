@@ -207,15 +207,21 @@ def test_saved_state_keeps_its_array_names():
     A, P = _pairs(B=20, D=4, seed=10)
     for hessian, names in (("diag", {"H"}), ("kron", {"s_in", "u_in", "s_out", "u_out"})):
         arrays, meta = LaplaceEmbedder(None, hessian=hessian, batch_size=5).fit_embeddings(A, P).get_state()
-        assert set(arrays) == {
-            "dim",
-            "prior_precision",
-            "n_pairs",
-            "trace_stats",
-            "score_scale",
-            "rank_head",
-            "hub_reference",
-        } | names
+        assert (
+            set(arrays)
+            == {
+                "dim",
+                "prior_precision",
+                "n_pairs",
+                "trace_stats",
+                "score_scale",
+                "rank_head",
+                "hub_reference",
+            "hub_positives",
+            "hub_groups",
+            }
+            | names
+        )
         assert meta["hessian"] == hessian
 
 

@@ -106,8 +106,10 @@ def test_default_scores_the_rank_weighted_cosine():
     assert not q.var.any() and not d.var.any()
     w = q.weights.astype(np.float64) * ens._score_scales()[None, :]
     # minus half of each document's hubness (CSLS): the mean of its 10 best cosines to the fit anchors
-    hub = [np.sort(dc[k].mean.astype(np.float64) @ e.hub_reference_.T.astype(np.float64), axis=1)[:, -10:].mean(axis=1)
-           for k, e in enumerate(embedders)]
+    hub = [
+        np.sort(dc[k].mean.astype(np.float64) @ e.hub_reference_.T.astype(np.float64), axis=1)[:, -10:].mean(axis=1)
+        for k, e in enumerate(embedders)
+    ]
     want = sum(w[:, k : k + 1] * (qc[k].mean @ dc[k].mean.T - 0.5 * hub[k][None, :]) for k in range(2))
     np.testing.assert_allclose(ens.similarity(q, d), want, rtol=1e-4, atol=1e-5)
     lap = UECEnsemble(embedders, confidence_scoring="laplace").combine(qc, role="query")

@@ -17,9 +17,9 @@ Everything the tables in ``docs/uec.md`` show is computed here:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
