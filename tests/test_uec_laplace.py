@@ -217,8 +217,8 @@ def test_saved_state_keeps_its_array_names():
                 "score_scale",
                 "rank_head",
                 "hub_reference",
-            "hub_positives",
-            "hub_groups",
+                "hub_positives",
+                "hub_groups",
             }
             | names
         )

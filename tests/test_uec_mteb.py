@@ -105,10 +105,20 @@ def test_mteb_similarity_is_the_ensembles(model):
     q = model.encode([{"text": queries}], prompt_type="query")
     d = model.encode([{"text": docs}], prompt_type="document")
     D = model.ensemble.dim
-    assert q.shape == (4, 2 * D) and (q[:, D:] > 0).all()
+    assert q.shape == (4, 2 * D) and (q[:, D:] >= 0).all()  # [mean | var]
     ref = model.ensemble.similarity(queries, docs)
     np.testing.assert_allclose(model.similarity(q, d), ref, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(model.similarity_pairwise(q, d), np.diag(ref), rtol=1e-5, atol=1e-6)
+    # symmetric tasks (no prompt type): text against text, without the document-hubness term
+    from crossembed.uec import UECEnsemble
+
+    K = model.ensemble.n_models
+    s1 = model.encode([{"text": queries}], prompt_type=None)
+    s2 = model.encode([{"text": docs}], prompt_type=None)
+    assert not s1[:, D - K : D].any()
+    plain = UECEnsemble(model.ensemble.embedders, hubness=0)
+    want = plain.similarity(*(plain.encode(t, role="query", show_progress_bar=False) for t in (queries, docs)))
+    np.testing.assert_allclose(model.similarity(s1, s2), want, rtol=1e-5, atol=1e-6)
     assert model.mteb_model_meta.name == "crossembed/uec-test"
     with pytest.raises(ValueError, match="columns"):
         model.similarity(q[:, :D], d)

@@ -156,14 +156,15 @@ def run(args) -> int:
             sims = q_comps[k].mean @ d_comps[k].mean.T
             top = np.argsort(-sims, axis=1, kind="stable")[:, :100]
             rows.append({"method": name, **_metrics(ranking_metrics(top, relevant), langs)})
-        ensembles = {
-            "uniform ensemble": UECEnsemble(embedders, weights="uniform", use_variance=False),
-            "UEC, Laplace-trace weights (paper rules)": UECEnsemble(embedders, uncertainty="laplace"),
+        ensembles = {  # the published rules and the baselines score without document hubness
+            "uniform ensemble": UECEnsemble(embedders, weights="uniform", use_variance=False, hubness=0),
+            "uniform ensemble + hubness (CSLS)": UECEnsemble(embedders, weights="uniform", use_variance=False),
+            "UEC, Laplace-trace weights (paper rules)": UECEnsemble(embedders, uncertainty="laplace", hubness=0),
             "UEC, official code's rules (diag posterior)": UECEnsemble(
                 forms["diag"], uncertainty="laplace", rules="official"
             ),
-            "UEC, retrieval-confidence routing": UECEnsemble(embedders, uncertainty="confidence"),
-            "UEC (default: rank-head routing)": UECEnsemble(embedders),
+            "UEC, retrieval-confidence routing": UECEnsemble(embedders, uncertainty="confidence", hubness=0),
+            "UEC (default: rank-head routing + hubness)": UECEnsemble(embedders),
         }
         for label, ens in ensembles.items():
             served = label.startswith("UEC (default")

@@ -11,7 +11,10 @@ UEC's scores; tasks that feed the vectors to a classifier or k-means see the
 ``[mean | var]`` features (``vectors="mean"`` gives the means only).
 
 Queries are encoded with role ``"query"``, documents (``PromptType.document``)
-as ``"passage"``; symmetric tasks (no prompt type) use ``"query"`` on both sides.
+as ``"passage"``; symmetric tasks (no prompt type) use ``"query"`` on both sides,
+with the ensemble's document-hubness coordinates set to zero (a text compared
+with a text has no document side; otherwise two queries would score
+``beta^2 sum_k w_k w'_k`` extra).
 With confidence routing (the ensemble's default) the last document batch
 encoded becomes the reference collection the queries' confidence is measured
 over, as :meth:`UECIndex.build` does for an index.
@@ -117,6 +120,8 @@ class UECMTEBEncoder:
             # confidence of the queries is measured over (what UECIndex.build does)
             self.ensemble.set_reference(comps)
         g = self.ensemble.combine(comps, role=role)
+        if self.ensemble.hubness > 0 and getattr(prompt_type, "value", prompt_type) is None:
+            g.mean[:, -self.ensemble.n_models :] = 0.0  # symmetric task (module docstring)
         if self.vectors == "mean":
             return g.mean
         return np.concatenate([g.mean, g.var], axis=1)
