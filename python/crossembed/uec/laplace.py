@@ -561,16 +561,16 @@ class LaplaceEmbedder:
         if m.shape[0] == 0:
             return np.zeros(0)
         m = normalize_rows(m).astype(np.float32)
-        zeros = np.zeros_like(m)  # zero variances: the probit score is the cosine
         groups, positives = self._state["hub_groups"], self._state["hub_positives"]
         n_ref = ref.shape[0]
         k = min(k, n_ref)
         # enough candidates to drop the largest group of anchors sharing one positive
         width = min(n_ref, k + int(np.bincount(groups).max()))
-        vals, idx = kernels.probit_topk(m, zeros, ref, np.zeros_like(ref), width, num_threads=num_threads)
-        near, which = kernels.probit_topk(m, zeros, positives, np.zeros_like(positives), 1, num_threads=num_threads)
-        own = np.where(near[:, 0] >= _SAME_TEXT_COSINE, which[:, 0], -1)
-        keep = groups[idx] != own[:, None]
+        # the tiled dot-product top-k (GEH's list kernel); the column lists it also returns are unused
+        vals, idx, _, _ = kernels.topk_rows_and_columns(m, ref, width, 1, num_threads=num_threads)
+        # an anchor is the input's own when its positive is the input: only listed anchors can matter
+        own = kernels.candidate_dots(m, positives, groups[idx], num_threads=num_threads) >= _SAME_TEXT_COSINE
+        keep = ~own
         keep &= np.cumsum(keep, axis=1) <= k  # the k best of the others
         count = keep.sum(axis=1)
         total = np.where(keep, vals.astype(np.float64), 0.0).sum(axis=1)
