@@ -673,10 +673,15 @@ Rows:
   sharper weights go); *x Laplace*:
   sigma_k^2 times the Laplace trace relative to its fit-set mean (weights
   only);
+* *+ hubness (CSLS)*: each model's score minus half its document hubness
+  (the mean of the document's 10 best cosines to that model's fit anchors,
+  a fit document's own anchors left out; `hubness=0.5`). Every row above
+  these scores without it;
 * *UEC default (as shipped)*: `UECEnsemble(embedders)` with every default
-  (confidence routing, T = 2, not tuned here), and its ablations (*- Unc
-  Sim*: rank by the mean score without the variance; *- Unc Conv*: uniform
-  coefficients).
+  (rank-head routing, T = 0.5, deterministic scoring, hubness 1/2; not tuned
+  here), and its ablations (*- Unc Sim*: rank by the mean score without the
+  variance; *- Unc Conv*: uniform coefficients; *- hubness*: `hubness=0`, the
+  previous default).
 
 Settings tuned per draw on the dev half (column *chosen*): T from {T_GRID}
 (standardised traces; times the mean raw trace std for the paper's raw
