@@ -76,6 +76,13 @@ def test_encode_build_search(tmp_path, capsys, monkeypatch):
     )
     info = json.loads(capsys.readouterr().out)
     assert info["n_docs"] == 40 and info["dim"] == 32 + 2  # two models, plus their hubness coordinates
+    build = ["index", "build", str(tmp_path / "docs.txt"), "--models", "toy-a,toy-b"]
+    build += ["--fit-pairs", str(tmp_path / "pairs.tsv"), "--M", "8", "--json", "--quiet"]
+    assert main([*build, "-o", str(tmp_path / "plain.uec"), "--hubness", "0"]) == 0
+    assert json.loads(capsys.readouterr().out)["dim"] == 32
+    assert main([*build, "-o", str(tmp_path / "bad.uec"), "--hubness", "-1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "hubness" in err and not (tmp_path / "bad.uec").exists()
     for exact in ([], ["--exact"]):
         assert (
             main(["index", "search", str(tmp_path / "i.uec"), "--query", "the cow sat", "-k", "3", "--json", *exact])

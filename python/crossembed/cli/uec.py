@@ -87,7 +87,12 @@ def _index_build(args) -> int:
         ).fit_embeddings(A, P)
         embedders.append(lap)
     ens = UECEnsemble(
-        embedders, temperature=args.temperature, mixing=args.mixing, rules=args.rules, uncertainty=args.uncertainty
+        embedders,
+        temperature=args.temperature,
+        mixing=args.mixing,
+        rules=args.rules,
+        uncertainty=args.uncertainty,
+        hubness=args.hubness,
     )
     index = UECIndex.build(
         ens,
@@ -284,9 +289,17 @@ def register(subparsers) -> None:
     b.add_argument("--rules", choices=("paper", "official"), default="paper", help="UEC rule set (docs/uec.md)")
     b.add_argument(
         "--uncertainty",
-        choices=("confidence", "laplace", "confidence*laplace"),
-        default="confidence",
-        help="what routes the queries: retrieval confidence over the indexed documents (default) or the Laplace posterior",
+        choices=("rank", "confidence", "laplace", "confidence*laplace"),
+        default="rank",
+        help="what routes the queries: each model's predicted rank (default), retrieval confidence over the "
+        "indexed documents, or the Laplace posterior (docs/uec.md)",
+    )
+    b.add_argument(
+        "--hubness",
+        type=float,
+        default=None,
+        help="weight of each document's hubness taken off its per-model scores (default 0.5, CSLS, for score "
+        "mixing under the paper's rules; 0 turns it off)",
     )
     b.add_argument("--prior-precision", default="marglik", help="'marglik', 'nll' or a number")
     b.add_argument("--M", type=int, default=32)
