@@ -34,7 +34,8 @@ def fitted():
     docs[: N // 4] = P[rng.integers(0, M, N // 4)]  # fit documents
     docs /= np.linalg.norm(docs, axis=1, keepdims=True)
     ref = emb.hub_reference_
-    own_pos = emb.get_state()[0]["hub_positives"][emb.get_state()[0]["hub_groups"]]  # each anchor's positive
+    state = emb.get_state()[0]
+    own_pos = state["hub_positives"][state["hub_groups"]]  # each anchor's positive
     return emb, np.ascontiguousarray(docs, dtype=np.float32), ref, np.ascontiguousarray(own_pos)
 
 
