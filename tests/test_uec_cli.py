@@ -78,8 +78,9 @@ def test_encode_build_search(tmp_path, capsys, monkeypatch):
     assert info["n_docs"] == 40 and info["dim"] == 32 + 2  # two models, plus their hubness coordinates
     build = ["index", "build", str(tmp_path / "docs.txt"), "--models", "toy-a,toy-b"]
     build += ["--fit-pairs", str(tmp_path / "pairs.tsv"), "--M", "8", "--json", "--quiet"]
-    assert main([*build, "-o", str(tmp_path / "plain.uec"), "--hubness", "0"]) == 0
-    assert json.loads(capsys.readouterr().out)["dim"] == 32
+    assert main([*build, "-o", str(tmp_path / "plain.uec"), "--hubness", "0", "--no-query-head"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["dim"] == 32 and plain["query_head"] is False
     assert main([*build, "-o", str(tmp_path / "bad.uec"), "--hubness", "-1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "hubness" in err and not (tmp_path / "bad.uec").exists()

@@ -77,7 +77,13 @@ def test_embedding_mixing_normalises_the_convolution(trio):
 @pytest.mark.parametrize("calibrate", [True, False])
 def test_score_mixing_is_the_probit_of_the_weighted_score_sum(trio, calibrate):
     ens = UECEnsemble(
-        trio, uncertainty="laplace", temperature=0.5, mixing="score", calibrate_scores=calibrate, hubness=0
+        trio,
+        uncertainty="laplace",
+        temperature=0.5,
+        mixing="score",
+        calibrate_scores=calibrate,
+        hubness=0,
+        query_head=False,
     )
     qc, dc = _components(trio, n=5, seed=3), _components(trio, n=7, seed=4)
     q, d = ens.combine(qc, role="query"), ens.combine(dc, role="passage")

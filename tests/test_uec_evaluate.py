@@ -104,7 +104,15 @@ def test_evaluate_task_end_to_end():
         "UEC default - hubness",
         "a + hubness (CSLS)",
         "uniform ensemble (calibrated scores) + hubness (CSLS)",
+        "a + query head + hubness",
+        "uniform ensemble (calibrated scores) + query head + hubness",
+        "UEC default - query head",
     }
+    # only the default's kron posteriors carry query heads (the diag rows score without them)
+    assert all(isinstance(p["query_head_penalty"], float) for k, p in res["posteriors"].items() if k.endswith("/kron"))
+    assert all(p["query_head_penalty"] is None for k, p in res["posteriors"].items() if k.endswith("/diag"))
+    if np.isfinite(res["posteriors"]["a/kron"]["query_head_penalty"]):  # a head that moved a's queries
+        assert rows["a + query head + hubness"]["ndcg@10"] != rows["a + hubness (CSLS)"]["ndcg@10"]
     # the hubness rows differ from their plain twins; the baselines and variants score without it
     assert rows["a + hubness (CSLS)"]["ndcg@10"] != rows["a"]["ndcg@10"]
     assert rows["UEC default - hubness"]["ndcg@10"] != rows["UEC default (as shipped)"]["ndcg@10"]
@@ -128,6 +136,7 @@ def test_evaluate_task_end_to_end():
     md = render_markdown([res], command="crossembed uec-eval --test")
     assert "| paper: kron, score mixing |" in md and "Findings" in md and "uec-eval --test" in md
     assert "w(b) foreign" in md and "vs uniform ensemble (calibrated scores) + hubness (CSLS)" in md
+    assert "vs uniform ensemble (calibrated scores) + query head + hubness" in md and "| query head |" in md
     json.dumps(res, default=float)
     core = evaluate_task(uec, emb, models=["a", "b"], n_draws=2, row_set="core", show_progress_bar=False)
     assert "UEC default (as shipped)" in core["rows"] and "paper: diag, score mixing" not in core["rows"]

@@ -219,6 +219,8 @@ def test_saved_state_keeps_its_array_names():
                 "hub_reference",
                 "hub_positives",
                 "hub_groups",
+                "query_head",
+                "query_head_penalty",
             }
             | names
         )

@@ -105,12 +105,19 @@ def test_default_scores_the_rank_weighted_cosine():
     q, d = ens.combine(qc, role="query"), ens.combine(dc, role="passage")
     assert not q.var.any() and not d.var.any()
     w = q.weights.astype(np.float64) * ens._score_scales()[None, :]
-    # minus half of each document's hubness (CSLS): the mean of its 10 best cosines to the fit anchors
+
+    def mapped(k, x):  # the query head: normalize(x W_k), the identity where the held-out pairs kept it
+        head = embedders[k].query_head_
+        x = x.astype(np.float64) if head.is_identity else x.astype(np.float64) @ head.weight.astype(np.float64)
+        return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+    assert ens.query_head
+    # minus half of each document's hubness (CSLS): the mean of its 10 best cosines to the mapped fit anchors
     hub = [
-        np.sort(dc[k].mean.astype(np.float64) @ e.hub_reference_.T.astype(np.float64), axis=1)[:, -10:].mean(axis=1)
+        np.sort(dc[k].mean.astype(np.float64) @ mapped(k, e.hub_reference_).T, axis=1)[:, -10:].mean(axis=1)
         for k, e in enumerate(embedders)
     ]
-    want = sum(w[:, k : k + 1] * (qc[k].mean @ dc[k].mean.T - 0.5 * hub[k][None, :]) for k in range(2))
+    want = sum(w[:, k : k + 1] * (mapped(k, qc[k].mean) @ dc[k].mean.T - 0.5 * hub[k][None, :]) for k in range(2))
     np.testing.assert_allclose(ens.similarity(q, d), want, rtol=1e-4, atol=1e-5)
     lap = UECEnsemble(embedders, confidence_scoring="laplace").combine(qc, role="query")
     assert lap.var.any()  # "laplace" keeps the posterior variances

@@ -120,9 +120,9 @@ def run(args) -> int:
     fw = np.array([word_row[w] for w, _ in fit_words], dtype=np.int64)
     fg = np.array([r for _, r in fit_words], dtype=np.int64)
 
-    def fitted(hessian):
+    def fitted(hessian):  # query heads only where the default uses them (kron)
         return [
-            LaplaceEmbedder(name, hessian=hessian).fit_embeddings(
+            LaplaceEmbedder(name, hessian=hessian, query_head=hessian == "kron").fit_embeddings(
                 np.concatenate([ex_emb[name][fit], wd_emb[name][fw]]),
                 np.concatenate([gl_emb[name][fit], gl_emb[name][fg]]),
             )
@@ -156,15 +156,18 @@ def run(args) -> int:
             sims = q_comps[k].mean @ d_comps[k].mean.T
             top = np.argsort(-sims, axis=1, kind="stable")[:, :100]
             rows.append({"method": name, **_metrics(ranking_metrics(top, relevant), langs)})
-        ensembles = {  # the published rules and the baselines score without document hubness
-            "uniform ensemble": UECEnsemble(embedders, weights="uniform", use_variance=False, hubness=0),
-            "uniform ensemble + hubness (CSLS)": UECEnsemble(embedders, weights="uniform", use_variance=False),
-            "UEC, Laplace-trace weights (paper rules)": UECEnsemble(embedders, uncertainty="laplace", hubness=0),
+        plain = {"hubness": 0, "query_head": False}  # the published rules and the baselines: neither correction
+        uniform = {"weights": "uniform", "use_variance": False}
+        ensembles = {
+            "uniform ensemble": UECEnsemble(embedders, **uniform, **plain),
+            "uniform ensemble + hubness (CSLS)": UECEnsemble(embedders, **uniform, query_head=False),
+            "uniform ensemble + query head + hubness": UECEnsemble(embedders, **uniform),
+            "UEC, Laplace-trace weights (paper rules)": UECEnsemble(embedders, uncertainty="laplace", **plain),
             "UEC, official code's rules (diag posterior)": UECEnsemble(
                 forms["diag"], uncertainty="laplace", rules="official"
             ),
-            "UEC, retrieval-confidence routing": UECEnsemble(embedders, uncertainty="confidence", hubness=0),
-            "UEC (default: rank-head routing + hubness)": UECEnsemble(embedders),
+            "UEC, retrieval-confidence routing": UECEnsemble(embedders, uncertainty="confidence", **plain),
+            "UEC (default: rank-head routing + query head + hubness)": UECEnsemble(embedders),
         }
         for label, ens in ensembles.items():
             served = label.startswith("UEC (default")

@@ -83,8 +83,12 @@ def _index_build(args) -> int:
         P = encode_cached(enc, [p for _, p in pairs], role="passage", show_progress_bar=not args.quiet)
         # the loaded model is reused for the documents; its name is what the index file records
         lap = LaplaceEmbedder(
-            enc, hessian=args.hessian, prior_precision=_prior(args.prior_precision), random_state=args.seed
-        ).fit_embeddings(A, P)
+            enc,
+            hessian=args.hessian,
+            prior_precision=_prior(args.prior_precision),
+            random_state=args.seed,
+            query_head=args.query_head,
+        ).fit_embeddings(A, P, show_progress_bar=not args.quiet)
         embedders.append(lap)
     ens = UECEnsemble(
         embedders,
@@ -93,6 +97,7 @@ def _index_build(args) -> int:
         rules=args.rules,
         uncertainty=args.uncertainty,
         hubness=args.hubness,
+        query_head=None if args.query_head else False,
     )
     index = UECIndex.build(
         ens,
@@ -113,6 +118,7 @@ def _index_build(args) -> int:
         "models": models,
         "fit_pairs": len(pairs),
         "prior_precision": [e.prior_precision_ for e in embedders],
+        "query_head": ens.query_head,
     }
     print_result(info, args.json, lambda i: f"wrote a {i['n_docs']}-document UEC index ({i['dim']}-d) to {i['output']}")
     return 0
@@ -300,6 +306,13 @@ def register(subparsers) -> None:
         default=None,
         help="weight of each document's hubness taken off its per-model scores (default 0.5, CSLS, for score "
         "mixing under the paper's rules; 0 turns it off)",
+    )
+    b.add_argument(
+        "--no-query-head",
+        dest="query_head",
+        action="store_false",
+        help="fit no query heads (a linear map of each model's queries, fitted on the pairs and used by default "
+        "for score mixing under the paper's rules; docs/uec.md)",
     )
     b.add_argument("--prior-precision", default="marglik", help="'marglik', 'nll' or a number")
     b.add_argument("--M", type=int, default=32)

@@ -298,23 +298,30 @@ def row_specs(models: Sequence[str]) -> List[RowSpec]:
             "rank head, hard routing (T = 0.01, bound)", "kron", {**score, "uncertainty": "rank", "temperature": 0.01}
         ),
     ]
-    # every row above scores without document hubness (the default since it was measured): the
-    # baselines are what a user gets without UEC, the variants compare routing rules alone
-    rows = [dataclasses.replace(r, kwargs={"hubness": 0.0, **r.kwargs}) for r in rows]
-    rows += [RowSpec(f"{m} + hubness (CSLS)", "kron", {"use_variance": False}, models=[m]) for m in models]
+    # every row above scores without document hubness or query heads (the defaults since they were
+    # measured): the baselines are what a user gets without UEC, the variants compare routing rules alone
+    no_head = {"query_head": False}
+    rows = [dataclasses.replace(r, kwargs={"hubness": 0.0, **no_head, **r.kwargs}) for r in rows]
+    rows += [RowSpec(f"{m} + hubness (CSLS)", "kron", {"use_variance": False, **no_head}, models=[m]) for m in models]
+    rows += [RowSpec(HUBNESS_UNIFORM_ROW, "kron", {"weights": "uniform", "use_variance": False, **no_head})]
+    # the same fitted query heads without the routing: what the routing adds on top of them
+    rows += [RowSpec(f"{m} + query head + hubness", "kron", {"use_variance": False}, models=[m]) for m in models]
     rows += [
-        RowSpec(HUBNESS_UNIFORM_ROW, "kron", {"weights": "uniform", "use_variance": False}),
+        RowSpec(HEAD_UNIFORM_ROW, "kron", {"weights": "uniform", "use_variance": False}),
         # the library's defaults as shipped (UECEnsemble() / LaplaceEmbedder()), T not tuned
         RowSpec(DEFAULT_ROW, "kron", {}),
         RowSpec("UEC default - Unc Sim", "kron", {"use_variance": False}),
         RowSpec("UEC default - Unc Conv", "kron", {"weights": "uniform", "uncertainty": "laplace"}),
         RowSpec("UEC default - hubness", "kron", {"hubness": 0.0}),
+        RowSpec(NO_HEAD_ROW, "kron", no_head),
     ]
     return rows
 
 
 DEFAULT_ROW = "UEC default (as shipped)"
 HUBNESS_UNIFORM_ROW = "uniform ensemble (calibrated scores) + hubness (CSLS)"
+HEAD_UNIFORM_ROW = "uniform ensemble (calibrated scores) + query head + hubness"
+NO_HEAD_ROW = "UEC default - query head"
 #: ``row_set="core"``: the rows the issue asks for (what a slow machine can afford on WordNet)
 CORE_ROWS = (
     "uniform ensemble (mean of scores)",
@@ -330,9 +337,11 @@ CORE_ROWS = (
     "rank head (kron Laplace variances in the probit)",
     "rank head, official rules (beta cosine)",
     HUBNESS_UNIFORM_ROW,
+    HEAD_UNIFORM_ROW,
     DEFAULT_ROW,
     "UEC default - Unc Conv",
     "UEC default - hubness",
+    NO_HEAD_ROW,
 )
 
 
@@ -365,7 +374,12 @@ def last_dense_components(
     for m in models:
         try:
             e = LaplaceEmbedder(
-                m, layer="last_dense", hessian=hessian, prior_precision=prior_precision, random_state=seed
+                m,
+                layer="last_dense",
+                hessian=hessian,
+                prior_precision=prior_precision,
+                random_state=seed,
+                query_head=False,  # the last_dense rows compare posteriors, without heads
             )
             any_last = True
         except NotImplementedError as exc:
@@ -373,7 +387,9 @@ def last_dense_components(
         except (TypeError, ValueError) as exc:
             if "not implemented" in str(exc):
                 return None, f"layer='last_dense' not available ({exc})"
-            e = LaplaceEmbedder(m, hessian=hessian, prior_precision=prior_precision, random_state=seed)
+            e = LaplaceEmbedder(
+                m, hessian=hessian, prior_precision=prior_precision, random_state=seed, query_head=False
+            )
             head_for.append(m)
         try:
             e.fit(uec_task.fit_pairs, show_progress_bar=show_progress_bar)
@@ -381,7 +397,9 @@ def last_dense_components(
             if e.layer == "head":
                 raise
             # this model cannot take the last_dense posterior (not a torch model): head posterior instead
-            e = LaplaceEmbedder(m, hessian=hessian, prior_precision=prior_precision, random_state=seed)
+            e = LaplaceEmbedder(
+                m, hessian=hessian, prior_precision=prior_precision, random_state=seed, query_head=False
+            )
             e.fit(uec_task.fit_pairs, show_progress_bar=show_progress_bar)
             head_for.append(m)
         embedders.append(e)
@@ -440,8 +458,14 @@ def evaluate_task(
     for hessian in ("kron", "diag"):
         lst = []
         for m in models:
+            # only the default's (kron) posterior carries query heads: every diag row scores without them
             e = LaplaceEmbedder(
-                m, hessian=hessian, curvature=curvature, prior_precision=prior_precision, random_state=seed
+                m,
+                hessian=hessian,
+                curvature=curvature,
+                prior_precision=prior_precision,
+                random_state=seed,
+                query_head=hessian == "kron",
             ).fit_embeddings(emb.fit_anchors[m], emb.fit_positives[m])
             lst.append(e)
         embedders[hessian] = lst
@@ -471,6 +495,7 @@ def evaluate_task(
                 "n_pairs": e.n_pairs_,
                 "trace_mean": e.trace_mean_,
                 "trace_std": e.trace_std_,
+                "query_head_penalty": None if e.query_head_ is None else e.query_head_.penalty,
             }
 
     def run(spec: RowSpec, **over) -> Ranking:
@@ -708,6 +733,8 @@ def _verdicts(res: Dict[str, Any]) -> List[str]:
     bases = ("uniform ensemble (mean of scores)", "uniform ensemble (calibrated scores)", best_single)
     # the same document hubness without the routing: what the routing itself adds
     bases += tuple(b for b in (HUBNESS_UNIFORM_ROW, f"{best_single} + hubness (CSLS)") if b in nd)
+    # and with the same query heads: what the routing adds on top of everything else
+    bases += tuple(b for b in (HEAD_UNIFORM_ROW, f"{best_single} + query head + hubness") if b in nd)
     for base in bases:
         d = nd[uec] - nd[base]
         out.append(f"* {uec} vs {base}: {d:+.2f} nDCG@10 ({'better' if d > 0 else 'not better'}).")
@@ -747,6 +774,10 @@ def _targets(results: Sequence[Dict[str, Any]]) -> List[str]:
         if hub in rows:  # not a target: the same document correction on the single model
             d = rows[DEFAULT_ROW]["ndcg@10"][0] - rows[hub]["ndcg@10"][0]
             out.append(f"  (against {hub}: {d:+.2f} nDCG@10.)")
+        head = f"{multi} + query head + hubness"
+        if head in rows:  # nor this: the single model with the same head and correction
+            d = rows[DEFAULT_ROW]["ndcg@10"][0] - rows[head]["ndcg@10"][0]
+            out.append(f"  (against {head}: {d:+.2f} nDCG@10.)")
         r = rows[DEFAULT_ROW]
         if "w_multi[foreign]" in r:
             dw = r["w_multi[foreign]"][0] - r["w_multi[en]"][0]
@@ -763,6 +794,9 @@ def _targets(results: Sequence[Dict[str, Any]]) -> List[str]:
         if HUBNESS_UNIFORM_ROW in rows:  # not a target: how much of it the document correction alone gives
             d = rows[DEFAULT_ROW]["ndcg@10"][0] - rows[HUBNESS_UNIFORM_ROW]["ndcg@10"][0]
             out.append(f"  (against {HUBNESS_UNIFORM_ROW}: {d:+.2f} nDCG@10.)")
+        if HEAD_UNIFORM_ROW in rows:  # nor this: what the routing adds to the same heads and correction
+            d = rows[DEFAULT_ROW]["ndcg@10"][0] - rows[HEAD_UNIFORM_ROW]["ndcg@10"][0]
+            out.append(f"  (against {HEAD_UNIFORM_ROW}: {d:+.2f} nDCG@10.)")
     return ["## Issue 11's targets (UEC default as shipped, test halves)", ""] + out + [""] if out else []
 
 
@@ -817,15 +851,17 @@ def render_markdown(results: Sequence[Dict[str, Any]], *, command: str = "", per
                 lines.append(f"| {name} | {lang} | " + " | ".join(f"{x:.3f}" for x in w) + " |")
         lines += [
             "",
-            "Posteriors (prior precision by marginal likelihood; fit time on this machine):",
+            "Posteriors (prior precision by marginal likelihood; fit time on this machine, query head"
+            " included; query head: the penalty per pair chosen on held-out pairs, inf = the identity kept):",
             "",
-            "| model/form | prior precision | fit s | pairs | trace mean | trace std |",
-            "|---|---|---|---|---|---|",
+            "| model/form | prior precision | fit s | pairs | trace mean | trace std | query head |",
+            "|---|---|---|---|---|---|---|",
         ]
         for key, p in res["posteriors"].items():
+            c = p.get("query_head_penalty")
             lines.append(
                 f"| {key} | {p['prior_precision']:.3g} | {p['fit_seconds']:.1f} | {p['n_pairs']} | "
-                f"{p['trace_mean']:.4g} | {p['trace_std']:.3g} |"
+                f"{p['trace_mean']:.4g} | {p['trace_std']:.3g} | {'' if c is None else f'{c:g}'} |"
             )
         lines.append("")
     if perf_note:

@@ -94,6 +94,14 @@ the probit kernel rank it unchanged. Measured in ``docs/uec.md``: +0.61
 nDCG@10 on WordNet (22.23 vs 21.62) and +2.73 on FreeDict (24.51 vs 21.78)
 over the same routing without it.
 
+Query heads (``query_head``, score mixing with the paper's rules; on by
+default when every embedder has one): each model's query mean is replaced by
+``normalize(mu_k W_k)``, ``W_k`` the map its :class:`LaplaceEmbedder` fitted
+on the fit pairs (:mod:`crossembed.uec.query_head`), after the routing
+weights are computed from the encoder's own query. Documents are not mapped
+(an index of them serves any head); their hubness is measured against the
+mapped fit anchors, the queries the documents will actually meet.
+
 Without a reference collection (no :meth:`UECEnsemble.set_reference`, no
 :meth:`UECIndex.build` with texts) the confidence forms weight queries by the
 Laplace coefficients (``rules``' Laplace formula and default T), with a
@@ -260,6 +268,13 @@ class UECEnsemble:
     hubness_k : int
         A document's hubness is the mean of its ``hubness_k`` best cosines to
         the fit anchors (10, as CSLS).
+    query_head : bool or None
+        Map each model's queries by its fitted query head
+        (:mod:`crossembed.uec.query_head`) before scoring; documents, the
+        routing and the index are unchanged, and hubness is measured against
+        the mapped fit anchors. ``None``: on for score mixing under the
+        paper's rules when every embedder has a head, off otherwise. Measured
+        in ``docs/uec.md``.
     random_state : int, Generator or None
         Seed of the projections used when ``mixing="embedding"`` and the
         models' dimensions differ (None or a Generator: one int seed is
@@ -285,6 +300,7 @@ class UECEnsemble:
         confidence_scoring: str = "replace",
         hubness: Optional[float] = None,
         hubness_k: int = 10,
+        query_head: Optional[bool] = None,
         random_state=0,
     ):
         embedders = list(embedders) if not isinstance(embedders, LaplaceEmbedder) else [embedders]
@@ -322,6 +338,7 @@ class UECEnsemble:
             self.weights = w / w.sum()
         self.hubness = self._check_hubness(hubness)
         self.hubness_k = check_int(hubness_k, "hubness_k", low=1)
+        self.query_head = self._check_query_head(query_head)
         self.standardize = bool(standardize)
         self.use_variance = bool(use_variance)
         self.calibrate_scores = bool(calibrate_scores)
@@ -347,6 +364,23 @@ class UECEnsemble:
                         f"embedders[{k}] was saved by an older release without fit anchors: refit it, or pass hubness=0"
                     )
         return beta
+
+    def _check_query_head(self, query_head: Optional[bool]) -> bool:
+        """Resolve ``query_head=None``: the heads are used where score mixing can take them and all exist."""
+        supported = self.mixing == "score" and self.rules == "paper"
+        missing = [k for k, e in enumerate(self.embedders) if e.query_head_ is None]
+        if query_head is None:
+            return supported and not missing
+        if not isinstance(query_head, (bool, np.bool_)):
+            raise TypeError(f"query_head must be a bool or None, got {type(query_head).__name__}")
+        if query_head and not supported:
+            raise ValueError("query_head=True needs mixing='score' and rules='paper' (per-model scores)")
+        if query_head and missing:
+            raise ValueError(
+                f"embedders[{missing[0]}] has no query head (fitted with query_head=False or by an older release): "
+                "refit it, or pass query_head=False"
+            )
+        return bool(query_head)
 
     @property
     def n_models(self) -> int:
@@ -545,6 +579,8 @@ class UECEnsemble:
             # the rank head is no score variance: "replace" scores deterministic Gaussians (the weighted
             # cosine). Measured on FreeDict (docs/uec.md): kron variances in the probit cost 2.5 nDCG@10.
             comps = [GaussianEmbedding(c.mean, np.zeros_like(c.var)) for c in comps]
+        if self.query_head and role == "query":  # after the routing: the rank head reads the encoder's own query
+            comps = [GaussianEmbedding(e.map_queries(c.mean), c.var) for e, c in zip(self.embedders, comps)]
         if self.mixing == "score":
             w = pi * self._score_scales()[None, :] if role == "query" else np.ones_like(pi)
             means = [w[:, k : k + 1] * c.mean for k, c in enumerate(comps)]
@@ -563,7 +599,13 @@ class UECEnsemble:
         """The K hubness coordinates (module docstring): ``-beta w_k(q)`` or ``r_k(d)``."""
         if role == "query":
             return -self.hubness * w
-        return np.stack([e.hubness(c.mean, k=self.hubness_k) for e, c in zip(self.embedders, comps)], axis=1)
+        return np.stack(
+            [
+                e.hubness(c.mean, k=self.hubness_k, mapped_queries=self.query_head)
+                for e, c in zip(self.embedders, comps)
+            ],
+            axis=1,
+        )
 
     def _score_scales(self) -> np.ndarray:
         """Per-model factors putting the K cosine scales on one footing (score mixing).
@@ -673,6 +715,7 @@ class UECEnsemble:
             "confidence_scoring": self.confidence_scoring,
             "hubness": self.hubness,
             "hubness_k": self.hubness_k,
+            "query_head": self.query_head,
             "has_reference": self.reference_ is not None,
             "random_state": self.random_state,
         }
@@ -706,6 +749,7 @@ class UECEnsemble:
             confidence_scoring=meta.get("confidence_scoring", "replace"),
             hubness=meta.get("hubness", 0.0),  # files from before hubness scored without it
             hubness_k=meta.get("hubness_k", 10),
+            query_head=meta.get("query_head", False),  # files from before the query heads scored without them
             random_state=meta["random_state"] if "random_state" in meta else meta["projection_seed"],  # older files
         )
         if meta.get("has_reference"):
@@ -724,5 +768,6 @@ class UECEnsemble:
         w = self.weights if isinstance(self.weights, str) else list(np.round(self.weights, 3))
         return (
             f"UECEnsemble({names}, temperature={self.temperature:g}, mixing={self.mixing!r}, weights={w!r}, "
-            f"rules={self.rules!r}, uncertainty={self.uncertainty!r}, hubness={self.hubness:g})"
+            f"rules={self.rules!r}, uncertainty={self.uncertainty!r}, hubness={self.hubness:g}, "
+            f"query_head={self.query_head})"
         )

@@ -73,6 +73,7 @@ from crossembed.uec.curvature import diag_curvature, kron_factors, normalize_row
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.linearisation import PooledLinearisation
 from crossembed.uec.posteriors import Posterior, last_dense_class, posterior_class
+from crossembed.uec.query_head import QueryHead, fit_query_head
 from crossembed.uec.rank_head import RankHead, fit_rank_head
 
 __all__ = [
@@ -90,7 +91,15 @@ _LAMBDA_GRID = np.logspace(-4, 10, 57)
 # state arrays the embedder itself keeps (the posterior form adds its own, see Posterior.array_names)
 _OWN_ARRAYS = ("dim", "prior_precision", "n_pairs", "trace_stats")
 # absent in files written by older releases
-_OPTIONAL_ARRAYS = ("score_scale", "rank_head", "hub_reference", "hub_positives", "hub_groups")
+_OPTIONAL_ARRAYS = (
+    "score_scale",
+    "rank_head",
+    "hub_reference",
+    "hub_positives",
+    "hub_groups",
+    "query_head",
+    "query_head_penalty",
+)
 _RANK_HEAD_PAIRS = 20_000
 #: fit anchors kept as the queries a document's hubness is measured against (``hubness``): on
 #: WordNet (docs/uec.md, a prototype) half the 3,494 anchors cost 0.24 nDCG@10 against all of them
@@ -170,6 +179,13 @@ class LaplaceEmbedder:
     ln_rank : int
         ``layer="last_dense"`` only: directions kept of the token-averaged
         LayerNorm rank-one term (:mod:`crossembed.uec.linearisation`).
+    query_head : bool
+        Also fit the query head (:mod:`crossembed.uec.query_head`): a linear
+        map of this model's queries, the MAP of the same InfoNCE loss with a
+        prior at the identity, which :class:`~crossembed.uec.UECEnsemble`
+        applies by default. It adds 13-51 s per model at 3,494 pairs on this
+        project's 2-core machine (``docs/uec.md``); the mean of
+        :meth:`transform` and :meth:`encode` stays the pretrained embedding.
 
     Attributes
     ----------
@@ -201,6 +217,7 @@ class LaplaceEmbedder:
         batch_size: int = 64,
         random_state=0,
         ln_rank: int = 8,
+        query_head: bool = True,
     ):
         self.layer = check_choice(layer, "layer", _LAYERS)
         self.encoder = encoder
@@ -211,6 +228,9 @@ class LaplaceEmbedder:
             if isinstance(hessian, Posterior) and not isinstance(hessian, self._posterior_cls):
                 raise ValueError("hessian: a Posterior instance for layer='last_dense' must be a last-dense form")
         self.ln_rank = check_int(ln_rank, "ln_rank", low=1)
+        if not isinstance(query_head, (bool, np.bool_)):
+            raise TypeError(f"query_head must be a bool, got {type(query_head).__name__}")
+        self.query_head = bool(query_head)
         self._posterior_template = hessian if isinstance(hessian, Posterior) else None
         self.hessian = self._posterior_cls.name
         self.curvature = check_choice(curvature, "curvature", _CURVATURES)
@@ -399,6 +419,16 @@ class LaplaceEmbedder:
         unique, groups = np.unique(positives, axis=0, return_inverse=True)
         self._state["hub_positives"] = unique
         self._state["hub_groups"] = groups.reshape(-1).astype(np.int64)
+        if self.query_head:
+            head = fit_query_head(
+                _means(A)[sub],
+                _means(P)[sub],
+                tau=self.loss_temperature,
+                random_state=int(rng.integers(2**31)),
+                show_progress_bar=show_progress_bar,
+            )
+            self._state["query_head"] = head.weight
+            self._state["query_head_penalty"] = np.float64(head.penalty)
 
     def _batches(self, order: np.ndarray):
         B = self.batch_size
@@ -527,12 +557,34 @@ class LaplaceEmbedder:
         return self.rank_head_.predict(normalize_rows(m))
 
     @property
+    def query_head_(self) -> Optional[QueryHead]:
+        """The fitted query head (None when fitted with ``query_head=False`` or saved by an older release)."""
+        self._require_fit()
+        if "query_head" not in self._state:
+            return None
+        return QueryHead(self._state["query_head"], float(self._state["query_head_penalty"]), {})
+
+    def map_queries(self, embeddings) -> np.ndarray:
+        """(n, D) float32 unit queries mapped by the query head (raw embeddings or a GaussianEmbedding)."""
+        head = self.query_head_
+        if head is None:
+            raise ValueError("this embedder has no query head: refit it with query_head=True")
+        m = as_matrix(
+            embeddings.mean if isinstance(embeddings, GaussianEmbedding) else embeddings, "embeddings", allow_empty=True
+        )
+        if m.shape[1] != self.dim:
+            raise ValueError(f"embeddings have dimension {m.shape[1]} but this embedder has {self.dim}")
+        return head.apply(m)
+
+    @property
     def hub_reference_(self) -> Optional[np.ndarray]:
         """Unit fit anchors ``(m, D)`` that :meth:`hubness` measures against (None in older files)."""
         self._require_fit()
         return self._state.get("hub_reference")
 
-    def hubness(self, embeddings, *, k: int = 10, num_threads: Optional[int] = None) -> np.ndarray:
+    def hubness(
+        self, embeddings, *, k: int = 10, mapped_queries: bool = False, num_threads: Optional[int] = None
+    ) -> np.ndarray:
         """(n,) float64 hubness ``r(d)``: the mean of each input's ``k`` best cosines to the fit anchors.
 
         A document close to many queries (a hub) gets a high cosine from
@@ -548,11 +600,15 @@ class LaplaceEmbedder:
         ``embeddings``: this model's raw embeddings ``(n, D)`` or a
         :class:`GaussianEmbedding` (means L2-normalised first); ``k`` is
         capped at the reference size (fewer when an input's own anchors are
-        left out; 0 when none remain).
+        left out; 0 when none remain). ``mapped_queries``: measure against the
+        anchors as the query head maps them (what an ensemble that maps its
+        queries compares documents with).
         """
         ref = self.hub_reference_
         if ref is None:
             raise ValueError("this embedder was saved by an older release without fit anchors: refit it for hubness")
+        if mapped_queries:
+            ref = self.map_queries(ref)
         k = check_int(k, "k", low=1)
         m = as_matrix(
             embeddings.mean if isinstance(embeddings, GaussianEmbedding) else embeddings, "embeddings", allow_empty=True
@@ -594,6 +650,7 @@ class LaplaceEmbedder:
             "batch_size": self.batch_size,
             "encoder": self.encoder_name,
             "ln_rank": self.ln_rank,
+            "query_head": self.query_head,
         }
         return {**self._state, **self.posterior_.to_arrays()}, meta
 
@@ -609,6 +666,7 @@ class LaplaceEmbedder:
                 loss_temperature=meta["loss_temperature"],
                 batch_size=meta["batch_size"],
                 ln_rank=meta.get("ln_rank", 8),
+                query_head=bool(meta.get("query_head", "query_head" in arrays)),
             )
             D = int(arrays["dim"])
             posterior = obj._posterior_cls.from_arrays(arrays, D)

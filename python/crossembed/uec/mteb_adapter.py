@@ -14,7 +14,8 @@ Queries are encoded with role ``"query"``, documents (``PromptType.document``)
 as ``"passage"``; symmetric tasks (no prompt type) use ``"query"`` on both sides,
 with the ensemble's document-hubness coordinates set to zero (a text compared
 with a text has no document side; otherwise two queries would score
-``beta^2 sum_k w_k w'_k`` extra).
+``beta^2 sum_k w_k w'_k`` extra) and without the query heads (they map
+queries toward documents; a text compared with a text takes neither side).
 With confidence routing (the ensemble's default) the last document batch
 encoded becomes the reference collection the queries' confidence is measured
 over, as :meth:`UECIndex.build` does for an index.
@@ -27,6 +28,7 @@ over, as :meth:`UECIndex.build` does for an index.
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Iterable, List, Optional
 
 import numpy as np
@@ -112,6 +114,11 @@ class UECMTEBEncoder:
         if not texts:
             return np.zeros((0, D if self.vectors == "mean" else 2 * D), dtype=np.float32)
         role = _role(prompt_type)
+        symmetric = getattr(prompt_type, "value", prompt_type) is None
+        ensemble = self.ensemble
+        if symmetric and ensemble.query_head:  # module docstring: text vs text takes no query head
+            ensemble = copy.copy(ensemble)
+            ensemble.query_head = False
         comps = self.ensemble.encode_components(
             texts, role=role, batch_size=self.batch_size, show_progress_bar=bool(kwargs.get("show_progress_bar", False))
         )
@@ -119,8 +126,8 @@ class UECMTEBEncoder:
             # MTEB encodes the corpus before the queries: it is the collection the retrieval
             # confidence of the queries is measured over (what UECIndex.build does)
             self.ensemble.set_reference(comps)
-        g = self.ensemble.combine(comps, role=role)
-        if self.ensemble.hubness > 0 and getattr(prompt_type, "value", prompt_type) is None:
+        g = ensemble.combine(comps, role=role)
+        if ensemble.hubness > 0 and symmetric:
             g.mean[:, -self.ensemble.n_models :] = 0.0  # symmetric task (module docstring)
         if self.vectors == "mean":
             return g.mean
