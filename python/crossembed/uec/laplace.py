@@ -201,8 +201,12 @@ class LaplaceEmbedder:
         divides each model's similarity by it (``calibrate_scores``).
     n_pairs_ : int
     fit_seconds_ : float
-        Seconds :meth:`fit` / :meth:`fit_embeddings` took (for ``layer="last_dense"``
-        including the forward passes, which ``fit_forward_seconds_`` reports alone).
+        Seconds :meth:`fit` / :meth:`fit_embeddings` took, the query head included
+        (for ``layer="last_dense"`` also the forward passes, which
+        ``fit_forward_seconds_`` reports alone).
+    query_head_ : QueryHead or None
+        The fitted query head (:mod:`crossembed.uec.query_head`), None when
+        ``query_head=False`` or in a file from an older release.
     """
 
     def __init__(
