@@ -8,6 +8,9 @@
 * :class:`UECIndex` - hnswlib candidates + exact probit rerank, with ids,
   add/remove and filters, float16 storage, saved atomically (memory-mappable).
 * :class:`ShardedUECIndex` - the same index partitioned over Dask workers.
+* :mod:`crossembed.uec.rank_head`, :mod:`crossembed.uec.query_head` - what
+  each embedder also fits on its pairs: the rank head that routes queries,
+  and the query head that maps them (both used by the default ensemble).
 * :mod:`crossembed.uec.metrics` - retrieval and calibration metrics.
 
 The evaluation harness behind ``crossembed uec-eval`` and ``docs/uec.md`` is
