@@ -303,3 +303,16 @@ def test_retrieval_task_split_and_pairs():
     assert t.pairs()[:2] == [("q0", "d0"), ("q1", "d1")]
     with pytest.raises(ValueError, match="fit_fraction"):
         t.split(fit_fraction=0.8, dev_fraction=0.3)
+
+
+def test_wordnet_task_parts_of_speech(wndir):
+    from crossembed.experiments.tasks import wordnet_task
+
+    noun = wordnet_task(wordnet_dir=wndir, fit_fraction=0.5)
+    verb = wordnet_task(wordnet_dir=wndir, pos="verb", fit_fraction=0.5)
+    assert noun.name == "wordnet-example-gloss" and verb.name == "wordnet-verb-example-gloss"
+    # only the verb with an example is a query; the fit pairs and the evaluated queries are disjoint
+    assert verb.task.queries == ["I can breathe better"]
+    assert len(verb.fit_pairs) + len(verb.eval_queries) == 1
+    with pytest.raises(ValueError, match="pos"):
+        wordnet_task(wordnet_dir=wndir, pos="adj")
