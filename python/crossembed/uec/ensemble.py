@@ -351,9 +351,14 @@ class UECEnsemble:
             d = min(dims)
             self._proj = {k: _projection(dk, d, self.random_state + k) for k, dk in enumerate(dims) if dk != d}
 
+    @property
+    def _scores_per_model(self) -> bool:
+        """Score mixing under the paper's rules: per-model scores a hubness term or a query head can adjust."""
+        return self.mixing == "score" and self.rules == "paper"
+
     def _check_hubness(self, hubness: Optional[float]) -> float:
         """Resolve ``hubness=None`` and check that the embedders can measure it."""
-        supported = self.mixing == "score" and self.rules == "paper"
+        supported = self._scores_per_model
         if hubness is None:
             hubness = 0.5 if supported else 0.0
         beta = check_positive(hubness, "hubness", allow_zero=True)
@@ -369,7 +374,7 @@ class UECEnsemble:
 
     def _check_query_head(self, query_head: Optional[bool]) -> bool:
         """Resolve ``query_head=None``: the heads are used where score mixing can take them and all exist."""
-        supported = self.mixing == "score" and self.rules == "paper"
+        supported = self._scores_per_model
         missing = [k for k, e in enumerate(self.embedders) if e.query_head_ is None]
         if query_head is None:
             return supported and not missing

@@ -549,16 +549,24 @@ class LaplaceEmbedder:
             raise ValueError("this embedder was saved by an older release without a rank head: refit it")
         return RankHead.from_array(self._state["rank_head"])
 
+    def _model_rows(self, embeddings, *, allow_empty: bool = False) -> np.ndarray:
+        """This model's ``(n, D)`` rows from raw embeddings or a :class:`GaussianEmbedding` (its means)."""
+        m = as_matrix(
+            embeddings.mean if isinstance(embeddings, GaussianEmbedding) else embeddings,
+            "embeddings",
+            allow_empty=allow_empty,
+        )
+        if m.shape[1] != self.dim:
+            raise ValueError(f"embeddings have dimension {m.shape[1]} but this embedder has {self.dim}")
+        return m
+
     def predicted_log_rank(self, embeddings) -> np.ndarray:
         """(n,) predicted ``log(1 + rank per 1,000 candidates)`` of the right document, per input.
 
         ``embeddings``: this model's raw embeddings ``(n, D)`` or a
         :class:`GaussianEmbedding` of them (the means are L2-normalised first).
         """
-        m = as_matrix(embeddings.mean if isinstance(embeddings, GaussianEmbedding) else embeddings, "embeddings")
-        if m.shape[1] != self.dim:
-            raise ValueError(f"embeddings have dimension {m.shape[1]} but this embedder has {self.dim}")
-        return self.rank_head_.predict(normalize_rows(m))
+        return self.rank_head_.predict(normalize_rows(self._model_rows(embeddings)))
 
     @property
     def query_head_(self) -> Optional[QueryHead]:
@@ -573,12 +581,7 @@ class LaplaceEmbedder:
         head = self.query_head_
         if head is None:
             raise ValueError("this embedder has no query head: refit it with query_head=True")
-        m = as_matrix(
-            embeddings.mean if isinstance(embeddings, GaussianEmbedding) else embeddings, "embeddings", allow_empty=True
-        )
-        if m.shape[1] != self.dim:
-            raise ValueError(f"embeddings have dimension {m.shape[1]} but this embedder has {self.dim}")
-        return head.apply(m)
+        return head.apply(self._model_rows(embeddings, allow_empty=True))
 
     @property
     def hub_reference_(self) -> Optional[np.ndarray]:
@@ -614,11 +617,7 @@ class LaplaceEmbedder:
         if mapped_queries:
             ref = self.map_queries(ref)
         k = check_int(k, "k", low=1)
-        m = as_matrix(
-            embeddings.mean if isinstance(embeddings, GaussianEmbedding) else embeddings, "embeddings", allow_empty=True
-        )
-        if m.shape[1] != self.dim:
-            raise ValueError(f"embeddings have dimension {m.shape[1]} but this embedder has {self.dim}")
+        m = self._model_rows(embeddings, allow_empty=True)
         if m.shape[0] == 0:
             return np.zeros(0)
         m = normalize_rows(m).astype(np.float32)
