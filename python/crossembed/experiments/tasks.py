@@ -23,7 +23,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from crossembed._validation import check_int, check_random_state
+from crossembed._validation import check_choice, check_int, check_random_state
 from crossembed.data.tasks import RetrievalTask
 
 __all__ = ["UECTask", "wordnet_task", "freedict_task", "dev_test_draws"]
@@ -64,8 +64,7 @@ def wordnet_task(*, fit_fraction: float = 0.4, seed: int = 0, pos: str = "noun",
     """
     from crossembed.data.wordnet import example_gloss_task, split_synsets, synsets_with_examples
 
-    if pos not in ("noun", "verb"):
-        raise ValueError(f"pos must be 'noun' or 'verb', got {pos!r}")
+    check_choice(pos, "pos", ("noun", "verb"))
     synsets = [s for s in synsets_with_examples(pos, wordnet_dir=wordnet_dir) if s.examples and s.gloss]
     task = example_gloss_task(synsets)
     split = split_synsets(synsets, fit_fraction=fit_fraction, dev_fraction=0.0, random_state=seed)
