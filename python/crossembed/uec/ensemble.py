@@ -111,6 +111,7 @@ Laplace coefficients (``rules``' Laplace formula and default T), with a
 
 from __future__ import annotations
 
+import copy
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -123,6 +124,7 @@ from crossembed._validation import as_matrix, check_choice, check_int, check_pos
 from crossembed.uec._random import int_seed
 from crossembed.uec.gaussian import GaussianEmbedding, normalize_gaussian
 from crossembed.uec.laplace import LaplaceEmbedder
+from crossembed.uec.scoring import BetaCosineScoring, ProbitScoring
 
 __all__ = ["UECEnsemble", "uncertainty_coefficients", "convolve"]
 
@@ -410,6 +412,25 @@ class UECEnsemble:
     def _routed_by(self, kinds: Tuple[str, ...]) -> bool:
         """Whether the query coefficients come from one of these uncertainties."""
         return isinstance(self.weights, str) and self.weights == "uncertainty" and self.uncertainty in kinds
+
+    @property
+    def scoring(self):
+        """The scoring object this ensemble scores with (:mod:`crossembed.uec.scoring`)."""
+        if self.rules == "official":
+            return BetaCosineScoring(self.beta)
+        return ProbitScoring(self.use_variance)
+
+    @property
+    def has_reference(self) -> bool:
+        """True once a reference collection is set (:meth:`with_reference`)."""
+        return self.reference_ is not None
+
+    def with_reference(self, documents, *, queries=None) -> UECEnsemble:
+        """A new ensemble with the retrieval-confidence reference collection; ``self`` is left as it was.
+
+        ``documents`` and ``queries`` as for :meth:`set_reference`.
+        """
+        return copy.copy(self).set_reference(documents, queries=queries)
 
     def set_reference(self, documents, *, queries=None) -> UECEnsemble:
         """The collection the retrieval confidence is measured over (K items, one per model).

@@ -1,0 +1,167 @@
+"""How an ensemble scores a query Gaussian against a document Gaussian.
+
+A scoring object has three jobs: the dense similarity matrix, preparing the
+document side once for repeated top-k searches (:meth:`prepare`, what an index
+holds), and its JSON config (``get_config`` / :func:`scoring_from_config`).
+
+:class:`ProbitScoring` (the paper)
+    ``mu_s / sqrt(1 + pi/8 sig2_s)`` with ``mu_s = <mu_q, mu_c>`` and
+    ``sig2_s = <mu_q^2, v_c> + <mu_c^2, v_q> + <v_q, v_c>``
+    (:func:`crossembed.probit_scores`). ``use_variance=False`` zeroes the
+    variances on both sides: the dot product of the means.
+:class:`BetaCosineScoring` (the official UEC code)
+    ``cos(mu_q, mu_c) / (1 + beta sig2_s / pi)`` (:func:`crossembed.uec.rules.beta_scores`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Protocol, Tuple
+
+import numpy as np
+
+from crossembed import kernels
+from crossembed._validation import as_matrix, check_positive
+from crossembed.uec import rules
+
+__all__ = ["BetaCosineScoring", "PreparedDocs", "ProbitScoring", "Scoring", "scoring_from_config"]
+
+
+class PreparedDocs(Protocol):
+    """Documents prepared for repeated top-k searches (what :meth:`Scoring.prepare` returns)."""
+
+    def top_k(
+        self, mu_q, v_q, k: int, *, candidates=None, num_threads: Optional[int] = None
+    ) -> Tuple[np.ndarray, np.ndarray]:
+        """Best ``k`` documents per query: ``(scores float32 (Q, k), indices int64 (Q, k))``, best first."""
+        ...
+
+
+class Scoring(Protocol):
+    """The interface every scoring object follows (:class:`ProbitScoring`, :class:`BetaCosineScoring`)."""
+
+    kind: str
+
+    def prepare(self, mean: np.ndarray, var: np.ndarray) -> PreparedDocs: ...
+
+    def similarity(self, mq, vq, mc, vc, *, num_threads: Optional[int] = None) -> np.ndarray: ...
+
+    def get_config(self) -> Dict[str, Any]: ...
+
+
+class _ZeroQueryVariance:
+    """Prepared documents (scored without variances) that also zero each query's variance."""
+
+    def __init__(self, docs: kernels.ProbitDocs):
+        self.docs = docs
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    @property
+    def nbytes(self) -> int:
+        return self.docs.nbytes
+
+    def top_k(self, mu_q, v_q, k: int, *, candidates=None, num_threads: Optional[int] = None):
+        v_q = np.zeros_like(as_matrix(v_q, "v_q", allow_empty=True))
+        return self.docs.top_k(mu_q, v_q, k, candidates=candidates, num_threads=num_threads)
+
+
+class ProbitScoring:
+    """The probit similarity of two diagonal Gaussians (the paper's scoring).
+
+    Parameters
+    ----------
+    use_variance : bool
+        Score with the variances (default True). False zeroes them on both
+        sides, so the score is the dot product of the means (the paper's
+        "- Unc Sim" ablation).
+    """
+
+    kind = "probit"
+
+    def __init__(self, use_variance: bool = True):
+        if not isinstance(use_variance, (bool, np.bool_)):
+            raise TypeError(f"use_variance must be a bool, got {type(use_variance).__name__}")
+        self.use_variance = bool(use_variance)
+
+    def _var(self, v) -> np.ndarray:
+        return v if self.use_variance else np.zeros_like(np.asarray(v))
+
+    def prepare(self, mean: np.ndarray, var: np.ndarray, *, storage: str = "float32"):
+        """The documents as a :class:`crossembed.ProbitDocs` (``storage`` as there; float32 by default)."""
+        docs = kernels.ProbitDocs(mean, self._var(var), storage=storage)
+        return docs if self.use_variance else _ZeroQueryVariance(docs)
+
+    def similarity(self, mq, vq, mc, vc, *, num_threads: Optional[int] = None) -> np.ndarray:
+        """Dense ``(Q, N)`` float32 probit scores."""
+        return kernels.probit_scores(mq, self._var(vq), mc, self._var(vc), num_threads=num_threads)
+
+    def get_config(self) -> Dict[str, Any]:
+        return {"kind": self.kind, "use_variance": self.use_variance}
+
+    def __repr__(self) -> str:
+        return "ProbitScoring()" if self.use_variance else "ProbitScoring(use_variance=False)"
+
+
+class _BetaDocs:
+    """Documents held for :func:`crossembed.uec.rules.beta_topk` (nothing to precompute)."""
+
+    def __init__(self, mean: np.ndarray, var: np.ndarray, beta: float):
+        self.mean = as_matrix(mean, "mean")
+        self.var = as_matrix(var, "var", nonnegative=True)
+        if self.var.shape != self.mean.shape:
+            raise ValueError(f"var has shape {self.var.shape} but mean has shape {self.mean.shape}")
+        self.beta = beta
+
+    def __len__(self) -> int:
+        return self.mean.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.mean.nbytes + self.var.nbytes)
+
+    def top_k(self, mu_q, v_q, k: int, *, candidates=None, num_threads: Optional[int] = None):
+        return rules.beta_topk(
+            mu_q, v_q, self.mean, self.var, k, beta=self.beta, candidates=candidates, num_threads=num_threads
+        )
+
+
+class BetaCosineScoring:
+    """The official UEC code's similarity ``cos / (1 + beta sig2_s / pi)``.
+
+    Parameters
+    ----------
+    beta : float
+        ``beta >= 0``, how strongly the score moment ``sig2_s`` shrinks the
+        cosine (default 1; 0 is the plain cosine of the means).
+    """
+
+    kind = "beta_cosine"
+
+    def __init__(self, beta: float = 1.0):
+        self.beta = check_positive(beta, "beta", allow_zero=True)
+
+    def prepare(self, mean: np.ndarray, var: np.ndarray):
+        """The documents, held as given (the beta cosine has no prepared form)."""
+        return _BetaDocs(mean, var, self.beta)
+
+    def similarity(self, mq, vq, mc, vc, *, num_threads: Optional[int] = None) -> np.ndarray:
+        """Dense ``(Q, N)`` float32 beta-cosine scores."""
+        return rules.beta_scores(mq, vq, mc, vc, beta=self.beta, num_threads=num_threads)
+
+    def get_config(self) -> Dict[str, Any]:
+        return {"kind": self.kind, "beta": self.beta}
+
+    def __repr__(self) -> str:
+        return f"BetaCosineScoring(beta={self.beta:g})"
+
+
+_SCORINGS = {cls.kind: cls for cls in (ProbitScoring, BetaCosineScoring)}
+
+
+def scoring_from_config(config: Dict[str, Any]):
+    """The scoring object a :meth:`get_config` dict describes."""
+    if not isinstance(config, dict) or config.get("kind") not in _SCORINGS:
+        raise ValueError(f"scoring config must name a kind in {sorted(_SCORINGS)}, got {config!r}")
+    args = {k: v for k, v in config.items() if k != "kind"}
+    return _SCORINGS[config["kind"]](**args)
