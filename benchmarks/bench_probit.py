@@ -17,10 +17,10 @@ The ``kron`` group also times the kernel on ``ProbitDocs(storage="float16")``
 (half the document memory; its recall@10 against the float32 kernel is in
 the role; benchmarks/recall_probit_float16.py measures it on real-ish means too).
 
-``probit_topk function``: the function path at Q=256, N=50k (kron
-variances), called again with the same arrays as a user's loop does (it reuses
-the prepared documents after the first call) and with ``reuse_docs=False``
-(prepares them every call).
+``probit_topk function``: at Q=256, N=50k (kron variances), the function
+``probit_topk(mu_q, v_q, mu_c, v_c, k)``, which prepares the documents on every
+call, against a ``ProbitDocs`` built once and searched with ``top_k`` (the
+explicit reuse), and numpy with and without its prepared documents.
 """
 
 import numpy as np
@@ -137,32 +137,39 @@ def function_data():
 FN_FLOPS = 2.0 * FQ * FN * 3 * D
 
 
-@pytest.mark.benchmark(group="probit_topk function Q=256 N=50k kron")
-def test_probit_function_reused_docs(benchmark, function_data):
-    ce.probit_topk(*function_data, K)  # the user's first call prepares; the timed calls reuse
-    run(benchmark, ce.probit_topk, *function_data, K, role="kernel function", flops=FN_FLOPS, primary=True)
+FN_GROUP = "probit_topk function Q=256 N=50k kron"
 
 
-@pytest.mark.benchmark(group="probit_topk function Q=256 N=50k kron")
-def test_probit_function_fresh_docs(benchmark, function_data):
-    run(
-        benchmark,
-        ce.probit_topk,
-        *function_data,
-        K,
-        reuse_docs=False,
-        role="kernel function, prepares every call",
-        flops=FN_FLOPS,
-    )
+@pytest.mark.benchmark(group=FN_GROUP)
+def test_probit_function(benchmark, function_data):
+    run(benchmark, ce.probit_topk, *function_data, K, role="probit_topk (prepares the docs every call)", flops=FN_FLOPS)
 
 
-@pytest.mark.benchmark(group="probit_topk function Q=256 N=50k kron")
+@pytest.mark.benchmark(group=FN_GROUP)
+def test_probit_docs_reused(benchmark, function_data):
+    mu_q, v_q, mu_c, v_c = function_data
+    docs = ce.ProbitDocs(mu_c, v_c)  # built once, outside the timed calls
+    role = "ProbitDocs.top_k (docs prepared once)"
+    run(benchmark, docs.top_k, mu_q, v_q, K, role=role, flops=FN_FLOPS, primary=True)
+
+
+@pytest.mark.benchmark(group=FN_GROUP)
 def test_probit_function_numpy(benchmark, function_data):
     mu_q, v_q, mu_c, v_c = function_data
-    np_docs = numpy_probit_docs(mu_c, v_c)
-    got = run(benchmark, numpy_probit_topk, mu_q, v_q, np_docs, K, role="numpy float32", flops=FN_FLOPS)
+
+    def numpy_function(mu_q, v_q, mu_c, v_c, k):
+        return numpy_probit_topk(mu_q, v_q, numpy_probit_docs(mu_c, v_c), k)
+
+    got = run(benchmark, numpy_function, *function_data, K, role="numpy (prepares every call)", flops=FN_FLOPS)
     overlap = _overlap(got[1], ce.probit_topk(*function_data, K)[1])
     assert overlap > 0.99, f"the baseline computes something else (top-k overlap {overlap:.3f})"
+
+
+@pytest.mark.benchmark(group=FN_GROUP)
+def test_probit_docs_reused_numpy(benchmark, function_data):
+    mu_q, v_q, mu_c, v_c = function_data
+    np_docs = numpy_probit_docs(mu_c, v_c)
+    run(benchmark, numpy_probit_topk, mu_q, v_q, np_docs, K, role="numpy (docs prepared once)", flops=FN_FLOPS)
 
 
 @pytest.mark.benchmark(group="sgemm")

@@ -1,4 +1,4 @@
-"""The probit variance term's two paths (whole-tile pair_dots, per-pair tree dot) and probit_topk's document reuse.
+"""The probit variance term's two paths (whole-tile pair_dots, per-pair tree dot) and probit_topk's documents.
 
 top_k computes sig2 for a whole tile at once when many candidates survive
 pruning (wide variances) and one pair at a time when few do (tight
@@ -57,43 +57,35 @@ def test_huge_and_tiny_values_on_both_paths(rng):
     np.testing.assert_allclose(scores, -np.sort(-exact, axis=1)[:, :40], rtol=1e-5)
 
 
-def test_probit_topk_reuses_docs_until_they_change(rng):
+def test_probit_topk_prepares_per_call_and_probit_docs_is_the_reusable_form(rng):
     mu_c, v_c = _docs(rng, 500, 24, 0.0, 0.1)
     mu_q, v_q = _docs(rng, 6, 24, 0.0, 0.1)
-    kernels._DOCS_CACHE.clear()
+    docs = ce.ProbitDocs(mu_c, v_c)
     first = ce.probit_topk(mu_q, v_q, mu_c, v_c, 5)
-    cached = kernels._DOCS_CACHE["docs"][3]
-    again = ce.probit_topk(mu_q, v_q, mu_c, v_c, 5)
-    assert kernels._DOCS_CACHE["docs"][3] is cached
-    np.testing.assert_array_equal(first[1], again[1])
-    # an in-place edit is seen: the best document of query 0 is pushed away
+    for got in (docs.top_k(mu_q, v_q, 5), ce.probit_topk(mu_q, v_q, docs, None, 5)):
+        np.testing.assert_array_equal(got[0], first[0])
+        np.testing.assert_array_equal(got[1], first[1])
+    # an in-place edit is seen by the next call: nothing is kept between calls
     mu_c[first[1][0, 0]] *= -1
     edited = ce.probit_topk(mu_q, v_q, mu_c, v_c, 5)
-    assert kernels._DOCS_CACHE["docs"][3] is not cached
-    fresh = ce.probit_topk(mu_q, v_q, mu_c, v_c, 5, reuse_docs=False)
-    np.testing.assert_array_equal(edited[1], fresh[1])
     assert first[1][0, 0] not in edited[1][0]
-    # a copy with the same contents is another array: not reused, same answer
-    copy_s, copy_i = ce.probit_topk(mu_q, v_q, mu_c.copy(), v_c, 5)
-    np.testing.assert_array_equal(copy_i, edited[1])
-    # the entry goes with the arrays
-    del mu_c, v_c, copy_s
-    import gc
-
-    gc.collect()
-    assert "docs" not in kernels._DOCS_CACHE
+    np.testing.assert_array_equal(edited[1], ce.ProbitDocs(mu_c, v_c).top_k(mu_q, v_q, 5)[1])
+    # the ProbitDocs holds its own copy: it still answers for the documents it was built from
+    np.testing.assert_array_equal(docs.top_k(mu_q, v_q, 5)[1], first[1])
 
 
-def test_probit_topk_does_not_cache_invalid_or_converted_input(rng):
+def test_probit_topk_leaves_no_module_level_state(rng):
+    def containers():
+        return {
+            name: repr(value)
+            for name, value in vars(kernels).items()
+            if isinstance(value, (dict, list, set, bytearray)) and not name.startswith("__")
+        }
+
+    before = containers()
     mu_c, v_c = _docs(rng, 50, 8, 0.0, 0.1)
-    kernels._DOCS_CACHE.clear()
-    bad = v_c.copy()
-    bad[3, 3] = -1.0
-    with pytest.raises(ValueError, match="v_c"):
-        ce.probit_topk(mu_c[:2], v_c[:2], mu_c, bad, 3)
-    assert "docs" not in kernels._DOCS_CACHE
-    ce.probit_topk(mu_c[:2], v_c[:2], mu_c.astype(np.float64), v_c, 3)  # converted: a new array each call
-    assert "docs" not in kernels._DOCS_CACHE
+    ce.probit_topk(mu_c[:2], v_c[:2], mu_c, v_c, 3)
+    assert containers() == before
 
 
 def test_content_hash_sees_one_bit_and_ignores_threads(rng):

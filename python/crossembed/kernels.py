@@ -13,7 +13,6 @@ Plain float64 numpy versions of every kernel live in :mod:`crossembed.reference`
 from __future__ import annotations
 
 import numbers
-import weakref
 from typing import Optional, Tuple
 
 import numpy as np
@@ -261,60 +260,15 @@ def probit_scores(mu_q, v_q, mu_c, v_c, *, return_moments: bool = False, num_thr
     return ProbitDocs(mu_c, v_c).scores(mu_q, v_q, return_moments=return_moments, num_threads=num_threads)
 
 
-# probit_topk's prepared documents, kept for the next call with the same arrays (see _cached_docs).
-_DOCS_CACHE: dict = {}
-
-
-def _fingerprint(arr: np.ndarray) -> tuple:
-    """What must match for a cached ProbitDocs to be reused: the buffer, its layout and its bytes."""
-    return (arr.__array_interface__["data"][0], arr.shape, arr.strides, int(_core_module().content_hash(arr, 0)))
-
-
-def _cached_docs(mu_c, v_c) -> ProbitDocs:
-    """The ProbitDocs of ``(mu_c, v_c)``, reused while the caller passes the same unchanged arrays.
-
-    Only float32 C-contiguous ndarrays (which validation passes through
-    without copying) are cached, one pair at a time. Reuse needs the same
-    two objects, buffer address, shape, strides and a 64-bit hash of their
-    bytes (read at memory speed, in C++), so an in-place edit between calls
-    is seen; the entry is dropped when either array is garbage-collected.
-    """
-    plain = all(
-        isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous and a.ndim == 2
-        for a in (mu_c, v_c)
-    )
-    if not plain:
-        return ProbitDocs(mu_c, v_c)
-    entry = _DOCS_CACHE.get("docs")
-    if entry is not None:
-        ref_mu, ref_v, prints, docs = entry
-        if ref_mu() is mu_c and ref_v() is v_c and prints == (_fingerprint(mu_c), _fingerprint(v_c)):
-            return docs
-    docs = ProbitDocs(mu_c, v_c)  # validates; an invalid input raises before anything is cached
-
-    def drop(ref) -> None:  # only this entry: a later call may have replaced it already
-        if any(r is ref for r in _DOCS_CACHE.get("docs", ())[:2]):
-            _DOCS_CACHE.pop("docs", None)
-
-    _DOCS_CACHE["docs"] = (
-        weakref.ref(mu_c, drop),
-        weakref.ref(v_c, drop),
-        (_fingerprint(mu_c), _fingerprint(v_c)),
-        docs,
-    )
-    return docs
-
-
-def probit_topk(
-    mu_q, v_q, mu_c, v_c, k: int, *, candidates=None, reuse_docs: bool = True, num_threads: Optional[int] = None
-):
+def probit_topk(mu_q, v_q, mu_c, v_c, k: int, *, candidates=None, num_threads: Optional[int] = None):
     """Top-``k`` candidates per query by probit similarity, fused and tiled.
 
     Never materialises the (Q, N) score matrix: candidate tiles are scored
     and folded into per-query heaps; candidates whose score bound cannot beat
-    the current k-th best skip the variance term. Pass a :class:`ProbitDocs`
-    as ``mu_c`` (and ``v_c=None``) to reuse the doc-side precomputation
-    explicitly; with plain arrays the preparation is cached (``reuse_docs``).
+    the current k-th best skip the variance term. With plain arrays the
+    documents are prepared on every call; to search the same documents
+    repeatedly, build a :class:`ProbitDocs` once and pass it as ``mu_c`` (with
+    ``v_c=None``), or call :meth:`ProbitDocs.top_k`.
 
     Parameters
     ----------
@@ -326,12 +280,6 @@ def probit_topk(
         Rerank only these candidate rows per query (the ANN path); ``-1``
         marks padding. Rows with fewer than ``k`` valid candidates are padded
         with index ``-1`` and score ``-inf``.
-    reuse_docs : bool
-        Keep the prepared documents of the last call and reuse them when the
-        next call passes the same float32 C-contiguous ``mu_c`` and ``v_c``
-        objects with unchanged contents (checked by a 64-bit hash of their
-        bytes, ~1/10 of the preparation's cost). One pair is kept, and dropped
-        when either array is garbage-collected. ``False`` prepares every call.
     num_threads : int, optional
 
     Returns
@@ -343,8 +291,6 @@ def probit_topk(
         if v_c is not None:
             raise ValueError("v_c must be None when mu_c is a ProbitDocs")
         docs = mu_c
-    elif reuse_docs:
-        docs = _cached_docs(mu_c, v_c)
     else:
         docs = ProbitDocs(mu_c, v_c)
     return docs.top_k(mu_q, v_q, k, candidates=candidates, num_threads=num_threads)
