@@ -23,7 +23,6 @@ comparable (the "language expert" test of the UEC ensemble).
 
 from __future__ import annotations
 
-import functools
 import gzip
 import json
 import os
@@ -181,9 +180,7 @@ def _parse_translations(lines: Iterable[str]) -> Tuple[str, ...]:
     return tuple(translations)
 
 
-def _parse_files(
-    index_path: str, dict_path: str, lang: str, single_word: bool, nouns_only: bool
-) -> Tuple[DictEntry, ...]:
+def _parse_files(index_path: str, dict_path: str, lang: str, single_word: bool, nouns_only: bool) -> List[DictEntry]:
     with gzip.open(dict_path) as fh:
         raw = fh.read()
     seen: Set[int] = set()
@@ -215,22 +212,21 @@ def _parse_files(
             translations = _parse_translations(rest.split("\n"))
             if translations:
                 out.append(DictEntry(head, lang, tags, translations))
-    return tuple(out)
+    return out
 
 
 _DISK_VERSION = 1
 
 
-@functools.lru_cache(maxsize=8)
-def _read_cached(
+def _read_entries(
     index_path: str, dict_path: str, stamp: str, lang: str, single_word: bool, nouns_only: bool
-) -> Tuple[DictEntry, ...]:
-    """Parse once per process; across processes reuse a gzip'ed JSON copy in the crossembed cache.
+) -> List[DictEntry]:
+    """Parse the dictionary, or reuse the gzip'ed JSON copy of an earlier parse in the crossembed cache.
 
-    Parsing the German dictionary takes tens of seconds on a busy machine.
-    The copy is keyed by the source files' size and mtime and written
-    atomically; gzip's CRC catches corruption, and any unreadable copy is
-    simply re-parsed.
+    Parsing a large dictionary (German) is slow, so the parsed entries are
+    kept on disk, keyed by the source files' size and mtime (``stamp``) and
+    written atomically; gzip's CRC catches corruption, and a copy that is
+    unreadable or of another format version is parsed again and replaced.
     """
     from crossembed._io import atomic_write
     from crossembed.encoders import default_cache_dir
@@ -240,7 +236,7 @@ def _read_cached(
     try:
         blob = json.loads(gzip.decompress(cache.read_bytes()))
         if blob.get("version") == _DISK_VERSION and blob.get("language") == lang:
-            return tuple(DictEntry(h, lang, tuple(p), tuple(t)) for h, p, t in blob["entries"])
+            return [DictEntry(h, lang, tuple(p), tuple(t)) for h, p, t in blob["entries"]]
     except (OSError, ValueError, EOFError, KeyError, TypeError, zlib.error):
         pass  # missing or corrupt: parse again
     entries = _parse_files(index_path, dict_path, lang, single_word, nouns_only)
@@ -264,13 +260,17 @@ def read_freedict(
     nouns_only: bool = False,
     dictd_dir: Optional[PathLike] = None,
 ) -> List[DictEntry]:
-    """Entries of ``freedict-<language>-eng`` in index order (parsed once per process).
+    """Entries of ``freedict-<language>-eng`` in index order.
+
+    The first call parses the dictionary and keeps a copy in the crossembed
+    cache folder (``$CROSSEMBED_CACHE``); later calls, in any process, read
+    that copy until the dictionary files change.
 
     Parameters
     ----------
     language : {"de", "fr", "es"}
-        Also ``"deu"``, ``"german"``, ... The German dictionary is large
-        (~520k entries, many of them phrases and example sentences).
+        Also ``"deu"``, ``"german"``, ... The German dictionary is large,
+        many of its entries phrases and example sentences.
     single_word : bool
         Keep one-word headwords only (letters and hyphens); much faster for German.
     nouns_only : bool
@@ -282,7 +282,7 @@ def read_freedict(
     stem = f"freedict-{LANGUAGES[lang]}-eng"
     index, dz = folder / f"{stem}.index", folder / f"{stem}.dict.dz"
     stamp = "-".join(f"{p.stat().st_size}x{p.stat().st_mtime_ns}" for p in (index, dz))
-    return list(_read_cached(str(index), str(dz), stamp, lang, bool(single_word), bool(nouns_only)))
+    return _read_entries(str(index), str(dz), stamp, lang, bool(single_word), bool(nouns_only))
 
 
 def _single_word(s: str) -> bool:
@@ -323,6 +323,48 @@ def _english_noun_senses(wordnet_dir) -> Dict[str, List[Tuple[int, str]]]:
     return senses
 
 
+def _task_languages(languages) -> List[str]:
+    """Language codes of ``languages`` ("en" or a FreeDict language), first occurrence order."""
+    if isinstance(languages, str):
+        languages = [languages]
+    langs: List[str] = []
+    for lang in languages:
+        code = "en" if isinstance(lang, str) and lang.lower() in ("en", "eng", "english") else _language(lang)
+        if code not in langs:
+            langs.append(code)
+    return langs
+
+
+def _check_count(name: str, value, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+
+
+def _query_words(lang: str, usable: Set[str], dictd_dir) -> List[Tuple[str, Tuple[str, ...]]]:
+    """``(query word, English lemmas it stands for)``, sorted: the lemma itself for "en", else its translations."""
+    if lang == "en":
+        return sorted((w, (w,)) for w in usable)
+    by_word: Dict[str, List[str]] = {}
+    for e in read_freedict(lang, single_word=True, nouns_only=True, dictd_dir=dictd_dir):
+        for t in e.translations:
+            tl = t.lower()
+            if tl in usable and tl != e.headword.lower():
+                lst = by_word.setdefault(e.headword, [])
+                if tl not in lst:
+                    lst.append(tl)
+    return sorted((w, tuple(ts)) for w, ts in by_word.items())
+
+
+def _document_pool(gloss_of: Dict[int, str], targets: List[List[int]], n_distractors: int, rng) -> List[int]:
+    """Sorted synset offsets of the documents: every target plus ``n_distractors`` random other nouns."""
+    needed = sorted({o for t in targets for o in t})
+    rest = sorted(set(gloss_of) - set(needed))
+    extra = [rest[i] for i in rng.permutation(len(rest))[:n_distractors]] if rest else []
+    return sorted(set(needed) | set(extra))
+
+
 def translation_task(
     languages: Sequence[str] = ("en", "de", "fr", "es"),
     *,
@@ -348,29 +390,26 @@ def translation_task(
     ----------
     languages : sequence of {"en", "de", "fr", "es"}
     n_per_language : int
-        Queries sampled per language (fewer if the dictionary has fewer).
+        Queries sampled per language (fewer if the dictionary has fewer); default 300.
+    max_senses : int
+        Most WordNet noun senses an English query word may have; default 2.
     n_distractors : int
-        Extra random noun glosses added to the document pool.
+        Extra random noun glosses added to the document pool; default 2000.
     random_state : None, int or numpy Generator
-        Sampling is deterministic for a fixed seed.
+        Sampling is deterministic for a fixed seed; default 0.
+    dictd_dir, wordnet_dir : path, optional
+        Where the dictionaries and WordNet are; default: see :func:`find_dictd_dir`
+        and :func:`~crossembed.data.wordnet.find_wordnet_dir`.
 
     Returns
     -------
     RetrievalTask
         ``languages[i]`` tags query ``i``.
     """
-    if isinstance(languages, str):
-        languages = [languages]
-    langs = []
-    for lang in languages:
-        code = "en" if isinstance(lang, str) and lang.lower() in ("en", "eng", "english") else _language(lang)
-        if code not in langs:
-            langs.append(code)
-    for name, val in (("n_per_language", n_per_language), ("max_senses", max_senses), ("n_distractors", n_distractors)):
-        if isinstance(val, bool) or not isinstance(val, (int, np.integer)):
-            raise TypeError(f"{name} must be an integer, got {type(val).__name__}")
-        if val < (0 if name == "n_distractors" else 1):
-            raise ValueError(f"{name} must be >= {0 if name == 'n_distractors' else 1}, got {val}")
+    langs = _task_languages(languages)
+    _check_count("n_per_language", n_per_language, 1)
+    _check_count("max_senses", max_senses, 1)
+    _check_count("n_distractors", n_distractors, 0)
     rng = check_random_state(random_state)
     senses = _english_noun_senses(wordnet_dir)
     usable = {w for w, s in senses.items() if len(s) <= max_senses and _single_word(w)}
@@ -379,18 +418,7 @@ def translation_task(
     qlangs: List[str] = []
     targets: List[List[int]] = []
     for lang in langs:
-        if lang == "en":
-            cands = sorted((w, (w,)) for w in usable)
-        else:
-            by_word: Dict[str, List[str]] = {}
-            for e in read_freedict(lang, single_word=True, nouns_only=True, dictd_dir=dictd_dir):
-                for t in e.translations:
-                    tl = t.lower()
-                    if tl in usable and tl != e.headword.lower():
-                        lst = by_word.setdefault(e.headword, [])
-                        if tl not in lst:
-                            lst.append(tl)
-            cands = sorted((w, tuple(ts)) for w, ts in by_word.items())
+        cands = _query_words(lang, usable, dictd_dir)
         with_offsets = []
         for word, english in cands:
             offsets = sorted({off for t in english for off, _ in senses[t]})
@@ -403,10 +431,7 @@ def translation_task(
             targets.append(with_offsets[i][1])
 
     gloss_of = {off: g for lst in senses.values() for off, g in lst}
-    needed = sorted({o for t in targets for o in t})
-    rest = sorted(set(gloss_of) - set(needed))
-    extra = [rest[i] for i in rng.permutation(len(rest))[:n_distractors]] if rest else []
-    doc_offsets = sorted(set(needed) | set(extra))
+    doc_offsets = _document_pool(gloss_of, targets, n_distractors, rng)
     position = {off: i for i, off in enumerate(doc_offsets)}
     return RetrievalTask(
         name="freedict-wordnet-" + "-".join(langs),

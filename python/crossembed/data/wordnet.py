@@ -16,7 +16,6 @@ so that no sentence of a test synset is ever seen while fitting.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 from dataclasses import dataclass
@@ -190,8 +189,7 @@ def _parse_line(line: str, pos: str) -> Synset:
     return Synset(offset, pos, lemmas, gloss, examples, tuple(hypernyms))
 
 
-@functools.lru_cache(maxsize=16)
-def _read_cached(path: str, mtime_ns: int, pos: str) -> Tuple[Synset, ...]:
+def _read_file(path: Path, pos: str) -> List[Synset]:
     out = []
     with open(path, encoding="utf-8", errors="replace") as fh:
         for lineno, line in enumerate(fh, 1):
@@ -201,7 +199,7 @@ def _read_cached(path: str, mtime_ns: int, pos: str) -> Tuple[Synset, ...]:
                 out.append(_parse_line(line.rstrip("\n"), pos))
             except (IndexError, ValueError, KeyError) as exc:
                 raise ValueError(f"{path}:{lineno}: malformed WordNet data line ({exc})") from None
-    return tuple(out)
+    return out
 
 
 def read_synsets(pos: str = "noun", *, wordnet_dir: Optional[PathLike] = None) -> List[Synset]:
@@ -217,13 +215,14 @@ def read_synsets(pos: str = "noun", *, wordnet_dir: Optional[PathLike] = None) -
     Returns
     -------
     list of Synset
-        Parsed once per process (cached by path and modification time).
+        Parsed from the file on every call; callers that need the synsets
+        repeatedly keep the list.
     """
     pos = _normalise_pos(pos)
     path = find_wordnet_dir(wordnet_dir) / f"data.{pos}"
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing; install it with `apt-get install wordnet-base`")
-    return list(_read_cached(str(path), path.stat().st_mtime_ns, pos))
+    return _read_file(path, pos)
 
 
 def synsets_with_examples(pos: str = "noun", *, wordnet_dir: Optional[PathLike] = None) -> List[Synset]:

@@ -16,7 +16,6 @@ source is.
 
 from __future__ import annotations
 
-import functools
 import gzip
 import json
 from importlib import resources
@@ -39,7 +38,6 @@ FREEDICT_FILE = "freedict_words.json.gz"
 FREEDICT_VERSION = 1
 
 
-@functools.lru_cache(maxsize=1)
 def _load() -> Tuple[Synset, ...]:
     ref = resources.files(__name__).joinpath(BUNDLED_FILE)
     try:
@@ -60,11 +58,11 @@ def load_bundled_wordnet() -> List[Synset]:
     Returns the same :class:`~crossembed.data.wordnet.Synset` objects as
     :func:`~crossembed.data.wordnet.read_synsets`, so every helper of
     :mod:`crossembed.data.wordnet` (pairs, splits, tasks) works on them.
+    The file is small; each call reads it again.
     """
     return list(_load())
 
 
-@functools.lru_cache(maxsize=1)
 def _load_words() -> Tuple[Tuple[str, str, Tuple[int, ...]], ...]:
     ref = resources.files(__name__).joinpath(FREEDICT_FILE)
     try:
