@@ -8,7 +8,7 @@ from crossembed.experiments.uncha_plots import plot_history, plot_radii, plot_ra
 from crossembed.experiments.uncha_table import METRICS, render_markdown, write_report
 from crossembed.hyperbolic import data as D
 from crossembed.hyperbolic.evaluate import HeldOutSet
-from crossembed.hyperbolic.train import TrainConfig, build_model
+from crossembed.hyperbolic.train import EncoderConfig, SceneConfig, TrainConfig, build_model
 from crossembed.hyperbolic.wordnet_embedding import Hierarchy
 
 torch.set_num_threads(1)
@@ -20,15 +20,9 @@ def _result(embeddings=None):
         "runs": [{"model": "uncha", "seed": 0, "i2t_r1": 0.5, "backend": "torch-lorentz"}],
         "summary": {"uncha": {k: (0.5, 0.1) for k in keys}},
         "speed": {"error": "not built"},
-        "config": {
-            "steps": 3,
-            "batch_size": 8,
-            "n_train": 48,
-            "canvas": 32,
-            "dim": 8,
-            "lr": 5e-4,
-            "weight_decay": 0.2,
-        },
+        "config": TrainConfig(
+            steps=3, batch_size=8, scenes=SceneConfig(n_train=48, canvas=32), encoder=EncoderConfig(dim=8)
+        ).get_config(),
         "seeds": [0],
         "n_test_scenes": 20,
         "n_test_parts": 40,
@@ -73,7 +67,7 @@ def test_plots_write_pngs(tmp_path):
     src = (rng.integers(0, 256, size=(40, 28, 28)).astype(np.uint8), np.arange(40) % 10)
     scenes = D.make_scenes(12, canvas=32, random_state=0, source=src, split="test")
     test = HeldOutSet(scenes, src[0][:10], src[1][:10])
-    model = build_model(TrainConfig(n_train=48, batch_size=8, canvas=32, dim=8, width=8))
+    model = build_model(TrainConfig(batch_size=8, encoder=EncoderConfig(dim=8, width=8)))
     emb = {k: torch.randn(len(scenes.parts), 8) * 0.3 for k in ("scene_image", "part_image", "scene_text", "prompt")}
     h = Hierarchy(["r", "a", "b"], np.arange(3), np.array([[1, 0], [2, 0]]), np.array([0, 1, 1]))
     for path in (

@@ -10,7 +10,14 @@ from crossembed._io import CorruptFileError
 from crossembed.hyperbolic import data as D
 from crossembed.hyperbolic.evaluate import HeldOutSet, evaluate
 from crossembed.hyperbolic.losses import MODEL_NAMES
-from crossembed.hyperbolic.train import TrainConfig, load_checkpoint, train
+from crossembed.hyperbolic.train import (
+    EncoderConfig,
+    OptimiserConfig,
+    SceneConfig,
+    TrainConfig,
+    load_checkpoint,
+    train,
+)
 
 torch.set_num_threads(1)
 
@@ -22,7 +29,15 @@ def _scenes(n=48, seed=0, split="train"):
 
 
 def _cfg(model="uncha", steps=3, **kw):
-    return TrainConfig(model=model, steps=steps, batch_size=8, n_train=48, canvas=32, dim=8, width=8, warmup=1, **kw)
+    return TrainConfig(
+        model=model,
+        steps=steps,
+        batch_size=8,
+        optimiser=OptimiserConfig(warmup=1),
+        scenes=SceneConfig(n_train=48, canvas=32),
+        encoder=EncoderConfig(dim=8, width=8),
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
@@ -79,13 +94,43 @@ def test_resume_is_exact_and_checkpoint_is_checked(tmp_path):
         load_checkpoint(tmp_path / "nothing.cemb")
 
 
+def test_config_round_trip_and_old_checkpoint_versions_are_refused(tmp_path):
+    from crossembed._io import load_arrays, save_arrays
+    from crossembed.hyperbolic.train import CHECKPOINT_KIND, CHECKPOINT_VERSION
+
+    cfg = _cfg("meru", steps=2, lam=0.5)
+    assert TrainConfig.from_config(json.loads(json.dumps(cfg.get_config()))) == cfg
+    data, _ = _scenes()
+    train(cfg, out=tmp_path, data=data, show_progress_bar=False)
+    _m, loaded, step, _h, meta = load_checkpoint(tmp_path)
+    assert loaded == cfg and step == 2 and meta["format_version"] == CHECKPOINT_VERSION
+    arrays, meta = load_arrays(tmp_path / "checkpoint.cemb", CHECKPOINT_KIND)
+    flat = {k: v for group in ("optimiser", "scenes", "encoder") for k, v in meta["config"][group].items()}
+    old = {**meta, "config": {**{k: v for k, v in meta["config"].items() if not isinstance(v, dict)}, **flat}}
+    del old["format_version"]  # a 0.1.0 checkpoint: flat config, no version field
+    save_arrays(tmp_path / "old.cemb", CHECKPOINT_KIND, arrays, old)
+    with pytest.raises(ValueError, match=f"format version 1, expected {CHECKPOINT_VERSION}"):
+        load_checkpoint(tmp_path / "old.cemb")
+    save_arrays(tmp_path / "future.cemb", CHECKPOINT_KIND, arrays, {**meta, "format_version": 99})
+    with pytest.raises(ValueError, match="format version 99"):
+        load_checkpoint(tmp_path / "future.cemb")
+
+
 def test_config_validation():
     with pytest.raises(ValueError, match="model must be"):
         TrainConfig(model="bert")
     with pytest.raises(ValueError, match="steps"):
         TrainConfig(steps=0)
     with pytest.raises(ValueError, match="batch_size"):
-        TrainConfig(batch_size=100, n_train=50)
+        TrainConfig(batch_size=100, scenes=SceneConfig(n_train=50))
+    with pytest.raises(ValueError, match="warmup"):
+        OptimiserConfig(warmup=-1)
+    with pytest.raises(ValueError, match="canvas"):
+        SceneConfig(canvas=0)
+    with pytest.raises(ValueError, match="width"):
+        EncoderConfig(width=0)
+    with pytest.raises(TypeError, match="optimiser must be a OptimiserConfig"):
+        TrainConfig(optimiser={"lr": 1e-3})
     with pytest.raises(ValueError, match="lam"):
         TrainConfig(lam=-1.0)
     from crossembed.hyperbolic.train import build_model
@@ -98,7 +143,7 @@ def test_weight_decay_skips_temperatures_curvature_and_scalers():
     from crossembed.hyperbolic.train import _optimizer, build_model
 
     m = build_model(_cfg())
-    groups = _optimizer(m, _cfg()).param_groups
+    groups = _optimizer(m, _cfg().optimiser).param_groups
     nd = {id(p) for p in groups[1]["params"]}
     assert groups[0]["weight_decay"] == 0.2 and groups[1]["weight_decay"] == 0.0
     assert nd == {id(p) for p in m.no_decay_parameters()} and len(nd) == 6

@@ -46,10 +46,16 @@ def _set_threads(num_threads: Optional[int]) -> None:
 
 
 def _train_config(args, **overrides):
-    from crossembed.hyperbolic.train import TrainConfig
+    from crossembed.hyperbolic.train import EncoderConfig, OptimiserConfig, SceneConfig, TrainConfig
 
-    options = dict(steps=args.steps, batch_size=args.batch_size, n_train=args.n_train, dim=args.dim, lr=args.lr)
-    return TrainConfig(**{**options, **overrides})
+    return TrainConfig(
+        steps=args.steps,
+        batch_size=args.batch_size,
+        optimiser=OptimiserConfig(lr=args.lr),
+        scenes=SceneConfig(n_train=args.n_train),
+        encoder=EncoderConfig(dim=args.dim),
+        **overrides,
+    )
 
 
 def _add_train_options(p) -> None:
@@ -96,7 +102,8 @@ def _cmd_eval(args) -> int:
 
     _set_threads(args.num_threads)
     model, cfg, step, _hist, _meta = load_checkpoint(args.checkpoint)
-    test = make_test_set(n_scenes=args.n_test, n_items=args.n_items, canvas=cfg.canvas, max_items=cfg.max_items)
+    scenes = cfg.scenes
+    test = make_test_set(n_scenes=args.n_test, n_items=args.n_items, canvas=scenes.canvas, max_items=scenes.max_items)
     res = evaluate(model, test, return_embeddings=bool(args.plot), num_threads=args.num_threads)
     emb = res.pop("embeddings", None)
     if args.plot and model.hyperbolic:
@@ -203,6 +210,11 @@ def _cmd_wordnet(args) -> int:
 # --------------------------------------------------------------------------- parsers
 def register(subparsers) -> None:
     """Add the UNCHA sub-commands to the ``crossembed`` parser."""
+    for add in (_add_train_parser, _add_eval_parser, _add_curve_parser, _add_table_parser, _add_wordnet_parser):
+        add(subparsers)
+
+
+def _add_train_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "train-uncha",
         help="train one image-text model (CLIP/MERU/HyCoCLIP/UNCHA/ablations)",
@@ -219,6 +231,8 @@ def register(subparsers) -> None:
     _add_common(p)
     p.set_defaults(func=_cmd_train, output_dirs=("out",))
 
+
+def _add_eval_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "eval-uncha",
         help="evaluate a checkpoint written by train-uncha",
@@ -232,6 +246,8 @@ def register(subparsers) -> None:
     _add_common(p)
     p.set_defaults(func=_cmd_eval)
 
+
+def _add_curve_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "uncha-curve",
         help="learning curve (constant lr, one seed) that sets the table's step budget",
@@ -250,6 +266,8 @@ def register(subparsers) -> None:
     _add_common(p)
     p.set_defaults(func=_cmd_curve)
 
+
+def _add_table_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "uncha-table",
         help="train and evaluate every model over several seeds",
@@ -273,6 +291,8 @@ def register(subparsers) -> None:
     _add_common(p)
     p.set_defaults(func=_cmd_table)
 
+
+def _add_wordnet_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "embed-wordnet",
         help="embed the WordNet noun hierarchy in the Lorentz model",

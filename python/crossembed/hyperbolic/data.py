@@ -189,6 +189,54 @@ def _place(rng: np.random.Generator, sizes: List[int], canvas: int, tries: int =
     return [(int(r), int(c)) for r, c, _ in placed]
 
 
+def _layouts(rng: np.random.Generator, n_scenes: int, by_class, *, canvas: int, max_items: int, sizes):
+    """Draw every scene's items, sizes and positions (no pixels yet).
+
+    Returns ``(scene_labels, captions, part labels, part scenes, part boxes,
+    part sources)``, the last four one entry per part.
+    """
+    min_size, max_size = sizes
+    n_classes = len(by_class)
+    scene_labels = np.full((n_scenes, max_items), -1, np.int64)
+    captions, p_lab, p_scene, p_box, p_src = [], [], [], [], []
+    for i in range(n_scenes):
+        k = int(rng.integers(1, max_items + 1))
+        classes = rng.choice(n_classes, size=k, replace=False)
+        sides = sorted((int(s) for s in rng.integers(min_size, max_size + 1, size=k)), reverse=True)
+        pos = _place(rng, sides, canvas)
+        while pos is None:  # too crowded: shrink everything a little and retry
+            sides = [max(min_size // 2, int(s * 0.85)) for s in sides]
+            pos = _place(rng, sides, canvas)
+        for j, ((r, c), s) in enumerate(zip(pos, sides)):
+            p_lab.append(int(classes[j]))
+            p_scene.append(i)
+            p_box.append((r, c, s, s))
+            p_src.append(int(by_class[classes[j]][rng.integers(len(by_class[classes[j]]))]))
+        scene_labels[i, :k] = classes  # sides are sorted, so classes are largest first
+        captions.append(scene_caption([int(c) for c in classes]))
+    return scene_labels, captions, p_lab, p_scene, p_box, p_src
+
+
+def _paint_parts(images: np.ndarray, boxes: np.ndarray, src: np.ndarray, canvas: int) -> np.ndarray:
+    """One canvas per part holding its item, resized to the box, everything else black."""
+    parts = np.zeros((len(boxes), canvas, canvas), np.uint8)
+    for s in np.unique(boxes[:, 2]):  # one batched resize per item size
+        idx = np.flatnonzero(boxes[:, 2] == s)
+        for t, item in zip(idx, _resize(images[src[idx]], int(s))):
+            r, c = boxes[t, 0], boxes[t, 1]
+            parts[t, r : r + s, c : c + s] = item
+    return parts
+
+
+def _representativeness(parts: np.ndarray, part_scene: np.ndarray, n_scenes: int) -> np.ndarray:
+    """Each part's share of its scene's pixel sum."""
+    mass = parts.reshape(len(parts), -1).sum(1, dtype=np.float64)
+    total = np.bincount(part_scene, weights=mass, minlength=n_scenes)[part_scene]
+    n_parts = np.bincount(part_scene, minlength=n_scenes)[part_scene]
+    # an all-black scene (only possible with a synthetic source) shares equally
+    return np.where(total > 0, mass / np.where(total > 0, total, 1.0), 1.0 / n_parts)
+
+
 def make_scenes(
     n_scenes: int,
     *,
@@ -227,40 +275,16 @@ def make_scenes(
     if max_items > n_classes:
         raise ValueError(f"max_items={max_items} exceeds the number of classes ({n_classes})")
     by_class = [np.flatnonzero(labels == k) for k in range(n_classes)]
-    scenes = np.zeros((n_scenes, canvas, canvas), np.uint8)
-    scene_labels = np.full((n_scenes, max_items), -1, np.int64)
-    captions, p_lab, p_scene, p_box, p_src = [], [], [], [], []
-    for i in range(n_scenes):  # first the layouts (cheap), then the pixels in batches
-        k = int(rng.integers(1, max_items + 1))
-        classes = rng.choice(n_classes, size=k, replace=False)
-        sizes = sorted((int(s) for s in rng.integers(min_size, max_size + 1, size=k)), reverse=True)
-        pos = _place(rng, sizes, canvas)
-        while pos is None:  # too crowded: shrink everything a little and retry
-            sizes = [max(min_size // 2, int(s * 0.85)) for s in sizes]
-            pos = _place(rng, sizes, canvas)
-        for j, ((r, c), s) in enumerate(zip(pos, sizes)):
-            p_lab.append(int(classes[j]))
-            p_scene.append(i)
-            p_box.append((r, c, s, s))
-            p_src.append(int(by_class[classes[j]][rng.integers(len(by_class[classes[j]]))]))
-        scene_labels[i, :k] = classes  # sizes are sorted, so classes are largest first
-        captions.append(scene_caption([int(c) for c in classes]))
+    layout = _layouts(rng, n_scenes, by_class, canvas=canvas, max_items=max_items, sizes=(min_size, max_size))
+    scene_labels, captions, p_lab, p_scene, p_box, p_src = layout
     boxes = np.array(p_box, np.int64).reshape(-1, 4)
     src = np.array(p_src, np.int64)
-    parts = np.zeros((len(p_box), canvas, canvas), np.uint8)
-    for s in np.unique(boxes[:, 2]):  # one batched resize per item size
-        idx = np.flatnonzero(boxes[:, 2] == s)
-        for t, item in zip(idx, _resize(images[src[idx]], int(s))):
-            r, c = boxes[t, 0], boxes[t, 1]
-            parts[t, r : r + s, c : c + s] = item
+    parts = _paint_parts(images, boxes, src, canvas)
     part_scene = np.array(p_scene, np.int64)
+    scenes = np.zeros((n_scenes, canvas, canvas), np.uint8)
     # boxes never overlap, so the scene is the pixel-wise maximum (and the sum) of its parts
     np.maximum.at(scenes, part_scene, parts)
-    mass = parts.reshape(len(parts), -1).sum(1, dtype=np.float64)
-    total = np.bincount(part_scene, weights=mass, minlength=n_scenes)[part_scene]
-    n_parts = np.bincount(part_scene, minlength=n_scenes)[part_scene]
-    # an all-black scene (only possible with a synthetic source) shares equally
-    rep = np.where(total > 0, mass / np.where(total > 0, total, 1.0), 1.0 / n_parts)
+    rep = _representativeness(parts, part_scene, n_scenes)
     uniq = {cap: n for n, cap in enumerate(dict.fromkeys(captions))}
     return SceneSet(
         scenes=scenes,

@@ -262,61 +262,81 @@ def total_loss(
     s_it = _scores(batch.image, batch.text, g, manifold)
     out["global"] = 0.5 * (contrastive_loss(s_it, same_caption, tau_g) + contrastive_loss(s_it.T, same_caption, tau_g))
     con = out["global"]
-    need_parts = config.local or config.part_whole or config.entailment == "all"
-    if need_parts:
-        ip, tp_unique, pt, ps = batch.image_part, batch.text_part, batch.part_text, batch.part_scene
-        if ip is None or tp_unique is None or pt is None or ps is None or batch.scene_has is None:
-            raise ValueError(
-                "this configuration needs part embeddings (image_part, text_part, part_text, part_scene, scene_has)"
-            )
-        tp = tp_unique[pt]  # part text per part row
+    tp = None
+    if config.local or config.part_whole or config.entailment == "all":
+        _check_parts(batch)
+        tp = batch.text_part[batch.part_text]  # part text per part row (made here: autograd's order stays fixed)
     if config.local:
-        U = tp_unique.shape[0]
-        pos = pt[:, None] == torch.arange(U, device=pt.device)[None, :]
-        s_pp = _scores(ip, tp_unique, g, manifold)
-        out["local"] = 0.5 * (contrastive_loss(s_pp, pos, tau_l) + contrastive_loss(s_pp.T, pos.T, tau_l))
+        out["local"] = _local_term(batch, g, manifold, tau_l)
         con = con + out["local"]
     if config.part_whole:
-        # a part's positives are all wholes that contain an item of its kind
-        pos_it = batch.scene_has[:, pt].T  # (P, B)
-        pos_ti = batch.scene_has.T  # (U, B)
-        if config.uncertainty_temperature:
-            tau_i, tau_t = uncertainty_temperature(ip, tau_gl), uncertainty_temperature(tp_unique, tau_gl)
-        else:
-            tau_i = tau_t = tau_gl
-        out["part_whole"] = 0.5 * (
-            contrastive_loss(_scores(ip, batch.text, g, manifold), pos_it, tau_i)
-            + contrastive_loss(_scores(tp_unique, batch.image, g, manifold), pos_ti, tau_t)
-        )
+        out["part_whole"] = _part_whole_term(batch, config, manifold, tau_gl)
         con = con + out["part_whole"]
     out["contrastive"] = con
     loss = con
     if config.entailment != "none":
-        c = manifold
-        r_ti = entailment_loss(batch.text, batch.image, c, eta=config.eta_inter, alpha=config.alpha)
-        if config.entailment == "global":
-            ent = r_ti.mean()
-        else:
-            r_pp = entailment_loss(tp, ip, c, eta=config.eta_inter, alpha=config.alpha)
-            # The only part of a one-item scene *is* the scene (same pixels, same caption): the
-            # part -> whole pair is a point and itself, where the exterior angle is undefined and
-            # its gradient ~ 1/|x - y| blows up (it froze the image tower once parts were masked
-            # scenes). Such a part entails its whole trivially, so only proper parts enter.
-            proper = torch.bincount(ps, minlength=B)[ps] > 1
-            ent = 0.5 * r_ti.mean() + 0.5 * r_pp.mean()
-            if bool(proper.any()):
-                ipp, whole = ip[proper], ps[proper]
-                tpp = tp[proper]
-                r_ii = entailment_loss(ipp, batch.image[whole], c, eta=config.eta_intra, alpha=config.alpha)
-                r_tt = entailment_loss(tpp, batch.text[whole], c, eta=config.eta_intra, alpha=config.alpha)
-                ent = ent + 0.25 * r_ii.mean() + 0.25 * r_tt.mean()
-                if config.calibration:
-                    kw = dict(entropy=config.entropy, entropy_weight=config.entropy_weight)
-                    out["calibration"] = calibration_loss(r_ii, L.uncertainty(ipp), **kw) + calibration_loss(
-                        r_tt, L.uncertainty(tpp), **kw
-                    )
-                    ent = ent + out["calibration"]
-        out["entailment"] = ent
-        loss = loss + config.lam * ent
+        out["entailment"] = _entailment_term(batch, tp, config, manifold, out)
+        loss = loss + config.lam * out["entailment"]
     out["loss"] = loss
     return out
+
+
+def _check_parts(batch: Batch) -> None:
+    if any(x is None for x in (batch.image_part, batch.text_part, batch.part_text, batch.part_scene, batch.scene_has)):
+        raise ValueError(
+            "this configuration needs part embeddings (image_part, text_part, part_text, part_scene, scene_has)"
+        )
+
+
+def _local_term(batch: Batch, geometry: str, manifold: L.Lorentz, tau_l) -> torch.Tensor:
+    """Part image <-> part caption contrastive term (symmetric)."""
+    pt = batch.part_text
+    pos = pt[:, None] == torch.arange(batch.text_part.shape[0], device=pt.device)[None, :]
+    s_pp = _scores(batch.image_part, batch.text_part, geometry, manifold)
+    return 0.5 * (contrastive_loss(s_pp, pos, tau_l) + contrastive_loss(s_pp.T, pos.T, tau_l))
+
+
+def _part_whole_term(batch: Batch, config: LossConfig, manifold: L.Lorentz, tau_gl) -> torch.Tensor:
+    """Part -> whole contrastive term: a part's positives are all wholes containing an item of its kind."""
+    ip, tp_unique, g = batch.image_part, batch.text_part, config.geometry
+    pos_it = batch.scene_has[:, batch.part_text].T  # (P, B)
+    pos_ti = batch.scene_has.T  # (U, B)
+    if config.uncertainty_temperature:
+        tau_i, tau_t = uncertainty_temperature(ip, tau_gl), uncertainty_temperature(tp_unique, tau_gl)
+    else:
+        tau_i = tau_t = tau_gl
+    return 0.5 * (
+        contrastive_loss(_scores(ip, batch.text, g, manifold), pos_it, tau_i)
+        + contrastive_loss(_scores(tp_unique, batch.image, g, manifold), pos_ti, tau_t)
+    )
+
+
+def _entailment_term(batch: Batch, tp, config: LossConfig, c: L.Lorentz, out: Dict[str, torch.Tensor]) -> torch.Tensor:
+    """Entailment-cone term: text -> image, and with ``entailment="all"`` the part terms.
+
+    ``tp`` is the caption embedding of each part row; sets ``out["calibration"]`` when calibrating.
+    """
+    r_ti = entailment_loss(batch.text, batch.image, c, eta=config.eta_inter, alpha=config.alpha)
+    if config.entailment == "global":
+        return r_ti.mean()
+    ip, ps = batch.image_part, batch.part_scene
+    r_pp = entailment_loss(tp, ip, c, eta=config.eta_inter, alpha=config.alpha)
+    # The only part of a one-item scene *is* the scene (same pixels, same caption): the
+    # part -> whole pair is a point and itself, where the exterior angle is undefined and
+    # its gradient ~ 1/|x - y| blows up. Such a part entails its whole trivially, so only
+    # proper parts enter.
+    proper = torch.bincount(ps, minlength=batch.image.shape[0])[ps] > 1
+    ent = 0.5 * r_ti.mean() + 0.5 * r_pp.mean()
+    if bool(proper.any()):
+        ipp, whole = ip[proper], ps[proper]
+        tpp = tp[proper]
+        r_ii = entailment_loss(ipp, batch.image[whole], c, eta=config.eta_intra, alpha=config.alpha)
+        r_tt = entailment_loss(tpp, batch.text[whole], c, eta=config.eta_intra, alpha=config.alpha)
+        ent = ent + 0.25 * r_ii.mean() + 0.25 * r_tt.mean()
+        if config.calibration:
+            kw = dict(entropy=config.entropy, entropy_weight=config.entropy_weight)
+            out["calibration"] = calibration_loss(r_ii, L.uncertainty(ipp), **kw) + calibration_loss(
+                r_tt, L.uncertainty(tpp), **kw
+            )
+            ent = ent + out["calibration"]
+    return ent

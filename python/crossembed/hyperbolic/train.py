@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Dict, Optional, Union
 
@@ -36,68 +36,152 @@ __all__ = [
     "load_checkpoint",
     "make_batch",
     "CHECKPOINT_KIND",
+    "CHECKPOINT_VERSION",
+    "OptimiserConfig",
+    "SceneConfig",
+    "EncoderConfig",
 ]
 
 CHECKPOINT_KIND = "uncha-checkpoint"
 CHECKPOINT_NAME = "checkpoint.cemb"
+#: Format of the checkpoint's metadata (the stored config holds its three groups).
+CHECKPOINT_VERSION = 2
 _HISTORY_TERMS = ("loss", "global", "local", "part_whole", "entailment", "calibration")
 
 
-@dataclass
+@dataclass(frozen=True)
+class OptimiserConfig:
+    """AdamW and its learning-rate schedule.
+
+    Parameters
+    ----------
+    lr : float
+        Peak learning rate, reached after the warm-up; default 5e-4.
+    weight_decay : float
+        AdamW weight decay of the weights (temperatures, curvature and scales
+        get none); default 0.2.
+    warmup : int
+        Steps of linear warm-up from ``lr / warmup`` to ``lr``; default 25.
+    schedule : {"cosine", "constant"}
+        The learning rate after the warm-up: ``cosine`` decays to 0 at the
+        run's last step, ``constant`` keeps ``lr`` (the learning curve uses it,
+        so a point at step ``s`` is not shaped by a decay tied to the curve's
+        length); default ``cosine``.
+    """
+
+    lr: float = 5e-4
+    weight_decay: float = 0.2
+    warmup: int = 25
+    schedule: str = "cosine"
+
+    def __post_init__(self):
+        check_positive(self.lr, "lr", allow_zero=True)
+        check_positive(self.weight_decay, "weight_decay", allow_zero=True)
+        check_int(self.warmup, "warmup", low=0)
+        check_choice(self.schedule, "schedule", ("cosine", "constant"))
+
+
+@dataclass(frozen=True)
+class SceneConfig:
+    """The generated training scenes (:func:`~crossembed.hyperbolic.data.make_scenes`).
+
+    Parameters
+    ----------
+    n_train : int
+        Number of training scenes; default 6000.
+    canvas : int
+        Scene side in pixels; default 48.
+    max_items : int
+        Most Fashion-MNIST items per scene; default 4.
+    """
+
+    n_train: int = 6000
+    canvas: int = 48
+    max_items: int = 4
+
+    def __post_init__(self):
+        for name in ("n_train", "canvas", "max_items"):
+            check_int(getattr(self, name), name, low=1)
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """Size of the image and text towers.
+
+    Parameters
+    ----------
+    dim : int
+        Embedding dimension; default 64.
+    width : int
+        Base channel count of the image tower (the text tower's GRU has
+        ``2 * width`` units); default 16, small enough that a CPU step is short
+        at the learning curve's step counts.
+    """
+
+    dim: int = 64
+    width: int = 16
+
+    def __post_init__(self):
+        check_int(self.dim, "dim", low=1)
+        check_int(self.width, "width", low=1)
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """Everything that defines a training run (stored in the checkpoint).
 
-    ``schedule`` is the learning-rate shape after the linear warm-up:
-    ``cosine`` (decay to 0 at ``steps``) or ``constant`` (the learning curve
-    uses it, so that a point at step ``s`` is not flattened by a decay tied to
-    the curve's own length). ``width`` 16 rather than 24: on one CPU thread a
-    48 px canvas trains ~1.5x faster per step (measured 0.06 vs 0.09 s per
-    UNCHA step), which buys the steps the learning curve asks for.
+    Parameters
+    ----------
+    model : str
+        A name of :data:`crossembed.hyperbolic.losses.MODEL_NAMES` (the loss
+        preset); default ``"uncha"``.
+    steps : int
+        Optimisation steps; default 500.
+    batch_size : int
+        Scenes per batch (at most ``scenes.n_train``); default 64.
+    seed : int
+        Seeds the scenes, the initialisation and the batches; default 0.
+    checkpoint_every : int
+        Steps between checkpoints when training writes to a directory; default 250.
+    lam : float, optional
+        Entailment weight in place of the preset's; default None (the preset's).
+    optimiser : OptimiserConfig
+    scenes : SceneConfig
+    encoder : EncoderConfig
     """
 
     model: str = "uncha"
     steps: int = 500
     batch_size: int = 64
-    lr: float = 5e-4
-    weight_decay: float = 0.2
-    warmup: int = 25
-    dim: int = 64
-    width: int = 16
-    n_train: int = 6000
-    canvas: int = 48
-    max_items: int = 4
     seed: int = 0
     checkpoint_every: int = 250
-    schedule: str = "cosine"
-    lam: Optional[float] = None  # override the preset's entailment weight (SPEC: 0.2)
+    lam: Optional[float] = None
+    optimiser: OptimiserConfig = field(default_factory=OptimiserConfig)
+    scenes: SceneConfig = field(default_factory=SceneConfig)
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
 
     def __post_init__(self):
         preset(self.model)  # validates the name
-        for f in (
-            "steps",
-            "batch_size",
-            "dim",
-            "width",
-            "n_train",
-            "canvas",
-            "max_items",
-            "checkpoint_every",
-        ):
-            check_int(getattr(self, f), f, low=1)
-        check_int(self.warmup, "warmup", low=0)
-        check_choice(self.schedule, "schedule", ("cosine", "constant"))
+        for name in ("steps", "batch_size", "checkpoint_every"):
+            check_int(getattr(self, name), name, low=1)
         check_int(self.seed, "seed", low=0)
-        if self.batch_size > self.n_train:
-            raise ValueError(f"batch_size={self.batch_size} exceeds n_train={self.n_train}")
+        for name, kind in (("optimiser", OptimiserConfig), ("scenes", SceneConfig), ("encoder", EncoderConfig)):
+            if not isinstance(getattr(self, name), kind):
+                raise TypeError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
+        if self.batch_size > self.scenes.n_train:
+            raise ValueError(f"batch_size={self.batch_size} exceeds n_train={self.scenes.n_train}")
         if self.lam is not None:
             check_positive(self.lam, "lam", allow_zero=True)
-        for f in ("lr", "weight_decay"):
-            check_positive(getattr(self, f), f, allow_zero=True)
+
+    def get_config(self) -> Dict:
+        """A JSON-able dict; :meth:`from_config` rebuilds the same config."""
+        return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Dict) -> TrainConfig:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+    def from_config(cls, config: Dict) -> TrainConfig:
+        """The config :meth:`get_config` returned; unknown or missing groups raise TypeError/KeyError."""
+        groups = {"optimiser": OptimiserConfig, "scenes": SceneConfig, "encoder": EncoderConfig}
+        return cls(**{**config, **{name: kind(**config[name]) for name, kind in groups.items()}})
 
 
 @dataclass
@@ -116,16 +200,16 @@ def build_model(config: TrainConfig) -> CompositionalModel:
     loss_config = preset(config.model)
     if config.lam is not None:
         loss_config = replace(loss_config, lam=float(config.lam))
-    return CompositionalModel(loss_config, len(Vocabulary()), dim=config.dim, width=config.width)
+    return CompositionalModel(loss_config, len(Vocabulary()), dim=config.encoder.dim, width=config.encoder.width)
 
 
 def train_scenes(config: TrainConfig) -> SceneSet:
     """The training scenes of ``config`` (deterministic in ``config.seed``)."""
     return make_scenes(
-        config.n_train,
+        config.scenes.n_train,
         split="train",
-        canvas=config.canvas,
-        max_items=config.max_items,
+        canvas=config.scenes.canvas,
+        max_items=config.scenes.max_items,
         random_state=config.seed,
     )
 
@@ -165,7 +249,7 @@ def make_batch(model: CompositionalModel, data: SceneSet, tokens: _Tokens, scene
     return batch
 
 
-def _optimizer(model: CompositionalModel, config: TrainConfig) -> torch.optim.AdamW:
+def _optimizer(model: CompositionalModel, config: OptimiserConfig) -> torch.optim.AdamW:
     no_decay = {id(p) for p in model.no_decay_parameters()}
     decay = [p for p in model.parameters() if id(p) not in no_decay]
     return torch.optim.AdamW(
@@ -177,12 +261,13 @@ def _optimizer(model: CompositionalModel, config: TrainConfig) -> torch.optim.Ad
     )
 
 
-def _lr_factor(step: int, config: TrainConfig) -> float:
+def _lr_factor(step: int, config: OptimiserConfig, steps: int) -> float:
+    """Multiplier of ``config.lr`` at ``step`` of a ``steps``-long run."""
     if step < config.warmup:
         return (step + 1) / config.warmup
     if config.schedule == "constant":
         return 1.0
-    t = (step - config.warmup) / max(1, config.steps - config.warmup)
+    t = (step - config.warmup) / max(1, steps - config.warmup)
     return 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
 
 
@@ -195,21 +280,28 @@ def save_checkpoint(
     optimizer: Optional[torch.optim.Optimizer] = None,
     extra: Optional[Dict] = None,
 ) -> Path:
-    """Atomically write model (+ optimiser) state, step and history."""
+    """Atomically write model (+ optimiser) state, step and history (checkpoint format :data:`CHECKPOINT_VERSION`)."""
     arrays = {f"model/{k}": v.detach().cpu().numpy() for k, v in model.state_dict().items()}
     arrays.update({f"history/{k}": v for k, v in history.items()})
     if optimizer is not None:
         for i, st in optimizer.state_dict()["state"].items():
             for name, v in st.items():
                 arrays[f"opt/{i}/{name}"] = torch.as_tensor(v).detach().cpu().numpy()
-    meta = {"config": asdict(config), "step": int(step), "loss_config": model.config.to_dict(), "extra": extra or {}}
+    meta = {
+        "format_version": CHECKPOINT_VERSION,
+        "config": config.get_config(),
+        "step": int(step),
+        "loss_config": model.config.to_dict(),
+        "extra": extra or {},
+    }
     return save_arrays(path, CHECKPOINT_KIND, arrays, meta)
 
 
 def load_checkpoint(path: Union[str, Path], *, optimizer: bool = False):
     """Read a checkpoint: ``(model, config, step, history, meta[, optimizer])``.
 
-    Raises FileNotFoundError for a missing file and
+    Raises FileNotFoundError for a missing file, ValueError for a checkpoint of
+    another format version (retrain it with this crossembed) and
     :class:`crossembed._io.CorruptFileError` for a damaged one.
     """
     path = Path(path)
@@ -218,8 +310,15 @@ def load_checkpoint(path: Union[str, Path], *, optimizer: bool = False):
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
     arrays, meta = load_arrays(path, CHECKPOINT_KIND)
+    # checkpoints without the field are those of crossembed 0.1.0's first format
+    found = meta.get("format_version", 1)
+    if found != CHECKPOINT_VERSION:
+        raise ValueError(
+            f"{path}: UNCHA checkpoint format version {found}, expected {CHECKPOINT_VERSION}; "
+            "train it again with this crossembed"
+        )
     try:
-        config = TrainConfig.from_dict(meta["config"])
+        config = TrainConfig.from_config(meta["config"])
         step = int(meta["step"])
         model = build_model(config)
         state = {k[len("model/") :]: torch.from_numpy(v) for k, v in arrays.items() if k.startswith("model/")}
@@ -229,7 +328,7 @@ def load_checkpoint(path: Union[str, Path], *, optimizer: bool = False):
     history = {k[len("history/") :]: v for k, v in arrays.items() if k.startswith("history/")}
     out = [model, config, step, history, meta]
     if optimizer:
-        opt = _optimizer(model, config)
+        opt = _optimizer(model, config.optimiser)
         sd = opt.state_dict()
         for key, v in arrays.items():
             if key.startswith("opt/"):
@@ -238,6 +337,34 @@ def load_checkpoint(path: Union[str, Path], *, optimizer: bool = False):
         opt.load_state_dict(sd)
         out.append(opt)
     return tuple(out)
+
+
+def _start(config: TrainConfig, ckpt: Optional[Path], resume: bool):
+    """``(model, optimiser, history, first step)``: fresh, or from ``ckpt`` when resuming."""
+    history = {k: np.full(config.steps, np.nan) for k in _HISTORY_TERMS}
+    if resume and ckpt is not None and ckpt.exists():
+        model, old_cfg, start, old_hist, _meta, opt = load_checkpoint(ckpt, optimizer=True)
+        if old_cfg != config:
+            raise ValueError(f"{ckpt} was written with a different configuration; use another --out or drop --resume")
+        for k, v in old_hist.items():
+            history[k][: len(v)] = v
+        return model, opt, history, start
+    model = build_model(config)
+    return model, _optimizer(model, config.optimiser), history, 0
+
+
+def _step(model, opt, config: TrainConfig, data: SceneSet, tokens: _Tokens, step: int):
+    """One optimisation step; returns the loss terms and the batch."""
+    rng = np.random.default_rng([config.seed, step])  # batches depend on (seed, step) only: exact resume
+    idx = np.sort(rng.choice(len(data), config.batch_size, replace=False))
+    for g in opt.param_groups:
+        g["lr"] = config.optimiser.lr * _lr_factor(step, config.optimiser, config.steps)
+    batch = make_batch(model, data, tokens, idx)
+    terms = total_loss(batch, model.config, manifold=model.manifold(), **model.temperatures())
+    opt.zero_grad(set_to_none=True)
+    terms["loss"].backward()
+    opt.step()
+    return terms, batch
 
 
 def train(
@@ -272,17 +399,7 @@ def train(
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     ckpt = out / CHECKPOINT_NAME if out is not None else None
-    history = {k: np.full(config.steps, np.nan) for k in _HISTORY_TERMS}
-    start = 0
-    if resume and ckpt is not None and ckpt.exists():
-        model, old_cfg, start, old_hist, _meta, opt = load_checkpoint(ckpt, optimizer=True)
-        if asdict(old_cfg) != asdict(config):
-            raise ValueError(f"{ckpt} was written with a different configuration; use another --out or drop --resume")
-        for k, v in old_hist.items():
-            history[k][: len(v)] = v
-    else:
-        model = build_model(config)
-        opt = _optimizer(model, config)
+    model, opt, history, start = _start(config, ckpt, resume)
     data = data if data is not None else train_scenes(config)
     if len(data) < config.batch_size:
         raise ValueError(f"the training set has {len(data)} scenes, fewer than batch_size={config.batch_size}")
@@ -293,20 +410,12 @@ def train(
     stop = config.steps if max_steps is None else min(config.steps, start + max_steps)
     bar = tqdm(range(start, stop), desc=f"train {config.model}", disable=not show_progress_bar, leave=False)
     for step in bar:
-        rng = np.random.default_rng([config.seed, step])  # batches depend on (seed, step) only: exact resume
-        idx = np.sort(rng.choice(len(data), config.batch_size, replace=False))
-        for g in opt.param_groups:
-            g["lr"] = config.lr * _lr_factor(step, config)
-        batch = make_batch(model, data, tokens, idx)
-        terms = total_loss(batch, model.config, manifold=model.manifold(), **model.temperatures())
-        opt.zero_grad(set_to_none=True)
-        terms["loss"].backward()
-        opt.step()
+        terms, batch = _step(model, opt, config, data, tokens, step)
         for k in _HISTORY_TERMS:
             if k in terms:
                 history[k][step] = float(terms[k].detach())
-        n_scenes += len(idx)
-        n_images += len(idx) + (0 if batch.image_part is None else batch.image_part.shape[0])
+        n_scenes += config.batch_size
+        n_images += config.batch_size + (0 if batch.image_part is None else batch.image_part.shape[0])
         if show_progress_bar and step % 10 == 0:
             bar.set_postfix(loss=f"{history['loss'][step]:.3f}", c=f"{float(model.curvature().detach()):.2f}")
         if ckpt is not None and ((step + 1) % config.checkpoint_every == 0 or step + 1 == stop):
