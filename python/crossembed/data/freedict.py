@@ -357,6 +357,17 @@ def _query_words(lang: str, usable: Set[str], dictd_dir) -> List[Tuple[str, Tupl
     return sorted((w, tuple(ts)) for w, ts in by_word.items())
 
 
+def _with_offsets(words, senses, max_senses: int) -> List[Tuple[str, List[int]]]:
+    """``(word, offsets of all senses of its English lemmas)`` for words with at most ``2 * max_senses`` senses."""
+    out = []
+    for word, english in words:
+        offsets = sorted({off for t in english for off, _ in senses[t]})
+        # a foreign word with many translations would be relevant to half the pool
+        if len(offsets) <= 2 * max_senses:
+            out.append((word, offsets))
+    return out
+
+
 def _document_pool(gloss_of: Dict[int, str], targets: List[List[int]], n_distractors: int, rng) -> List[int]:
     """Sorted synset offsets of the documents: every target plus ``n_distractors`` random other nouns."""
     needed = sorted({o for t in targets for o in t})
@@ -418,13 +429,7 @@ def translation_task(
     qlangs: List[str] = []
     targets: List[List[int]] = []
     for lang in langs:
-        cands = _query_words(lang, usable, dictd_dir)
-        with_offsets = []
-        for word, english in cands:
-            offsets = sorted({off for t in english for off, _ in senses[t]})
-            # a foreign word with many translations would be relevant to half the pool
-            if len(offsets) <= 2 * max_senses:
-                with_offsets.append((word, offsets))
+        with_offsets = _with_offsets(_query_words(lang, usable, dictd_dir), senses, max_senses)
         for i in sorted(rng.permutation(len(with_offsets))[:n_per_language]):
             queries.append(with_offsets[i][0])
             qlangs.append(lang)

@@ -258,29 +258,23 @@ def _csls(size, rng, timer, threads, torch) -> Iterator[List[Dict[str, Any]]]:
 
 
 def _lorentz(size, rng, timer, threads, torch) -> Iterator[List[Dict[str, Any]]]:
-    from crossembed import baselines as bl
-    from crossembed.kernels import lorentz_pairwise, lorentz_topk
-
-    nx, ny, d, k = size["NX"], size["NY"], size["D"], size["k"]
+    nx, ny, d = size["NX"], size["NY"], size["D"]
     X, Y = _lorentz_points(rng, nx, d), _lorentz_points(rng, ny, d)
-    flops = 2.0 * nx * ny * d
-    pair_size = {key: size[key] for key in ("NX", "NY", "D")}  # no k: every distance is returned
+    yield _lorentz_pairwise_rows(X, Y, {key: size[key] for key in ("NX", "NY", "D")}, timer, threads, torch)
+    yield _lorentz_topk_rows(X, Y, size, timer, threads, torch)
 
+
+def _lorentz_pairwise_rows(X, Y, size, timer, threads, torch) -> List[Dict[str, Any]]:
+    """lorentz_pairwise against numpy and torch (``size`` has no k: every distance is returned)."""
+    from crossembed import baselines as bl
+    from crossembed.kernels import lorentz_pairwise
+
+    flops = 2.0 * X.shape[0] * Y.shape[0] * X.shape[1]
     t_k, dist = timer(lambda: lorentz_pairwise(X, Y, num_threads=threads))
     far = dist > 0.5  # where the baselines' acosh form is accurate enough to compare
     t_b, ref = timer(lambda: bl.numpy_lorentz(X, Y))
-    rows = [
-        _row(
-            "lorentz",
-            "lorentz_pairwise",
-            pair_size,
-            "numpy float32",
-            flops,
-            t_k,
-            t_b,
-            _dense_agree(dist, ref, rtol=1e-3, where=far),
-        )
-    ]
+    check = _dense_agree(dist, ref, rtol=1e-3, where=far)
+    rows = [_row("lorentz", "lorentz_pairwise", size, "numpy float32", flops, t_k, t_b, check)]
     if torch is not None:
         tx, ty = torch.from_numpy(X), torch.from_numpy(Y)
 
@@ -289,50 +283,28 @@ def _lorentz(size, rng, timer, threads, torch) -> Iterator[List[Dict[str, Any]]]
                 return bl.torch_lorentz(tx, ty)
 
         t_t, ref = timer(torch_pairwise)
-        rows.append(
-            _row(
-                "lorentz",
-                "lorentz_pairwise",
-                pair_size,
-                "torch float32",
-                flops,
-                t_k,
-                t_t,
-                _dense_agree(dist, ref.numpy(), rtol=1e-3, where=far),
-            )
-        )
-    yield rows
+        check = _dense_agree(dist, ref.numpy(), rtol=1e-3, where=far)
+        rows.append(_row("lorentz", "lorentz_pairwise", size, "torch float32", flops, t_k, t_t, check))
+    return rows
 
+
+def _lorentz_topk_rows(X, Y, size, timer, threads, torch) -> List[Dict[str, Any]]:
+    """lorentz_topk against numpy and torch."""
+    from crossembed import baselines as bl
+    from crossembed.kernels import lorentz_topk
+
+    k, flops = size["k"], 2.0 * X.shape[0] * Y.shape[0] * X.shape[1]
     # nearest neighbours sit far from each other here, where the acosh form keeps ~1e-4 absolute accuracy
     t_k, (k_vals, k_idx) = timer(lambda: lorentz_topk(X, Y, k, num_threads=threads))
     t_b, (b_vals, b_idx) = timer(lambda: bl.numpy_lorentz_topk(X, Y, k))
-    rows = [
-        _row(
-            "lorentz",
-            "lorentz_topk",
-            size,
-            "numpy float32",
-            flops,
-            t_k,
-            t_b,
-            _topk_agree(k_vals, k_idx, b_vals, b_idx, atol=1e-3),
-        )
-    ]
+    check = _topk_agree(k_vals, k_idx, b_vals, b_idx, atol=1e-3)
+    rows = [_row("lorentz", "lorentz_topk", size, "numpy float32", flops, t_k, t_b, check)]
     if torch is not None:
+        tx, ty = torch.from_numpy(X), torch.from_numpy(Y)
         t_t, (t_vals, t_idx) = timer(lambda: bl.torch_lorentz_topk(tx, ty, k))
-        rows.append(
-            _row(
-                "lorentz",
-                "lorentz_topk",
-                size,
-                "torch float32",
-                flops,
-                t_k,
-                t_t,
-                _topk_agree(k_vals, k_idx, t_vals.numpy(), t_idx.numpy(), atol=1e-3),
-            )
-        )
-    yield rows
+        check = _topk_agree(k_vals, k_idx, t_vals.numpy(), t_idx.numpy(), atol=1e-3)
+        rows.append(_row("lorentz", "lorentz_topk", size, "torch float32", flops, t_k, t_t, check))
+    return rows
 
 
 _RUNNERS = {"probit": _probit, "signatures": _signatures, "csls": _csls, "lorentz": _lorentz}
@@ -412,8 +384,6 @@ def measure(
         ``cases`` (one row per kernel/baseline pair: times in ms, ratio, GFLOP/s,
         the agreement check), the settings, ``notes`` and ``ok`` (all agree).
     """
-    from tqdm.auto import tqdm
-
     from crossembed.kernels import simd_level
 
     check_choice(scale, "scale", SCALES)
@@ -423,25 +393,9 @@ def measure(
     notes: List[str] = []
     torch = _import_torch(kernels, notes)
     timer = _Timer(repeat, warmup=1 if scale == "small" else 0)
-    rows: List[Dict[str, Any]] = []
     t_start = time.perf_counter()
-    with (
-        _baseline_threads(threads, torch, notes),
-        tqdm(
-            total=sum(len(_OPS[name]) for name in kernels),
-            desc="crossembed bench",
-            unit="case",
-            file=sys.stderr,
-            disable=not show_progress_bar,
-            leave=False,
-        ) as bar,
-    ):
-        for name in kernels:
-            rng = np.random.default_rng([seed, KERNELS.index(name)])
-            bar.set_postfix_str(name)
-            for case_rows in _RUNNERS[name](_SIZES[scale][name], rng, timer, threads, torch):
-                rows.extend(case_rows)
-                bar.update(1)
+    with _baseline_threads(threads, torch, notes):
+        rows = _run_cases(kernels, scale, seed, timer, threads, torch, show_progress_bar)
     return {
         "scale": scale,
         "simd": simd_level(),
@@ -454,6 +408,28 @@ def measure(
         "ok": all(r["agree"] for r in rows),
         "seconds": time.perf_counter() - t_start,
     }
+
+
+def _run_cases(kernels, scale: str, seed: int, timer, threads, torch, show_progress_bar: bool) -> List[Dict[str, Any]]:
+    """Every case of ``kernels``, in order, with a tqdm bar on stderr."""
+    from tqdm.auto import tqdm
+
+    rows: List[Dict[str, Any]] = []
+    with tqdm(
+        total=sum(len(_OPS[name]) for name in kernels),
+        desc="crossembed bench",
+        unit="case",
+        file=sys.stderr,
+        disable=not show_progress_bar,
+        leave=False,
+    ) as bar:
+        for name in kernels:
+            rng = np.random.default_rng([seed, KERNELS.index(name)])
+            bar.set_postfix_str(name)
+            for case_rows in _RUNNERS[name](_SIZES[scale][name], rng, timer, threads, torch):
+                rows.extend(case_rows)
+                bar.update(1)
+    return rows
 
 
 def _size_text(size: Dict[str, int]) -> str:
