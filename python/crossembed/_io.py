@@ -11,14 +11,12 @@ removed.
 :func:`save_arrays` / :func:`load_arrays` add a versioned header and a SHA-256
 so truncation or edits anywhere in the file are detected on load.
 
-Format version 2 (written since crossembed's reliability pass)::
+Format version 2 (:func:`save_arrays`)::
 
     magic (11 bytes) | header length (8, little endian) | JSON header | .npz payload | SHA-256 (32)
 
 the digest covering every byte before it (header included). The header is a
 JSON object ``{"kind": str, "version": 2, "meta": object, "payload_bytes": int}``.
-Version 1 files (no trailing digest; the header held the payload's SHA-256
-and was itself unchecked) still load, with the same strict header checks.
 
 Format version 3 (:func:`save_raw_arrays`, for files too large to hold twice
 in memory)::
@@ -289,8 +287,9 @@ def load_arrays(path: PathLike, kind: str, *, mmap: bool = False) -> Tuple[Dict[
     """Load a file written by :func:`save_arrays` or :func:`save_raw_arrays`; raise CorruptFileError on any mismatch.
 
     With ``mmap=True`` a version 3 file's arrays are read-only memory maps
-    (its digest is still checked, by a streamed read); older versions are
-    read into memory either way.
+    (its digest is still checked, by a streamed read); a version 2 file is
+    read into memory either way. Any other version raises CorruptFileError
+    naming the version found and the ones supported.
     """
     path = Path(path)
     start = len(_MAGIC) + 8
@@ -311,21 +310,15 @@ def load_arrays(path: PathLike, kind: str, *, mmap: bool = False) -> Tuple[Dict[
             return _load_raw(path, fh, size, start + hlen, header, mmap), header["meta"]
         fh.seek(0)
         blob = fh.read()
-    intact_v2 = len(blob) >= start + hlen + _DIGEST and hashlib.sha256(blob[:-_DIGEST]).digest() == blob[-_DIGEST:]
-    version = header["version"]
-    if version == 2:
-        if not intact_v2:
-            raise CorruptFileError(f"{path}: checksum mismatch (file truncated or modified)")
-        payload = blob[start + hlen : -_DIGEST]
-    elif version == 1:
-        payload = blob[start + hlen :]
-        digest = header.get("sha256")
-        if not isinstance(digest, str) or hashlib.sha256(payload).hexdigest() != digest:
-            raise CorruptFileError(f"{path}: checksum mismatch (file truncated or modified)")
-    else:
+    intact = len(blob) >= start + hlen + _DIGEST and hashlib.sha256(blob[:-_DIGEST]).digest() == blob[-_DIGEST:]
+    if header["version"] != FORMAT_VERSION:
         raise CorruptFileError(
-            f"{path}: format version {version} is not supported (expected 1, {FORMAT_VERSION} or {RAW_FORMAT_VERSION})"
+            f"{path}: format version {header['version']} is not supported "
+            f"(expected {FORMAT_VERSION} or {RAW_FORMAT_VERSION})"
         )
+    if not intact:
+        raise CorruptFileError(f"{path}: checksum mismatch (file truncated or modified)")
+    payload = blob[start + hlen : -_DIGEST]
     if len(payload) != header["payload_bytes"]:
         raise CorruptFileError(f"{path}: checksum mismatch (payload of {len(payload)} bytes, header says otherwise)")
     if header["kind"] != kind:
