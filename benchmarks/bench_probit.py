@@ -1,6 +1,6 @@
 """Probit top-k (UEC scoring): the fused C++ kernel against numpy, torch and faiss, plus plain sgemm.
 
-Two variance regimes at the issue's sizes (Q=1000, N=100k, D=384, k=10):
+Two variance regimes at the sizes of docs/kernel_benchmarks.md (Q=1000, N=100k, D=384, k=10):
 ``kron`` - variances like real Kronecker-factored posteriors, 0.016 U(0.5, 1.5)
 (the realistic regime), and ``wide`` - U(0, 0.5), where the score bound is
 loose and pruning cannot skip the variance term. Baselines: the stacked

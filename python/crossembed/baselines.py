@@ -301,8 +301,8 @@ def numpy_cell_candidate_lists(FA: np.ndarray, FB: np.ndarray, cells_a: np.ndarr
 
     Each row's ``m`` best rows among those sharing one of its cells, as
     unordered sets per row (``-1`` padded; duplicates across cells dropped
-    by a sort per row). What :func:`crossembed.linking.cells.cell_candidate_lists`
-    did before it scored cells with the fused C++ top-k.
+    by a sort per row): the numpy form of what
+    :func:`crossembed.linking.cells.cell_candidate_lists` computes with the fused C++ top-k.
     """
     n_cells = int(max(cells_a.max(), cells_b.max())) + 1
     lists = []

@@ -14,7 +14,7 @@ probit means (cosine top-k: the D-MAC-per-pair part of the probit work) and
 two flat searches plus the merge for CSLS; its rows say how much of the
 kernel's answer it shares, not whether it computes the same thing.
 
-Scales: ``full`` is the issue's sizes (probit Q=1000, N=100k, D=384, k=10;
+Scales: ``full`` is the sizes of docs/kernel_benchmarks.md (probit Q=1000, N=100k, D=384, k=10;
 signatures N=100k, A=256, D=384; CSLS 20k per side, A=256; Lorentz
 4096 x 4096, D=128), ``medium`` about a tenth of that work, ``small`` (the
 default) a quick check of a few seconds.

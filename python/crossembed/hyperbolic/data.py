@@ -5,13 +5,14 @@ different sizes. A *part* is the same canvas with every other item masked out:
 same size, same scale, the item where it is in the scene. A part is thus a
 pixel-wise subset of its scene (the scene is the pixel-wise maximum of its
 parts), i.e. strictly less specific, which is what the part -> whole
-entailment of UNCHA assumes. (Box crops upscaled to a fixed size were the
-opposite: "all item", more specific than the scene.) The scene caption names
-the items from the largest to the smallest (``"a coat, a bag and an ankle
-boot"``); a part caption names one item (``"a bag"``). A part's
-representativeness is its share of the scene's ink: the part's pixel sum over
-the scene's pixel sum, in [0, 1] and summing to 1 over a scene's parts. Train scenes use items of the Fashion-MNIST training file and test
-scenes items of the test file, so every test item is unseen. Everything is
+entailment of UNCHA assumes (a box crop upscaled to a fixed size would be
+the opposite: all item, more specific than the scene). The scene caption
+names the items from the largest to the smallest (``"a coat, a bag and an
+ankle boot"``); a part caption names one item (``"a bag"``). A part's
+representativeness is its share of the scene's ink: the part's pixel sum
+over the scene's pixel sum, in [0, 1] and summing to 1 over a scene's parts.
+Train scenes use items of the Fashion-MNIST training file and test scenes
+items of the test file, so every test item is unseen. Everything is
 deterministic for a given ``random_state``.
 """
 
