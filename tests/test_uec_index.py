@@ -155,7 +155,7 @@ def test_random_state_int_is_the_graph_seed_and_others_draw_one():
         UECIndex(docs, M=8, random_state="seed")
 
 
-def test_confidence_reference_comes_from_the_documents():
+def test_confidence_reference_comes_from_the_documents_and_the_ensemble_is_not_changed(tmp_path):
     rng = np.random.default_rng(4)
     A = normalize_rows(rng.normal(size=(40, 16)))
     P = normalize_rows(A + 0.3 * rng.normal(size=(40, 16)))
@@ -167,10 +167,27 @@ def test_confidence_reference_comes_from_the_documents():
         )
 
     built = make()
-    assert built.needs_reference and built.reference_ is None
+    assert built.needs_reference and not built.has_reference
+    arrays, meta = built.get_state()
     index = UECIndex.build(built, texts, show_progress_bar=False, M=8, rerank=10)
-    assert built.reference_[0].shape == (20, 16)
+    # the index holds a copy with the reference; the ensemble passed in is left as it was
+    assert index.ensemble is not built and index.ensemble.has_reference
+    assert index.ensemble.reference_[0].shape == (20, 16)
+    assert not built.has_reference and built.reference_ is None
+    after_arrays, after_meta = built.get_state()
+    assert after_meta == meta and after_arrays.keys() == arrays.keys()
+    for name, value in arrays.items():
+        np.testing.assert_array_equal(after_arrays[name], value)
     assert texts[index.search(["cherry tart"], 1, exact=True)[1][0, 0]] == "cherry tart"
+    # the copy (with its reference) is what the index saves and loads
+    back = UECIndex.load(index.save(tmp_path / "conf.uec"), encoders=[_WordEncoder(), _WordEncoder()])
+    assert back.ensemble.has_reference
+    np.testing.assert_array_equal(
+        back.search(["cherry tart"], 3, exact=True)[1], index.search(["cherry tart"], 3, exact=True)[1]
+    )
+    # an ensemble that already has its reference is used as given
+    again = UECIndex.build(index.ensemble, texts, show_progress_bar=False, M=8, rerank=10)
+    assert again.ensemble is index.ensemble
     # encode() and similarity() never set it implicitly: queries fall back to the Laplace weights (warned)
     other = make()
     other.encode(texts, role="passage", show_progress_bar=False)
@@ -178,3 +195,43 @@ def test_confidence_reference_comes_from_the_documents():
     with pytest.warns(RuntimeWarning, match="reference"):
         sims = other.similarity(["cherry tart"], texts)
     assert sims.shape == (1, 20) and texts[int(np.argmax(sims[0]))] == "cherry tart"
+
+
+def test_the_index_scores_with_its_scoring_object(tmp_path, monkeypatch):
+    from crossembed.uec import index as index_mod
+    from crossembed.uec import rules
+    from crossembed.uec.scoring import BetaCosineScoring, ProbitScoring
+
+    monkeypatch.setattr(index_mod, "_BLOCK", 64)  # several blocks: the block merge is exercised too
+    docs, q = _clustered(300, 12, 5), _clustered(9, 12, 6)
+    assert UECIndex(docs[:10], M=8).scoring.get_config() == ProbitScoring().get_config()
+    beta = UECIndex(docs, scoring=BetaCosineScoring(beta=0.5), M=8, num_threads=1)
+    s, i = beta.search(q, 7, exact=True)
+    rs, ri = rules.beta_topk(q.mean, q.var, docs.mean, docs.var, 7, beta=0.5)
+    np.testing.assert_array_equal(i, ri)
+    np.testing.assert_array_equal(s, rs)
+    packed = UECIndex(docs, scoring=BetaCosineScoring(beta=0.5), M=8, num_threads=1, panel_cache_bytes=0)
+    for rerank in (10, 300):
+        np.testing.assert_array_equal(beta.search(q, 7, rerank=rerank)[1], packed.search(q, 7, rerank=rerank)[1])
+        np.testing.assert_array_equal(beta.search(q, 7, rerank=rerank)[0], packed.search(q, 7, rerank=rerank)[0])
+    np.testing.assert_array_equal(beta.search(q, 7, rerank=300, ef=300)[1], ri)
+    # the scoring is saved with the index
+    means = UECIndex(docs, scoring=ProbitScoring(use_variance=False), M=8)
+    back = UECIndex.load(means.save(tmp_path / "means.uec"))
+    assert back.scoring.get_config() == {"kind": "probit", "use_variance": False}
+    dot = GaussianEmbedding(docs.mean, np.zeros_like(docs.var))
+    _, expected = UECIndex(dot, M=8).search(GaussianEmbedding(q.mean, np.zeros_like(q.var)), 5, exact=True)
+    np.testing.assert_array_equal(back.search(q, 5, exact=True)[1], expected)
+    assert UECIndex.load(beta.save(tmp_path / "beta.uec")).scoring.get_config() == beta.scoring.get_config()
+    with pytest.raises(TypeError, match="scoring"):
+        UECIndex(docs, scoring="probit")
+
+
+def test_an_ensemble_index_scores_with_the_ensembles_scoring():
+    rng = np.random.default_rng(7)
+    A = normalize_rows(rng.normal(size=(40, 16)))
+    P = normalize_rows(A + 0.3 * rng.normal(size=(40, 16)))
+    for options in ({}, {"use_variance": False}, {"rules": "official"}):
+        ens = UECEnsemble([LaplaceEmbedder(_WordEncoder(), batch_size=10).fit_embeddings(A, P)], **options)
+        index = UECIndex.build(ens, ["apple pie", "banana split", "cherry tart"] * 3, show_progress_bar=False, M=8)
+        assert index.scoring.get_config() == ens.scoring.get_config()

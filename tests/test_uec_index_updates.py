@@ -1,10 +1,10 @@
-"""UECIndex ids, add/remove, filters, float16 storage and memory-mapped load (issue 14)."""
+"""UECIndex ids, add/remove, filters, float16 storage, memory-mapped load and the file version."""
 
 import numpy as np
 import pytest
 
 from crossembed import reference
-from crossembed._io import CorruptFileError, save_arrays
+from crossembed._io import CorruptFileError, load_arrays, save_raw_arrays
 from crossembed.uec import GaussianEmbedding, UECIndex
 from crossembed.uec import index as index_mod
 from crossembed.uec.laplace import normalize_rows
@@ -172,19 +172,37 @@ def test_save_load_keeps_ids_removals_and_texts(tmp_path, mmap):
         UECIndex.load(tmp_path / "t.uec", mmap=mmap)
 
 
-def test_version_1_index_files_still_load(tmp_path):
-    docs, q = _docs(120, 8, 14), _docs(4, 8, 15)
-    graph = hnswlib.Index(space="ip", dim=8)
-    graph.init_index(max_elements=120, M=8, ef_construction=50, random_seed=0)
-    graph.add_items(docs.mean, np.arange(120))
-    graph.save_index(str(tmp_path / "g.hnsw"))
-    meta = {"index_version": 1, "M": 8, "ef_construction": 50, "rerank": 30, "use_variance": True}
-    meta.update({"random_state": 0, "has_texts": False, "ensemble": None})
-    arrays = {"mean": docs.mean, "var": docs.var, "graph": np.fromfile(tmp_path / "g.hnsw", dtype=np.uint8)}
-    path = save_arrays(tmp_path / "old.uec", index_mod._KIND, arrays, meta)
-    old = UECIndex.load(path)
-    assert old.dtype == "float32" and old.rerank == 30
-    np.testing.assert_array_equal(old.search(q, 5, exact=True)[1], _exact_ids(docs, np.arange(120), q, 5))
+@pytest.mark.parametrize("version", [1, 2, 4, None])
+def test_index_files_of_another_version_are_refused(tmp_path, version):
+    path = UECIndex(_docs(40, 8, 14), M=8).save(tmp_path / "now.uec")
+    arrays, meta = load_arrays(path, index_mod._KIND)
+    if version is None:
+        del meta["index_version"]
+    else:
+        meta["index_version"] = version
+    save_raw_arrays(tmp_path / "old.uec", index_mod._KIND, arrays, meta)
+    with pytest.raises(
+        ValueError, match=f"version {version} is not supported \\(expected {index_mod.INDEX_VERSION}\\)"
+    ):
+        UECIndex.load(tmp_path / "old.uec")
+
+
+def test_reserve_makes_room_without_changing_results():
+    docs, q = _docs(300, 12, 18), _docs(8, 12, 19)
+    grown = UECIndex(docs[:100], M=8, num_threads=1)
+    grown.reserve(300)
+    assert grown.memory_usage()["store"] == UECIndex(docs, M=8).memory_usage()["store"]
+    grown.add(docs[100:])
+    whole = UECIndex(docs, M=8, num_threads=1)
+    for exact in (True, False):
+        s0, i0 = grown.search(q, 6, exact=exact)
+        s1, i1 = whole.search(q, 6, exact=exact)
+        np.testing.assert_array_equal(i0, i1)
+        np.testing.assert_array_equal(s0, s1)
+    grown.reserve(10)  # never shrinks
+    assert len(grown) == 300
+    with pytest.raises(ValueError, match="capacity"):
+        grown.reserve(0)
 
 
 def test_rerank_on_cached_panels_equals_rerank_on_packed_candidates(monkeypatch):

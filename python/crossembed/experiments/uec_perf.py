@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import resource
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -77,12 +77,61 @@ def _float16_exact(index: UECIndex, queries: GaussianEmbedding, k: int) -> np.nd
     """Exact top-``k`` ids over the index's documents rounded to float16 (the recall cost of dtype='float16')."""
     ids, scores, found = index.ids, [], []
     for s in range(0, len(ids), 16384):
-        mean, var = index._store.rows(index._store.live_slots()[s : s + 16384])
-        half = kernels.ProbitDocs(mean.astype(np.float16).astype(np.float32), var.astype(np.float16).astype(np.float32))
-        sc, pos = half.top_k(queries.mean, queries.var, min(k, len(mean)))
+        part = index.get_docs(ids[s : s + 16384])
+        half = kernels.ProbitDocs(
+            part.mean.astype(np.float16).astype(np.float32), part.var.astype(np.float16).astype(np.float32)
+        )
+        sc, pos = half.top_k(queries.mean, queries.var, min(k, len(part)))
         scores.append(sc)
         found.append(ids[s : s + 16384][pos])
     return merge_topk(np.concatenate(scores, axis=1), np.concatenate(found, axis=1), k)[1]
+
+
+def _index_in_chunks(
+    chunks: Iterator[GaussianEmbedding], n_docs: int, options: Dict[str, Any], show_progress_bar: bool
+) -> Tuple[UECIndex, GaussianEmbedding]:
+    """Index the first ``n_docs`` rows of ``chunks`` (room reserved once for all); the rest are the queries."""
+    index, queries, done = None, [], 0
+    bar = tqdm(total=n_docs, desc=f"build N={n_docs}", unit="doc", disable=not show_progress_bar)
+    for part in chunks:
+        take = min(len(part), n_docs - done)
+        if take:
+            docs = part[:take]
+            if index is None:
+                index = UECIndex(docs, **options)
+                index.reserve(n_docs)
+            else:
+                index.add(docs)
+            done += take
+            bar.update(take)
+        if take < len(part):
+            queries.append(part[take:])
+        del part
+    bar.close()
+    q = GaussianEmbedding(np.concatenate([p.mean for p in queries]), np.concatenate([p.var for p in queries]))
+    return index, q
+
+
+def _time_exact(index: UECIndex, q: GaussianEmbedding, k: int, num_threads) -> Tuple[np.ndarray, float, float]:
+    """Exact top-``k`` ids, the first call's seconds, and a second call's when blocks are cached (else the first)."""
+    t0 = time.perf_counter()
+    _, exact = index.search(q, k, exact=True, num_threads=num_threads)
+    cold_s = time.perf_counter() - t0
+    warm_s = cold_s
+    if index.memory_usage()["panels"]:  # prepared blocks cached: time the kernel itself
+        t0 = time.perf_counter()
+        index.search(q, k, exact=True, num_threads=num_threads)
+        warm_s = time.perf_counter() - t0
+    return exact, cold_s, warm_s
+
+
+def _time_ann(index: UECIndex, q: GaussianEmbedding, exact: np.ndarray, settings, num_threads) -> Dict[str, Any]:
+    """Q/s and recall@k against ``exact`` of one ``(rerank, ef)`` setting."""
+    m, ef = settings
+    t0 = time.perf_counter()
+    _, ann = index.search(q, exact.shape[1], rerank=m, ef=ef, num_threads=num_threads)
+    s = time.perf_counter() - t0
+    return {"rerank": m, "ef": ef, "qps": len(q) / s, "recall@10_vs_exact": _recall(ann, exact)}
 
 
 def benchmark_search(
@@ -103,57 +152,27 @@ def benchmark_search(
 ) -> Dict[str, Any]:
     """Exact vs hnswlib+rerank probit search on synthetic Gaussians: build time, QPS, recall@k, memory.
 
-    Documents are generated and indexed in chunks of 25,000 (the index is
-    sized once with ``capacity``), so only the store and the graph ever hold
-    all of them. ``efs[i]`` is the hnswlib breadth for ``reranks[i]``
-    (default ``2 * rerank``). With the packed panels of all documents within
-    ``panel_cache_bytes`` they are kept (both paths score on them) and exact
-    QPS is that of a second call (the kernel's throughput); else both paths
-    pack per call and exact QPS is the first call's. Peak memory is this process's peak RSS (run one size per
-    process for per-size figures).
+    Documents are generated and indexed in chunks of 25,000 (room for all of
+    them reserved once), so only the store and the graph ever hold all of them.
+    ``efs[i]`` is the hnswlib breadth for ``reranks[i]`` (default ``2 * rerank``).
+    With the prepared blocks of all documents within ``panel_cache_bytes``
+    they are kept (both paths score on them) and exact QPS is that of a second
+    call (the kernel's throughput); else both paths prepare per call and exact
+    QPS is the first call's. Peak memory is this process's peak RSS (run one
+    size per process for per-size figures).
     """
     efs = [2 * m for m in reranks] if efs is None else list(efs)
     if len(efs) != len(reranks):
         raise ValueError(f"efs must have one value per rerank ({len(reranks)}), got {len(efs)}")
-    chunks = synthetic_chunks(n_docs + n_queries, dim, seed=seed, chunk=25_000)  # ~0.2 GB of float64 a step at D=1152
+    chunks = synthetic_chunks(n_docs + n_queries, dim, seed=seed, chunk=25_000)  # bounded float64 per step
+    options = {"M": M, "ef_construction": ef_construction, "rerank": max(reranks), "dtype": dtype}
+    options.update(panel_cache_bytes=panel_cache_bytes, num_threads=num_threads)
     rss0 = _peak_rss()
     t0 = time.perf_counter()
-    index, queries, done = None, [], 0
-    bar = tqdm(total=n_docs, desc=f"build N={n_docs} D={dim}", unit="doc", disable=not show_progress_bar)
-    for part in chunks:
-        take = min(len(part), n_docs - done)
-        if take:
-            docs = part[:take]
-            if index is None:
-                index = UECIndex(
-                    docs,
-                    M=M,
-                    ef_construction=ef_construction,
-                    rerank=max(reranks),
-                    dtype=dtype,
-                    capacity=n_docs,
-                    panel_cache_bytes=panel_cache_bytes,
-                    num_threads=num_threads,
-                )
-            else:
-                index.add(docs)
-            done += take
-            bar.update(take)
-        if take < len(part):
-            queries.append(part[take:])
-        del part
-    bar.close()
+    index, q = _index_in_chunks(chunks, n_docs, options, show_progress_bar)
     build_s = time.perf_counter() - t0
     build_peak = _peak_rss()
-    q = GaussianEmbedding(np.concatenate([p.mean for p in queries]), np.concatenate([p.var for p in queries]))
-    t0 = time.perf_counter()
-    _, exact = index.search(q, k, exact=True, num_threads=num_threads)
-    exact_cold_s = time.perf_counter() - t0
-    exact_s = exact_cold_s
-    if index._blocks:  # packed blocks cached: time the kernel itself
-        t0 = time.perf_counter()
-        index.search(q, k, exact=True, num_threads=num_threads)
-        exact_s = time.perf_counter() - t0
+    exact, exact_cold_s, exact_s = _time_exact(index, q, k, num_threads)
     mem = index.memory_usage()
     out: Dict[str, Any] = {
         "n_docs": n_docs,
@@ -173,19 +192,9 @@ def benchmark_search(
         "start_peak_rss_bytes": rss0,
         "ann": [],
     }
-    for m, ef in tqdm(list(zip(reranks, efs)), desc=f"ANN N={n_docs}", disable=not show_progress_bar):
-        t0 = time.perf_counter()
-        _, ann = index.search(q, k, rerank=m, ef=ef, num_threads=num_threads)
-        s = time.perf_counter() - t0
-        out["ann"].append(
-            {
-                "rerank": m,
-                "ef": ef,
-                "qps": n_queries / s,
-                "recall@10_vs_exact": _recall(ann, exact),
-                "speedup": (n_queries / s) / out["exact_qps"],
-            }
-        )
+    for setting in tqdm(list(zip(reranks, efs)), desc=f"ANN N={n_docs}", disable=not show_progress_bar):
+        row = _time_ann(index, q, exact, setting, num_threads)
+        out["ann"].append({**row, "speedup": row["qps"] / out["exact_qps"]})
     out["search_peak_rss_bytes"] = _peak_rss()
     if dtype == "float32" and n_docs <= 200_000:
         out["float16_exact_recall@10"] = _recall(_float16_exact(index, q, k), exact)

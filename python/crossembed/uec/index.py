@@ -1,18 +1,20 @@
-"""A searchable, updatable UEC index: hnswlib candidates on the means, exact probit rerank.
+"""A searchable, updatable UEC index: hnswlib candidates on the means, exact rerank by the scoring.
 
 ``search(queries, k)`` asks hnswlib (inner product on the document means) for
-``rerank`` candidates per query and reranks them exactly with the probit
-kernel; ``exact=True`` scores every document. Results are external int64
+``rerank`` candidates per query and reranks them exactly with the index's
+scoring (the ensemble's, :class:`~crossembed.uec.scoring.ProbitScoring` by
+default); ``exact=True`` scores every document. Results are external int64
 ids (``ids=`` at build, or 0, 1, ...), best first, ties to the lower id.
 
 Memory: the document Gaussians live once, in a :class:`~crossembed.uec.store.DocStore`
 (float32, or float16 with ``dtype="float16"``; a memory map after
 ``load(mmap=True)``). hnswlib keeps its own float32 copy of the means (it has
-no external-vector mode). The packed probit panels are built per query batch
-per block of 16,384 rows and kept while all of them fit in
-``panel_cache_bytes`` (12 D bytes per document); beyond that budget they are
-packed on every call: per block for exact search, and for the ANN path only
-the candidate rows of each query batch.
+no external-vector mode). The scoring's prepared documents (for the probit,
+packed panels of 12 D bytes per document) are built per block of 16,384
+slots and kept while all of them fit in
+``panel_cache_bytes``; beyond that budget they are prepared on every call:
+per block for exact search, and for the ANN path only the candidate rows of
+each query batch.
 
 Updates: :meth:`UECIndex.add` and :meth:`UECIndex.remove`. hnswlib labels
 are store slots: ``remove`` is ``mark_deleted`` and frees the slot, ``add``
@@ -22,10 +24,10 @@ used: it gives the new label an arbitrary deleted node and can later erase a
 live label's lookup when labels come back.
 
 The file written by :meth:`UECIndex.save` is one checksummed
-:mod:`crossembed._io` version 3 container (atomic, streamed): the store, the
-ids, the hnswlib graph bytes, optional texts and the fitted ensemble.
-:meth:`UECIndex.load` reads it, or memory-maps the store with ``mmap=True``;
-version 1 index files (``_io`` format 2) still load.
+:mod:`crossembed._io` raw container (atomic, streamed) of index format
+:data:`INDEX_VERSION`: the store, the ids, the hnswlib graph bytes, optional
+texts, the scoring's config and the fitted ensemble. :meth:`UECIndex.load`
+reads it, or memory-maps the store with ``mmap=True``.
 """
 
 from __future__ import annotations
@@ -34,25 +36,29 @@ import os
 import tempfile
 import threading
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from crossembed import kernels
 from crossembed._io import CorruptFileError, load_arrays, save_raw_arrays
 from crossembed._validation import as_int_matrix, check_int, check_k, check_num_threads
 from crossembed.uec._random import int_seed
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
-from crossembed.uec.store import DocStore, check_ids, store_dtype
+from crossembed.uec.scoring import ProbitScoring, scoring_from_config
+from crossembed.uec.store import DocStore, check_ids
 
-__all__ = ["UECIndex", "merge_topk"]
+__all__ = ["INDEX_VERSION", "UECIndex", "merge_topk"]
 
 _KIND = "crossembed.uec.UECIndex"
-INDEX_VERSION = 2
-_BLOCK = 16384  # rows per exact-search block (one ProbitDocs of 12 D bytes a row)
-_RERANK_ROWS = 32768  # candidate rows packed per rerank batch
+#: Version of the index file layout written by :meth:`UECIndex.save` (the only one :meth:`UECIndex.load` reads).
+INDEX_VERSION = 3
+_BLOCK = 16384  # slots per block of prepared documents (exact search and the panel cache go block by block)
+_RERANK_ROWS = 32768  # candidate rows prepared per rerank batch when the panels are not cached
 _EXACT_FILTER_ROWS = 20000  # a filter allowing at most this many documents is searched exactly
+# the panel budget is checked against the probit's packed panels (three float32 values per coordinate),
+# the largest prepared form, before any block exists
+_PANEL_BYTES_PER_VALUE = 12
 
 
 def _hnswlib():
@@ -75,6 +81,39 @@ def _unpack_texts(data: np.ndarray, offsets: np.ndarray) -> List[str]:
     return [raw[offsets[i] : offsets[i + 1]].decode("utf-8") for i in range(len(offsets) - 1)]
 
 
+def _check_texts(texts, n: int) -> Optional[List[str]]:
+    if texts is None:
+        return None
+    texts = list(texts)
+    if len(texts) != n or not all(isinstance(t, str) for t in texts):
+        raise ValueError(f"texts must hold {n} strings (one per document)")
+    return texts
+
+
+def _check_scoring(scoring, ensemble: Optional[UECEnsemble]):
+    """``scoring``, else the ensemble's, else the probit with variances."""
+    if scoring is None:
+        return ProbitScoring() if ensemble is None else ensemble.scoring
+    for method in ("prepare", "get_config"):
+        if not callable(getattr(scoring, method, None)):
+            raise TypeError(f"scoring must have a {method}() method (see crossembed.uec.scoring), got {scoring!r}")
+    return scoring
+
+
+def _write_graph_file(graph: np.ndarray) -> str:
+    """The saved graph bytes as a temporary file for hnswlib (streamed: the bytes may be a memory map)."""
+    fd, tmp = tempfile.mkstemp(suffix=".hnsw")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            flat = np.asarray(graph).reshape(-1)
+            for s in range(0, flat.size, 1 << 26):
+                fh.write(memoryview(np.ascontiguousarray(flat[s : s + (1 << 26)])))
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp
+
+
 def merge_topk(scores: np.ndarray, ids: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
     """The best ``k`` of each row of ``(Q, M)`` scores/ids: score descending, ties to the lower id.
 
@@ -89,41 +128,37 @@ def merge_topk(scores: np.ndarray, ids: np.ndarray, k: int) -> Tuple[np.ndarray,
 
 
 class UECIndex:
-    """Documents as Gaussians, searchable by probit similarity, with ids, updates and filters.
+    """Documents as Gaussians, searchable by the scoring's similarity, with ids, updates and filters.
 
     Parameters
     ----------
     docs : GaussianEmbedding
-        Document Gaussians (``role="passage"`` output of the ensemble).
+        Document Gaussians (``role="passage"`` output of the ensemble), at least one.
     ids : array_like of int, optional
         Distinct non-negative int64 external ids, one per document (default ``0 .. n-1``).
-    ensemble : UECEnsemble, optional
-        Needed to search with text queries (and saved with the index).
-        :meth:`build` encodes texts with it.
     texts : sequence of str, optional
-        The document texts, kept for display and saved with the index.
-    M, ef_construction : int
-        hnswlib graph parameters.
+        The document texts, kept for display and saved with the index (default: none kept).
+    ensemble : UECEnsemble, optional
+        Encodes text queries; saved with the index (default none: queries must be Gaussians).
+    scoring : scoring object, optional
+        Scores queries against documents (:mod:`crossembed.uec.scoring`; default the
+        ensemble's ``scoring``, without an ensemble ``ProbitScoring()``).
+    M : int
+        hnswlib's links per node (default 32).
+    ef_construction : int
+        hnswlib's candidate list size while inserting (default 200).
     rerank : int
-        Default number of ANN candidates reranked exactly per query.
+        ANN candidates reranked exactly per query when :meth:`search` is not told (default 100).
     dtype : {"float32", "float16"}
-        Storage of the document means and variances (float16 halves it;
+        Storage of the document means and variances (default float32; float16 halves it,
         scores are computed in float32 either way).
-    capacity : int, optional
-        Documents to reserve room for (later :meth:`add` calls then never
-        reallocate the store or the graph).
     panel_cache_bytes : int
-        Keep the packed probit panels (12 D bytes per document, built on first
-        use) while all of them fit in this many bytes; both search paths then
-        score on them. Beyond it they are packed per call.
-    use_variance : bool, optional
-        Score with the variances (default: the ensemble's ``use_variance``, else True).
+        Bytes of prepared documents kept between searches (default 1 GiB): the prepared
+        blocks are cached while those of every document fit, else prepared per call.
     random_state : int, Generator or None
-        hnswlib's construction seed (None or a Generator: one is drawn and saved).
+        hnswlib's construction seed (default 0; None or a Generator: one is drawn and saved).
     num_threads : int, optional
         Threads for building and searching (default: all cores).
-    show_progress_bar : bool
-        A progress bar while the graph is built.
     """
 
     def __init__(
@@ -131,73 +166,54 @@ class UECIndex:
         docs: GaussianEmbedding,
         *,
         ids=None,
-        ensemble: Optional[UECEnsemble] = None,
         texts: Optional[Sequence[str]] = None,
+        ensemble: Optional[UECEnsemble] = None,
+        scoring=None,
         M: int = 32,
         ef_construction: int = 200,
         rerank: int = 100,
         dtype: str = "float32",
-        capacity: Optional[int] = None,
         panel_cache_bytes: int = 1 << 30,
-        use_variance: Optional[bool] = None,
         random_state=0,
         num_threads: Optional[int] = None,
-        show_progress_bar: bool = False,
-        _store: Optional[DocStore] = None,
-        _graph: Optional[np.ndarray] = None,
     ):
-        if ensemble is not None and not isinstance(ensemble, UECEnsemble):
-            raise TypeError(f"ensemble must be a UECEnsemble, got {type(ensemble).__name__}")
-        self.ensemble = ensemble
-        self.M = check_int(M, "M", low=2)
-        self.ef_construction = check_int(ef_construction, "ef_construction", low=1)
-        self.rerank = check_int(rerank, "rerank", low=1)
-        self.panel_cache_bytes = check_int(panel_cache_bytes, "panel_cache_bytes", low=0)
-        if use_variance is None:
-            use_variance = True if ensemble is None else ensemble.use_variance
-        self.use_variance = bool(use_variance)
-        self.random_state = int_seed(random_state)
-        check_num_threads(num_threads)
-        self.num_threads = num_threads
-        self._graph_lock = threading.Lock()  # set_ef + knn_query as one step; updates too
-        self._blocks: Dict[int, Tuple[kernels.ProbitDocs, np.ndarray]] = {}
-        if _store is not None:
-            self._store = _store
-            self._graph = self._load_graph(_graph)
-            return
+        self._configure(
+            ensemble,
+            scoring,
+            {"M": M, "ef_construction": ef_construction, "rerank": rerank, "random_state": random_state},
+            panel_cache_bytes=panel_cache_bytes,
+            num_threads=num_threads,
+        )
         if not isinstance(docs, GaussianEmbedding):
             raise TypeError(f"docs must be a GaussianEmbedding, got {type(docs).__name__}")
         if len(docs) == 0:
             raise ValueError("docs must not be empty")
         if ensemble is not None and ensemble.dim != docs.dim:
             raise ValueError(f"docs have dimension {docs.dim} but the ensemble produces {ensemble.dim}")
-        texts = self._check_texts(texts, len(docs))
+        texts = _check_texts(texts, len(docs))
         ids = np.arange(len(docs), dtype=np.int64) if ids is None else check_ids(ids, len(docs))
-        cap = len(docs) if capacity is None else max(len(docs), check_int(capacity, "capacity", low=1))
-        empty = np.zeros((0, docs.dim), dtype=store_dtype(dtype))
-        self._store = DocStore(
-            empty,
-            empty,
-            np.zeros(0, np.int64),
-            np.zeros(0, bool),
-            dtype=dtype,
-            texts=None if texts is None else [],
-            capacity=cap,
-        )
+        self._store = DocStore.empty(docs.dim, dtype, capacity=len(docs), keep_texts=texts is not None)
         self._graph = _hnswlib().Index(space="ip", dim=docs.dim)
         self._graph.init_index(
-            max_elements=cap, ef_construction=self.ef_construction, M=self.M, random_seed=self.random_state
+            max_elements=len(docs), ef_construction=self.ef_construction, M=self.M, random_seed=self.random_state
         )
-        self._insert(docs, ids, texts, show_progress_bar=show_progress_bar)
+        self._insert(docs, ids, texts)
 
-    @staticmethod
-    def _check_texts(texts, n: int) -> Optional[List[str]]:
-        if texts is None:
-            return None
-        texts = list(texts)
-        if len(texts) != n or not all(isinstance(t, str) for t in texts):
-            raise ValueError(f"texts must hold {n} strings (one per document)")
-        return texts
+    def _configure(self, ensemble, scoring, graph: Dict[str, Any], *, panel_cache_bytes, num_threads) -> None:
+        """Check and set everything but the documents (shared by the constructor and :meth:`load`)."""
+        if ensemble is not None and not isinstance(ensemble, UECEnsemble):
+            raise TypeError(f"ensemble must be a UECEnsemble, got {type(ensemble).__name__}")
+        self.ensemble = ensemble
+        self.scoring = _check_scoring(scoring, ensemble)
+        self.M = check_int(graph["M"], "M", low=2)
+        self.ef_construction = check_int(graph["ef_construction"], "ef_construction", low=1)
+        self.rerank = check_int(graph["rerank"], "rerank", low=1)
+        self.panel_cache_bytes = check_int(panel_cache_bytes, "panel_cache_bytes", low=0)
+        self.random_state = int_seed(graph["random_state"])
+        check_num_threads(num_threads)
+        self.num_threads = num_threads
+        self._graph_lock = threading.Lock()  # set_ef + knn_query as one step; updates too
+        self._blocks: Dict[int, Tuple[Any, np.ndarray]] = {}  # block -> (prepared documents, their slots)
 
     @classmethod
     def build(
@@ -205,32 +221,50 @@ class UECIndex:
         ensemble: UECEnsemble,
         docs,
         *,
+        ids=None,
+        M: int = 32,
+        ef_construction: int = 200,
+        rerank: int = 100,
+        dtype: str = "float32",
+        panel_cache_bytes: int = 1 << 30,
+        random_state=0,
+        num_threads: Optional[int] = None,
         batch_size: int = 64,
         show_progress_bar: bool = True,
-        **kwargs,
     ) -> UECIndex:
         """Index ``docs`` for ``ensemble``: texts are encoded as passages (and kept), or pass
         a passage :class:`GaussianEmbedding` from :meth:`UECEnsemble.encode`/``combine``.
-        When the ensemble routes by retrieval confidence and has no reference
-        collection yet, the encoded documents become it (texts only; with a
-        GaussianEmbedding call :meth:`UECEnsemble.set_reference` first).
 
-        ``kwargs`` are the constructor's options (``ids``, ``M``, ``ef_construction``,
-        ``rerank``, ``dtype``, ``use_variance``, ``random_state``, ``num_threads``, ...).
+        When the ensemble routes by retrieval confidence and has no reference
+        collection yet, the index keeps a copy of it whose reference is the
+        encoded documents (texts only; with a GaussianEmbedding pass an
+        ensemble from :meth:`UECEnsemble.with_reference`). ``ensemble`` itself
+        is left as it was. ``batch_size`` and ``show_progress_bar`` are the
+        encoding's; the other options are the constructor's.
         """
         if not isinstance(ensemble, UECEnsemble):
             raise TypeError(f"ensemble must be a UECEnsemble, got {type(ensemble).__name__}")
+        options = {
+            "ids": ids,
+            "M": M,
+            "ef_construction": ef_construction,
+            "rerank": rerank,
+            "dtype": dtype,
+            "panel_cache_bytes": panel_cache_bytes,
+            "random_state": random_state,
+            "num_threads": num_threads,
+        }
         if isinstance(docs, GaussianEmbedding):
-            return cls(docs, ensemble=ensemble, **kwargs)
+            return cls(docs, ensemble=ensemble, **options)
         if isinstance(docs, str):
             raise TypeError("docs must be a list of strings or a GaussianEmbedding, not one string")
         texts = list(docs)
         comps = ensemble.encode_components(
             texts, role="passage", batch_size=batch_size, show_progress_bar=show_progress_bar
         )
-        if ensemble.needs_reference and ensemble.reference_ is None:
-            ensemble.set_reference(comps)  # retrieval confidence is measured over the indexed documents
-        return cls(ensemble.combine(comps, role="passage"), ensemble=ensemble, texts=texts, **kwargs)
+        if ensemble.needs_reference and not ensemble.has_reference:
+            ensemble = ensemble.with_reference(comps)  # retrieval confidence is measured over the indexed documents
+        return cls(ensemble.combine(comps, role="passage"), ensemble=ensemble, texts=texts, **options)
 
     # ------------------------------------------------------------------ contents
     def __len__(self) -> int:
@@ -261,6 +295,16 @@ class UECIndex:
             return None
         return [self._store.texts[s] for s in self._store.live_slots()]
 
+    def get_docs(self, ids) -> GaussianEmbedding:
+        """The documents of ``ids`` (float32 copies, in the order given; ValueError for an unknown id)."""
+        ids = as_int_matrix(np.asarray(ids).reshape(-1), "ids", ndim=1, low=0)
+        return GaussianEmbedding(*self._store.rows(self._store.slots_of(ids)))
+
+    def contains(self, ids) -> np.ndarray:
+        """Boolean mask over ``ids`` (int, any shape flattened): which are documents of the index."""
+        ids = as_int_matrix(np.asarray(ids).reshape(-1), "ids", ndim=1, low=-(2**63))
+        return self._store.contains(ids)
+
     def get_texts(self, ids) -> List[Optional[str]]:
         """Texts of ``ids`` (``-1``, the padding of :meth:`search`, gives None)."""
         ids = as_int_matrix(np.asarray(ids).reshape(-1), "ids", ndim=1, low=-1)
@@ -272,36 +316,32 @@ class UECIndex:
         return [self._store.texts[s] if s >= 0 else None for s in slots]
 
     def memory_usage(self) -> Dict[str, int]:
-        """Bytes held: the store, hnswlib's graph (its means and links, estimated) and cached blocks."""
+        """Bytes held: the store, hnswlib's graph (its means and links, estimated) and cached prepared blocks."""
         n, d = self._graph.get_max_elements(), self.dim
         # per node: the float32 mean, 2M level-0 links (+ ~1/(M-1) upper levels), label, level,
         # a link-list mutex and the label map entry (~112 bytes of bookkeeping in all)
         graph = n * (4 * d + 8 * self.M + 112)
-        blocks = sum(12 * d * len(rows) for _, rows in self._blocks.values())
+        blocks = sum(int(prepared.nbytes) for prepared, _ in self._blocks.values())
         return {"store": self._store.nbytes(), "graph": graph, "panels": blocks}
 
     # ------------------------------------------------------------------ updates
-    def _as_docs(self, docs) -> GaussianEmbedding:
-        if not isinstance(docs, GaussianEmbedding):
-            raise TypeError(f"docs must be a GaussianEmbedding, got {type(docs).__name__}")
-        if docs.dim != self.dim:
-            raise ValueError(f"docs have dimension {docs.dim} but the index has {self.dim}")
-        return docs
-
-    def _insert(self, docs: GaussianEmbedding, ids: np.ndarray, texts, *, show_progress_bar: bool = False) -> None:
-        from tqdm.auto import tqdm
-
+    def _insert(self, docs: GaussianEmbedding, ids: np.ndarray, texts) -> None:
         with self._graph_lock:
             slots = self._store.put(docs.mean, docs.var, ids, texts)
             if self._store.capacity > self._graph.get_max_elements():
                 self._graph.resize_index(self._store.capacity)
             threads = check_num_threads(self.num_threads) or -1
-            step = 50_000 if show_progress_bar else max(len(slots), 1)
-            for s in tqdm(
-                range(0, len(slots), step), desc="hnswlib graph", disable=not show_progress_bar, unit="chunk"
-            ):
-                self._graph.add_items(docs.mean[s : s + step], slots[s : s + step], num_threads=threads)
+            self._graph.add_items(docs.mean, slots, num_threads=threads)
             self._forget_blocks(slots)
+
+    def reserve(self, capacity: int) -> None:
+        """Make room for ``capacity`` documents in all (later :meth:`add` calls up to it then never
+        reallocate the store or the graph); never shrinks."""
+        capacity = check_int(capacity, "capacity", low=1)
+        with self._graph_lock:
+            self._store.reserve(capacity)
+            if self._store.capacity > self._graph.get_max_elements():
+                self._graph.resize_index(self._store.capacity)
 
     def add(self, docs: GaussianEmbedding, *, ids=None, texts: Optional[Sequence[str]] = None) -> np.ndarray:
         """Add documents; returns their ids.
@@ -309,12 +349,16 @@ class UECIndex:
         Parameters
         ----------
         docs : GaussianEmbedding
+            Passage Gaussians of the index's dimension.
         ids : array_like of int, optional
             New distinct ids (default: after the largest id ever used).
         texts : sequence of str, optional
             Required when the index keeps texts (and refused otherwise).
         """
-        docs = self._as_docs(docs)
+        if not isinstance(docs, GaussianEmbedding):
+            raise TypeError(f"docs must be a GaussianEmbedding, got {type(docs).__name__}")
+        if docs.dim != self.dim:
+            raise ValueError(f"docs have dimension {docs.dim} but the index has {self.dim}")
         if len(docs) == 0:
             return np.zeros(0, np.int64)
         ids = self._store.next_ids(len(docs)) if ids is None else check_ids(ids, len(docs))
@@ -323,7 +367,7 @@ class UECIndex:
             raise ValueError(f"ids {ids[present][:5].tolist()} are already in the index (remove them first)")
         if (texts is None) != (self._store.texts is None):
             raise ValueError("texts must be given exactly when the index keeps texts")
-        self._insert(docs, ids, self._check_texts(texts, len(docs)))
+        self._insert(docs, ids, _check_texts(texts, len(docs)))
         return ids
 
     def remove(self, ids) -> None:
@@ -341,26 +385,6 @@ class UECIndex:
     def _forget_blocks(self, slots: np.ndarray) -> None:
         for b in np.unique(slots // _BLOCK):
             self._blocks.pop(int(b), None)
-
-    # ------------------------------------------------------------------ graph bytes
-    def _load_graph(self, graph: np.ndarray):
-        index = _hnswlib().Index(space="ip", dim=self.dim)
-        fd, tmp = tempfile.mkstemp(suffix=".hnsw")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                flat = np.asarray(graph).reshape(-1)
-                for s in range(0, flat.size, 1 << 26):  # streamed: the graph may be a memory map
-                    fh.write(memoryview(np.ascontiguousarray(flat[s : s + (1 << 26)])))
-            index.load_index(tmp, max_elements=self._store.capacity)
-        except RuntimeError as exc:
-            raise CorruptFileError(f"unreadable hnswlib graph ({exc})") from None
-        finally:
-            os.unlink(tmp)
-        if index.get_current_count() != self._store.n_slots:
-            raise CorruptFileError(
-                f"hnswlib graph holds {index.get_current_count()} items, expected {self._store.n_slots}"
-            )
-        return index
 
     # ------------------------------------------------------------------ search
     def _queries(self, queries) -> GaussianEmbedding:
@@ -432,9 +456,9 @@ class UECIndex:
 
         Safe to call from several threads at once: the graph's search breadth
         (``set_ef``) is shared state, so setting it and querying happen under
-        one lock per index, and every call sees its own ``ef``. Queries for
-        which hnswlib cannot return ``m`` neighbours (a sparse graph, many
-        identical documents) get their candidates by exact inner product.
+        one lock per index, and every call sees its own ``ef`` (default ``2 * m``).
+        Queries for which hnswlib cannot return ``m`` neighbours (a sparse graph,
+        many identical documents) get their candidates by exact inner product.
         """
         q = self._queries(queries)
         m = min(check_int(m, "m", low=1), len(self))
@@ -447,22 +471,15 @@ class UECIndex:
 
     def _score_rows(self, q: GaussianEmbedding, rows: np.ndarray, k: int, candidates, nt, block=None):
         """Top-``k`` of ``q`` over store ``rows`` (or among ``candidates``, positions in ``rows``) as slots."""
-        official = self.ensemble is not None and self.ensemble.rules == "official"
-        if official:
-            mean, var = self._store.rows(rows)
-            docs = GaussianEmbedding(mean, var if self.use_variance else np.zeros_like(var))
-            s, p = self.ensemble.topk(q, docs, k, candidates=candidates, num_threads=nt)
-        else:
-            prepared = self._prepared(rows, block)
-            vq = q.var if self.use_variance else np.zeros_like(q.var)
-            s, p = prepared.top_k(q.mean, vq, k, candidates=candidates, num_threads=nt)
+        s, p = self._prepared(rows, block).top_k(q.mean, q.var, k, candidates=candidates, num_threads=nt)
         return s, np.where(p >= 0, rows[np.maximum(p, 0)], -1)
 
-    def _prepared(self, rows: np.ndarray, block: Optional[int]) -> kernels.ProbitDocs:
+    def _prepared(self, rows: np.ndarray, block: Optional[int]):
+        """The scoring's prepared documents of store ``rows`` (kept when ``block`` is named and all fit)."""
         if block is not None and block in self._blocks:
             return self._blocks[block][0]
         mean, var = self._store.rows(rows)
-        prepared = kernels.ProbitDocs(mean, var if self.use_variance else np.zeros_like(var))
+        prepared = self.scoring.prepare(mean, var)
         del mean, var
         if block is not None and self._panels_fit():  # all or none: a partial cache would still pack per call
             self._blocks[block] = (prepared, rows)
@@ -475,8 +492,8 @@ class UECIndex:
         return [(b, live[lo:hi]) for b, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:])) if hi > lo]
 
     def _panels_fit(self) -> bool:
-        """Whether the packed panels of every live document fit ``panel_cache_bytes``."""
-        return 12 * self.dim * len(self) <= self.panel_cache_bytes
+        """Whether the prepared blocks of every live document fit ``panel_cache_bytes``."""
+        return _PANEL_BYTES_PER_VALUE * self.dim * len(self) <= self.panel_cache_bytes
 
     def _rerank_cached(self, q: GaussianEmbedding, cand: np.ndarray, k: int, nt) -> Tuple[np.ndarray, np.ndarray]:
         """Rerank ``cand`` (slots) block by block on the cached panels: each block sees, per query,
@@ -497,6 +514,20 @@ class UECIndex:
             scores.append(sc)
             ids.append(self._to_ids(sl))
         return merge_topk(np.concatenate(scores, axis=1), np.concatenate(ids, axis=1), k)
+
+    def _rerank_packed(self, q: GaussianEmbedding, cand: np.ndarray, k: int, nt) -> Tuple[np.ndarray, np.ndarray]:
+        """Rerank ``cand`` (slots) per batch of queries, preparing only the rows that batch's candidates need."""
+        m = cand.shape[1]
+        out_s = np.empty((len(q), k), np.float32)
+        out_i = np.empty((len(q), k), np.int64)
+        step = max(1, _RERANK_ROWS // m)
+        for s in range(0, len(q), step):
+            c = cand[s : s + step]
+            rows = np.unique(c[c >= 0])
+            pos = np.where(c >= 0, np.searchsorted(rows, c), -1)
+            sc, sl = self._score_rows(q[s : s + step], rows, k, pos, nt)
+            out_s[s : s + step], out_i[s : s + step] = merge_topk(sc, self._to_ids(sl), k)
+        return out_s, out_i
 
     def _exact(self, q: GaussianEmbedding, k: int, allowed, nt) -> Tuple[np.ndarray, np.ndarray]:
         if allowed is None:
@@ -521,7 +552,7 @@ class UECIndex:
         filter=None,
         num_threads: Optional[int] = None,
     ) -> Tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` documents per query by probit similarity.
+        """Top-``k`` documents per query by the index's scoring.
 
         Thread-safe: any number of threads may search one index at once, with
         different ``k``/``rerank``/``ef``, and each gets exactly what the same
@@ -531,9 +562,11 @@ class UECIndex:
         Parameters
         ----------
         queries : list of str or GaussianEmbedding
+            Texts (encoded by the ensemble as queries) or query Gaussians.
         k : int
+            Results per query (default 10).
         exact : bool
-            Score every document (brute force) instead of reranking ANN candidates.
+            Score every document (brute force) instead of reranking ANN candidates (default False).
         rerank : int, optional
             ANN candidates per query (default ``self.rerank``, at least ``k``).
         ef : int, optional
@@ -542,6 +575,8 @@ class UECIndex:
             Ids the results may come from (ids not in the index are ignored).
             Up to 20,000 allowed documents are searched exactly; more go
             through hnswlib's filtered search.
+        num_threads : int, optional
+            Threads for this call (default: the index's ``num_threads``).
 
         Returns
         -------
@@ -560,52 +595,47 @@ class UECIndex:
         m = min(m, n)
         threads = check_num_threads(nt) or -1
         cand = self._candidate_slots(q.mean, m, max(ef, m), threads, allowed)
-        official = self.ensemble is not None and self.ensemble.rules == "official"
-        if self._panels_fit() and not official:
+        if self._panels_fit():
             return self._rerank_cached(q, cand, k, nt)
-        out_s = np.empty((len(q), k), np.float32)
-        out_i = np.empty((len(q), k), np.int64)
-        step = max(1, _RERANK_ROWS // m)
-        for s in range(0, len(q), step):  # pack only the rows this batch's candidates need
-            c = cand[s : s + step]
-            rows = np.unique(c[c >= 0])
-            pos = np.where(c >= 0, np.searchsorted(rows, c), -1)
-            sc, sl = self._score_rows(q[s : s + step], rows, k, pos, nt)
-            out_s[s : s + step], out_i[s : s + step] = merge_topk(sc, self._to_ids(sl), k)
-        return out_s, out_i
+        return self._rerank_packed(q, cand, k, nt)
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path) -> Path:
-        """Write the index atomically with a checksum over everything (graph bytes included), streamed."""
+    def _state(self, graph: np.ndarray) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
+        """Arrays and JSON metadata of the file (``graph``: hnswlib's saved bytes)."""
         store = self._store
+        arrays = {
+            "mean": store.mean,
+            "var": store.var,
+            "ids": store.ids[: store.n_slots],
+            "alive": store.alive[: store.n_slots],
+            "graph": graph,
+        }
+        meta = {
+            "index_version": INDEX_VERSION,
+            "M": self.M,
+            "ef_construction": self.ef_construction,
+            "rerank": self.rerank,
+            "random_state": self.random_state,
+            "dtype": self.dtype,
+            "has_texts": store.texts is not None,
+            "scoring": self.scoring.get_config(),
+            "ensemble": None,
+        }
+        if store.texts is not None:
+            arrays["texts"], arrays["text_offsets"] = _pack_texts(store.texts)
+        if self.ensemble is not None:
+            ens_arrays, meta["ensemble"] = self.ensemble.get_state()
+            arrays.update({f"ens.{k}": v for k, v in ens_arrays.items()})
+        return arrays, meta
+
+    def save(self, path) -> Path:
+        """Write the index to ``path`` atomically, with a checksum over everything (graph bytes included), streamed."""
         fd, tmp = tempfile.mkstemp(suffix=".hnsw")
         os.close(fd)
         try:
             with self._graph_lock:
                 self._graph.save_index(tmp)
-            arrays = {
-                "mean": store.mean,
-                "var": store.var,
-                "ids": store.ids[: store.n_slots],
-                "alive": store.alive[: store.n_slots],
-                "graph": np.memmap(tmp, dtype=np.uint8, mode="r"),
-            }
-            meta = {
-                "index_version": INDEX_VERSION,
-                "M": self.M,
-                "ef_construction": self.ef_construction,
-                "rerank": self.rerank,
-                "use_variance": self.use_variance,
-                "random_state": self.random_state,
-                "dtype": self.dtype,
-                "has_texts": store.texts is not None,
-                "ensemble": None,
-            }
-            if store.texts is not None:
-                arrays["texts"], arrays["text_offsets"] = _pack_texts(store.texts)
-            if self.ensemble is not None:
-                ens_arrays, meta["ensemble"] = self.ensemble.get_state()
-                arrays.update({f"ens.{k}": v for k, v in ens_arrays.items()})
+            arrays, meta = self._state(np.memmap(tmp, dtype=np.uint8, mode="r"))
             out = save_raw_arrays(path, _KIND, arrays, meta)
             del arrays
             return out
@@ -626,53 +656,72 @@ class UECIndex:
 
         With ``mmap=True`` the document store stays on disk as a read-only
         memory map (the first :meth:`add`/:meth:`remove` copies it into memory);
-        the hnswlib graph is always read into memory.
+        the hnswlib graph is always read into memory. The saved ensemble is
+        restored unless ``ensemble`` is given; its encoders load lazily (by
+        stored name, or from ``encoders``). ``num_threads`` as in the constructor.
 
-        Raises :class:`crossembed._io.CorruptFileError` (a ValueError) when the
-        file is truncated, edited, of another kind or of an unknown version.
-        The saved ensemble is restored unless ``ensemble`` is given; its
-        encoders load lazily (by stored name, or from ``encoders``).
+        Raises ValueError for a file of another index format version, and
+        :class:`crossembed._io.CorruptFileError` (a ValueError) when the file
+        is truncated, edited or of another kind.
         """
         path = Path(path)
+        if ensemble is not None and not isinstance(ensemble, UECEnsemble):
+            raise TypeError(f"ensemble must be a UECEnsemble, got {type(ensemble).__name__}")
         if not path.is_file():
             raise FileNotFoundError(f"no index file at {str(path)!r}")
         arrays, meta = load_arrays(path, _KIND, mmap=mmap)
         version = meta.get("index_version")
-        if version not in (1, INDEX_VERSION):
-            raise CorruptFileError(
-                f"{path}: UECIndex version {version} is not supported (expected 1 or {INDEX_VERSION})"
+        if version != INDEX_VERSION:
+            raise ValueError(
+                f"{path}: UECIndex file version {version} is not supported (expected {INDEX_VERSION}); "
+                "rebuild the index with this release"
             )
         try:
-            n = len(arrays["mean"])
-            texts = _unpack_texts(arrays["texts"], arrays["text_offsets"]) if meta["has_texts"] else None
-            if version == 1:  # every slot live, ids 0 .. n-1, float32
-                ids, alive, dtype = np.arange(n, dtype=np.int64), np.ones(n, bool), "float32"
-            else:
-                ids, alive, dtype = arrays["ids"], arrays["alive"], meta["dtype"]
-            if ids.shape != (n,) or alive.shape != (n,) or arrays["var"].shape != arrays["mean"].shape:
-                raise CorruptFileError(f"{path}: inconsistent UECIndex arrays")
-            if texts is not None:
-                texts = [t if a else None for t, a in zip(texts, alive)]
-            store = DocStore(arrays["mean"], arrays["var"], ids, alive, dtype=dtype, texts=texts)
-            if ensemble is None and meta.get("ensemble") is not None:
+            store = _read_store(path, arrays, meta)
+            if ensemble is None and meta["ensemble"] is not None:
                 ens_arrays = {k[4:]: v for k, v in arrays.items() if k.startswith("ens.")}
                 ensemble = UECEnsemble.from_state(ens_arrays, meta["ensemble"], encoders=encoders)
-            return cls(
-                None,
-                ensemble=ensemble,
-                M=meta["M"],
-                ef_construction=meta["ef_construction"],
-                rerank=meta["rerank"],
-                use_variance=meta["use_variance"],
-                random_state=meta["random_state"],
-                num_threads=num_threads,
-                _store=store,
-                _graph=arrays["graph"],
-            )
+            self = cls.__new__(cls)
+            graph = {key: meta[key] for key in ("M", "ef_construction", "rerank", "random_state")}
+            scoring = scoring_from_config(meta["scoring"])
+            self._configure(ensemble, scoring, graph, panel_cache_bytes=1 << 30, num_threads=num_threads)
+            self._store = store
+            self._graph = self._load_graph(arrays["graph"])
+            return self
         except (KeyError, TypeError, AttributeError, UnicodeDecodeError, ValueError) as exc:
             if isinstance(exc, CorruptFileError):
                 raise
             raise CorruptFileError(f"{path}: incomplete UECIndex ({type(exc).__name__}: {exc})") from None
 
+    def _load_graph(self, graph: np.ndarray):
+        index = _hnswlib().Index(space="ip", dim=self.dim)
+        tmp = _write_graph_file(graph)
+        try:
+            index.load_index(tmp, max_elements=self._store.capacity)
+        except RuntimeError as exc:
+            raise CorruptFileError(f"unreadable hnswlib graph ({exc})") from None
+        finally:
+            os.unlink(tmp)
+        if index.get_current_count() != self._store.n_slots:
+            raise CorruptFileError(
+                f"hnswlib graph holds {index.get_current_count()} items, expected {self._store.n_slots}"
+            )
+        return index
+
     def __repr__(self) -> str:
-        return f"UECIndex(n={len(self)}, dim={self.dim}, dtype={self.dtype}, M={self.M}, rerank={self.rerank})"
+        return (
+            f"UECIndex(n={len(self)}, dim={self.dim}, dtype={self.dtype}, M={self.M}, rerank={self.rerank}, "
+            f"scoring={self.scoring!r})"
+        )
+
+
+def _read_store(path: Path, arrays: Dict[str, np.ndarray], meta: Dict[str, Any]) -> DocStore:
+    """The document store of a loaded file (CorruptFileError when its arrays disagree)."""
+    n = len(arrays["mean"])
+    ids, alive = arrays["ids"], arrays["alive"]
+    if ids.shape != (n,) or alive.shape != (n,) or arrays["var"].shape != arrays["mean"].shape:
+        raise CorruptFileError(f"{path}: inconsistent UECIndex arrays")
+    texts = _unpack_texts(arrays["texts"], arrays["text_offsets"]) if meta["has_texts"] else None
+    if texts is not None:
+        texts = [t if a else None for t, a in zip(texts, alive)]
+    return DocStore(arrays["mean"], arrays["var"], ids, alive, dtype=meta["dtype"], texts=texts)

@@ -6,9 +6,9 @@ strided ids spread evenly too); each shard is a whole
 worker's memory, pinned there (every task on it names that worker). A search
 sends the queries to every shard, each returns its own top-``k``, and the
 driver merges them exactly with :func:`~crossembed.uec.index.merge_topk`
-(score descending, ties to the lower id). Probit scores of a pair do not
-depend on which other documents share its block, so exact search over any
-sharding returns what one local index returns, bit for bit.
+(score descending, ties to the lower id). A pair's score does not depend on
+which other documents share its block, so exact search over any sharding
+returns what one local index returns, bit for bit.
 
 The same code runs on a ``LocalCluster`` and on machines joined by
 ``dask scheduler`` / ``dask worker`` (docs/uec_index.md).
@@ -35,9 +35,24 @@ def shard_of(ids: np.ndarray, n_shards: int) -> np.ndarray:
     return (mixed % np.uint64(n_shards)).astype(np.int64)
 
 
+def _workers(client) -> List[str]:
+    """The cluster's worker addresses, sorted (TypeError for something that is not a Dask client)."""
+    if not hasattr(client, "submit") or not hasattr(client, "scatter"):
+        raise TypeError(f"client must be a dask.distributed.Client, got {type(client).__name__}")
+    workers = sorted(client.scheduler_info()["workers"])
+    if not workers:
+        raise ValueError("the Dask cluster has no workers")
+    return workers
+
+
+def _check_ensemble(ensemble) -> None:
+    if ensemble is not None and not isinstance(ensemble, UECEnsemble):
+        raise TypeError(f"ensemble must be a UECEnsemble, got {type(ensemble).__name__}")
+
+
 # --------------------------------------------------------------------------- worker-side tasks
-def _build(mean, var, ids, kwargs) -> UECIndex:
-    return UECIndex(GaussianEmbedding(mean, var), ids=ids, **kwargs)
+def _build(mean, var, ids, options) -> UECIndex:
+    return UECIndex(GaussianEmbedding(mean, var), ids=ids, **options)
 
 
 def _load(path, num_threads) -> UECIndex:
@@ -51,7 +66,7 @@ def _size(index: UECIndex) -> int:
 def _search(index: UECIndex, mean, var, k, allowed, options) -> Tuple[np.ndarray, np.ndarray]:
     q = GaussianEmbedding(mean, var)
     if allowed is not None:
-        allowed = allowed[index._store.contains(allowed)]
+        allowed = allowed[index.contains(allowed)]
     n = len(index) if allowed is None else len(allowed)
     if n == 0:
         return np.zeros((len(q), 0), np.float32), np.zeros((len(q), 0), np.int64)
@@ -78,16 +93,20 @@ class ShardedUECIndex:
     Parameters
     ----------
     client : dask.distributed.Client
+        The cluster; shard ``s`` lives on worker ``s % n_workers`` (workers in sorted address order).
     docs : GaussianEmbedding
+        Document Gaussians (``role="passage"``), at least one per shard.
     ids : array_like of int, optional
         Distinct non-negative ids (default ``0 .. n-1``), placed by :func:`shard_of`.
     n_shards : int, optional
-        Default: one per worker.
+        Number of shards (default: one per worker).
     ensemble : UECEnsemble, optional
-        Encodes text queries on the driver.
-    **index_kwargs
-        :class:`UECIndex` options for every shard (``M``, ``ef_construction``,
-        ``rerank``, ``dtype``, ``random_state``, ``num_threads``, ...).
+        Encodes text queries on the driver; its ``scoring`` scores on every shard
+        unless ``scoring`` is among ``index_options`` (default none: Gaussian queries).
+    **index_options
+        :class:`UECIndex` options for every shard (``scoring``, ``M``,
+        ``ef_construction``, ``rerank``, ``dtype``, ``panel_cache_bytes``,
+        ``random_state``, ``num_threads``).
 
     Examples
     --------
@@ -100,27 +119,15 @@ class ShardedUECIndex:
     def __init__(
         self,
         client,
-        docs: Optional[GaussianEmbedding],
+        docs: GaussianEmbedding,
         *,
         ids=None,
         n_shards: Optional[int] = None,
         ensemble: Optional[UECEnsemble] = None,
-        _shards=None,
-        **index_kwargs,
+        **index_options,
     ):
-        if not hasattr(client, "submit") or not hasattr(client, "scatter"):
-            raise TypeError(f"client must be a dask.distributed.Client, got {type(client).__name__}")
-        if ensemble is not None and not isinstance(ensemble, UECEnsemble):
-            raise TypeError(f"ensemble must be a UECEnsemble, got {type(ensemble).__name__}")
-        self.client = client
-        self.ensemble = ensemble
-        workers = sorted(client.scheduler_info()["workers"])
-        if not workers:
-            raise ValueError("the Dask cluster has no workers")
-        if _shards is not None:
-            self._workers, self._shards = _shards
-            self.n_shards = len(self._shards)
-            return
+        workers = _workers(client)
+        _check_ensemble(ensemble)
         if not isinstance(docs, GaussianEmbedding):
             raise TypeError(f"docs must be a GaussianEmbedding, got {type(docs).__name__}")
         if len(docs) == 0:
@@ -130,27 +137,41 @@ class ShardedUECIndex:
         rows = [np.flatnonzero(shard_of(ids, n_shards) == s) for s in range(n_shards)]
         if min(len(r) for r in rows) == 0:
             raise ValueError(f"n_shards={n_shards} leaves a shard without documents: use fewer shards")
-        self.n_shards = n_shards
-        self._workers = [workers[s % len(workers)] for s in range(n_shards)]
-        self._shards = [
-            client.submit(_build, docs.mean[r], docs.var[r], ids[r], index_kwargs, workers=[w], pure=False)
-            for r, w in zip(rows, self._workers)
+        if ensemble is not None:
+            index_options.setdefault("scoring", ensemble.scoring)
+        placed = [workers[s % len(workers)] for s in range(n_shards)]
+        shards = [
+            client.submit(_build, docs.mean[r], docs.var[r], ids[r], index_options, workers=[w], pure=False)
+            for r, w in zip(rows, placed)
         ]
-        client.gather([client.submit(_size, f, workers=[w], pure=False) for f, w in zip(self._shards, self._workers)])
+        self._attach(client, ensemble, placed, shards)
+
+    def _attach(self, client, ensemble: Optional[UECEnsemble], workers: List[str], shards: List) -> None:
+        """Hold the shard futures (shard ``s`` on ``workers[s]``) once every shard exists."""
+        self.client = client
+        self.ensemble = ensemble
+        self.n_shards = len(shards)
+        self._workers, self._shards = workers, shards
+        client.gather([client.submit(_size, f, workers=[w], pure=False) for f, w in zip(shards, workers)])
 
     @classmethod
     def load(
         cls, client, paths: Sequence, *, ensemble: Optional[UECEnsemble] = None, num_threads: Optional[int] = None
     ) -> ShardedUECIndex:
-        """Shards saved by :meth:`save` (``paths[s]`` is shard ``s``, read by its worker, memory-mapped)."""
-        workers = sorted(client.scheduler_info()["workers"])
+        """Shards saved by :meth:`save` (``paths[s]`` is shard ``s``, read by its worker, memory-mapped).
+
+        ``ensemble`` encodes text queries on the driver (default none); ``num_threads`` is each shard's.
+        """
+        workers = _workers(client)
+        _check_ensemble(ensemble)
         paths = [str(p) for p in paths]
         if not paths:
             raise ValueError("paths must name at least one shard file")
         placed = [workers[s % len(workers)] for s in range(len(paths))]
         shards = [client.submit(_load, p, num_threads, workers=[w], pure=False) for p, w in zip(paths, placed)]
-        client.gather([client.submit(_size, f, workers=[w], pure=False) for f, w in zip(shards, placed)])
-        return cls(client, None, ensemble=ensemble, _shards=(placed, shards))
+        self = cls.__new__(cls)
+        self._attach(client, ensemble, placed, shards)
+        return self
 
     def _each(self, fn, *args_per_shard) -> List:
         futures = [

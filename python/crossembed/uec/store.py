@@ -59,6 +59,13 @@ class DocStore:
         if capacity is not None and capacity > self.n_slots:
             self._grow(capacity)
 
+    @classmethod
+    def empty(cls, dim: int, dtype, *, capacity: int, keep_texts: bool) -> DocStore:
+        """A store without documents, with room for ``capacity`` rows of ``dim`` values (texts kept or not)."""
+        none = np.zeros((0, dim), dtype=store_dtype(dtype))
+        texts = [] if keep_texts else None
+        return cls(none, none, np.zeros(0, np.int64), np.zeros(0, bool), dtype=dtype, texts=texts, capacity=capacity)
+
     # ------------------------------------------------------------------ rows
     @property
     def mean(self) -> np.ndarray:
@@ -131,6 +138,11 @@ class DocStore:
 
         self._mean, self._var = grow(self._mean, 0), grow(self._var, 0)
         self.ids, self.alive = grow(self.ids, -1), grow(self.alive, False)
+
+    def reserve(self, capacity: int) -> None:
+        """Room for ``capacity`` rows in all (a store never shrinks)."""
+        if capacity > self.capacity:
+            self._grow(capacity)
 
     def put(self, mean: np.ndarray, var: np.ndarray, ids: np.ndarray, texts: Optional[Sequence[str]]) -> np.ndarray:
         """Store rows under ``ids`` (new to the store); returns their slots (free ones first, ascending)."""
