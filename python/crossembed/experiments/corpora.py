@@ -24,15 +24,9 @@ _POS = ("noun", "verb", "adj", "adv")
 
 def gloss_corpus(n_texts: int = 10_000) -> List[str]:
     """The first ``n_texts`` unique glosses of the fixed mixed-POS order."""
-    from crossembed.data.wordnet import read_synsets
-
     if isinstance(n_texts, bool) or not isinstance(n_texts, (int, np.integer)) or n_texts < 1:
         raise ValueError(f"n_texts must be a positive int, got {n_texts!r}")
-    texts = sorted({s.gloss for pos in _POS for s in read_synsets(pos) if s.gloss})
-    order = np.random.default_rng(0).permutation(len(texts))
-    if n_texts > len(texts):
-        raise ValueError(f"only {len(texts)} unique glosses available, asked for n_texts={n_texts}")
-    return [texts[i] for i in order[:n_texts]]
+    return _prefix(_unique_glosses(), n_texts)
 
 
 def embed_corpus(
@@ -42,7 +36,8 @@ def embed_corpus(
     from crossembed.encoders import encode_cached, load_encoder
 
     n_chunks = -(-int(n_texts) // CHUNK)
-    texts = gloss_corpus(min(n_chunks * CHUNK, _n_available()))
+    glosses = _unique_glosses()
+    texts = _prefix(glosses, min(n_chunks * CHUNK, len(glosses)))
     enc = load_encoder(encoder_name, num_threads=num_threads)
     parts = []
     for start in range(0, len(texts), CHUNK):
@@ -51,7 +46,16 @@ def embed_corpus(
     return np.concatenate(parts)[:n_texts]
 
 
-def _n_available() -> int:
+def _unique_glosses() -> List[str]:
+    """Every non-empty WordNet gloss once, sorted (read from the WordNet files)."""
     from crossembed.data.wordnet import read_synsets
 
-    return len({s.gloss for pos in _POS for s in read_synsets(pos) if s.gloss})
+    return sorted({s.gloss for pos in _POS for s in read_synsets(pos) if s.gloss})
+
+
+def _prefix(texts: List[str], n_texts: int) -> List[str]:
+    """The first ``n_texts`` of ``texts`` in the fixed random order (seed 0)."""
+    order = np.random.default_rng(0).permutation(len(texts))
+    if n_texts > len(texts):
+        raise ValueError(f"only {len(texts)} unique glosses available, asked for n_texts={n_texts}")
+    return [texts[i] for i in order[:n_texts]]
