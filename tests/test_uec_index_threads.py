@@ -1,4 +1,4 @@
-"""UECIndex.search from many threads, and graphs hnswlib cannot answer from (issue 12, items 3 and 5)."""
+"""UECIndex.search from many threads, and graphs hnswlib cannot answer from."""
 
 import threading
 

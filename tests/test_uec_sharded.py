@@ -1,4 +1,4 @@
-"""ShardedUECIndex on a dask.distributed LocalCluster equals one local UECIndex (issue 14)."""
+"""ShardedUECIndex on a dask.distributed LocalCluster equals one local UECIndex."""
 
 import numpy as np
 import pytest
@@ -62,6 +62,32 @@ def test_sharded_updates_and_files(client, tmp_path):
         ShardedUECIndex(object(), docs)
     with pytest.raises(ValueError, match="no ensemble"):
         sharded.search(["text"], 3)
+
+
+def test_shards_score_with_the_given_scoring_or_the_ensembles(client, tmp_path):
+    from crossembed.uec import LaplaceEmbedder, UECEnsemble
+    from crossembed.uec.scoring import BetaCosineScoring
+
+    docs, q = _docs(200, 8, 7), _docs(5, 8, 8)
+    beta = ShardedUECIndex(client, docs, n_shards=2, scoring=BetaCosineScoring(0.5), M=8)
+    local = UECIndex(docs, scoring=BetaCosineScoring(0.5), M=8)
+    np.testing.assert_array_equal(beta.search(q, 6, exact=True)[0], local.search(q, 6, exact=True)[0])
+    back = ShardedUECIndex.load(client, beta.save(str(tmp_path / "b{shard}.uec")))
+    np.testing.assert_array_equal(back.search(q, 6, exact=True)[1], local.search(q, 6, exact=True)[1])
+    rng = np.random.default_rng(9)
+    A = normalize_rows(rng.normal(size=(40, 8)))
+    P = normalize_rows(A + 0.3 * rng.normal(size=(40, 8)))
+    ens = UECEnsemble(
+        [LaplaceEmbedder(None, batch_size=10).fit_embeddings(A, P)], uncertainty="laplace", use_variance=False
+    )
+    d = ens.combine([e.transform(rng.normal(size=(150, 8))) for e in ens.embedders], role="passage")
+    qq = ens.combine([e.transform(rng.normal(size=(4, 8))) for e in ens.embedders])
+    assert d.var.max() > 0 and qq.var.max() > 0  # the variances would change the scores
+    sharded = ShardedUECIndex(client, d, ensemble=ens, n_shards=2, M=8)
+    np.testing.assert_array_equal(
+        sharded.search(qq, 5, exact=True)[0], UECIndex(d, ensemble=ens, M=8).search(qq, 5, exact=True)[0]
+    )
+    assert not np.array_equal(sharded.search(qq, 5, exact=True)[0], UECIndex(d, M=8).search(qq, 5, exact=True)[0])
 
 
 def test_worker_processes_hold_their_own_shards():
