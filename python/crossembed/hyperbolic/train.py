@@ -186,6 +186,11 @@ class TrainConfig:
 
 @dataclass
 class TrainResult:
+    """What :func:`train` returns: the model (in eval mode), its config, the
+    per-step loss terms (NaN where a term is off), throughput over this call's
+    steps (scenes and images, parts included, per second of wall time) and
+    those steps' wall seconds."""
+
     model: CompositionalModel
     config: TrainConfig
     history: Dict[str, np.ndarray]
@@ -196,6 +201,7 @@ class TrainResult:
 
 
 def build_model(config: TrainConfig) -> CompositionalModel:
+    """A freshly initialised model of ``config`` (seeds torch with ``config.seed``)."""
     torch.manual_seed(config.seed)
     loss_config = preset(config.model)
     if config.lam is not None:
@@ -381,6 +387,7 @@ def train(
     Parameters
     ----------
     config : TrainConfig
+        The run: model preset, steps, batches, optimiser, scenes, tower sizes.
     out : path, optional
         Directory for ``checkpoint.cemb`` (written every ``checkpoint_every``
         steps and at the end).
