@@ -6,7 +6,20 @@ import numpy as np
 import pytest
 
 from crossembed import reference
-from crossembed.uec import GaussianEmbedding, LaplaceEmbedder, UECEnsemble, convolve, uncertainty_coefficients
+from crossembed.uec import (
+    EmbeddingMixing,
+    FixedRouting,
+    GaussianEmbedding,
+    LaplaceEmbedder,
+    LaplaceRouting,
+    ProbitScoring,
+    RankRouting,
+    ScoreMixing,
+    UECEnsemble,
+    UniformRouting,
+    convolve,
+    uncertainty_coefficients,
+)
 from crossembed.uec.laplace import normalize_rows
 
 
@@ -32,11 +45,11 @@ def _components(embedders, n=9, seed=10):
 def test_coefficients_sum_to_one_and_follow_the_formula(trio):
     comps = _components(trio)
     for standardize in (True, False):
-        ens = UECEnsemble(trio, uncertainty="laplace", temperature=0.7, standardize=standardize)
+        ens = UECEnsemble(trio, routing=LaplaceRouting(0.7, standardize=standardize))
         pi = ens.coefficients(comps)
         tr = np.stack([c.trace() for c in comps], axis=1)
         if standardize:
-            tr = (tr - [e.trace_mean_ for e in trio]) / [e.trace_std_ for e in trio]
+            tr = (tr - [e.heads_.trace_mean for e in trio]) / [e.heads_.trace_std for e in trio]
         ref = np.exp(-tr / 0.7) / np.exp(-tr / 0.7).sum(axis=1, keepdims=True)
         np.testing.assert_allclose(pi, ref, rtol=1e-10)
         np.testing.assert_allclose(pi.sum(axis=1), 1.0, rtol=1e-12)
@@ -62,7 +75,7 @@ def test_convolution_formula():
 
 
 def test_embedding_mixing_normalises_the_convolution(trio):
-    ens = UECEnsemble(trio, uncertainty="laplace", temperature=0.5, mixing="embedding")
+    ens = UECEnsemble(trio, routing=LaplaceRouting(0.5), mixing=EmbeddingMixing())
     comps = _components(trio)
     g = ens.combine(comps)
     pi = ens.coefficients(comps)
@@ -77,20 +90,14 @@ def test_embedding_mixing_normalises_the_convolution(trio):
 @pytest.mark.parametrize("calibrate", [True, False])
 def test_score_mixing_is_the_probit_of_the_weighted_score_sum(trio, calibrate):
     ens = UECEnsemble(
-        trio,
-        uncertainty="laplace",
-        temperature=0.5,
-        mixing="score",
-        calibrate_scores=calibrate,
-        hubness=0,
-        query_head=False,
+        trio, routing=LaplaceRouting(0.5), mixing=ScoreMixing(calibrate=calibrate, hubness=0, query_head=False)
     )
     qc, dc = _components(trio, n=5, seed=3), _components(trio, n=7, seed=4)
     q, d = ens.combine(qc, role="query"), ens.combine(dc, role="passage")
     assert q.dim == 24 and d.dim == 24
     pi = ens.coefficients(qc)
     # calibration: model k's score is divided by its cosine spread s_k (relative to their geometric mean)
-    s = np.array([e.score_scale_ for e in trio])
+    s = np.array([e.heads_.score_scale for e in trio])
     c = np.exp(np.log(s).mean()) / s if calibrate else np.ones(3)
     assert np.all(s > 0)
     mu_s = np.zeros((5, 7))
@@ -105,17 +112,19 @@ def test_score_mixing_is_the_probit_of_the_weighted_score_sum(trio, calibrate):
 
 def test_uniform_fixed_weights_and_no_variance(trio):
     qc, dc = _components(trio, n=4, seed=5), _components(trio, n=6, seed=6)
-    uni = UECEnsemble(trio, weights="uniform", mixing="embedding")
+    uni = UECEnsemble(trio, routing=UniformRouting(), mixing=EmbeddingMixing())
     np.testing.assert_allclose(uni.combine(qc).weights, 1 / 3)
-    fixed = UECEnsemble(trio, weights=[2.0, 1.0, 1.0])
+    fixed = UECEnsemble(trio, routing=FixedRouting([2.0, 1.0, 1.0]))
     np.testing.assert_allclose(fixed.combine(qc).weights, np.tile([0.5, 0.25, 0.25], (4, 1)))
-    cos = UECEnsemble(trio, uncertainty="laplace", use_variance=False, mixing="embedding")
+    cos = UECEnsemble(
+        trio, routing=LaplaceRouting(), mixing=EmbeddingMixing(), scoring=ProbitScoring(use_variance=False)
+    )
     q, d = cos.combine(qc), cos.combine(dc, role="passage")
     np.testing.assert_allclose(cos.similarity(q, d), q.mean.astype(np.float64) @ d.mean.T, rtol=1e-5, atol=1e-6)
 
 
 def test_variance_shrinks_scores_towards_zero(trio):
-    ens = UECEnsemble(trio, uncertainty="laplace", mixing="embedding")
+    ens = UECEnsemble(trio, routing=LaplaceRouting(), mixing=EmbeddingMixing())
     qc, dc = _components(trio, n=4, seed=7), _components(trio, n=5, seed=8)
     q, d = ens.combine(qc), ens.combine(dc, role="passage")
     s = ens.similarity(q, d)
@@ -128,21 +137,30 @@ def test_different_dimensions():
     embs = [_embedder(8, 0), _embedder(6, 1)]
     rng = np.random.default_rng(2)
     comps = [embs[0].transform(rng.normal(size=(3, 8))), embs[1].transform(rng.normal(size=(3, 6)))]
-    g = UECEnsemble(embs, uncertainty="laplace", mixing="embedding").combine(comps)
+    g = UECEnsemble(embs, routing=LaplaceRouting(), mixing=EmbeddingMixing()).combine(comps)
     assert g.dim == 6
     np.testing.assert_allclose(np.linalg.norm(g.mean, axis=1), 1.0, rtol=1e-5)
     # the projection is orthonormal: a projected unit block keeps its variance total when it spans everything
-    assert UECEnsemble(embs, uncertainty="laplace", mixing="score", hubness=0).combine(comps).dim == 14
-    assert UECEnsemble(embs, uncertainty="laplace", mixing="score").combine(comps).dim == 14 + 2  # hubness
+    assert UECEnsemble(embs, routing=LaplaceRouting(), mixing=ScoreMixing(hubness=0)).combine(comps).dim == 14
+    assert UECEnsemble(embs, routing=LaplaceRouting()).combine(comps).dim == 14 + 2  # hubness
 
 
 def test_state_round_trip(trio):
-    ens = UECEnsemble(trio, temperature=0.3, weights=[1, 2, 3], mixing="embedding", use_variance=False)
-    arrays, meta = ens.get_state()
-    back = UECEnsemble.from_state(arrays, meta)
-    comps = _components(trio)
-    np.testing.assert_array_equal(back.combine(comps).mean, ens.combine(comps).mean)
-    assert back.mixing == "embedding" and back.use_variance is False and back.temperature == 0.3
+    for routing, mixing in (
+        (FixedRouting([1, 2, 3]), EmbeddingMixing(random_state=4)),
+        (LaplaceRouting(0.3, standardize=False), ScoreMixing(calibrate=False, hubness=0.7, hubness_k=3)),
+        (RankRouting(0.4, laplace_variances=True), ScoreMixing(query_head=False)),
+    ):
+        ens = UECEnsemble(trio, routing=routing, mixing=mixing, scoring=ProbitScoring(use_variance=False))
+        arrays, meta = ens.get_state()
+        back = UECEnsemble.from_state(arrays, meta)
+        comps = _components(trio)
+        np.testing.assert_array_equal(back.combine(comps).mean, ens.combine(comps).mean)
+        np.testing.assert_array_equal(back.combine(comps, role="passage").mean, ens.combine(comps, role="passage").mean)
+        for name in ("routing", "mixing", "scoring"):  # each object's config survives, with its type
+            assert type(getattr(back, name)) is type(getattr(ens, name))
+            assert getattr(back, name).get_config() == getattr(ens, name).get_config()
+        assert back.scoring.use_variance is False
 
 
 def test_bad_inputs(trio):
@@ -153,14 +171,20 @@ def test_bad_inputs(trio):
     with pytest.raises(ValueError, match="fitted"):
         UECEnsemble([LaplaceEmbedder(None)])
     with pytest.raises(ValueError, match="temperature"):
-        UECEnsemble(trio, uncertainty="laplace", temperature=0)
-    with pytest.raises(ValueError, match="mixing"):
-        UECEnsemble(trio, uncertainty="laplace", mixing="average")
+        LaplaceRouting(temperature=0)
+    with pytest.raises(TypeError, match="mixing"):
+        UECEnsemble(trio, mixing="average")
+    with pytest.raises(TypeError, match="routing"):
+        UECEnsemble(trio, routing="laplace")
+    with pytest.raises(TypeError, match="scoring"):
+        UECEnsemble(trio, scoring="probit")
     with pytest.raises(ValueError, match="weights"):
-        UECEnsemble(trio, weights=[1, 2])
+        UECEnsemble(trio, routing=FixedRouting([1, 2]))
     with pytest.raises(ValueError, match="weights"):
-        UECEnsemble(trio, weights="learned")
-    ens = UECEnsemble(trio, uncertainty="laplace")
+        FixedRouting([0.0, 0.0, 0.0])
+    with pytest.raises(TypeError, match="standardize"):
+        LaplaceRouting(standardize="yes")
+    ens = UECEnsemble(trio, routing=LaplaceRouting())
     comps = _components(trio)
     with pytest.raises(ValueError, match="components"):
         ens.combine(comps[:2])
@@ -191,10 +215,10 @@ def test_score_calibration_puts_models_on_one_footing_and_keeps_the_overall_scal
     # block k has norm c_k / K) and check it against its definition: c_k * s_k is the
     # same for every model (one footing) and prod_k c_k = 1 (overall magnitude kept).
     models = [_anisotropic(8, 0, 0.0), _anisotropic(6, 1, 0.6), _anisotropic(8, 2, 1.5)]
-    s = np.array([e.score_scale_ for e in models])
+    s = np.array([e.heads_.score_scale for e in models])
     assert s.max() > 1.5 * s.min()  # the models' spreads differ, so the factors must too
     qc = _components(models, n=6, seed=7)
-    ens = UECEnsemble(models, weights="uniform", mixing="score", hubness=0)
+    ens = UECEnsemble(models, routing=UniformRouting(), mixing=ScoreMixing(hubness=0))
     D = [e.dim for e in models]
     cuts = np.cumsum(D)[:-1]
     blocks = np.split(ens.combine(qc, role="query").mean.astype(np.float64), cuts, axis=1)
@@ -206,16 +230,37 @@ def test_score_calibration_puts_models_on_one_footing_and_keeps_the_overall_scal
         np.testing.assert_allclose(np.linalg.norm(b, axis=1), 1.0, rtol=1e-5)
 
 
-def test_random_state_seeds_the_projections_and_older_files_still_load():
+def test_random_state_seeds_the_projections_and_old_files_are_refused():
     embs = [_embedder(8, 0), _embedder(6, 1)]
     comps = _components(embs)
-    ens = UECEnsemble(embs, uncertainty="laplace", mixing="embedding", random_state=3)
+    ens = UECEnsemble(embs, routing=LaplaceRouting(), mixing=EmbeddingMixing(random_state=3))
     arrays, meta = ens.get_state()
-    assert meta["random_state"] == 3
-    old = {k: v for k, v in meta.items() if k != "random_state"} | {"projection_seed": 3}  # before the rename
-    for back in (UECEnsemble.from_state(arrays, meta), UECEnsemble.from_state(arrays, old)):
-        np.testing.assert_array_equal(back.combine(comps).mean, ens.combine(comps).mean)
-    drawn = UECEnsemble(embs, uncertainty="laplace", mixing="embedding", random_state=np.random.default_rng(5))
+    assert meta["mixing"] == {"kind": "embedding", "random_state": 3}
+    back = UECEnsemble.from_state(arrays, meta)
+    np.testing.assert_array_equal(back.combine(comps).mean, ens.combine(comps).mean)
+    other = UECEnsemble(embs, routing=LaplaceRouting(), mixing=EmbeddingMixing(random_state=4))
+    assert not np.array_equal(other.combine(comps).mean, ens.combine(comps).mean)
+    drawn = EmbeddingMixing(random_state=np.random.default_rng(5))
     assert isinstance(drawn.random_state, int)
     with pytest.raises(TypeError, match="random_state"):
-        UECEnsemble(embs, uncertainty="laplace", random_state="x")
+        EmbeddingMixing(random_state="x")
+    old = {k: v for k, v in meta.items() if k != "format"}  # a file from before the behaviour objects
+    with pytest.raises(ValueError, match="format version None.*version 2"):
+        UECEnsemble.from_state(arrays, old)
+    with pytest.raises(ValueError, match="routing config"):
+        UECEnsemble.from_state(arrays, {**meta, "routing": {"kind": "learned"}})
+
+
+def test_with_reference_leaves_the_ensemble_as_it_was(trio):
+    from crossembed.uec import ConfidenceRouting
+
+    ens = UECEnsemble(trio, routing=ConfidenceRouting())
+    assert ens.needs_reference and not ens.has_reference
+    docs = _components(trio, n=30, seed=11)
+    ref = ens.with_reference(docs)
+    assert ref is not ens and ref.has_reference and not ens.has_reference
+    assert ref.routing is ens.routing and ref.scoring is ens.scoring
+    with pytest.raises(ValueError, match="queries calibrate"):
+        ens.with_reference(docs, queries=docs)
+    with pytest.raises(TypeError, match="reference"):
+        UECEnsemble(trio, reference=[d.mean for d in docs])

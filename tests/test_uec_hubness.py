@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from crossembed.uec import LaplaceEmbedder, UECEnsemble
+from crossembed.uec import BetaCosineScoring, LaplaceEmbedder, ScoreMixing, UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
 
 
@@ -45,7 +45,7 @@ def _fitted(D, n=60, seed=0, prior=2.0, shared=0):
 @pytest.mark.parametrize("D", [1, 13, 16, 33])
 def test_hubness_matches_the_numpy_reference(D):
     emb, A, P = _fitted(D, seed=D)
-    ref = emb.hub_reference_
+    ref = emb.heads_.hub_reference
     assert ref.shape == (60, D) and ref.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(ref, axis=1), 1.0, rtol=1e-5)
     # the reference is the fit anchors themselves (unit), in their order
@@ -53,46 +53,46 @@ def test_hubness_matches_the_numpy_reference(D):
     X = np.random.default_rng(1).normal(size=(25, D)) * 1e3  # scale does not matter: cosines
     X = np.vstack([X, P[:4]])  # fit documents: their own anchors are left out
     for k in (1, 10, 60, 500):  # k = N and k > N (capped)
-        np.testing.assert_allclose(emb.hubness(X, k=k), _hubness_reference(X, A, k, P), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(emb.heads_.hubness(X, k=k), _hubness_reference(X, A, k, P), rtol=1e-5, atol=1e-6)
     # a GaussianEmbedding's mean is used the same way
     g = GaussianEmbedding(X.astype(np.float32), np.ones_like(X, dtype=np.float32))
-    np.testing.assert_allclose(emb.hubness(g), _hubness_reference(X, A, 10, P), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(emb.heads_.hubness(g), _hubness_reference(X, A, 10, P), rtol=1e-5, atol=1e-6)
 
 
 def test_a_fit_document_leaves_out_its_own_anchors():
     # pairs 0-2 share one positive: that document's three anchors do not count toward its hubness
     emb, A, P = _fitted(9, n=30, seed=2, shared=2)
-    r = emb.hubness(P[:5], k=4)
+    r = emb.heads_.hubness(P[:5], k=4)
     np.testing.assert_allclose(r, _hubness_reference(P[:5], A, 4, P), rtol=1e-5, atol=1e-6)
     S = _unit(P[:1]) @ _unit(A).T
     assert np.argsort(-S[0])[0] in (0, 1, 2)  # its own anchor is its nearest, and left out
     np.testing.assert_allclose(r[0], np.sort(np.delete(S[0], [0, 1, 2]))[::-1][:4].mean(), rtol=1e-5)
     # with every anchor its own, nothing is left: hubness 0
     lone, _, P1 = _fitted(3, n=3, seed=1, shared=2)
-    assert lone.hubness(P1[:1])[0] == 0.0
+    assert lone.heads_.hubness(P1[:1])[0] == 0.0
 
 
 def test_hubness_adversarial_inputs():
     emb, A, P = _fitted(7, n=12, seed=3)
     # ties: a row equal to a reference row, repeated; a zero row (cosine 0 everywhere); one row
     X = np.vstack([A[[0, 0, 5]], np.zeros((1, 7)), 1e-30 * A[[2]], 1e30 * A[[3]]])
-    np.testing.assert_allclose(emb.hubness(X, k=3), _hubness_reference(X, A, 3, P), rtol=1e-5, atol=1e-6)
-    assert emb.hubness(X[3:4], k=3)[0] == 0.0
-    assert emb.hubness(np.zeros((0, 7))).shape == (0,)
+    np.testing.assert_allclose(emb.heads_.hubness(X, k=3), _hubness_reference(X, A, 3, P), rtol=1e-5, atol=1e-6)
+    assert emb.heads_.hubness(X[3:4], k=3)[0] == 0.0
+    assert emb.heads_.hubness(np.zeros((0, 7))).shape == (0,)
     one, A1, P1 = _fitted(4, n=2, seed=4)  # N = 2 anchors
-    np.testing.assert_allclose(one.hubness(A1[:1], k=10), _hubness_reference(A1[:1], A1, 10, P1), rtol=1e-5)
+    np.testing.assert_allclose(one.heads_.hubness(A1[:1], k=10), _hubness_reference(A1[:1], A1, 10, P1), rtol=1e-5)
     with pytest.raises(ValueError, match="dimension"):
-        emb.hubness(np.ones((2, 3)))
+        emb.heads_.hubness(np.ones((2, 3)))
     with pytest.raises(ValueError, match="k"):
-        emb.hubness(X, k=0)
+        emb.heads_.hubness(X, k=0)
 
 
 def test_the_reference_is_capped_and_drawn_from_the_fit_anchors(monkeypatch):
-    import crossembed.uec.laplace as laplace_mod
+    import crossembed.uec.heads as heads_mod
 
-    monkeypatch.setattr(laplace_mod, "_HUB_REFERENCE_ROWS", 16)
+    monkeypatch.setattr(heads_mod, "HUB_REFERENCE_ROWS", 16)
     emb, A, _ = _fitted(5, n=60, seed=6)
-    ref = emb.hub_reference_.astype(np.float64)
+    ref = emb.heads_.hub_reference.astype(np.float64)
     assert ref.shape == (16, 5)
     # every kept row is one of the anchors
     assert (np.abs(ref @ _unit(A).T).max(axis=1) > 1 - 1e-5).all()
@@ -112,20 +112,20 @@ def _experts(seed=0, n=80, D=12):
 @pytest.mark.parametrize(("beta", "k"), [(0.5, 10), (1.3, 3)])
 def test_score_mixing_subtracts_the_weighted_hubness(beta, k):
     embs, qc, dc = _experts()
-    ens = UECEnsemble(embs, hubness=beta, hubness_k=k)
+    ens = UECEnsemble(embs, mixing=ScoreMixing(hubness=beta, hubness_k=k))
     q, d = ens.combine(qc, role="query"), ens.combine(dc, role="passage")
     assert q.dim == d.dim == ens.dim == 12 + 12 + 2
     assert not q.var[:, -2:].any() and not d.var[:, -2:].any()
-    w = q.weights.astype(np.float64) * ens._score_scales()[None, :]
+    w = q.weights.astype(np.float64) * ens.mixing.score_scales(ens.heads)[None, :]
     want = np.zeros((9, 14))
     for j, e in enumerate(embs):
-        r = _hubness_reference(dc[j].mean, e.hub_reference_, k)
+        r = _hubness_reference(dc[j].mean, e.heads_.hub_reference, k)
         want += w[:, j : j + 1] * (_unit(qc[j].mean) @ _unit(dc[j].mean).T - beta * r[None, :])
     np.testing.assert_allclose(ens.similarity(q, d), want, rtol=1e-4, atol=1e-5)
     _, top = ens.topk(q, d, 14)  # k = N
     np.testing.assert_array_equal(top, np.argsort(-want, axis=1, kind="stable"))
     # hubness=0 is the plain score mix, with the K coordinates gone
-    plain = UECEnsemble(embs, hubness=0)
+    plain = UECEnsemble(embs, mixing=ScoreMixing(hubness=0))
     assert plain.dim == 24 and plain.combine(dc, role="passage").dim == 24
 
 
@@ -141,12 +141,12 @@ def test_a_hub_document_loses_its_lead():
         A, A + 0.05 * rng.normal(size=A.shape)
     )
     docs = np.vstack([eye[0], eye[1], eye[2:7]])
-    r = emb.hubness(docs)
+    r = emb.heads_.hubness(docs)
     assert r[0] > 0.9 and r[1] < 0.5
     q = (eye[0] + 0.9 * eye[1])[None]
     first = []
     for beta in (0.0, 0.5):
-        ens = UECEnsemble([emb], hubness=beta)
+        ens = UECEnsemble([emb], mixing=ScoreMixing(hubness=beta))
         first.append(
             ens.topk(ens.combine([emb.transform(q)]), ens.combine([emb.transform(docs)], role="passage"), 1)[1][0, 0]
         )
@@ -156,35 +156,28 @@ def test_a_hub_document_loses_its_lead():
 def test_hubness_options_are_checked():
     embs, qc, dc = _experts(seed=5)
     with pytest.raises(ValueError, match="hubness"):
-        UECEnsemble(embs, hubness=-0.1)
+        ScoreMixing(hubness=-0.1)
     with pytest.raises(ValueError, match="hubness_k"):
-        UECEnsemble(embs, hubness_k=0)
+        ScoreMixing(hubness_k=0)
     with pytest.raises(ValueError, match="hubness"):
-        UECEnsemble(embs, hubness=0.5, mixing="embedding")
-    with pytest.raises(ValueError, match="hubness"):
-        UECEnsemble(embs, hubness=0.5, rules="official")
+        UECEnsemble(embs, mixing=ScoreMixing(hubness=0.5), scoring=BetaCosineScoring())
     # where it cannot apply, the default turns it off
-    assert UECEnsemble(embs, mixing="embedding").hubness == 0.0
-    assert UECEnsemble(embs, rules="official").hubness == 0.0
-    assert UECEnsemble(embs).hubness == 0.5
+    assert UECEnsemble(embs, scoring=BetaCosineScoring()).mixing.hubness == 0.0
+    assert UECEnsemble(embs).mixing.hubness == 0.5
+    assert UECEnsemble(embs).dim == 12 + 12 + 2
 
 
-def test_state_round_trip_and_older_files():
+def test_state_round_trip():
     embs, qc, dc = _experts(seed=7)
-    ens = UECEnsemble(embs, hubness=0.8, hubness_k=4)
+    ens = UECEnsemble(embs, mixing=ScoreMixing(hubness=0.8, hubness_k=4))
     arrays, meta = ens.get_state()
     back = UECEnsemble.from_state(arrays, meta)
-    assert (back.hubness, back.hubness_k) == (0.8, 4)
+    assert (back.mixing.hubness, back.mixing.hubness_k) == (0.8, 4)
     np.testing.assert_array_equal(back.combine(dc, role="passage").mean, ens.combine(dc, role="passage").mean)
-    # an ensemble saved before hubness scores without it
-    old_meta = {k: v for k, v in meta.items() if k not in ("hubness", "hubness_k")}
-    assert UECEnsemble.from_state(arrays, old_meta).hubness == 0.0
-    # an embedder saved before the fit anchors were kept: hubness needs a refit, hubness=0 works
+    np.testing.assert_array_equal(back.combine(qc).mean, ens.combine(qc).mean)
+    # the fit anchors are part of the embedder's state: a state without them is incomplete
+    from crossembed._io import CorruptFileError
+
     arr, m = embs[0].get_state()
-    old = LaplaceEmbedder.from_state({k: v for k, v in arr.items() if k != "hub_reference"}, m)
-    assert old.hub_reference_ is None
-    with pytest.raises(ValueError, match="refit"):
-        old.hubness(np.ones((2, 12)))
-    with pytest.raises(ValueError, match="refit"):
-        UECEnsemble([old, embs[1]])
-    assert UECEnsemble([old, embs[1]], hubness=0).dim == 24
+    with pytest.raises(CorruptFileError, match="hub_reference"):
+        LaplaceEmbedder.from_state({k: v for k, v in arr.items() if k != "hub_reference"}, m)

@@ -169,7 +169,10 @@ def test_save_load_round_trip_and_corruption(tmp_path):
         back = LaplaceEmbedder.load(path)
         assert back.encoder == "minilm" and back.hessian == hessian
         np.testing.assert_array_equal(back.transform(A).var, emb.transform(A).var)
-        assert back.trace_mean_ == emb.trace_mean_
+        saved, loaded = emb.heads_.get_state(), back.heads_.get_state()
+        assert set(saved) == set(loaded)
+        for name in saved:
+            np.testing.assert_array_equal(loaded[name], saved[name])
         blob = bytearray(path.read_bytes())
         blob[-10] ^= 0xFF
         (tmp_path / "bad.lap").write_bytes(bytes(blob))
@@ -203,7 +206,7 @@ def test_hessian_string_class_and_instance_are_one_form():
 
 
 def test_saved_state_keeps_its_array_names():
-    # files written before the posterior classes existed must still load: the names are the format
+    # the array names are the file format (each name's owner: the embedder, its heads, the posterior)
     A, P = _pairs(B=20, D=4, seed=10)
     for hessian, names in (("diag", {"H"}), ("kron", {"s_in", "u_in", "s_out", "u_out"})):
         arrays, meta = LaplaceEmbedder(None, hessian=hessian, batch_size=5).fit_embeddings(A, P).get_state()
@@ -224,7 +227,18 @@ def test_saved_state_keeps_its_array_names():
             }
             | names
         )
-        assert meta["hessian"] == hessian
+        assert meta["hessian"] == hessian and meta["format"] == 2
+
+
+def test_a_state_of_another_format_version_is_refused():
+    A, P = _pairs(B=20, D=4, seed=10)
+    arrays, meta = LaplaceEmbedder(None, batch_size=5).fit_embeddings(A, P).get_state()
+    for found in (None, 1, 3):
+        old = {k: v for k, v in meta.items() if k != "format"} | ({} if found is None else {"format": found})
+        with pytest.raises(ValueError, match=f"format version {found!r}.*reads version 2"):
+            LaplaceEmbedder.from_state(arrays, old)
+    with pytest.raises(CorruptFileError, match="hub_reference"):
+        LaplaceEmbedder.from_state({k: v for k, v in arrays.items() if k != "hub_reference"}, meta)
 
 
 def test_encode_uses_the_encoder_with_roles():
@@ -281,7 +295,7 @@ def test_score_scale_is_the_spread_of_unrelated_cosines():
     p = P / np.linalg.norm(P, axis=1, keepdims=True)
     cross = a @ p.T
     expected = cross[~np.eye(40, dtype=bool)].std()
-    assert emb.score_scale_ == pytest.approx(expected, rel=1e-5)
+    assert emb.heads_.score_scale == pytest.approx(expected, rel=1e-5)
 
 
 def _cos(a, b):
@@ -299,7 +313,7 @@ def test_score_scale_leaves_out_the_matching_pairs():
     unrelated = [_cos(A[i], P[j]) for i in range(m) for j in range(m) if i != j]
     matching = [_cos(A[i], P[i]) for i in range(m)]
     emb = LaplaceEmbedder(None, prior_precision=1.0, batch_size=10).fit_embeddings(A, P)
-    assert emb.score_scale_ == pytest.approx(np.std(unrelated), rel=1e-6)
+    assert emb.heads_.score_scale == pytest.approx(np.std(unrelated), rel=1e-6)
     assert abs(np.std(unrelated + matching) - np.std(unrelated)) > 0.01  # the test can tell the two apart
 
 
@@ -308,7 +322,7 @@ def test_score_scale_of_orthogonal_unrelated_texts_is_the_floor():
     # so the spread is 0 (floored at 1e-12); the matching pairs alone would give sqrt(m-1)/m
     A = np.eye(12)
     emb = LaplaceEmbedder(None, prior_precision=1.0, batch_size=4).fit_embeddings(A, A.copy())
-    assert emb.score_scale_ == pytest.approx(1e-12)
+    assert emb.heads_.score_scale == pytest.approx(1e-12)
 
 
 def test_a_loaded_encoder_is_saved_under_its_name(tmp_path):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from crossembed.uec import LaplaceEmbedder, UECEnsemble
+from crossembed.uec import BetaCosineScoring, LaplaceEmbedder, ScoreMixing, UECEnsemble
 from crossembed.uec.query_head import QueryHead, fit_query_head, query_head_objective
 
 
@@ -120,24 +120,19 @@ def _fitted(query_head=True, seed=1, n=300):
 
 def test_embedder_stores_and_round_trips_the_head(tmp_path):
     e = _fitted()
-    head = e.query_head_
+    head = e.heads_.query_head
     assert isinstance(head, QueryHead) and not head.is_identity
     A, _ = _distorted_pairs(20, seed=3)
-    np.testing.assert_allclose(e.map_queries(A), head.apply(A), rtol=1e-6)
+    np.testing.assert_allclose(e.heads_.map_queries(A), head.apply(A), rtol=1e-6)
     # the Gaussian mean stays the pretrained embedding: the head is the ensemble's to apply
     np.testing.assert_allclose(e.transform(A).mean, _unit(A), rtol=1e-5, atol=1e-6)
     back = LaplaceEmbedder.load(e.save(tmp_path / "e.npz"))
-    np.testing.assert_array_equal(back.query_head_.weight, head.weight)
-    assert back.query_head_.penalty == head.penalty and back.query_head
+    np.testing.assert_array_equal(back.heads_.query_head.weight, head.weight)
+    assert back.heads_.query_head.penalty == head.penalty and back.query_head
     off = _fitted(query_head=False)
-    assert off.query_head_ is None
+    assert off.heads_.query_head is None
     with pytest.raises(ValueError, match="query head"):
-        off.map_queries(A)
-    arrays, meta = e.get_state()  # a file from before the heads
-    old = LaplaceEmbedder.from_state(
-        {k: v for k, v in arrays.items() if not k.startswith("query_head")}, {**meta, "query_head": False}
-    )
-    assert old.query_head_ is None
+        off.heads_.map_queries(A)
     with pytest.raises(TypeError, match="query_head"):
         LaplaceEmbedder(None, query_head="yes")
 
@@ -145,8 +140,8 @@ def test_embedder_stores_and_round_trips_the_head(tmp_path):
 def test_ensemble_maps_queries_only_and_measures_hubness_against_mapped_anchors():
     embs = [_fitted(seed=1), _fitted(seed=2)]
     ens = UECEnsemble(embs)
-    assert ens.query_head and "query_head=True" in repr(ens)
-    plain = UECEnsemble(embs, query_head=False)
+    assert ens.mixing.query_head and "query_head=True" in repr(ens)
+    plain = UECEnsemble(embs, mixing=ScoreMixing(query_head=False))
     A, P = _distorted_pairs(30, seed=4)
     qc = [e.transform(A) for e in embs]
     dc = [e.transform(P) for e in embs]
@@ -156,32 +151,34 @@ def test_ensemble_maps_queries_only_and_measures_hubness_against_mapped_anchors(
     # documents: the same unit blocks; only their hubness coordinates see the mapped anchors
     np.testing.assert_array_equal(d.mean[:, : 2 * D], d0.mean[:, : 2 * D])
     for k, e in enumerate(embs):
-        ref = e.query_head_.apply(e.hub_reference_).astype(np.float64)
+        ref = e.heads_.query_head.apply(e.heads_.hub_reference).astype(np.float64)
         want = np.sort(_unit(P) @ ref.T, axis=1)[:, -10:].mean(axis=1)
         np.testing.assert_allclose(d.mean[:, 2 * D + k], want, rtol=1e-4, atol=1e-5)
     # queries: the routing weights are the encoder's own, the blocks are the mapped queries
     np.testing.assert_allclose(q.weights, q0.weights, rtol=1e-6)
-    w = q.weights.astype(np.float64) * ens._score_scales()[None, :]
+    w = q.weights.astype(np.float64) * ens.mixing.score_scales(ens.heads)[None, :]
     for k, e in enumerate(embs):
-        np.testing.assert_allclose(q.mean[:, k * D : (k + 1) * D], w[:, [k]] * e.map_queries(A), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(
+            q.mean[:, k * D : (k + 1) * D], w[:, [k]] * e.heads_.map_queries(A), rtol=1e-4, atol=1e-6
+        )
     # and the mapped queries retrieve their documents better than the encoder's own
     assert _mrr(q.mean, d.mean) > _mrr(q0.mean, d0.mean)
 
 
 def test_ensemble_query_head_options():
     embs = [_fitted(seed=1), _fitted(query_head=False, seed=2)]
-    assert UECEnsemble(embs).query_head is False  # not every model has one: off, quietly
+    assert UECEnsemble(embs).mixing.query_head is False  # not every model has one: off, quietly
     with pytest.raises(ValueError, match="query_head=False"):
-        UECEnsemble(embs, query_head=True)
+        UECEnsemble(embs, mixing=ScoreMixing(query_head=True))
     both = [_fitted(seed=1), _fitted(seed=2)]
-    assert UECEnsemble(both, mixing="embedding").query_head is False
-    assert UECEnsemble(both, rules="official").query_head is False
+    assert UECEnsemble(both, scoring=BetaCosineScoring()).mixing.query_head is False
     with pytest.raises(ValueError, match="query_head"):
-        UECEnsemble(both, mixing="embedding", query_head=True)
+        UECEnsemble(both, mixing=ScoreMixing(query_head=True), scoring=BetaCosineScoring())
     with pytest.raises(TypeError, match="query_head"):
-        UECEnsemble(both, query_head=1)
-    # saved ensembles keep the setting; files from before the heads load without them
+        ScoreMixing(query_head=1)
+    # saved ensembles keep the resolved setting
     arrays, meta = UECEnsemble(both).get_state()
-    assert UECEnsemble.from_state(arrays, meta).query_head is True
-    meta.pop("query_head")
-    assert UECEnsemble.from_state(arrays, meta).query_head is False
+    assert meta["mixing"]["query_head"] is True
+    assert UECEnsemble.from_state(arrays, meta).mixing.query_head is True
+    arrays, meta = UECEnsemble(both, mixing=ScoreMixing(query_head=False)).get_state()
+    assert UECEnsemble.from_state(arrays, meta).mixing.query_head is False

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from crossembed.uec import LaplaceEmbedder, UECEnsemble
+from crossembed.uec import LaplaceEmbedder, RankRouting, UECEnsemble
 from crossembed.uec.rank_head import RankHead, fit_rank_head, in_batch_ranks
 
 
@@ -75,10 +75,10 @@ def test_rank_routing_sends_each_group_to_its_expert():
     fit = slice(0, 400)
     embedders = [LaplaceEmbedder(None, prior_precision=2.0).fit_embeddings(A[fit], P[fit]) for A, P in embs]
     for k, e in enumerate(embedders):
-        t = e.predicted_log_rank(embs[k][0][400:])
+        t = e.heads_.predicted_log_rank(embs[k][0][400:])
         g = group[400:]
         assert t[g == k].mean() < t[g != k].mean() - 1.0  # the head knows where its model fails
-    ens = UECEnsemble(embedders, uncertainty="rank")
+    ens = UECEnsemble(embedders, routing=RankRouting())
     assert not ens.needs_reference
     q = ens.combine([e.transform(A[400:]) for e, (A, _) in zip(embedders, embs)], role="query")
     w = q.weights[:, 0]
@@ -91,9 +91,9 @@ def test_rank_head_survives_save_and_load(tmp_path):
     _, embs = _two_experts(n=100)
     e = LaplaceEmbedder(None, prior_precision=2.0).fit_embeddings(*embs[0])
     back = LaplaceEmbedder.load(e.save(tmp_path / "e.cxa"))
-    np.testing.assert_array_equal(back.predicted_log_rank(embs[0][0]), e.predicted_log_rank(embs[0][0]))
+    np.testing.assert_array_equal(back.heads_.predicted_log_rank(embs[0][0]), e.heads_.predicted_log_rank(embs[0][0]))
     with pytest.raises(ValueError, match="dimension"):
-        e.predicted_log_rank(np.ones((2, 3), np.float32))
+        e.heads_.predicted_log_rank(np.ones((2, 3), np.float32))
 
 
 def test_default_scores_the_rank_weighted_cosine():
@@ -101,23 +101,23 @@ def test_default_scores_the_rank_weighted_cosine():
     embedders = [LaplaceEmbedder(None, prior_precision=2.0).fit_embeddings(A[:200], P[:200]) for A, P in embs]
     qc = [e.transform(A[200:]) for e, (A, _) in zip(embedders, embs)]
     dc = [e.transform(P[200:]) for e, (_, P) in zip(embedders, embs)]
-    ens = UECEnsemble(embedders)  # the default: rank routing, confidence_scoring="replace"
+    ens = UECEnsemble(embedders)  # the default: rank routing, both sides scored as points
     q, d = ens.combine(qc, role="query"), ens.combine(dc, role="passage")
     assert not q.var.any() and not d.var.any()
-    w = q.weights.astype(np.float64) * ens._score_scales()[None, :]
+    w = q.weights.astype(np.float64) * ens.mixing.score_scales(ens.heads)[None, :]
 
     def mapped(k, x):  # the query head: normalize(x W_k), the identity where the held-out pairs kept it
-        head = embedders[k].query_head_
+        head = embedders[k].heads_.query_head
         x = x.astype(np.float64) if head.is_identity else x.astype(np.float64) @ head.weight.astype(np.float64)
         return x / np.linalg.norm(x, axis=1, keepdims=True)
 
-    assert ens.query_head
+    assert ens.mixing.query_head
     # minus half of each document's hubness (CSLS): the mean of its 10 best cosines to the mapped fit anchors
     hub = [
-        np.sort(dc[k].mean.astype(np.float64) @ mapped(k, e.hub_reference_).T, axis=1)[:, -10:].mean(axis=1)
+        np.sort(dc[k].mean.astype(np.float64) @ mapped(k, e.heads_.hub_reference).T, axis=1)[:, -10:].mean(axis=1)
         for k, e in enumerate(embedders)
     ]
     want = sum(w[:, k : k + 1] * (mapped(k, qc[k].mean) @ dc[k].mean.T - 0.5 * hub[k][None, :]) for k in range(2))
     np.testing.assert_allclose(ens.similarity(q, d), want, rtol=1e-4, atol=1e-5)
-    lap = UECEnsemble(embedders, confidence_scoring="laplace").combine(qc, role="query")
-    assert lap.var.any()  # "laplace" keeps the posterior variances
+    lap = UECEnsemble(embedders, routing=RankRouting(laplace_variances=True)).combine(qc, role="query")
+    assert lap.var.any()  # laplace_variances keeps the posterior variances

@@ -5,8 +5,22 @@ import math
 import numpy as np
 import pytest
 
-from crossembed.uec import GaussianEmbedding, LaplaceEmbedder, UECEnsemble, UECIndex, rules
+from crossembed.uec import (
+    BetaCosineScoring,
+    ConfidenceRouting,
+    EmbeddingMixing,
+    GaussianEmbedding,
+    LaplaceEmbedder,
+    LaplaceRouting,
+    PrecisionSumRouting,
+    ScoreMixing,
+    UECEnsemble,
+    UECIndex,
+    UniformRouting,
+    rules,
+)
 from crossembed.uec.laplace import normalize_rows
+from crossembed.uec.presets import DEFAULT_TEMPERATURES, make_routing, make_scoring
 
 
 def _embedder(D, seed, hessian="kron"):
@@ -91,9 +105,17 @@ def test_retrieval_gap_and_confidence_variance_match_numpy():
 
 
 # --------------------------------------------------------------------------- the ensemble
+NO_HUB = ScoreMixing(hubness=0)
+
+
+def _u(ens, comps):
+    """The ensemble's per-model confidence variances sigma_k^2 of ``comps`` over its reference."""
+    return ens.routing.confidence_variance(comps, ens.heads, ens.reference_)
+
+
 def test_official_weights_are_the_precision_sum_softmax(duo):
     comps = [e.transform(np.random.default_rng(5 + k).normal(size=(6, 8))) for k, e in enumerate(duo)]
-    ens = UECEnsemble(duo, rules="official", uncertainty="laplace", temperature=50.0, mixing="embedding")
+    ens = UECEnsemble(duo, routing=PrecisionSumRouting(50.0), mixing=EmbeddingMixing(), scoring=BetaCosineScoring())
     out = ens.combine(comps, role="query")
     P = []
     for c in comps:
@@ -114,6 +136,10 @@ def test_official_weights_are_the_precision_sum_softmax(duo):
     # its similarity is the beta-scaled cosine
     sim = ens.similarity(out, out)
     np.testing.assert_allclose(sim, rules.beta_scores(out.mean, out.var, out.mean, out.var, beta=1.0), rtol=1e-6)
+    # the preset names the same objects
+    assert type(make_routing("laplace", "official")) is PrecisionSumRouting
+    assert make_routing("laplace", "official").temperature == DEFAULT_TEMPERATURES[("official", "laplace")]
+    assert make_scoring("official", beta=0.3).get_config() == {"kind": "beta_cosine", "beta": 0.3}
 
 
 def _expert_world(seed=0, n_docs=200, D=16):
@@ -130,39 +156,31 @@ def _expert_world(seed=0, n_docs=200, D=16):
 def test_a_confident_model_gets_the_higher_weight():
     docs, (q0, q1), target = _expert_world()
     embs = [_embedder(16, 7), _embedder(16, 8)]
-    ens = UECEnsemble(embs, uncertainty="confidence", temperature=1.0, confidence_scoring="laplace", hubness=0)
+    ens = UECEnsemble(embs, routing=ConfidenceRouting(1.0, laplace_variances=True), mixing=NO_HUB)
     d_comps = [e.transform(docs) for e in embs]
     # no reference yet: the queries fall back to the Laplace coefficients, with a warning
     with pytest.warns(RuntimeWarning, match="reference"):
         fallback = ens.combine([embs[0].transform(q0), embs[1].transform(q1)])
-    lap = UECEnsemble(embs, uncertainty="laplace").combine([embs[0].transform(q0), embs[1].transform(q1)])
+    lap = UECEnsemble(embs, routing=LaplaceRouting()).combine([embs[0].transform(q0), embs[1].transform(q1)])
     np.testing.assert_allclose(fallback.weights, lap.weights, rtol=1e-6)
-    with pytest.raises(ValueError, match="reference"):
-        ens.confidence_variance([embs[0].transform(q0), embs[1].transform(q1)])
-    ens.set_reference(d_comps)
+    unset = ens
+    ens = ens.with_reference(d_comps)
+    assert not unset.has_reference  # with_reference returns a new ensemble
     q = ens.combine([embs[0].transform(q0), embs[1].transform(q1)], role="query")
     w = q.weights
     assert (w[:30, 0] > w[:30, 1]).mean() > 0.9 and (w[30:, 1] > w[30:, 0]).mean() > 0.9
     # the weights are the inverse-variance rule: pi ∝ sigma^-2 at T = 1
-    u = ens.confidence_variance([e.transform(x) for e, x in zip(embs, (q0, q1))])
+    u = _u(ens, [e.transform(x) for e, x in zip(embs, (q0, q1))])
     ref = (1 / u) / (1 / u).sum(axis=1, keepdims=True)
     np.testing.assert_allclose(w, ref, rtol=1e-4)
-    # confidence_scoring="add": sigma_k^2 joins the Laplace variance of the query: + (pi_k c_k)^2 sigma_k^2 per dim
-    both = UECEnsemble(embs, uncertainty="confidence", temperature=1.0, confidence_scoring="add", hubness=0)
-    both.set_reference(d_comps)
-    qb = both.combine([embs[0].transform(q0), embs[1].transform(q1)], role="query")
-    wc = (w.astype(np.float64) * ens._score_scales()[None, :]) ** 2
-    extra = np.concatenate([np.repeat(wc[:, k : k + 1] * u[:, k : k + 1], 16, axis=1) for k in range(2)], axis=1)
-    np.testing.assert_allclose(qb.var - q.var, extra, rtol=1e-3, atol=1e-7)
-    np.testing.assert_array_equal(qb.weights, q.weights)
     # centred per model: log sigma^2 minus its mean over calibration queries
-    cen = UECEnsemble(embs, uncertainty="confidence", temperature=1.0, center_confidence=True)
+    cen = UECEnsemble(embs, routing=ConfidenceRouting(1.0, center=True))
     with pytest.raises(ValueError, match="calibration"):
-        cen.set_reference(d_comps).combine([embs[0].transform(q0), embs[1].transform(q1)])
+        cen.with_reference(d_comps).combine([embs[0].transform(q0), embs[1].transform(q1)])
     cal = [embs[0].transform(q0[::2]), embs[1].transform(q1[::2])]
-    cen.set_reference(d_comps, queries=cal)
-    cu = np.log(ens.confidence_variance([c.normalized() for c in cal])).mean(axis=0)
-    np.testing.assert_allclose(cen.confidence_center_, cu, rtol=1e-6)
+    cen = cen.with_reference(d_comps, queries=cal)
+    cu = np.log(_u(ens, [c.normalized() for c in cal])).mean(axis=0)
+    np.testing.assert_allclose(cen.reference_.center, cu, rtol=1e-6)
     z = -(np.log(u) - cu[None, :])
     ref_c = np.exp(z - z.max(axis=1, keepdims=True))
     got = cen.combine([embs[0].transform(q0), embs[1].transform(q1)]).weights
@@ -171,7 +189,7 @@ def test_a_confident_model_gets_the_higher_weight():
     # routing beats the uniform mix on this task
     d = ens.combine(d_comps, role="passage")
     hits = (ens.topk(q, d, 1)[1][:, 0] == target).mean()
-    uni = UECEnsemble(embs, weights="uniform", hubness=0)
+    uni = UECEnsemble(embs, routing=UniformRouting(), mixing=NO_HUB)
     qu = uni.combine([embs[0].transform(q0), embs[1].transform(q1)], role="query")
     hits_u = (uni.topk(qu, d, 1)[1][:, 0] == target).mean()
     assert hits > hits_u
@@ -179,17 +197,18 @@ def test_a_confident_model_gets_the_higher_weight():
 
 def test_confidence_times_laplace_and_documents(duo):
     docs, (q0, q1), _ = _expert_world(D=8)
-    ens = UECEnsemble(duo, uncertainty="confidence*laplace", temperature=2.0)
-    ens.set_reference([e.transform(docs) for e in duo])
+    ens = UECEnsemble(duo, routing=ConfidenceRouting(2.0, times_laplace=True))
+    ens = ens.with_reference([e.transform(docs) for e in duo])
     comps = [duo[0].transform(q0), duo[1].transform(q1)]
     pi = ens.combine(comps, role="query").weights.astype(np.float64)
-    u = ens.confidence_variance([c.normalized() for c in comps])
+    u = _u(ens, [c.normalized() for c in comps])
     tr = np.stack([c.normalized().var.astype(np.float64).sum(axis=1) for c in comps], axis=1)
-    t = np.log(u) + np.log(tr / np.array([e.trace_mean_ for e in duo]))
+    t = np.log(u) + np.log(tr / np.array([e.heads_.trace_mean for e in duo]))
     ref = np.exp(-t / 2.0 - (-t / 2.0).max(axis=1, keepdims=True))
     np.testing.assert_allclose(pi, ref / ref.sum(axis=1, keepdims=True), rtol=1e-4)
-    # documents carry no retrieval confidence: uniform for "confidence"
-    conf = UECEnsemble(duo, uncertainty="confidence", mixing="embedding").set_reference(
+    assert ConfidenceRouting(times_laplace=True).temperature == 1.0 and ConfidenceRouting().temperature == 2.0
+    # documents carry no retrieval confidence: uniform for plain confidence routing
+    conf = UECEnsemble(duo, routing=ConfidenceRouting(), mixing=EmbeddingMixing()).with_reference(
         [e.transform(docs) for e in duo]
     )
     dw = conf.combine([e.transform(docs[:5]) for e in duo], role="passage").weights
@@ -198,26 +217,15 @@ def test_confidence_times_laplace_and_documents(duo):
 
 def test_state_round_trip_with_rules_and_reference(duo):
     docs, (q0, q1), _ = _expert_world(D=8)
-    ens = UECEnsemble(
-        duo,
-        rules="official",
-        uncertainty="confidence",
-        beta=0.3,
-        confidence_top=5,
-        temperature=0.7,
-        center_confidence=True,
-    )
-    ens.set_reference([e.transform(docs) for e in duo], queries=[duo[0].transform(q0), duo[1].transform(q1)])
+    routing = make_routing("confidence", "official", temperature=0.7, top=5, center=True)
+    ens = UECEnsemble(duo, routing=routing, scoring=make_scoring("official", beta=0.3))
+    ens = ens.with_reference([e.transform(docs) for e in duo], queries=[duo[0].transform(q0), duo[1].transform(q1)])
     arrays, meta = ens.get_state()
     back = UECEnsemble.from_state(arrays, meta)
-    np.testing.assert_array_equal(back.confidence_center_, ens.confidence_center_)
-    assert (back.rules, back.uncertainty, back.beta, back.confidence_top, back.temperature) == (
-        "official",
-        "confidence",
-        0.3,
-        5,
-        0.7,
-    )
+    np.testing.assert_array_equal(back.reference_.center, ens.reference_.center)
+    assert back.routing.get_config() == ens.routing.get_config()
+    assert (back.routing.top, back.routing.temperature, back.scoring.beta) == (5, 0.7, 0.3)
+    assert type(back.routing.fallback) is PrecisionSumRouting  # the official rules' fallback survives
     comps = [duo[0].transform(q0), duo[1].transform(q1)]
     a, b = ens.combine(comps), back.combine(comps)
     np.testing.assert_array_equal(a.mean, b.mean)
@@ -226,20 +234,18 @@ def test_state_round_trip_with_rules_and_reference(duo):
     broken = {k: v for k, v in arrays.items() if not k.startswith("ref")}
     with pytest.raises(ValueError, match="reference"):
         UECEnsemble.from_state(broken, meta)
-    # older states (no rules keys) load with the paper's rules
-    old = {
-        k: v for k, v in meta.items() if k not in ("rules", "uncertainty", "beta", "confidence_top", "has_reference")
-    }
-    assert UECEnsemble.from_state(arrays, old).rules == "paper"
 
 
 def test_index_with_official_rules_and_confidence(tmp_path, duo):
     docs, (q0, q1), target = _expert_world(D=8, n_docs=300)
     d_comps = [e.transform(docs) for e in duo]
-    for kw in ({"rules": "official", "beta": 0.5}, {"uncertainty": "confidence"}):
+    for kw in (
+        {"routing": make_routing("rank", "official"), "scoring": BetaCosineScoring(0.5)},
+        {"routing": ConfidenceRouting()},
+    ):
         ens = UECEnsemble(duo, **kw)
         if ens.needs_reference:
-            ens.set_reference(d_comps)
+            ens = ens.with_reference(d_comps)
         d = ens.combine(d_comps, role="passage")
         index = UECIndex(d, ensemble=ens, M=8, rerank=300)
         q = ens.combine([duo[0].transform(q0), duo[1].transform(q1)])
@@ -247,55 +253,57 @@ def test_index_with_official_rules_and_confidence(tmp_path, duo):
         s_ann, i_ann = index.search(q, 5)  # reranking every document = exact
         np.testing.assert_array_equal(i_exact, i_ann)
         np.testing.assert_allclose(s_exact, s_ann, rtol=1e-5)
-        if ens.rules == "official":
-            dense = ens.similarity(q, d)
-            np.testing.assert_array_equal(i_exact, np.argsort(-dense, axis=1, kind="stable")[:, :5])
+        dense = ens.similarity(q, d)
+        np.testing.assert_array_equal(i_exact, np.argsort(-dense, axis=1, kind="stable")[:, :5])
         path = index.save(tmp_path / "i.uec")
         back = UECIndex.load(path)
-        assert back.ensemble.rules == ens.rules and back.ensemble.uncertainty == ens.uncertainty
+        assert back.ensemble.routing.get_config() == ens.routing.get_config()
+        assert back.ensemble.scoring.get_config() == ens.scoring.get_config()
         np.testing.assert_array_equal(back.search(q, 5, exact=True)[1], i_exact)
 
 
 def test_bad_arguments(duo):
     with pytest.raises(ValueError, match="rules"):
-        UECEnsemble(duo, rules="offical")
+        make_scoring("offical")
     with pytest.raises(ValueError, match="uncertainty"):
-        UECEnsemble(duo, uncertainty="margin")
+        make_routing("margin")
     with pytest.raises(ValueError, match="beta"):
-        UECEnsemble(duo, beta=-0.1)
-    with pytest.raises(ValueError, match="confidence_top"):
-        UECEnsemble(duo, confidence_top=1)
-    with pytest.raises(TypeError, match="confidence_top"):
-        UECEnsemble(duo, confidence_top=2.5)
-    ens = UECEnsemble(duo, uncertainty="confidence")
+        BetaCosineScoring(beta=-0.1)
+    with pytest.raises(ValueError, match="top"):
+        ConfidenceRouting(top=1)
+    with pytest.raises(TypeError, match="top"):
+        ConfidenceRouting(top=2.5)
+    with pytest.raises(TypeError, match="laplace_variances"):
+        ConfidenceRouting(laplace_variances="add")
+    with pytest.raises(TypeError, match="fallback"):
+        ConfidenceRouting(fallback=UniformRouting())
+    ens = UECEnsemble(duo, routing=ConfidenceRouting())
     with pytest.raises(ValueError, match="documents"):
-        ens.set_reference([np.zeros((30, 8), np.float32)])
+        ens.with_reference([np.zeros((30, 8), np.float32)])
     with pytest.raises(ValueError, match="dimension"):
-        ens.set_reference([np.ones((30, 8), np.float32), np.ones((30, 4), np.float32)])
+        ens.with_reference([np.ones((30, 8), np.float32), np.ones((30, 4), np.float32)])
     with pytest.raises(ValueError, match="at least 2"):
-        ens.set_reference([np.ones((1, 8), np.float32)] * 2)
-    ens.set_reference([np.eye(8, dtype=np.float32)[:5]] * 2)  # fewer than confidence_top: the gap uses all 5
-    assert ens.confidence_variance(
-        [GaussianEmbedding(np.eye(8, dtype=np.float32)[:3], np.zeros((3, 8)))] * 2
-    ).shape == (3, 2)
+        ens.with_reference([np.ones((1, 8), np.float32)] * 2)
+    small = ens.with_reference([np.eye(8, dtype=np.float32)[:5]] * 2)  # fewer than top: the gap uses all 5
+    assert _u(small, [GaussianEmbedding(np.eye(8, dtype=np.float32)[:3], np.zeros((3, 8)))] * 2).shape == (3, 2)
     with pytest.raises(TypeError, match="documents"):
-        ens.set_reference(np.ones((30, 8), np.float32))
+        ens.with_reference(np.ones((30, 8), np.float32))
     # defaults: T resolves per rules x uncertainty
-    assert UECEnsemble(duo, rules="official").temperature > 0
+    assert make_routing("rank", "official").temperature == 0.5 and make_routing().temperature == 1.0
 
 
 def test_replace_scoring_ranks_by_the_confidence_weighted_score():
     docs, (q0, q1), _ = _expert_world(D=16)
     embs = [_embedder(16, 7), _embedder(16, 8)]
-    ens = UECEnsemble(embs, temperature=2.0, uncertainty="confidence", hubness=0)  # confidence_scoring="replace"
-    assert (ens.uncertainty, ens.confidence_scoring, ens.temperature) == ("confidence", "replace", 2.0)
+    ens = UECEnsemble(embs, routing=ConfidenceRouting(2.0), mixing=NO_HUB)  # sigma^2 / points scored
+    assert ens.routing.laplace_variances is False and ens.routing.temperature == 2.0
     d_comps = [e.transform(docs) for e in embs]
-    ens.set_reference(d_comps)
+    ens = ens.with_reference(d_comps)
     qc = [embs[0].transform(q0), embs[1].transform(q1)]
     q, d = ens.combine(qc), ens.combine(d_comps, role="passage")
     assert (d.var == 0).all()
-    u = ens.confidence_variance([c.normalized() for c in qc])
-    w = q.weights.astype(np.float64) * ens._score_scales()[None, :]
+    u = _u(ens, [c.normalized() for c in qc])
+    w = q.weights.astype(np.float64) * ens.mixing.score_scales(ens.heads)[None, :]
     np.testing.assert_allclose(q.var[:, :16], np.repeat((w[:, :1] ** 2) * u[:, :1], 16, axis=1), rtol=1e-4)
     # sig2_s is one number per query (unit documents), so the probit ranks exactly like the weighted score
     mixed = sum(w[:, k : k + 1] * (qc[k].normalized().mean @ d_comps[k].normalized().mean.T) for k in range(2))
@@ -305,8 +313,6 @@ def test_replace_scoring_ranks_by_the_confidence_weighted_score():
     np.testing.assert_allclose(
         ens.similarity(q, d), mixed / np.sqrt(1 + math.pi / 8 * sig2)[:, None], rtol=2e-4, atol=1e-6
     )
-    with pytest.raises(ValueError, match="confidence_scoring"):
-        UECEnsemble(embs, confidence_scoring="both")
 
 
 def _anisotropic_world():
@@ -314,7 +320,7 @@ def _anisotropic_world():
     docs, (q0, q1), target = _expert_world(seed=3)
     embs = [_embedder(16, 7), _embedder(16, 8)]
     # a small unrelated-pair spread divides into sigma = c^2 / raw gap: a global lead for model 1
-    embs[1]._state["score_scale"] = 0.02 * embs[1].score_scale_
+    embs[1].heads_.score_scale = 0.02 * embs[1].heads_.score_scale
     return docs, (q0, q1), target, embs
 
 
@@ -324,17 +330,17 @@ def test_standardised_confidence_is_a_per_model_z_score():
     comps = [embs[0].transform(q0), embs[1].transform(q1)]
     # calibration queries on different scales per model, so the two spreads differ
     cal = [embs[0].transform(q0[::2]), embs[1].transform(0.5 * q1[1::2] + 0.1)]
-    z = UECEnsemble(embs, uncertainty="confidence", temperature=0.5, standardize_confidence=True)
-    assert z.center_confidence  # a z-score is centred
+    z = UECEnsemble(embs, routing=ConfidenceRouting(0.5, standardize=True))
+    assert z.routing.center and z.routing.needs_calibration  # a z-score is centred
     with pytest.raises(ValueError, match="calibration"):
-        z.set_reference(d_comps).combine(comps)
-    z.set_reference(d_comps, queries=cal)
-    raw = UECEnsemble(embs, uncertainty="confidence").set_reference(d_comps)
-    lc = np.log(raw.confidence_variance([c.normalized() for c in cal]))
-    np.testing.assert_allclose(z.confidence_center_, lc.mean(axis=0), rtol=1e-6)
-    np.testing.assert_allclose(z.confidence_spread_, lc.std(axis=0), rtol=1e-6)
-    assert abs(z.confidence_spread_[0] - z.confidence_spread_[1]) > 0.1 * z.confidence_spread_.max()
-    t = (np.log(raw.confidence_variance([c.normalized() for c in comps])) - lc.mean(axis=0)) / lc.std(axis=0)
+        z.with_reference(d_comps).combine(comps)
+    z = z.with_reference(d_comps, queries=cal)
+    raw = UECEnsemble(embs, routing=ConfidenceRouting()).with_reference(d_comps)
+    lc = np.log(_u(raw, [c.normalized() for c in cal]))
+    np.testing.assert_allclose(z.reference_.center, lc.mean(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(z.reference_.spread, lc.std(axis=0), rtol=1e-6)
+    assert abs(z.reference_.spread[0] - z.reference_.spread[1]) > 0.1 * z.reference_.spread.max()
+    t = (np.log(_u(raw, [c.normalized() for c in comps])) - lc.mean(axis=0)) / lc.std(axis=0)
     ref = np.exp(-t / 0.5 - (-t / 0.5).max(axis=1, keepdims=True))
     np.testing.assert_allclose(z.combine(comps).weights, ref / ref.sum(axis=1, keepdims=True), rtol=1e-4)
 
@@ -343,11 +349,10 @@ def test_standardised_confidence_stops_a_globally_confident_model_winning_everyw
     docs, (q0, q1), target, embs = _anisotropic_world()
     d_comps = [e.transform(docs) for e in embs]
     comps = [embs[0].transform(q0), embs[1].transform(q1)]
-    raw = UECEnsemble(embs, uncertainty="confidence", temperature=1.0).set_reference(d_comps)
+    raw = UECEnsemble(embs, routing=ConfidenceRouting(1.0)).with_reference(d_comps)
     w_raw = raw.combine(comps).weights
     assert (w_raw[:, 1] > 0.5).mean() > 0.9  # the anisotropic model takes (nearly) every query
-    z = UECEnsemble(embs, uncertainty="confidence", temperature=1.0, standardize_confidence=True)
-    z.set_reference(d_comps, queries=comps)
+    z = UECEnsemble(embs, routing=ConfidenceRouting(1.0, standardize=True)).with_reference(d_comps, queries=comps)
     w = z.combine(comps).weights
     # per-model z-scores route each half to the model that sees it
     assert (w[:30, 0] > w[:30, 1]).mean() > 0.9 and (w[30:, 1] > w[30:, 0]).mean() > 0.9
@@ -357,6 +362,6 @@ def test_standardised_confidence_stops_a_globally_confident_model_winning_everyw
     assert hits_z > hits_raw
     # the spread is saved and reloaded with the ensemble
     back = UECEnsemble.from_state(*z.get_state())
-    assert back.standardize_confidence
-    np.testing.assert_array_equal(back.confidence_spread_, z.confidence_spread_)
+    assert back.routing.standardize
+    np.testing.assert_array_equal(back.reference_.spread, z.reference_.spread)
     np.testing.assert_array_equal(back.combine(comps).weights, z.combine(comps).weights)

@@ -3,14 +3,18 @@
 * :class:`LaplaceEmbedder` - post-hoc Gaussian embeddings (last-layer Laplace),
   with the posterior form a :class:`Posterior` (:class:`DiagPosterior`,
   :class:`KronPosterior`).
-* :class:`UECEnsemble` - per-input uncertainty weights, Gaussian convolution
-  (embedding or score space), probit similarity.
+* :class:`UECEnsemble` - K embedders with a routing (per-input weights), a
+  mixing (score or embedding space) and a scoring (probit or the official
+  beta cosine) object: :mod:`crossembed.uec.routing`,
+  :mod:`crossembed.uec.mixing`, :mod:`crossembed.uec.scoring`;
+  :mod:`crossembed.uec.presets` builds the published rule sets by name.
 * :class:`UECIndex` - hnswlib candidates + exact probit rerank, with ids,
   add/remove and filters, float16 storage, saved atomically (memory-mappable).
 * :class:`ShardedUECIndex` - the same index partitioned over Dask workers.
-* :mod:`crossembed.uec.rank_head`, :mod:`crossembed.uec.query_head` - what
-  each embedder also fits on its pairs: the rank head that routes queries,
-  and the query head that maps them (both used by the default ensemble).
+* :class:`ModelHeads` - what each embedder also fits on its pairs for the
+  ensemble: trace statistics, score scale, the rank head that routes queries
+  (:mod:`crossembed.uec.rank_head`), hubness anchors and the query head that
+  maps them (:mod:`crossembed.uec.query_head`).
 * :mod:`crossembed.uec.metrics` - retrieval and calibration metrics.
 
 The evaluation harness behind ``crossembed uec-eval`` and ``docs/uec.md`` is
@@ -19,13 +23,35 @@ The evaluation harness behind ``crossembed uec-eval`` and ``docs/uec.md`` is
 
 from crossembed.uec.ensemble import UECEnsemble, convolve, uncertainty_coefficients
 from crossembed.uec.gaussian import GaussianEmbedding
+from crossembed.uec.heads import ModelHeads
 from crossembed.uec.index import UECIndex
 from crossembed.uec.laplace import LaplaceEmbedder
+from crossembed.uec.mixing import EmbeddingMixing, ScoreMixing
 from crossembed.uec.posteriors import DiagPosterior, KronPosterior, Posterior
+from crossembed.uec.routing import (
+    ConfidenceRouting,
+    FixedRouting,
+    LaplaceRouting,
+    PrecisionSumRouting,
+    RankRouting,
+    UniformRouting,
+)
+from crossembed.uec.scoring import BetaCosineScoring, ProbitScoring
 from crossembed.uec.sharded import ShardedUECIndex
 
 __all__ = [
+    "BetaCosineScoring",
+    "ConfidenceRouting",
     "DiagPosterior",
+    "EmbeddingMixing",
+    "FixedRouting",
+    "LaplaceRouting",
+    "ModelHeads",
+    "PrecisionSumRouting",
+    "ProbitScoring",
+    "RankRouting",
+    "ScoreMixing",
+    "UniformRouting",
     "GaussianEmbedding",
     "KronPosterior",
     "LaplaceEmbedder",

@@ -38,16 +38,10 @@ Two posterior forms (classes in :mod:`crossembed.uec.posteriors`):
     same InfoNCE loss through this linearisation, and the embedding variance
     is ``diag(M Cov(dW x) M^T)``. The official code instead takes
     ``(mean_t a_t)^2 @ Var(W)^T`` as the variance and drops LayerNorm and the
-    normalisation. The mean is the pretrained embedding. Measured on minilm:
-    sampling ``[W b]`` from the posterior and running the real model gives
-    per-input variance traces within 2% of the predicted ones (400 draws,
-    ``lambda = 3e4``); on 10k WordNet pairs the marginal likelihood picks
-    ``lambda ~ 35-50``, whose traces (~4-5 for a unit vector) lie far outside
-    the range where any linearisation holds: read them as relative
-    uncertainties (their relative spread over inputs is 0.21 diag / 0.29
-    kron, against 0.003 / 0.07 for the head). The fit takes ~5 min on one
-    loaded core, two thirds of it the forward passes
-    (``scripts/last_dense_fit_time.py``).
+    normalisation. The mean is the pretrained embedding. With the marginal
+    likelihood's prior the variances lie far outside the range where the
+    linearisation holds: read them as relative uncertainties (``docs/uec.md``
+    has the checks against sampling and the fit times).
 
 ``curvature="ggn"`` uses the generalised Gauss-Newton matrix (the softmax
 Hessian ``diag(p) - p p^T`` pulled back through the logit Jacobians);
@@ -66,15 +60,13 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Type, Union
 import numpy as np
 from tqdm.auto import tqdm
 
-from crossembed import kernels
 from crossembed._io import CorruptFileError, load_arrays, save_arrays
 from crossembed._validation import as_matrix, check_choice, check_int, check_positive, check_random_state
 from crossembed.uec.curvature import diag_curvature, kron_factors, normalize_rows
 from crossembed.uec.gaussian import GaussianEmbedding
+from crossembed.uec.heads import ModelHeads
 from crossembed.uec.linearisation import PooledLinearisation
 from crossembed.uec.posteriors import Posterior, last_dense_class, posterior_class
-from crossembed.uec.query_head import QueryHead, fit_query_head
-from crossembed.uec.rank_head import RankHead, fit_rank_head
 
 __all__ = [
     "LaplaceEmbedder",
@@ -88,24 +80,8 @@ _CURVATURES = ("ggn", "ef")
 _LAYERS = ("head", "last_dense")
 # prior precisions searched by "marglik" / "nll" (log-spaced; refined around the best)
 _LAMBDA_GRID = np.logspace(-4, 10, 57)
-# state arrays the embedder itself keeps (the posterior form adds its own, see Posterior.array_names)
-_OWN_ARRAYS = ("dim", "prior_precision", "n_pairs", "trace_stats")
-# absent in files written by older releases
-_OPTIONAL_ARRAYS = (
-    "score_scale",
-    "rank_head",
-    "hub_reference",
-    "hub_positives",
-    "hub_groups",
-    "query_head",
-    "query_head_penalty",
-)
-_RANK_HEAD_PAIRS = 20_000
-#: fit anchors kept as the queries a document's hubness is measured against (``hubness``): on
-#: WordNet (docs/uec.md, a prototype) half the 3,494 anchors cost 0.24 nDCG@10 against all of them
-_HUB_REFERENCE_ROWS = 8192
-#: a document whose cosine to a fit positive reaches this is that positive (its own pair)
-_SAME_TEXT_COSINE = 1.0 - 1e-5
+#: version of the saved embedder state (``meta["format"]``); other versions are refused
+FORMAT_VERSION = 2
 
 
 def _log_marginal_likelihood(posterior: Posterior, lam: float) -> float:
@@ -155,12 +131,9 @@ class LaplaceEmbedder:
     hessian : {"kron", "diag"}, Posterior subclass or instance
         Posterior form (module docstring, :mod:`crossembed.uec.posteriors`);
         the strings name :class:`~crossembed.uec.posteriors.KronPosterior` and
-        :class:`~crossembed.uec.posteriors.DiagPosterior`. ``"diag"`` is the paper's form.
-        On the two real tasks of ``docs/uec.md`` the two tie on retrieval
-        (score mixing: -0.08 and +0.09 nDCG@10, inside the std over draws);
-        ``"kron"`` is the default because its traces actually vary with the
-        input (relative trace std ~0.07 vs ~0.003 for diag) and grow outside
-        the span of the fit inputs.
+        :class:`~crossembed.uec.posteriors.DiagPosterior`. ``"diag"`` is the paper's form;
+        ``"kron"`` (default) has traces that vary with the input and grow
+        outside the span of the fit inputs (``docs/uec.md`` compares them).
     curvature : {"ggn", "ef"}
         Generalised Gauss-Newton or empirical Fisher.
     prior_precision : float or {"marglik", "nll"}
@@ -175,16 +148,15 @@ class LaplaceEmbedder:
     batch_size : int
         Pairs per InfoNCE batch (the in-batch negatives).
     random_state : int, Generator or None
-        Shuffles pairs into batches.
+        Shuffles pairs into batches; the heads' subsample and the query head's seed follow from it.
     ln_rank : int
         ``layer="last_dense"`` only: directions kept of the token-averaged
         LayerNorm rank-one term (:mod:`crossembed.uec.linearisation`).
     query_head : bool
-        Also fit the query head (:mod:`crossembed.uec.query_head`): a linear
-        map of this model's queries, the MAP of the same InfoNCE loss with a
-        prior at the identity, which :class:`~crossembed.uec.UECEnsemble`
-        applies by default. It adds 13-51 s per model at 3,494 pairs on this
-        project's 2-core machine (``docs/uec.md``); the mean of
+        Also fit the query head (default True; :mod:`crossembed.uec.query_head`):
+        a linear map of this model's queries, the MAP of the same InfoNCE loss
+        with a prior at the identity, which :class:`~crossembed.uec.UECEnsemble`
+        applies by default (its fit time is in ``docs/uec.md``). The mean of
         :meth:`transform` and :meth:`encode` stays the pretrained embedding.
 
     Attributes
@@ -193,20 +165,15 @@ class LaplaceEmbedder:
         The fitted posterior form.
     prior_precision_ : float
         The prior precision in use after :meth:`fit`.
-    trace_mean_, trace_std_ : float
-        Mean and std of ``tr(Sigma(x))`` over the fit inputs (for per-model
-        standardisation in :class:`~crossembed.uec.UECEnsemble`).
-    score_scale_ : float
-        Std of the model's cosine between unrelated fit texts; score mixing
-        divides each model's similarity by it (``calibrate_scores``).
+    heads_ : ModelHeads
+        What the ensemble uses besides the posterior, fitted on the same pairs
+        (:class:`~crossembed.uec.heads.ModelHeads`: trace statistics, score
+        scale, rank head, hubness anchors, query head).
     n_pairs_ : int
     fit_seconds_ : float
         Seconds :meth:`fit` / :meth:`fit_embeddings` took, the query head included
         (for ``layer="last_dense"`` also the forward passes, which
         ``fit_forward_seconds_`` reports alone).
-    query_head_ : QueryHead or None
-        The fitted query head (:mod:`crossembed.uec.query_head`), None when
-        ``query_head=False`` or in a file from an older release.
     """
 
     def __init__(
@@ -249,8 +216,10 @@ class LaplaceEmbedder:
         self.random_state = random_state
         self._encoder_obj = None
         self._block = None  # the torch model's last dense block (layer="last_dense")
-        self._state: Optional[Dict[str, np.ndarray]] = None  # the embedder's own arrays (_OWN_ARRAYS, score_scale)
         self.posterior_: Optional[Posterior] = None
+        self.heads_: Optional[ModelHeads] = None
+        self._dim = self._n_pairs = 0
+        self._prior_precision = 0.0
 
     # ------------------------------------------------------------------ encoder plumbing
     @property
@@ -328,15 +297,15 @@ class LaplaceEmbedder:
 
     @property
     def is_fitted(self) -> bool:
-        return self._state is not None
+        return self.posterior_ is not None
 
     @property
     def dim(self) -> int:
         self._require_fit()
-        return int(self._state["dim"])
+        return self._dim
 
     def _require_fit(self):
-        if self._state is None:
+        if self.posterior_ is None:
             raise ValueError("this LaplaceEmbedder is not fitted yet; call fit() or load()")
 
     # ------------------------------------------------------------------ fitting
@@ -402,37 +371,18 @@ class LaplaceEmbedder:
         elif holdout is None:
             lam = float(self.prior_precision)
         self.posterior_ = posterior
-        self._state = {"dim": np.int64(D), "prior_precision": np.float64(lam), "n_pairs": np.int64(n)}
-        tr = self._var(_concat(A, P)).sum(axis=1)
-        self._state["trace_stats"] = np.array([tr.mean(), max(tr.std(), 1e-12)])
-        # Spread of this model's cosines between unrelated texts (anchors vs the
-        # other pairs' positives): models differ several-fold here (e5 is
-        # anisotropic), so score mixing divides each model's score by it.
-        m = min(n, 1000)
-        cross = _means(A)[:m] @ _means(P)[:m].T
-        self._state["score_scale"] = np.float64(max(float(cross[~np.eye(m, dtype=bool)].std()), 1e-12))
-        # where the frozen encoder itself fails (uncertainty="rank"): at most _RANK_HEAD_PAIRS pairs,
-        # so the in-batch ranks stay O(n^2 D) on a bounded n
-        sub = order[:_RANK_HEAD_PAIRS] if n > _RANK_HEAD_PAIRS else slice(None)
-        self._state["rank_head"] = fit_rank_head(_means(A)[sub], _means(P)[sub]).to_array()
-        # the queries this model was fitted on: what a document's hubness is measured against
-        keep = np.sort(order[:_HUB_REFERENCE_ROWS])
-        self._state["hub_reference"] = normalize_rows(_means(A)[keep]).astype(np.float32)
-        # their positives (once per distinct text): a fit document's own queries are no sign of hubness
-        positives = normalize_rows(_means(P)[keep]).astype(np.float32)
-        unique, groups = np.unique(positives, axis=0, return_inverse=True)
-        self._state["hub_positives"] = unique
-        self._state["hub_groups"] = groups.reshape(-1).astype(np.int64)
-        if self.query_head:
-            head = fit_query_head(
-                _means(A)[sub],
-                _means(P)[sub],
-                tau=self.loss_temperature,
-                random_state=int(rng.integers(2**31)),
-                show_progress_bar=show_progress_bar,
-            )
-            self._state["query_head"] = head.weight
-            self._state["query_head_penalty"] = np.float64(head.penalty)
+        self._dim, self._prior_precision, self._n_pairs = D, float(lam), n
+        traces = self._var(_concat(A, P)).sum(axis=1)
+        self.heads_ = ModelHeads.fit(
+            _means(A),
+            _means(P),
+            traces,
+            order,
+            rng,
+            tau=self.loss_temperature,
+            query_head=self.query_head,
+            show_progress_bar=show_progress_bar,
+        )
 
     def _batches(self, order: np.ndarray):
         B = self.batch_size
@@ -494,7 +444,7 @@ class LaplaceEmbedder:
     # ------------------------------------------------------------------ prediction
     def _var(self, H: np.ndarray) -> np.ndarray:
         """Predictive variance of ``z = W h`` for normalised ``H`` (float64)."""
-        return self.posterior_.predictive_variance(H, float(self._state["prior_precision"]))
+        return self.posterior_.predictive_variance(H, self._prior_precision)
 
     def transform(self, embeddings) -> GaussianEmbedding:
         """Gaussian embeddings from raw encoder outputs ``(n, D)`` (``layer="head"`` only).
@@ -523,129 +473,19 @@ class LaplaceEmbedder:
     @property
     def prior_precision_(self) -> float:
         self._require_fit()
-        return float(self._state["prior_precision"])
-
-    @property
-    def trace_mean_(self) -> float:
-        self._require_fit()
-        return float(self._state["trace_stats"][0])
-
-    @property
-    def trace_std_(self) -> float:
-        self._require_fit()
-        return float(self._state["trace_stats"][1])
-
-    @property
-    def score_scale_(self) -> float:
-        """Std of this model's cosine between unrelated fit texts (score-mixing calibration)."""
-        self._require_fit()
-        return float(self._state.get("score_scale", 1.0))
-
-    @property
-    def rank_head_(self) -> RankHead:
-        """The fit pairs' log-rank head (:mod:`crossembed.uec.rank_head`)."""
-        self._require_fit()
-        if "rank_head" not in self._state:
-            raise ValueError("this embedder was saved by an older release without a rank head: refit it")
-        return RankHead.from_array(self._state["rank_head"])
-
-    def _model_rows(self, embeddings, *, allow_empty: bool = False) -> np.ndarray:
-        """This model's ``(n, D)`` rows from raw embeddings or a :class:`GaussianEmbedding` (its means)."""
-        m = as_matrix(
-            embeddings.mean if isinstance(embeddings, GaussianEmbedding) else embeddings,
-            "embeddings",
-            allow_empty=allow_empty,
-        )
-        if m.shape[1] != self.dim:
-            raise ValueError(f"embeddings have dimension {m.shape[1]} but this embedder has {self.dim}")
-        return m
-
-    def predicted_log_rank(self, embeddings) -> np.ndarray:
-        """(n,) predicted ``log(1 + rank per 1,000 candidates)`` of the right document, per input.
-
-        ``embeddings``: this model's raw embeddings ``(n, D)`` or a
-        :class:`GaussianEmbedding` of them (the means are L2-normalised first).
-        """
-        return self.rank_head_.predict(normalize_rows(self._model_rows(embeddings)))
-
-    @property
-    def query_head_(self) -> Optional[QueryHead]:
-        """The fitted query head (None when fitted with ``query_head=False`` or saved by an older release)."""
-        self._require_fit()
-        if "query_head" not in self._state:
-            return None
-        return QueryHead(self._state["query_head"], float(self._state["query_head_penalty"]), {})
-
-    def map_queries(self, embeddings) -> np.ndarray:
-        """(n, D) float32 unit queries mapped by the query head (raw embeddings or a GaussianEmbedding)."""
-        head = self.query_head_
-        if head is None:
-            raise ValueError("this embedder has no query head: refit it with query_head=True")
-        return head.apply(self._model_rows(embeddings, allow_empty=True))
-
-    @property
-    def hub_reference_(self) -> Optional[np.ndarray]:
-        """Unit fit anchors ``(m, D)`` that :meth:`hubness` measures against (None in older files)."""
-        self._require_fit()
-        return self._state.get("hub_reference")
-
-    def hubness(
-        self, embeddings, *, k: int = 10, mapped_queries: bool = False, num_threads: Optional[int] = None
-    ) -> np.ndarray:
-        """(n,) float64 hubness ``r(d)``: the mean of each input's ``k`` best cosines to the fit anchors.
-
-        A document close to many queries (a hub) gets a high cosine from
-        every query; CSLS (Conneau et al., 2018) ranks by ``cos - r(d) / 2``
-        instead (:class:`~crossembed.uec.UECEnsemble` ``hubness``). The
-        reference is up to 8,192 of the fit pairs' anchors (the queries this
-        model saw), so no query collection is needed. An input that is one of
-        those pairs' positives (cosine >= 1 - 1e-5) leaves out the anchors
-        paired with it: its own queries would otherwise mark every document
-        the fit pairs saw as a hub (on WordNet, where every fit gloss is also
-        a document and none answers a test query, counting them inflated the
-        correction's gain from +0.61 to +0.84 nDCG@10).
-        ``embeddings``: this model's raw embeddings ``(n, D)`` or a
-        :class:`GaussianEmbedding` (means L2-normalised first); ``k`` is
-        capped at the reference size (fewer when an input's own anchors are
-        left out; 0 when none remain). ``mapped_queries``: measure against the
-        anchors as the query head maps them (what an ensemble that maps its
-        queries compares documents with).
-        """
-        ref = self.hub_reference_
-        if ref is None:
-            raise ValueError("this embedder was saved by an older release without fit anchors: refit it for hubness")
-        if mapped_queries:
-            ref = self.map_queries(ref)
-        k = check_int(k, "k", low=1)
-        m = self._model_rows(embeddings, allow_empty=True)
-        if m.shape[0] == 0:
-            return np.zeros(0)
-        m = normalize_rows(m).astype(np.float32)
-        groups, positives = self._state["hub_groups"], self._state["hub_positives"]
-        n_ref = ref.shape[0]
-        k = min(k, n_ref)
-        # enough candidates to drop the largest group of anchors sharing one positive
-        width = min(n_ref, k + int(np.bincount(groups).max()))
-        # the tiled dot-product top-k (GEH's list kernel); the column lists it also returns are unused
-        vals, idx, _, _ = kernels.topk_rows_and_columns(m, ref, width, 1, num_threads=num_threads)
-        # an anchor is the input's own when its positive is the input: only listed anchors can matter
-        own = kernels.candidate_dots(m, positives, groups[idx], num_threads=num_threads) >= _SAME_TEXT_COSINE
-        keep = ~own
-        keep &= np.cumsum(keep, axis=1) <= k  # the k best of the others
-        count = keep.sum(axis=1)
-        total = np.where(keep, vals.astype(np.float64), 0.0).sum(axis=1)
-        return np.where(count > 0, total / np.maximum(count, 1), 0.0)
+        return self._prior_precision
 
     @property
     def n_pairs_(self) -> int:
         self._require_fit()
-        return int(self._state["n_pairs"])
+        return self._n_pairs
 
     # ------------------------------------------------------------------ persistence
     def get_state(self) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
-        """Arrays and JSON metadata describing the fitted posterior."""
+        """Arrays (the posterior's, the heads' and its own) and JSON metadata of the fitted embedder."""
         self._require_fit()
         meta = {
+            "format": FORMAT_VERSION,
             "layer": self.layer,
             "hessian": self.hessian,
             "curvature": self.curvature,
@@ -655,30 +495,40 @@ class LaplaceEmbedder:
             "ln_rank": self.ln_rank,
             "query_head": self.query_head,
         }
-        return {**self._state, **self.posterior_.to_arrays()}, meta
+        own = {
+            "dim": np.int64(self._dim),
+            "prior_precision": np.float64(self._prior_precision),
+            "n_pairs": np.int64(self._n_pairs),
+        }
+        return {**own, **self.heads_.get_state(), **self.posterior_.to_arrays()}, meta
 
     @classmethod
     def from_state(cls, arrays: Dict[str, np.ndarray], meta: Dict[str, Any], encoder=None) -> LaplaceEmbedder:
+        """Rebuild from :meth:`get_state`; ``encoder`` overrides the stored name."""
+        found = meta.get("format")
+        if found != FORMAT_VERSION:
+            raise ValueError(
+                f"LaplaceEmbedder state has format version {found!r}, this release reads version {FORMAT_VERSION}: "
+                "refit the embedder"
+            )
         try:
             obj = cls(
-                encoder if encoder is not None else meta.get("encoder"),
+                encoder if encoder is not None else meta["encoder"],
                 layer=meta["layer"],
                 hessian=meta["hessian"],
                 curvature=meta["curvature"],
                 prior_precision=float(arrays["prior_precision"]),
                 loss_temperature=meta["loss_temperature"],
                 batch_size=meta["batch_size"],
-                ln_rank=meta.get("ln_rank", 8),
-                query_head=bool(meta.get("query_head", "query_head" in arrays)),
+                ln_rank=meta["ln_rank"],
+                query_head=meta["query_head"],
             )
-            D = int(arrays["dim"])
-            posterior = obj._posterior_cls.from_arrays(arrays, D)
-            state = {k: arrays[k] for k in _OWN_ARRAYS}
-            state.update({k: arrays[k] for k in _OPTIONAL_ARRAYS if k in arrays})
+            obj.posterior_ = obj._posterior_cls.from_arrays(arrays, int(arrays["dim"]))
+            obj.heads_ = ModelHeads.from_state(arrays)
+            obj._dim, obj._n_pairs = int(arrays["dim"]), int(arrays["n_pairs"])
+            obj._prior_precision = float(arrays["prior_precision"])
         except (KeyError, TypeError) as exc:
             raise CorruptFileError(f"incomplete LaplaceEmbedder state ({exc})") from None
-        obj._state = state
-        obj.posterior_ = posterior
         return obj
 
     def save(self, path) -> Path:

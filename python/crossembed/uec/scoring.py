@@ -1,16 +1,21 @@
 """How an ensemble scores a query Gaussian against a document Gaussian.
 
-A scoring object has three jobs: the dense similarity matrix, preparing the
-document side once for repeated top-k searches (:meth:`prepare`, what an index
-holds), and its JSON config (``get_config`` / :func:`scoring_from_config`).
+A scoring object puts each model's Gaussians into its score space
+(``normalize``; ``normalize_mixture`` after an embedding-space convolution),
+scores (``similarity``), prepares the document side once for repeated top-k
+searches (``prepare``, what an index holds) and saves its config
+(``get_config`` / :func:`scoring_from_config`).
 
 :class:`ProbitScoring` (the paper)
     ``mu_s / sqrt(1 + pi/8 sig2_s)`` with ``mu_s = <mu_q, mu_c>`` and
     ``sig2_s = <mu_q^2, v_c> + <mu_c^2, v_q> + <v_q, v_c>``
-    (:func:`crossembed.probit_scores`). ``use_variance=False`` zeroes the
-    variances on both sides: the dot product of the means.
+    (:func:`crossembed.probit_scores`) of unit means with the variances scaled
+    alike (``v / |mu|^2``, the Gaussian of ``x / |mu|``). ``use_variance=False``
+    zeroes the variances on both sides: the dot product of the means.
 :class:`BetaCosineScoring` (the official UEC code)
-    ``cos(mu_q, mu_c) / (1 + beta sig2_s / pi)`` (:func:`crossembed.uec.rules.beta_scores`).
+    ``cos(mu_q, mu_c) / (1 + beta sig2_s / pi)`` (:func:`crossembed.uec.rules.beta_scores`)
+    of unit means with the variances normalised as the official code does,
+    ``v / |v|_2^2``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import numpy as np
 from crossembed import kernels
 from crossembed._validation import as_matrix, check_positive
 from crossembed.uec import rules
+from crossembed.uec.gaussian import GaussianEmbedding, normalize_gaussian
 
 __all__ = ["BetaCosineScoring", "PreparedDocs", "ProbitScoring", "Scoring", "scoring_from_config"]
 
@@ -40,6 +46,11 @@ class Scoring(Protocol):
     """The interface every scoring object follows (:class:`ProbitScoring`, :class:`BetaCosineScoring`)."""
 
     kind: str
+    decomposes: bool
+
+    def normalize(self, g: GaussianEmbedding) -> GaussianEmbedding: ...
+
+    def normalize_mixture(self, g: GaussianEmbedding) -> GaussianEmbedding: ...
 
     def prepare(self, mean: np.ndarray, var: np.ndarray) -> PreparedDocs: ...
 
@@ -78,11 +89,22 @@ class ProbitScoring:
     """
 
     kind = "probit"
+    #: the score of side-by-side blocks is the probit of the blocks' summed moments, so extra
+    #: coordinates (hubness) and per-block maps (query heads) act on the per-model scores
+    decomposes = True
 
     def __init__(self, use_variance: bool = True):
         if not isinstance(use_variance, (bool, np.bool_)):
             raise TypeError(f"use_variance must be a bool, got {type(use_variance).__name__}")
         self.use_variance = bool(use_variance)
+
+    def normalize(self, g: GaussianEmbedding) -> GaussianEmbedding:
+        """Unit means, the variance scaled alike (``v / |mu|^2``)."""
+        return normalize_gaussian(g)
+
+    def normalize_mixture(self, g: GaussianEmbedding) -> GaussianEmbedding:
+        """A convolution of unit Gaussians, brought back to a unit mean."""
+        return normalize_gaussian(g)
 
     def _var(self, v) -> np.ndarray:
         return v if self.use_variance else np.zeros_like(np.asarray(v))
@@ -137,9 +159,20 @@ class BetaCosineScoring:
     """
 
     kind = "beta_cosine"
+    #: the cosine renormalises the whole vector: extra coordinates would not add to per-model scores
+    decomposes = False
 
     def __init__(self, beta: float = 1.0):
         self.beta = check_positive(beta, "beta", allow_zero=True)
+
+    def normalize(self, g: GaussianEmbedding) -> GaussianEmbedding:
+        """Unit means; the variance ``v / |v|_2^2`` per row (:func:`~crossembed.uec.rules.normalize_variance_official`)."""
+        unit = normalize_gaussian(g)
+        return GaussianEmbedding(unit.mean, rules.normalize_variance_official(g.var).astype(np.float32), unit.weights)
+
+    def normalize_mixture(self, g: GaussianEmbedding) -> GaussianEmbedding:
+        """Unchanged: the official code scores the unnormalised convolution (its cosine normalises the means)."""
+        return g
 
     def prepare(self, mean: np.ndarray, var: np.ndarray):
         """The documents, held as given (the beta cosine has no prepared form)."""

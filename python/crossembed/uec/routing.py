@@ -1,0 +1,462 @@
+"""Routing: the per-input coefficients ``pi`` (n, K) an ensemble weights its K models by.
+
+Every routing object has the same method, ``route(components, heads, *,
+role, reference=None) -> (pi, components)``: from the K models' Gaussians of
+the same inputs (as the scoring normalised them), each model's
+:class:`~crossembed.uec.heads.ModelHeads`, the role (``"query"`` or
+``"passage"``) and the retrieval reference when one is set, it returns the
+coefficients and the Gaussians to score (a routing may change what variances
+are scored). Its ``temperature`` ``T`` is an attribute with its own default;
+``get_config()`` and :func:`routing_from_config` save and rebuild it.
+
+:class:`RankRouting` (default)
+    ``pi_k(q) = softmax_k(-t_k(q) / T)`` with ``t_k(q)`` the model's predicted
+    log-rank of the right document (its rank head); documents are uniform.
+:class:`LaplaceRouting` (the paper)
+    ``softmax_k(-t_k(x) / T)`` with ``t_k(x) = tr(Sigma_k(x))``, standardised
+    by the model's fit-set trace mean and std (raw traces of different models
+    live on unrelated scales).
+:class:`PrecisionSumRouting` (the official UEC code)
+    ``softmax_k(sum_d (1 / v_kd(x)) / T)``, the total precision.
+:class:`ConfidenceRouting`
+    each model's retrieval confidence over a reference collection: the
+    calibrated gap ``g_k(q)`` between its top-1 cosine and the mean of the
+    next ``top - 1`` (:func:`crossembed.uec.rules.retrieval_gap`) as the
+    score variance ``sigma_k^2(q) = (c_k / g_k(q))^2``, and
+    ``pi = softmax_k(-log sigma_k^2(q) / T)`` (T = 1 is inverse-variance
+    weighting). Documents carry no retrieval confidence (uniform).
+:class:`UniformRouting`, :class:`FixedRouting`
+    ``1/K``, or fixed global weights.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from crossembed._validation import as_matrix, check_int, check_positive
+from crossembed.uec import rules
+from crossembed.uec.gaussian import GaussianEmbedding
+from crossembed.uec.heads import ModelHeads
+
+__all__ = [
+    "ConfidenceRouting",
+    "FixedRouting",
+    "LaplaceRouting",
+    "PrecisionSumRouting",
+    "ROUTINGS",
+    "RankRouting",
+    "RetrievalReference",
+    "UniformRouting",
+    "routing_from_config",
+]
+
+_ROLES = ("query", "passage")
+Routed = Tuple[np.ndarray, List[GaussianEmbedding]]
+
+
+def _check_bool(value, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return bool(value)
+
+
+def _uniform(n: int, k: int) -> np.ndarray:
+    return np.full((n, k), 1.0 / k)
+
+
+def _deterministic(components: Sequence[GaussianEmbedding]) -> List[GaussianEmbedding]:
+    """The same means with zero variances (scored as points)."""
+    return [GaussianEmbedding(c.mean, np.zeros_like(c.var)) for c in components]
+
+
+@dataclass(frozen=True)
+class RetrievalReference:
+    """The collection retrieval confidence is measured over, per model.
+
+    Attributes
+    ----------
+    documents : list of ndarray, shape (N, D_k), float32
+        Model ``k``'s unit document means.
+    center, spread : ndarray, shape (K,), float64, or None
+        Mean and standard deviation of ``log sigma_k^2`` over calibration
+        queries (:meth:`ConfidenceRouting.calibrate`), None without them.
+    """
+
+    documents: List[np.ndarray]
+    center: Optional[np.ndarray] = None
+    spread: Optional[np.ndarray] = None
+
+    @classmethod
+    def from_components(cls, documents, dims: Sequence[int]) -> RetrievalReference:
+        """Unit means of K items (GaussianEmbeddings or ``(N, D_k)`` arrays, one per model), ``N >= 2``."""
+        if isinstance(documents, (GaussianEmbedding, np.ndarray)):
+            raise TypeError("documents must be a sequence of K GaussianEmbeddings or arrays (one per model)")
+        docs = list(documents)
+        if len(docs) != len(dims):
+            raise ValueError(f"documents must hold {len(dims)} items (one per model), got {len(docs)}")
+        ref = []
+        for k, d in enumerate(docs):
+            m = model_matrix(d, dims[k], f"documents[{k}]")
+            if m.shape[0] < 2:
+                raise ValueError(f"documents[{k}] has {m.shape[0]} rows, need at least 2")
+            norm = np.linalg.norm(m.astype(np.float64), axis=1, keepdims=True)
+            ref.append((m / np.maximum(norm, 1e-30)).astype(np.float32))
+        if len({r.shape[0] for r in ref}) != 1:
+            raise ValueError("documents must hold the same number of rows for every model")
+        return cls(ref)
+
+    def get_state(self) -> Dict[str, np.ndarray]:
+        arrays = {f"ref{k}": r for k, r in enumerate(self.documents)}
+        if self.center is not None:
+            arrays["confidence_center"] = self.center
+            arrays["confidence_spread"] = self.spread
+        return arrays
+
+    @classmethod
+    def from_state(cls, arrays: Dict[str, np.ndarray], n_models: int) -> RetrievalReference:
+        missing = [f"ref{k}" for k in range(n_models) if f"ref{k}" not in arrays]
+        if missing:
+            raise ValueError(f"ensemble state lacks its reference arrays {missing}")
+        center = arrays.get("confidence_center")  # present only when calibrated
+        spread = arrays.get("confidence_spread")
+        return cls(
+            [arrays[f"ref{k}"] for k in range(n_models)],
+            None if center is None else np.asarray(center, dtype=np.float64),
+            None if spread is None else np.asarray(spread, dtype=np.float64),
+        )
+
+
+def model_matrix(item, dim: int, name: str) -> np.ndarray:
+    """The means of ``item`` (a GaussianEmbedding or an array), checked against a model's dimension."""
+    m = as_matrix(item.mean if isinstance(item, GaussianEmbedding) else item, name)
+    if m.shape[1] != dim:
+        raise ValueError(f"{name} has dimension {m.shape[1]} but the model has {dim}")
+    return m
+
+
+class _Routing:
+    """Shared plumbing: config, repr and the defaults of the optional hooks."""
+
+    kind = ""
+    #: True when queries are routed by retrieval confidence over a reference collection
+    needs_reference = False
+    #: True when the reference also needs calibration queries (:meth:`ConfidenceRouting.calibrate`)
+    needs_calibration = False
+
+    def get_config(self) -> Dict[str, Any]:
+        """JSON-able config: ``{"kind": ..., **constructor arguments}``."""
+        return {"kind": self.kind, **self._arguments()}
+
+    def _arguments(self) -> Dict[str, Any]:
+        return {}
+
+    def check_models(self, heads: Sequence[ModelHeads]) -> None:
+        """Raise ``ValueError`` when this routing cannot route these models."""
+
+    def coefficients(self, components, heads, *, role: str = "query", reference=None) -> np.ndarray:
+        """Only the ``pi`` of :meth:`route`."""
+        return self.route(components, heads, role=role, reference=reference)[0]
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self._arguments().items())
+        return f"{type(self).__name__}({args})"
+
+
+class UniformRouting(_Routing):
+    """``pi_k = 1/K`` for every input (the uniform ensemble, the paper's "- Unc Conv" ablation)."""
+
+    kind = "uniform"
+
+    def route(self, components, heads, *, role: str = "query", reference=None) -> Routed:
+        return _uniform(len(components[0]), len(components)), list(components)
+
+
+class FixedRouting(_Routing):
+    """Fixed global weights for every input (a weighted ensemble).
+
+    Parameters
+    ----------
+    weights : sequence of K floats
+        Non-negative, positive sum; normalised to sum to 1.
+    """
+
+    kind = "fixed"
+
+    def __init__(self, weights):
+        w = as_matrix(weights, "weights", ndim=1, dtype=np.float64, nonnegative=True)
+        if w.sum() <= 0:
+            raise ValueError("weights must have a positive sum")
+        self._given = [float(x) for x in w]
+        self.weights = w / w.sum()
+
+    def _arguments(self) -> Dict[str, Any]:
+        return {"weights": self._given}
+
+    def check_models(self, heads: Sequence[ModelHeads]) -> None:
+        if len(self.weights) != len(heads):
+            raise ValueError(f"weights must hold {len(heads)} numbers (one per model), got {len(self.weights)}")
+
+    def route(self, components, heads, *, role: str = "query", reference=None) -> Routed:
+        return np.tile(self.weights, (len(components[0]), 1)), list(components)
+
+
+class LaplaceRouting(_Routing):
+    """The paper's coefficients ``softmax_k(-t_k(x) / T)`` from the Laplace posterior's traces.
+
+    Parameters
+    ----------
+    temperature : float
+        ``T > 0`` in units of the standardised trace (default 10).
+    standardize : bool
+        Standardise each model's trace by its fit-set mean and std (default
+        True); False uses raw traces (T then in raw trace units).
+    """
+
+    kind = "laplace"
+
+    def __init__(self, temperature: float = 10.0, *, standardize: bool = True):
+        self.temperature = check_positive(temperature, "temperature")
+        self.standardize = _check_bool(standardize, "standardize")
+
+    def _arguments(self) -> Dict[str, Any]:
+        return {"temperature": self.temperature, "standardize": self.standardize}
+
+    def logits(self, components, heads: Sequence[ModelHeads]) -> np.ndarray:
+        """``z`` (n, K) with ``pi = softmax(z / T)``: minus the (standardised) traces."""
+        traces = np.stack([c.trace() for c in components], axis=1)
+        if self.standardize:
+            center = np.array([h.trace_mean for h in heads])
+            scale = np.array([h.trace_std for h in heads])
+            traces = (traces - center[None, :]) / scale[None, :]
+        return -traces
+
+    def route(self, components, heads, *, role: str = "query", reference=None) -> Routed:
+        return rules.softmax_rows(self.logits(components, heads) / self.temperature), list(components)
+
+
+class PrecisionSumRouting(_Routing):
+    """The official code's coefficients ``softmax_k(sum_d (1 / v_kd) / T)``.
+
+    Parameters
+    ----------
+    temperature : float
+        ``T > 0`` in units of the precision sum (default 1).
+    """
+
+    kind = "precision_sum"
+
+    def __init__(self, temperature: float = 1.0):
+        self.temperature = check_positive(temperature, "temperature")
+
+    def _arguments(self) -> Dict[str, Any]:
+        return {"temperature": self.temperature}
+
+    def logits(self, components, heads: Sequence[ModelHeads]) -> np.ndarray:
+        """``z`` (n, K) with ``pi = softmax(z / T)``: the precision sums."""
+        return np.stack([rules.precision_sum(c.var) for c in components], axis=1)
+
+    def route(self, components, heads, *, role: str = "query", reference=None) -> Routed:
+        return rules.softmax_rows(self.logits(components, heads) / self.temperature), list(components)
+
+
+class RankRouting(_Routing):
+    """Route each query by its models' predicted log-ranks, ``softmax_k(-t_k(q) / T)``.
+
+    Parameters
+    ----------
+    temperature : float
+        ``T > 0`` in units of ``log(1 + rank per 1,000 candidates)`` (default 1).
+    laplace_variances : bool
+        Score the Laplace variances (True) or both sides as points (default
+        False: the rank head carries no score variance).
+    """
+
+    kind = "rank"
+
+    def __init__(self, temperature: float = 1.0, *, laplace_variances: bool = False):
+        self.temperature = check_positive(temperature, "temperature")
+        self.laplace_variances = _check_bool(laplace_variances, "laplace_variances")
+
+    def _arguments(self) -> Dict[str, Any]:
+        return {"temperature": self.temperature, "laplace_variances": self.laplace_variances}
+
+    def route(self, components, heads, *, role: str = "query", reference=None) -> Routed:
+        comps = list(components) if self.laplace_variances else _deterministic(components)
+        if role == "passage":  # documents carry no rank
+            return _uniform(len(components[0]), len(components)), comps
+        t = np.stack([h.predicted_log_rank(c.mean) for h, c in zip(heads, components)], axis=1)
+        return rules.softmax_rows(-t / self.temperature), comps
+
+
+def routing_from_config(config: Dict[str, Any]):
+    """The routing object a ``get_config()`` dict describes (kinds in :data:`ROUTINGS`)."""
+    if not isinstance(config, dict) or config.get("kind") not in ROUTINGS:
+        raise ValueError(f"routing config must name a kind in {sorted(ROUTINGS)}, got {config!r}")
+    args = {k: v for k, v in config.items() if k != "kind"}
+    if isinstance(args.get("fallback"), dict):
+        args["fallback"] = routing_from_config(args["fallback"])
+    return ROUTINGS[config["kind"]](**args)
+
+
+class ConfidenceRouting(_Routing):
+    """Route queries by each model's retrieval confidence over a reference collection.
+
+    Parameters
+    ----------
+    temperature : float or None
+        ``T > 0`` in units of ``log sigma^2`` (of its z-score with
+        ``standardize``). None: 2, or 1 with ``times_laplace``.
+    top : int
+        The gap compares the top-1 cosine with the mean of the next
+        ``top - 1`` (default 20; capped at the reference size).
+    center : bool
+        Subtract each model's mean ``log sigma_k^2`` over calibration queries
+        (its overall confidence level; default False).
+    standardize : bool
+        Also divide by its standard deviation over them (a per-model z-score;
+        implies ``center``; default False).
+    times_laplace : bool
+        Multiply ``sigma_k^2(q)`` by ``tr(Sigma_k(q))`` over the model's mean
+        fit trace (default False). Documents are then weighted by ``fallback``'s
+        logits at this routing's ``T``.
+    laplace_variances : bool
+        Score the Laplace variances (True), or (default False) each query as
+        isotropic ``sigma_k^2(q)`` and each document as a point, so the score
+        is shrunk by the query's uncertainty.
+    fallback : routing with ``logits``
+        The Laplace coefficients used (with a ``RuntimeWarning``) for queries
+        while no reference is set (default :class:`LaplaceRouting`).
+    """
+
+    kind = "confidence"
+    needs_reference = True
+
+    def __init__(
+        self,
+        temperature: Optional[float] = None,
+        *,
+        top: int = 20,
+        center: bool = False,
+        standardize: bool = False,
+        times_laplace: bool = False,
+        laplace_variances: bool = False,
+        fallback=None,
+    ):
+        self.times_laplace = _check_bool(times_laplace, "times_laplace")
+        if temperature is None:
+            temperature = 1.0 if self.times_laplace else 2.0
+        self.temperature = check_positive(temperature, "temperature")
+        self.top = check_int(top, "top", low=2)
+        self.standardize = _check_bool(standardize, "standardize")
+        self.center = _check_bool(center, "center") or self.standardize  # a z-score is centred
+        self.laplace_variances = _check_bool(laplace_variances, "laplace_variances")
+        self.fallback = LaplaceRouting() if fallback is None else fallback
+        if not callable(getattr(self.fallback, "logits", None)):
+            raise TypeError(
+                f"fallback must be a routing with logits() (LaplaceRouting, PrecisionSumRouting), got "
+                f"{type(self.fallback).__name__}"
+            )
+
+    @property
+    def needs_calibration(self) -> bool:
+        return self.center
+
+    def _arguments(self) -> Dict[str, Any]:
+        return {
+            "temperature": self.temperature,
+            "top": self.top,
+            "center": self.center,
+            "standardize": self.standardize,
+            "times_laplace": self.times_laplace,
+            "laplace_variances": self.laplace_variances,
+            "fallback": self.fallback.get_config(),
+        }
+
+    def __repr__(self) -> str:
+        args = {**self._arguments(), "fallback": self.fallback}
+        return f"ConfidenceRouting({', '.join(f'{k}={v!r}' for k, v in args.items())})"
+
+    def confidence_variance(
+        self, components, heads: Sequence[ModelHeads], reference: RetrievalReference, *, num_threads=None
+    ) -> np.ndarray:
+        """``sigma_k^2(q) = (c_k / g_k(q))^2`` of shape (n, K), float64 (module docstring)."""
+        cols = []
+        for k, c in enumerate(components):
+            docs, scale = reference.documents[k], heads[k].score_scale
+            gap = rules.retrieval_gap(
+                c.mean, docs, top=min(self.top, docs.shape[0]), scale=scale, num_threads=num_threads
+            )
+            cols.append(rules.confidence_variance(gap, scale))
+        return np.stack(cols, axis=1)
+
+    def calibrate(self, reference: RetrievalReference, queries, heads: Sequence[ModelHeads]) -> RetrievalReference:
+        """``reference`` with the per-model mean and spread of ``log sigma^2`` over ``queries``.
+
+        ``queries``: K items (GaussianEmbeddings or arrays, one per model), e.g. the fit anchors.
+        A spread below 1e-12 (one query, or a model whose confidence never moves) counts as 1.
+        """
+        if isinstance(queries, (GaussianEmbedding, np.ndarray)) or len(queries) != len(heads):
+            raise ValueError(f"queries must hold {len(heads)} items (one per model)")
+        qs = []
+        for k, q in enumerate(queries):
+            m = model_matrix(q, heads[k].dim, f"queries[{k}]")
+            qs.append(GaussianEmbedding(m, np.zeros_like(m)))
+        t = np.log(np.asarray(self.confidence_variance(qs, heads, reference), dtype=np.float64))
+        sd = t.std(axis=0)
+        return RetrievalReference(reference.documents, t.mean(axis=0), np.where(sd > 1e-12, sd, 1.0))
+
+    def _log_variance(self, u: np.ndarray, components, heads, reference: RetrievalReference) -> np.ndarray:
+        t = np.log(u)
+        if self.center:
+            if reference.center is None:
+                raise ValueError("center=True needs calibration queries: with_reference(documents, queries=...)")
+            t = t - reference.center[None, :]
+            if self.standardize:
+                t = t / reference.spread[None, :]
+        if self.times_laplace:
+            tr = np.stack([c.trace() for c in components], axis=1)
+            t = t + np.log(np.maximum(tr, 1e-300) / np.array([h.trace_mean for h in heads])[None, :])
+        return t
+
+    def route(self, components, heads, *, role: str = "query", reference=None) -> Routed:
+        comps = list(components)
+        if role == "passage":  # documents carry no retrieval confidence
+            if self.times_laplace:
+                pi = rules.softmax_rows(self.fallback.logits(comps, heads) / self.temperature)
+            else:
+                pi = _uniform(len(comps[0]), len(comps))
+            return pi, comps if self.laplace_variances else _deterministic(comps)
+        if reference is None:
+            warnings.warn(
+                "retrieval-confidence routing has no reference collection yet (with_reference(), an index, or "
+                "encode the documents first): these queries are weighted by the Laplace posterior",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            return self.fallback.route(comps, heads, role=role)
+        u = self.confidence_variance(comps, heads, reference)
+        pi = rules.softmax_rows(-self._log_variance(u, comps, heads, reference) / self.temperature)
+        if not self.laplace_variances:  # isotropic sigma_k^2: adds exactly sigma_k^2 to sig2_s of a unit document
+            comps = [
+                GaussianEmbedding(c.mean, (0.0 * c.var + u[:, k : k + 1]).astype(np.float32))
+                for k, c in enumerate(comps)
+            ]
+        return pi, comps
+
+
+#: routing kinds :func:`routing_from_config` rebuilds (add a class here to make a new routing loadable)
+ROUTINGS = {
+    cls.kind: cls
+    for cls in (
+        RankRouting,
+        LaplaceRouting,
+        PrecisionSumRouting,
+        ConfidenceRouting,
+        UniformRouting,
+        FixedRouting,
+    )
+}
