@@ -29,13 +29,12 @@ def fitted():
     centres = unit_rows(rng, 64, D)
     A = centres[rng.integers(0, 64, M)] + 0.15 * unit_rows(rng, M, D)
     P = A + 0.1 * unit_rows(rng, M, D)
-    emb = LaplaceEmbedder(None, prior_precision=1.0, batch_size=256).fit_embeddings(A, P)
+    emb = LaplaceEmbedder(None, prior_precision=1.0, batch_size=256).fit_embeddings(A, P).heads_
     docs = centres[rng.integers(0, 64, N)] + 0.15 * unit_rows(rng, N, D)
     docs[: N // 4] = P[rng.integers(0, M, N // 4)]  # fit documents
     docs /= np.linalg.norm(docs, axis=1, keepdims=True)
-    ref = emb.hub_reference_
-    state = emb.get_state()[0]
-    own_pos = state["hub_positives"][state["hub_groups"]]  # each anchor's positive
+    ref = emb.hub_reference
+    own_pos = emb.hub_positives[emb.hub_groups]  # each anchor's positive
     return emb, np.ascontiguousarray(docs, dtype=np.float32), ref, np.ascontiguousarray(own_pos)
 
 

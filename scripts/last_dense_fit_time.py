@@ -51,8 +51,8 @@ def main() -> None:
                     "forward_seconds": round(lap.fit_forward_seconds_, 1),
                     "curvature_seconds": round(lap.fit_seconds_ - lap.fit_forward_seconds_, 1),
                     "prior_precision": lap.prior_precision_,
-                    "trace_mean": lap.trace_mean_,
-                    "trace_rel_std": lap.trace_std_ / lap.trace_mean_,
+                    "trace_mean": lap.heads_.trace_mean,
+                    "trace_rel_std": lap.heads_.trace_std / lap.heads_.trace_mean,
                 }
             ),
             flush=True,

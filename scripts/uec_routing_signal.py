@@ -66,8 +66,8 @@ def measure(task_name: str) -> Dict[str, object]:
         e = LaplaceEmbedder(m, hessian="kron", prior_precision="marglik", random_state=0)
         e.fit_embeddings(emb.fit_anchors[m], emb.fit_positives[m])
         q, d = _unit(emb.queries[m][ev]), _unit(emb.docs[m])
-        scores.append((q @ d.T) / e.score_scale_)  # calibrated cosines
-        gaps.append(R.retrieval_gap(q, d, top=20, scale=e.score_scale_))
+        scores.append((q @ d.T) / e.heads_.score_scale)  # calibrated cosines
+        gaps.append(R.retrieval_gap(q, d, top=20, scale=e.heads_.score_scale))
     log_gap = np.log(np.maximum(np.stack(gaps, axis=1), 1e-3))
     z = (log_gap - log_gap.mean(axis=0)) / log_gap.std(axis=0)
     k5 = MODELS.index("e5")

@@ -110,13 +110,13 @@ def test_mteb_similarity_is_the_ensembles(model):
     np.testing.assert_allclose(model.similarity(q, d), ref, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(model.similarity_pairwise(q, d), np.diag(ref), rtol=1e-5, atol=1e-6)
     # symmetric tasks (no prompt type): text against text, without the document-hubness term or query heads
-    from crossembed.uec import UECEnsemble
+    from crossembed.uec import ScoreMixing, UECEnsemble
 
     K = model.ensemble.n_models
     s1 = model.encode([{"text": queries}], prompt_type=None)
     s2 = model.encode([{"text": docs}], prompt_type=None)
     assert not s1[:, D - K : D].any()
-    plain = UECEnsemble(model.ensemble.embedders, hubness=0, query_head=False)
+    plain = UECEnsemble(model.ensemble.embedders, mixing=ScoreMixing(hubness=0, query_head=False))
     want = plain.similarity(*(plain.encode(t, role="query", show_progress_bar=False) for t in (queries, docs)))
     np.testing.assert_allclose(model.similarity(s1, s2), want, rtol=1e-5, atol=1e-6)
     assert model.mteb_model_meta.name == "crossembed/uec-test"

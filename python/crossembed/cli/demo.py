@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
 from typing import Dict, List
 
 import numpy as np
@@ -57,7 +58,7 @@ def _ranked(ens, q_comps, d_comps, n_top: int = 100, *, index_threads=None):
     from crossembed.uec import UECIndex
 
     if ens.needs_reference:
-        ens.set_reference(d_comps)  # retrieval confidence over the searched collection
+        ens = ens.with_reference(d_comps)  # retrieval confidence over the searched collection
     q, d = ens.combine(q_comps, role="query"), ens.combine(d_comps, role="passage")
     if index_threads is not False:  # the served path: hnswlib candidates + exact rerank
         index = UECIndex(d, ensemble=ens, num_threads=index_threads)
@@ -77,122 +78,166 @@ def _metrics(m: Dict[str, np.ndarray], langs: np.ndarray) -> Dict[str, float]:
     return out
 
 
-def run(args) -> int:
+@dataclass
+class _Split:
+    """The bundled synsets and words, split into fit and test synsets."""
+
+    synsets: list
+    examples: List[str]
+    glosses: List[str]
+    fit: np.ndarray
+    test: np.ndarray
+    test_pos: Dict[int, int]
+    fit_words: list
+    test_words: list
+    word_texts: List[str]
+    word_row: Dict[str, int]
+
+
+def _split(args) -> _Split:
     from crossembed.data import load_bundled_wordnet, split_synsets
     from crossembed.data.bundled import load_bundled_words
-    from crossembed.encoders import encode_cached, load_encoder
-    from crossembed.kernels import simd_level
-    from crossembed.linking import GEHLinker, evaluate_links, make_partial_overlap, procrustes_link
-    from crossembed.uec import LaplaceEmbedder, UECEnsemble
-    from crossembed.uec.metrics import ranking_metrics
 
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    if len(models) < 2:
-        raise ValueError("--models must name at least two encoders")
-    t_start = time.perf_counter()
     synsets = load_bundled_wordnet()
     split = split_synsets(synsets, fit_fraction=args.fit_fraction, dev_fraction=0.0, random_state=args.seed)
-    examples = [s.examples[0] for s in synsets]
-    glosses = [s.gloss for s in synsets]
     pos = {(s.pos, s.offset): i for i, s in enumerate(synsets)}
     row_of = {s.offset: i for i, s in enumerate(synsets)}
     fit = np.array([pos[(s.pos, s.offset)] for s in split.fit])
     test = np.array([pos[(s.pos, s.offset)] for s in split.test])
     in_fit, in_test = set(fit.tolist()), set(test.tolist())
-    test_pos = {int(r): i for i, r in enumerate(test)}
-
     # bundled multilingual words (en/de/fr/es -> the synsets they name), split like their synsets
     words = [(w, lang, [row_of[o] for o in offs]) for w, lang, offs in load_bundled_words()]
     fit_words = [(w, rows[0]) for w, _, rows in words if all(r in in_fit for r in rows)]
     test_words = [(w, lang, rows) for w, lang, rows in words if all(r in in_test for r in rows)]
     word_texts = list(dict.fromkeys([w for w, _ in fit_words] + [w for w, _, _ in test_words]))
-    word_row = {w: i for i, w in enumerate(word_texts)}
+    return _Split(
+        synsets=synsets,
+        examples=[s.examples[0] for s in synsets],
+        glosses=[s.gloss for s in synsets],
+        fit=fit,
+        test=test,
+        test_pos={int(r): i for i, r in enumerate(test)},
+        fit_words=fit_words,
+        test_words=test_words,
+        word_texts=word_texts,
+        word_row={w: i for i, w in enumerate(word_texts)},
+    )
 
-    # ---- encode once per model (cached on disk)
+
+def _encode_all(models: List[str], data: _Split, args):
+    """Examples, glosses and words encoded once per model (cached on disk)."""
+    from crossembed.encoders import encode_cached, load_encoder
+
     ex_emb, gl_emb, wd_emb = {}, {}, {}
     for name in models:
         enc = load_encoder(name) if args.num_threads is None else load_encoder(name, num_threads=args.num_threads)
-        ex_emb[name] = encode_cached(enc, examples, role="query", show_progress_bar=not args.quiet)
-        gl_emb[name] = encode_cached(enc, glosses, role="passage", show_progress_bar=not args.quiet)
-        wd_emb[name] = encode_cached(enc, word_texts, role="query", show_progress_bar=not args.quiet)
+        ex_emb[name] = encode_cached(enc, data.examples, role="query", show_progress_bar=not args.quiet)
+        gl_emb[name] = encode_cached(enc, data.glosses, role="passage", show_progress_bar=not args.quiet)
+        wd_emb[name] = encode_cached(enc, data.word_texts, role="query", show_progress_bar=not args.quiet)
+    return ex_emb, gl_emb, wd_emb
 
-    # ---- UEC: head posteriors fitted on the fit split (examples and words -> glosses), search the test split
-    fw = np.array([word_row[w] for w, _ in fit_words], dtype=np.int64)
-    fg = np.array([r for _, r in fit_words], dtype=np.int64)
+
+def _fit_forms(models: List[str], data: _Split, ex_emb, gl_emb, wd_emb):
+    """Head posteriors fitted on the fit split (examples and words -> glosses), kron and diag."""
+    from crossembed.uec import LaplaceEmbedder
+
+    fw = np.array([data.word_row[w] for w, _ in data.fit_words], dtype=np.int64)
+    fg = np.array([r for _, r in data.fit_words], dtype=np.int64)
 
     def fitted(hessian):  # query heads only where the default uses them (kron)
         return [
             LaplaceEmbedder(name, hessian=hessian, query_head=hessian == "kron").fit_embeddings(
-                np.concatenate([ex_emb[name][fit], wd_emb[name][fw]]),
-                np.concatenate([gl_emb[name][fit], gl_emb[name][fg]]),
+                np.concatenate([ex_emb[name][data.fit], wd_emb[name][fw]]),
+                np.concatenate([gl_emb[name][data.fit], gl_emb[name][fg]]),
             )
             for name in models
         ]
 
-    forms = {"kron": fitted("kron"), "diag": fitted("diag")}  # diag: the official code's posterior form
-    word_rows = [word_row[w] for w, _, _ in test_words]
-    d_by_form = {f: [e.transform(gl_emb[n][test]) for e, n in zip(lst, models)] for f, lst in forms.items()}
-    tasks = {
+    return {"kron": fitted("kron"), "diag": fitted("diag")}  # diag: the official code's posterior form
+
+
+def _ensembles(embedders, diag) -> Dict[str, object]:
+    """The compared ensembles (labels as the report shows them)."""
+    from crossembed.uec import (
+        ConfidenceRouting,
+        LaplaceRouting,
+        ProbitScoring,
+        ScoreMixing,
+        UECEnsemble,
+        UniformRouting,
+    )
+    from crossembed.uec.presets import make_routing, make_scoring
+
+    plain = ScoreMixing(hubness=0, query_head=False)  # the published rules and the baselines: neither correction
+    uniform = {"routing": UniformRouting(), "scoring": ProbitScoring(use_variance=False)}
+    return {
+        "uniform ensemble": UECEnsemble(embedders, mixing=plain, **uniform),
+        "uniform ensemble + hubness (CSLS)": UECEnsemble(embedders, mixing=ScoreMixing(query_head=False), **uniform),
+        "uniform ensemble + query head + hubness": UECEnsemble(embedders, **uniform),
+        "UEC, Laplace-trace weights (paper rules)": UECEnsemble(embedders, routing=LaplaceRouting(), mixing=plain),
+        "UEC, official code's rules (diag posterior)": UECEnsemble(
+            diag, routing=make_routing("laplace", "official"), scoring=make_scoring("official")
+        ),
+        "UEC, retrieval-confidence routing": UECEnsemble(embedders, routing=ConfidenceRouting(), mixing=plain),
+        "UEC (default: rank-head routing + query head + hubness)": UECEnsemble(embedders),
+    }
+
+
+def _uec_tasks(models: List[str], data: _Split, ex_emb, wd_emb, forms):
+    """Per task: its query components per posterior form, the relevant documents and the query languages."""
+    word_rows = [data.word_row[w] for w, _, _ in data.test_words]
+    return {
         "example -> gloss (en)": (
-            {f: [e.transform(ex_emb[n][test]) for e, n in zip(lst, models)] for f, lst in forms.items()},
-            [[i] for i in range(len(test))],
-            ["en"] * len(test),
+            {f: [e.transform(ex_emb[n][data.test]) for e, n in zip(lst, models)] for f, lst in forms.items()},
+            [[i] for i in range(len(data.test))],
+            ["en"] * len(data.test),
         ),
         "word -> gloss (en/de/fr/es)": (
             {f: [e.transform(wd_emb[n][word_rows]) for e, n in zip(lst, models)] for f, lst in forms.items()},
-            [[test_pos[r] for r in rows] for _, _, rows in test_words],
-            [lang for _, lang, _ in test_words],
+            [[data.test_pos[r] for r in rows] for _, _, rows in data.test_words],
+            [lang for _, lang, _ in data.test_words],
         ),
     }
-    embedders = forms["kron"]
-    multi = "e5" if "e5" in models else models[-1]
-    k_multi = models.index(multi)
-    retrieval, weights, qps = {}, {}, None
-    for task, (q_by_form, relevant, langs) in tasks.items():
-        langs = np.array(langs)
-        q_comps, d_comps = q_by_form["kron"], d_by_form["kron"]
-        rows = []
-        for k, name in enumerate(models):  # single models: plain cosine
-            sims = q_comps[k].mean @ d_comps[k].mean.T
-            top = np.argsort(-sims, axis=1, kind="stable")[:, :100]
-            rows.append({"method": name, **_metrics(ranking_metrics(top, relevant), langs)})
-        plain = {"hubness": 0, "query_head": False}  # the published rules and the baselines: neither correction
-        uniform = {"weights": "uniform", "use_variance": False}
-        ensembles = {
-            "uniform ensemble": UECEnsemble(embedders, **uniform, **plain),
-            "uniform ensemble + hubness (CSLS)": UECEnsemble(embedders, **uniform, query_head=False),
-            "uniform ensemble + query head + hubness": UECEnsemble(embedders, **uniform),
-            "UEC, Laplace-trace weights (paper rules)": UECEnsemble(embedders, uncertainty="laplace", **plain),
-            "UEC, official code's rules (diag posterior)": UECEnsemble(
-                forms["diag"], uncertainty="laplace", rules="official"
-            ),
-            "UEC, retrieval-confidence routing": UECEnsemble(embedders, uncertainty="confidence", **plain),
-            "UEC (default: rank-head routing + query head + hubness)": UECEnsemble(embedders),
-        }
-        for label, ens in ensembles.items():
-            served = label.startswith("UEC (default")
-            form = "diag" if "diag" in label else "kron"
-            top, w, speed = _ranked(
-                ens, q_by_form[form], d_by_form[form], index_threads=args.num_threads if served else False
-            )
-            qps = speed if speed is not None else qps
-            row = {"method": label, **_metrics(ranking_metrics(top, relevant), langs)}
-            if w is not None and w.shape[1] == len(models):
-                fo = langs != "en"
-                row[f"w({multi}) en"] = float(w[~fo, k_multi].mean())
-                if fo.any():
-                    row[f"w({multi}) foreign"] = float(w[fo, k_multi].mean())
-                if served:
-                    weights[task] = {
-                        lang: dict(zip(models, map(float, w[langs == lang].mean(axis=0))))
-                        for lang in dict.fromkeys(langs)
-                    }
-            rows.append(row)
-        retrieval[task] = rows
 
-    # ---- GEH: link two encoders' gloss vectors from 15 seeds
+
+def _task_rows(models, ensembles, q_by_form, d_by_form, relevant, langs, multi, args):
+    """One task's rows (single models by plain cosine, then every ensemble), the default's weights, its speed."""
+    from crossembed.uec.metrics import ranking_metrics
+
+    k_multi = models.index(multi)
+    q_comps, d_comps = q_by_form["kron"], d_by_form["kron"]
+    rows, weights, qps = [], None, None
+    for k, name in enumerate(models):  # single models: plain cosine
+        sims = q_comps[k].mean @ d_comps[k].mean.T
+        top = np.argsort(-sims, axis=1, kind="stable")[:, :100]
+        rows.append({"method": name, **_metrics(ranking_metrics(top, relevant), langs)})
+    for label, ens in ensembles.items():
+        served = label.startswith("UEC (default")
+        form = "diag" if "diag" in label else "kron"
+        top, w, speed = _ranked(
+            ens, q_by_form[form], d_by_form[form], index_threads=args.num_threads if served else False
+        )
+        qps = speed if speed is not None else qps
+        row = {"method": label, **_metrics(ranking_metrics(top, relevant), langs)}
+        if w is not None and w.shape[1] == len(models):
+            fo = langs != "en"
+            row[f"w({multi}) en"] = float(w[~fo, k_multi].mean())
+            if fo.any():
+                row[f"w({multi}) foreign"] = float(w[fo, k_multi].mean())
+            if served:
+                weights = {
+                    lang: dict(zip(models, map(float, w[langs == lang].mean(axis=0)))) for lang in dict.fromkeys(langs)
+                }
+        rows.append(row)
+    return rows, weights, qps
+
+
+def _linking(models: List[str], data: _Split, gl_emb, args):
+    """GEH and Procrustes linking of two encoders' gloss vectors from 15 seeds."""
+    from crossembed.linking import GEHLinker, evaluate_links, make_partial_overlap, procrustes_link
+
     a_name, b_name = models[0], models[-1]
-    draw = make_partial_overlap(len(synsets), alpha=0.3, n_seeds=15, random_state=args.seed)
+    draw = make_partial_overlap(len(data.synsets), alpha=0.3, n_seeds=15, random_state=args.seed)
     A, B = gl_emb[a_name][draw.rows_a], gl_emb[b_name][draw.rows_b]
     link_rows = []
     for label, linker in (
@@ -217,44 +262,73 @@ def run(args) -> int:
                 "seconds": time.perf_counter() - t0,
             }
         )
+    return link_rows, f"{a_name} <-> {b_name}", int(len(draw.truth) + len(draw.seeds))
 
+
+def _report(out: Dict, data: _Split, multi: str) -> None:
+    """The human-readable report of :func:`run`'s result."""
+    n_syn, n_test = out["n_synsets"], out["test"]
+    print(f"\ncrossembed demo  (bundled WordNet sample: {n_syn} noun synsets; kernels: {out['simd']})\n")
+    print(
+        f"UEC retrieval among {n_test} held-out glosses (posteriors fitted on {out['fit']} other synsets' "
+        f"examples and {out['fit_words']} words); queries: {n_test} example sentences, and "
+        + ", ".join(f"{n} {lang}" for lang, n in out["test_words"].items())
+        + " words\n"
+    )
+    for task, rows in out["retrieval"].items():
+        cols = ["method", "ndcg@10", "recall@10", "mrr"]
+        extra = [c for c in ("ndcg@10 en", "ndcg@10 foreign", f"w({multi}) en", f"w({multi}) foreign") if c in rows[-1]]
+        print(task)
+        print(_table([{**{c: "" for c in extra}, **r} for r in rows], cols + extra))
+    for task, per_lang in out["uec_weights_by_language"].items():
+        print(
+            f"mean UEC weights ({task}): "
+            + "; ".join(f"{lang}: " + ", ".join(f"{m} {v:.2f}" for m, v in w.items()) for lang, w in per_lang.items())
+        )
+    print(f"UEC index search (hnswlib + exact probit rerank): {out['uec_index_qps']:,.0f} queries/s\n")
+    print(f"GEH linking {out['linking_pair']}: overlap {out['overlap']} of {n_syn} objects, 15 seeds\n")
+    print(_table(out["linking"], ["method", "precision", "recall", "f1", "links", "seconds"]))
+    print(f"total {out['seconds']:.1f} s")
+
+
+def run(args) -> int:
+    from crossembed.kernels import simd_level
+
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if len(models) < 2:
+        raise ValueError("--models must name at least two encoders")
+    t_start = time.perf_counter()
+    data = _split(args)
+    ex_emb, gl_emb, wd_emb = _encode_all(models, data, args)
+    forms = _fit_forms(models, data, ex_emb, gl_emb, wd_emb)
+    d_by_form = {f: [e.transform(gl_emb[n][data.test]) for e, n in zip(lst, models)] for f, lst in forms.items()}
+    multi = "e5" if "e5" in models else models[-1]
+    ensembles = _ensembles(forms["kron"], forms["diag"])
+    retrieval, weights, qps = {}, {}, None
+    for task, (q_by_form, relevant, langs) in _uec_tasks(models, data, ex_emb, wd_emb, forms).items():
+        rows, w, speed = _task_rows(models, ensembles, q_by_form, d_by_form, relevant, np.array(langs), multi, args)
+        retrieval[task] = rows
+        qps = speed if speed is not None else qps
+        if w is not None:
+            weights[task] = w
+    link_rows, pair, overlap = _linking(models, data, gl_emb, args)
     out = {
         "simd": simd_level(),
-        "n_synsets": len(synsets),
-        "fit": int(len(fit)),
-        "test": int(len(test)),
-        "fit_words": len(fit_words),
-        "test_words": {lang: sum(1 for _, l, _ in test_words if l == lang) for lang in ("en", "de", "fr", "es")},
+        "n_synsets": len(data.synsets),
+        "fit": int(len(data.fit)),
+        "test": int(len(data.test)),
+        "fit_words": len(data.fit_words),
+        "test_words": {lang: sum(1 for _, l, _ in data.test_words if l == lang) for lang in ("en", "de", "fr", "es")},
         "retrieval": retrieval,
         "uec_weights_by_language": weights,
         "uec_index_qps": qps,
-        "linking_pair": f"{a_name} <-> {b_name}",
-        "overlap": int(len(draw.truth) + len(draw.seeds)),
+        "linking_pair": pair,
+        "overlap": overlap,
         "linking": link_rows,
         "seconds": time.perf_counter() - t_start,
     }
     if args.json:
         print_result(out, True)
         return 0
-    print(f"\ncrossembed demo  (bundled WordNet sample: {len(synsets)} noun synsets; kernels: {out['simd']})\n")
-    print(
-        f"UEC retrieval among {len(test)} held-out glosses (posteriors fitted on {len(fit)} other synsets' "
-        f"examples and {len(fit_words)} words); queries: {len(test)} example sentences, and "
-        + ", ".join(f"{n} {lang}" for lang, n in out["test_words"].items())
-        + " words\n"
-    )
-    for task, rows in retrieval.items():
-        cols = ["method", "ndcg@10", "recall@10", "mrr"]
-        extra = [c for c in ("ndcg@10 en", "ndcg@10 foreign", f"w({multi}) en", f"w({multi}) foreign") if c in rows[-1]]
-        print(task)
-        print(_table([{**{c: "" for c in extra}, **r} for r in rows], cols + extra))
-    for task, per_lang in weights.items():
-        print(
-            f"mean UEC weights ({task}): "
-            + "; ".join(f"{lang}: " + ", ".join(f"{m} {v:.2f}" for m, v in w.items()) for lang, w in per_lang.items())
-        )
-    print(f"UEC index search (hnswlib + exact probit rerank): {qps:,.0f} queries/s\n")
-    print(f"GEH linking {out['linking_pair']}: overlap {out['overlap']} of {len(synsets)} objects, 15 seeds\n")
-    print(_table(link_rows, ["method", "precision", "recall", "f1", "links", "seconds"]))
-    print(f"total {out['seconds']:.1f} s")
+    _report(out, data, multi)
     return 0

@@ -69,13 +69,29 @@ def _fit_pairs(args) -> list:
     return wordnet_task(seed=args.seed).fit_pairs  # WordNet example/gloss pairs of the fit split
 
 
-def _index_build(args) -> int:
-    from crossembed.encoders import encode_cached
-    from crossembed.uec import LaplaceEmbedder, UECEnsemble, UECIndex
+def _ensemble(args, embedders):
+    """The ensemble ``--uncertainty``, ``--rules``, ``--temperature``, ``--mixing``, ``--hubness`` and ``--no-query-head`` name."""
+    from crossembed.uec import EmbeddingMixing, ScoreMixing, UECEnsemble
+    from crossembed.uec.presets import make_routing, make_scoring
 
-    docs = read_lines(args.docs, "docs")
-    models = split_list(args.models, "models")
-    pairs = _fit_pairs(args)
+    if args.mixing == "embedding":
+        if args.hubness:
+            raise ValueError("--hubness needs --mixing score (per-model scores)")
+        mixing = EmbeddingMixing()
+    else:
+        mixing = ScoreMixing(hubness=args.hubness, query_head=None if args.query_head else False)
+    return UECEnsemble(
+        embedders,
+        routing=make_routing(args.uncertainty, args.rules, temperature=args.temperature),
+        mixing=mixing,
+        scoring=make_scoring(args.rules),
+    )
+
+
+def _fit_embedders(args, models, pairs) -> list:
+    from crossembed.encoders import encode_cached
+    from crossembed.uec import LaplaceEmbedder
+
     embedders = []
     for name in models:
         enc = _load_encoder(name, args.num_threads)
@@ -90,15 +106,17 @@ def _index_build(args) -> int:
             query_head=args.query_head,
         ).fit_embeddings(A, P, show_progress_bar=not args.quiet)
         embedders.append(lap)
-    ens = UECEnsemble(
-        embedders,
-        temperature=args.temperature,
-        mixing=args.mixing,
-        rules=args.rules,
-        uncertainty=args.uncertainty,
-        hubness=args.hubness,
-        query_head=None if args.query_head else False,
-    )
+    return embedders
+
+
+def _index_build(args) -> int:
+    from crossembed.uec import UECIndex
+
+    docs = read_lines(args.docs, "docs")
+    models = split_list(args.models, "models")
+    pairs = _fit_pairs(args)
+    embedders = _fit_embedders(args, models, pairs)
+    ens = _ensemble(args, embedders)
     index = UECIndex.build(
         ens,
         docs,
@@ -118,7 +136,7 @@ def _index_build(args) -> int:
         "models": models,
         "fit_pairs": len(pairs),
         "prior_precision": [e.prior_precision_ for e in embedders],
-        "query_head": ens.query_head,
+        "query_head": ens.mixing.get_config().get("query_head") is True,
     }
     print_result(info, args.json, lambda i: f"wrote a {i['n_docs']}-document UEC index ({i['dim']}-d) to {i['output']}")
     return 0
@@ -264,6 +282,17 @@ def _uec_perf(args) -> int:
 # --------------------------------------------------------------------------- registration
 def register(subparsers) -> None:
     """Add the UEC sub-commands to the ``crossembed`` CLI."""
+    _add_encode(subparsers)
+    idx = subparsers.add_parser("index", help="build or search a UEC index (hnswlib + exact probit rerank)")
+    isub = idx.add_subparsers(dest="index_command", metavar="{build,search}", parser_class=type(idx))
+    _add_index_build(isub)
+    _add_index_search(isub)
+    idx.set_defaults(func=lambda a: (idx.print_help(), 2)[1])
+    _add_uec_eval(subparsers)
+    _add_uec_perf(subparsers)
+
+
+def _add_encode(subparsers) -> None:
     p = subparsers.add_parser("encode", help="encode a text file (one text per line) to a .npy matrix")
     p.add_argument("texts", help="UTF-8 text file, one text per line (empty lines skipped)")
     p.add_argument("-o", "--output", required=True, help="output .npy path (written atomically)")
@@ -274,8 +303,8 @@ def register(subparsers) -> None:
     add_output_flags(p)
     p.set_defaults(func=_encode)
 
-    idx = subparsers.add_parser("index", help="build or search a UEC index (hnswlib + exact probit rerank)")
-    isub = idx.add_subparsers(dest="index_command", metavar="{build,search}", parser_class=type(idx))
+
+def _add_index_build(isub) -> None:
     b = isub.add_parser("build", help="fit Laplace posteriors and index a text file")
     b.add_argument("docs", help="UTF-8 text file, one document per line")
     b.add_argument("-o", "--output", required=True, help="index file (written atomically, checksummed)")
@@ -322,6 +351,9 @@ def register(subparsers) -> None:
     add_seed(b, "random seed (batches, default fit split, hnswlib graph)")
     add_output_flags(b)
     b.set_defaults(func=_index_build)
+
+
+def _add_index_search(isub) -> None:
     s = isub.add_parser("search", help="search an index with text or Gaussian queries")
     s.add_argument("index", help="index file from `crossembed index build` (memory-mapped)")
     s.add_argument("--query", action="append", default=[], help="a query text (repeatable)")
@@ -341,8 +373,9 @@ def register(subparsers) -> None:
     add_num_threads(s)
     add_output_flags(s)
     s.set_defaults(func=_index_search)
-    idx.set_defaults(func=lambda a: (idx.print_help(), 2)[1])
 
+
+def _add_uec_eval(subparsers) -> None:
     e = subparsers.add_parser("uec-eval", help="reproduce the UEC retrieval tables (docs/uec.md)")
     e.add_argument(
         "--tasks",
@@ -379,6 +412,8 @@ def register(subparsers) -> None:
     add_output_flags(e)
     e.set_defaults(func=_uec_eval)
 
+
+def _add_uec_perf(subparsers) -> None:
     f = subparsers.add_parser("uec-perf", help="UEC search throughput: exact vs hnswlib + rerank")
     f.add_argument("--sizes", default="100000x1152,1000000x384", help="comma-separated NxD of synthetic documents")
     f.add_argument("--queries", type=int, default=500)

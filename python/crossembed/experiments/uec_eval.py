@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 import crossembed.uec.rules as _rules
 from crossembed.experiments.tasks import UECTask, dev_test_draws
+from crossembed.experiments.uec_configs import build_ensemble
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.laplace import LaplaceEmbedder
@@ -126,10 +127,10 @@ def rank(
     """Score every query against every document with the ensemble's own similarity (exact top-k).
 
     Confidence routing is measured over the searched documents; ``calibration``
-    (per-model query Gaussians, e.g. the fit anchors) centres it when asked.
+    (per-model query Gaussians, e.g. the fit anchors) centres it when the routing asks.
     """
-    if ens.needs_reference and ens.reference_ is None:
-        ens.set_reference(d_comps, queries=calibration if ens.center_confidence else None)
+    if ens.needs_reference and not ens.has_reference:
+        ens = ens.with_reference(d_comps, queries=calibration if ens.routing.needs_calibration else None)
     q = ens.combine(q_comps, role="query")
     d = ens.combine(d_comps, role="passage")
     top = min(TOP, len(d))
@@ -157,12 +158,14 @@ class RowSpec:
     variant: bool = False  # a UEC variant the default is chosen among
 
 
-def row_specs(models: Sequence[str]) -> List[RowSpec]:
-    """The rows of the UEC table: single models, baselines, every rule x posterior form, routing, default."""
+_SCORE = {"mixing": "score"}
+_LAPLACE = {"uncertainty": "laplace"}
+
+
+def _baseline_rows(models: Sequence[str]) -> List[RowSpec]:
+    """Single models and the uniform / weighted ensembles (all ranking by the cosine of the means)."""
     rows = [RowSpec(m, "kron", {"use_variance": False}, models=[m]) for m in models]
-    score = {"mixing": "score"}
-    lap = {"uncertainty": "laplace"}
-    rows += [
+    return rows + [
         RowSpec(
             "uniform ensemble (mean of scores)",
             "kron",
@@ -175,6 +178,13 @@ def row_specs(models: Sequence[str]) -> List[RowSpec]:
             {"use_variance": False, "calibrate_scores": False},
             dev_weights=True,
         ),
+    ]
+
+
+def _rule_rows() -> List[RowSpec]:
+    """The paper's and the official code's Laplace rules, per posterior form and mixing."""
+    lap, score, official = _LAPLACE, _SCORE, {**_LAPLACE, "rules": "official"}
+    return [
         RowSpec(
             "paper: diag, embedding mixing, raw traces",
             "diag",
@@ -187,126 +197,63 @@ def row_specs(models: Sequence[str]) -> List[RowSpec]:
         RowSpec(
             "official: diag, embedding mixing",
             "diag",
-            {**lap, "mixing": "embedding", "rules": "official"},
+            {**official, "mixing": "embedding"},
             grid="official",
             variant=True,
         ),
-        RowSpec(
-            "official: diag, score mixing", "diag", {**lap, **score, "rules": "official"}, grid="official", variant=True
-        ),
-        RowSpec(
-            "official: kron, score mixing", "kron", {**lap, **score, "rules": "official"}, grid="official", variant=True
-        ),
+        RowSpec("official: diag, score mixing", "diag", {**official, **score}, grid="official", variant=True),
+        RowSpec("official: kron, score mixing", "kron", {**official, **score}, grid="official", variant=True),
         RowSpec("last_dense: paper, score mixing", "last_dense", {**lap, **score}, grid="std", variant=True),
         RowSpec(
-            "last_dense: official, score mixing",
-            "last_dense",
-            {**lap, **score, "rules": "official"},
-            grid="official",
-            variant=True,
-        ),
-        RowSpec(
-            "confidence (sigma^2 in the probit, score mixing)",
-            "kron",
-            {**score, "uncertainty": "confidence"},
-            grid="confidence",
-            variant=True,
-        ),
-        RowSpec(
-            "confidence, kron Laplace variances in the probit",
-            "kron",
-            {**score, "uncertainty": "confidence", "confidence_scoring": "laplace"},
-            grid="confidence",
-            variant=True,
-        ),
-        RowSpec(
-            "confidence, diag Laplace variances in the probit",
-            "diag",
-            {**score, "uncertainty": "confidence", "confidence_scoring": "laplace"},
-            grid="confidence",
-            variant=True,
-        ),
-        RowSpec(
-            "confidence, official rules (beta cosine)",
-            "diag",
-            {**score, "uncertainty": "confidence", "rules": "official", "confidence_scoring": "laplace"},
-            grid="confidence",
-            variant=True,
-        ),
-        RowSpec(
-            "confidence, centred per model (fit anchors)",
-            "kron",
-            {**score, "uncertainty": "confidence", "center_confidence": True},
-            grid="confidence",
-            variant=True,
-        ),
-        RowSpec(
-            "confidence, z-scored per model (fit anchors)",
-            "kron",
-            {**score, "uncertainty": "confidence", "standardize_confidence": True},
-            grid="confidence",
-            variant=True,
-        ),
-        RowSpec(
-            "confidence, hard routing (T = 0.01, bound)",
-            "kron",
-            {**score, "uncertainty": "confidence", "temperature": 0.01},
-        ),
-        RowSpec(
-            "confidence x kron Laplace (score mixing)",
-            "kron",
-            {**score, "uncertainty": "confidence*laplace"},
-            grid="confidence",
-            variant=True,
-        ),
-        RowSpec(
-            "confidence x diag Laplace (score mixing)",
-            "diag",
-            {**score, "uncertainty": "confidence*laplace"},
-            grid="confidence",
-            variant=True,
-        ),
-        RowSpec(
-            "rank head (kron Laplace variances in the probit)",
-            "kron",
-            {**score, "confidence_scoring": "laplace", "uncertainty": "rank"},
-            grid="confidence",
-            variant=True,
-        ),
-        RowSpec(
-            "rank head (diag Laplace variances in the probit)",
-            "diag",
-            {**score, "confidence_scoring": "laplace", "uncertainty": "rank"},
-            grid="confidence",
-            variant=True,
-        ),
-        RowSpec(
-            "rank head, official rules (beta cosine)",
-            "diag",
-            {**score, "confidence_scoring": "laplace", "uncertainty": "rank", "rules": "official"},
-            grid="confidence",
-            variant=True,
-        ),
-        RowSpec(
-            "rank head, last_dense posterior",
-            "last_dense",
-            {**score, "confidence_scoring": "laplace", "uncertainty": "rank"},
-            grid="confidence",
-            variant=True,
-        ),
-        RowSpec(
-            "rank head, hard routing (T = 0.01, bound)", "kron", {**score, "uncertainty": "rank", "temperature": 0.01}
+            "last_dense: official, score mixing", "last_dense", {**official, **score}, grid="official", variant=True
         ),
     ]
-    # every row above scores without document hubness or query heads (the defaults since they were
-    # measured): the baselines are what a user gets without UEC, the variants compare routing rules alone
+
+
+def _confidence_rows() -> List[RowSpec]:
+    """Retrieval-confidence routing and its variants (T tuned on the confidence grid)."""
+    conf = {**_SCORE, "uncertainty": "confidence"}
+    lap_var = {"confidence_scoring": "laplace"}
+    rows = [
+        ("confidence (sigma^2 in the probit, score mixing)", "kron", conf),
+        ("confidence, kron Laplace variances in the probit", "kron", {**conf, **lap_var}),
+        ("confidence, diag Laplace variances in the probit", "diag", {**conf, **lap_var}),
+        ("confidence, official rules (beta cosine)", "diag", {**conf, "rules": "official", **lap_var}),
+        ("confidence, centred per model (fit anchors)", "kron", {**conf, "center_confidence": True}),
+        ("confidence, z-scored per model (fit anchors)", "kron", {**conf, "standardize_confidence": True}),
+    ]
+    out = [RowSpec(name, form, kw, grid="confidence", variant=True) for name, form, kw in rows]
+    out.append(RowSpec("confidence, hard routing (T = 0.01, bound)", "kron", {**conf, "temperature": 0.01}))
+    conf_lap = {**_SCORE, "uncertainty": "confidence*laplace"}
+    out += [
+        RowSpec(f"confidence x {form} Laplace (score mixing)", form, conf_lap, grid="confidence", variant=True)
+        for form in ("kron", "diag")
+    ]
+    return out
+
+
+def _rank_rows() -> List[RowSpec]:
+    """Rank-head routing with the Laplace variances scored, per posterior form and rule set."""
+    rank = {**_SCORE, "confidence_scoring": "laplace", "uncertainty": "rank"}
+    rows = [
+        ("rank head (kron Laplace variances in the probit)", "kron", rank),
+        ("rank head (diag Laplace variances in the probit)", "diag", rank),
+        ("rank head, official rules (beta cosine)", "diag", {**rank, "rules": "official"}),
+        ("rank head, last_dense posterior", "last_dense", rank),
+    ]
+    out = [RowSpec(name, form, kw, grid="confidence", variant=True) for name, form, kw in rows]
+    hard = {**_SCORE, "uncertainty": "rank", "temperature": 0.01}
+    return out + [RowSpec("rank head, hard routing (T = 0.01, bound)", "kron", hard)]
+
+
+def _correction_rows(models: Sequence[str]) -> List[RowSpec]:
+    """Hubness and query heads without routing, the default as shipped and its ablations."""
     no_head = {"query_head": False}
-    rows = [dataclasses.replace(r, kwargs={"hubness": 0.0, **no_head, **r.kwargs}) for r in rows]
-    rows += [RowSpec(f"{m} + hubness (CSLS)", "kron", {"use_variance": False, **no_head}, models=[m]) for m in models]
+    rows = [RowSpec(f"{m} + hubness (CSLS)", "kron", {"use_variance": False, **no_head}, models=[m]) for m in models]
     rows += [RowSpec(HUBNESS_UNIFORM_ROW, "kron", {"weights": "uniform", "use_variance": False, **no_head})]
     # the same fitted query heads without the routing: what the routing adds on top of them
     rows += [RowSpec(f"{m} + query head + hubness", "kron", {"use_variance": False}, models=[m]) for m in models]
-    rows += [
+    return rows + [
         RowSpec(HEAD_UNIFORM_ROW, "kron", {"weights": "uniform", "use_variance": False}),
         # the library's defaults as shipped (UECEnsemble() / LaplaceEmbedder()), T not tuned
         RowSpec(DEFAULT_ROW, "kron", {}),
@@ -316,7 +263,15 @@ def row_specs(models: Sequence[str]) -> List[RowSpec]:
         RowSpec("UEC default - hubness", "kron", {"hubness": 0.0}),
         RowSpec(NO_HEAD_ROW, "kron", no_head),
     ]
-    return rows
+
+
+def row_specs(models: Sequence[str]) -> List[RowSpec]:
+    """The rows of the UEC table: single models, baselines, every rule x posterior form, routing, default."""
+    rows = _baseline_rows(models) + _rule_rows() + _confidence_rows() + _rank_rows()
+    # every row so far scores without document hubness or query heads: the baselines are what a user
+    # gets without UEC, the variants compare routing rules alone
+    rows = [dataclasses.replace(r, kwargs={"hubness": 0.0, "query_head": False, **r.kwargs}) for r in rows]
+    return rows + _correction_rows(models)
 
 
 DEFAULT_ROW = "UEC default (as shipped)"
@@ -414,6 +369,193 @@ def last_dense_components(
     return (embedders, qc, dc), note
 
 
+@dataclass
+class _Forms:
+    """Fitted embedders and their (query, document) components per posterior form."""
+
+    embedders: Dict[str, List[LaplaceEmbedder]] = field(default_factory=dict)
+    comps: Dict[str, Tuple[List[GaussianEmbedding], List[GaussianEmbedding]]] = field(default_factory=dict)
+    skipped: Dict[str, str] = field(default_factory=dict)
+    notes: Dict[str, str] = field(default_factory=dict)
+
+
+def _fit_forms(
+    uec_task: UECTask, emb: TaskEmbeddings, models: List[str], *, seed, prior_precision, curvature, last_dense: bool
+) -> _Forms:
+    """The kron and diag head posteriors of every model (and the last_dense ones when asked)."""
+    ev = uec_task.eval_queries
+    forms = _Forms()
+    for hessian in ("kron", "diag"):
+        # only the default's (kron) posterior carries query heads: every diag row scores without them
+        lst = [
+            LaplaceEmbedder(
+                m,
+                hessian=hessian,
+                curvature=curvature,
+                prior_precision=prior_precision,
+                random_state=seed,
+                query_head=hessian == "kron",
+            ).fit_embeddings(emb.fit_anchors[m], emb.fit_positives[m])
+            for m in models
+        ]
+        forms.embedders[hessian] = lst
+        forms.comps[hessian] = (
+            [e.transform(emb.queries[m][ev]) for e, m in zip(lst, models)],
+            [e.transform(emb.docs[m]) for e, m in zip(lst, models)],
+        )
+    if not last_dense:
+        forms.skipped["last_dense"] = "not requested"
+        return forms
+    try:
+        got, note = last_dense_components(uec_task, models, prior_precision=prior_precision, seed=seed)
+    except Exception as exc:  # the variant comes from another branch: never lose the rest of the table
+        got, note = None, f"layer='last_dense' failed ({type(exc).__name__}: {exc})"
+    if got is None:
+        forms.skipped["last_dense"] = note
+    else:
+        forms.embedders["last_dense"], qc, dc = got
+        forms.comps["last_dense"] = (qc, dc)
+        if note:
+            forms.notes["last_dense"] = note
+    return forms
+
+
+def _posterior_summary(forms: _Forms, models: Sequence[str]) -> Dict[str, Any]:
+    out = {}
+    for hessian, lst in forms.embedders.items():
+        for m, e in zip(models, lst):
+            heads = e.heads_
+            out[f"{m}/{hessian}"] = {
+                "prior_precision": e.prior_precision_,
+                "fit_seconds": e.fit_seconds_,
+                "n_pairs": e.n_pairs_,
+                "trace_mean": heads.trace_mean,
+                "trace_std": heads.trace_std,
+                "query_head_penalty": None if heads.query_head is None else heads.query_head.penalty,
+            }
+    return out
+
+
+@dataclass
+class _RowRunner:
+    """Ranks one row's ensemble over the task's evaluated queries."""
+
+    forms: _Forms
+    emb: TaskEmbeddings
+    models: List[str]
+    relevant: List[Sequence[int]]
+
+    def run(self, spec: RowSpec, **over) -> Ranking:
+        lst = self.forms.embedders[spec.hessian]
+        qc, dc = self.forms.comps[spec.hessian]
+        if spec.models:
+            k = self.models.index(spec.models[0])
+            lst, qc, dc = [lst[k]], [qc[k]], [dc[k]]
+        cal = None
+        if spec.kwargs.get("center_confidence") or spec.kwargs.get("standardize_confidence"):
+            cal = [e.transform(self.emb.fit_anchors[m]) for e, m in zip(lst, spec.models or self.models)]
+        return rank(build_ensemble(lst, **{**spec.kwargs, **over}), qc, dc, self.relevant, cal)
+
+    def grid(self, spec: RowSpec) -> List[Dict[str, float]]:
+        """The settings tuned on dev for this row (``[{}]`` when none)."""
+        if spec.grid == "std":
+            return [{"temperature": T} for T in TEMPERATURES]
+        if spec.grid == "raw":
+            scale = float(np.mean([e.heads_.trace_std for e in self.forms.embedders[spec.hessian]]))
+            return [{"temperature": T * scale} for T in TEMPERATURES]
+        if spec.grid == "official":
+            # T in units of the precision sum's spread over the queries (its raw scale is ~D^2 / trace)
+            qc = self.forms.comps[spec.hessian][0]
+            scale = float(np.mean([_rules.precision_sum(_rules.normalize_variance_official(c.var)).std() for c in qc]))
+            scale = max(scale, 1e-12)
+            return [{"temperature": T * scale, "beta": b} for T in TEMPERATURES for b in BETAS]
+        if spec.grid == "confidence":
+            return [{"temperature": T} for T in CONFIDENCE_TEMPERATURES]
+        return [{}]
+
+
+def _rank_specs(specs: Sequence[RowSpec], runner: _RowRunner, draws, show_progress_bar: bool, label: str):
+    """Per row: its ranking on each draw (the dev-chosen setting where tuned), and the settings chosen."""
+    chosen: Dict[str, List[Dict[str, float]]] = {}
+    rankings: Dict[str, List[Ranking]] = {}
+    single_ndcg: Dict[str, np.ndarray] = {}
+    models = runner.models
+    for spec in tqdm(specs, desc=f"rows {label}", disable=not show_progress_bar, unit="row"):
+        if spec.grid:
+            settings = runner.grid(spec)
+            runs = [runner.run(spec, **g) for g in settings]
+            picks = [int(np.argmax([r.metrics["ndcg@10"][dv].mean() for r in runs])) for dv, _ in draws]
+            chosen[spec.name] = [settings[i] for i in picks]
+            rankings[spec.name] = [runs[i] for i in picks]
+        elif spec.dev_weights:
+            rankings[spec.name] = [
+                runner.run(spec, weights=np.array([single_ndcg[m][dv].mean() for m in models])) for dv, _ in draws
+            ]
+        else:
+            r = runner.run(spec)
+            rankings[spec.name] = [r] * len(draws)
+            if spec.models:
+                single_ndcg.setdefault(spec.models[0], r.metrics["ndcg@10"])  # the plain model, not its hubness row
+    return rankings, chosen
+
+
+def _row_summary(rs: List[Ranking], draws, langs: np.ndarray, n_models: int, k_multi: int) -> Dict[str, Any]:
+    """Test-half metrics (x100), dev nDCG, AUC, ECE, per-language nDCG and the multilingual weight, over draws."""
+    per_metric: Dict[str, List[float]] = {}
+
+    def add(key: str, value: float) -> None:
+        per_metric.setdefault(key, []).append(value)
+
+    for r, (dv, ts) in zip(rs, draws):
+        for key, vals in r.metrics.items():
+            add(key, 100.0 * vals[ts].mean())
+        add("dev_ndcg@10", 100.0 * r.metrics["ndcg@10"][dv].mean())
+        add("auc@10", 100.0 * roc_auc(-r.sig2_top1[ts], r.metrics["hit@10"][ts]))
+        tau = fit_confidence_temperature(r.scores[dv], r.metrics["hit@1"][dv])
+        add("ece", expected_calibration_error(top1_confidence(r.scores[ts], tau), r.metrics["hit@1"][ts]))
+        for lang in dict.fromkeys(langs):
+            sel = ts[langs[ts] == lang]
+            add(f"ndcg@10[{lang}]", 100.0 * r.metrics["ndcg@10"][sel].mean())
+        if r.weights.shape[1] == n_models:
+            w = r.weights[:, k_multi].astype(np.float64)
+            en, fo = ts[langs[ts] == "en"], ts[langs[ts] != "en"]
+            if en.size:
+                add("w_multi[en]", float(w[en].mean()))
+            if fo.size:
+                add("w_multi[foreign]", float(w[fo].mean()))
+    return {k: _summary(v) for k, v in per_metric.items()}
+
+
+#: rows whose mean coefficients per language are reported (draw 0)
+_COEFFICIENT_ROWS = (
+    "paper: kron, score mixing",
+    "official: diag, embedding mixing",
+    "confidence (sigma^2 in the probit, score mixing)",
+    "confidence x kron Laplace (score mixing)",
+    "rank head (kron Laplace variances in the probit)",
+    DEFAULT_ROW,
+)
+
+
+def _eval_draws(uec_task: UECTask, n_draws: int, seed: int) -> List[Tuple[np.ndarray, np.ndarray]]:
+    """The dev/test halves as positions among the evaluated queries."""
+    pos_in_eval = {int(r): i for i, r in enumerate(uec_task.eval_queries)}
+    return [
+        (np.array([pos_in_eval[int(r)] for r in dv]), np.array([pos_in_eval[int(r)] for r in ts]))
+        for dv, ts in dev_test_draws(uec_task, n_draws, seed=seed)
+    ]
+
+
+def _select_specs(models: Sequence[str], row_set: str, forms: _Forms) -> Tuple[List[RowSpec], Dict[str, str]]:
+    """The rows of ``row_set`` whose posterior form was fitted, and the skipped ones with why."""
+    all_specs = [s for s in row_specs(models) if row_set == "full" or s.models or s.name in CORE_ROWS]
+    skipped = dict(forms.skipped)
+    for s in all_specs:
+        if s.hessian not in forms.comps:
+            skipped[s.name] = skipped.get(s.hessian, "")
+    return [s for s in all_specs if s.hessian in forms.comps], skipped
+
+
 def evaluate_task(
     uec_task: UECTask,
     emb: TaskEmbeddings,
@@ -445,163 +587,31 @@ def evaluate_task(
     multi = multilingual or ("e5" if "e5" in models else models[-1])
     t = uec_task.task
     ev = uec_task.eval_queries
-    relevant = [t.relevant[i] for i in ev]
     langs = np.array(t.languages)[ev]
-    pos_in_eval = {int(r): i for i, r in enumerate(ev)}
-    draws = [
-        (np.array([pos_in_eval[int(r)] for r in dv]), np.array([pos_in_eval[int(r)] for r in ts]))
-        for dv, ts in dev_test_draws(uec_task, n_draws, seed=seed)
-    ]
-
-    embedders: Dict[str, List[LaplaceEmbedder]] = {}
-    posteriors: Dict[str, Any] = {}
-    comps: Dict[str, Tuple[List[GaussianEmbedding], List[GaussianEmbedding]]] = {}
-    skipped: Dict[str, str] = {}
-    notes: Dict[str, str] = {}
-    for hessian in ("kron", "diag"):
-        lst = []
-        for m in models:
-            # only the default's (kron) posterior carries query heads: every diag row scores without them
-            e = LaplaceEmbedder(
-                m,
-                hessian=hessian,
-                curvature=curvature,
-                prior_precision=prior_precision,
-                random_state=seed,
-                query_head=hessian == "kron",
-            ).fit_embeddings(emb.fit_anchors[m], emb.fit_positives[m])
-            lst.append(e)
-        embedders[hessian] = lst
-        comps[hessian] = (
-            [e.transform(emb.queries[m][ev]) for e, m in zip(lst, models)],
-            [e.transform(emb.docs[m]) for e, m in zip(lst, models)],
-        )
-    if last_dense:
-        try:
-            got, note = last_dense_components(uec_task, models, prior_precision=prior_precision, seed=seed)
-        except Exception as exc:  # the variant comes from another branch: never lose the rest of the table
-            got, note = None, f"layer='last_dense' failed ({type(exc).__name__}: {exc})"
-        if got is None:
-            skipped["last_dense"] = note
-        else:
-            embedders["last_dense"], qc, dc = got
-            comps["last_dense"] = (qc, dc)
-            if note:
-                notes["last_dense"] = note
-    else:
-        skipped["last_dense"] = "not requested"
-    for hessian, lst in embedders.items():
-        for m, e in zip(models, lst):
-            posteriors[f"{m}/{hessian}"] = {
-                "prior_precision": e.prior_precision_,
-                "fit_seconds": e.fit_seconds_,
-                "n_pairs": e.n_pairs_,
-                "trace_mean": e.trace_mean_,
-                "trace_std": e.trace_std_,
-                "query_head_penalty": None if e.query_head_ is None else e.query_head_.penalty,
-            }
-
-    def run(spec: RowSpec, **over) -> Ranking:
-        lst = embedders[spec.hessian]
-        qc, dc = comps[spec.hessian]
-        if spec.models:
-            k = models.index(spec.models[0])
-            lst, qc, dc = [lst[k]], [qc[k]], [dc[k]]
-        cal = None
-        if spec.kwargs.get("center_confidence") or spec.kwargs.get("standardize_confidence"):
-            cal = [e.transform(emb.fit_anchors[m]) for e, m in zip(lst, spec.models or models)]
-        return rank(UECEnsemble(lst, **{**spec.kwargs, **over}), qc, dc, relevant, cal)
-
-    def grid(spec: RowSpec) -> List[Dict[str, float]]:
-        if spec.grid == "std":
-            return [{"temperature": T} for T in TEMPERATURES]
-        if spec.grid == "raw":
-            scale = float(np.mean([e.trace_std_ for e in embedders[spec.hessian]]))
-            return [{"temperature": T * scale} for T in TEMPERATURES]
-        if spec.grid == "official":
-            # T in units of the precision sum's spread over the queries (its raw scale is ~D^2 / trace)
-            qc = comps[spec.hessian][0]
-            scale = float(np.mean([_rules.precision_sum(_rules.normalize_variance_official(c.var)).std() for c in qc]))
-            scale = max(scale, 1e-12)
-            return [{"temperature": T * scale, "beta": b} for T in TEMPERATURES for b in BETAS]
-        if spec.grid == "confidence":
-            return [{"temperature": T} for T in CONFIDENCE_TEMPERATURES]
-        return [{}]
-
-    all_specs = [s for s in row_specs(models) if row_set == "full" or s.models or s.name in CORE_ROWS]
-    specs = [s for s in all_specs if s.hessian in comps]
-    for s in all_specs:
-        if s.hessian not in comps:
-            skipped[s.name] = skipped.get(s.hessian, "")
+    draws = _eval_draws(uec_task, n_draws, seed)
+    forms = _fit_forms(
+        uec_task, emb, models, seed=seed, prior_precision=prior_precision, curvature=curvature, last_dense=last_dense
+    )
+    runner = _RowRunner(forms, emb, models, [t.relevant[i] for i in ev])
+    specs, skipped = _select_specs(models, row_set, forms)
+    rankings, chosen = _rank_specs(specs, runner, draws, show_progress_bar, uec_task.name)
     results: Dict[str, Any] = {}
-    chosen: Dict[str, List[Dict[str, float]]] = {}
-    rankings: Dict[str, List[Ranking]] = {}  # per draw
-    single_ndcg: Dict[str, np.ndarray] = {}
-    bar = tqdm(specs, desc=f"rows {uec_task.name}", disable=not show_progress_bar, unit="row")
-    for spec in bar:
-        if spec.grid:
-            settings = grid(spec)
-            runs = [run(spec, **g) for g in settings]
-            picks = [int(np.argmax([r.metrics["ndcg@10"][dv].mean() for r in runs])) for dv, _ in draws]
-            chosen[spec.name] = [settings[i] for i in picks]
-            rankings[spec.name] = [runs[i] for i in picks]
-        elif spec.dev_weights:
-            rankings[spec.name] = [
-                run(spec, weights=np.array([single_ndcg[m][dv].mean() for m in models])) for dv, _ in draws
-            ]
-        else:
-            r = run(spec)
-            rankings[spec.name] = [r] * len(draws)
-            if spec.models:
-                single_ndcg.setdefault(spec.models[0], r.metrics["ndcg@10"])  # the plain model, not its hubness row
-    k_multi = models.index(multi)
-    foreign_langs = [l for l in dict.fromkeys(langs) if l != "en"]
     for name, rs in rankings.items():
-        per_metric: Dict[str, List[float]] = {}
-        for r, (dv, ts) in zip(rs, draws):
-            for key, vals in r.metrics.items():
-                per_metric.setdefault(key, []).append(100.0 * vals[ts].mean())
-            per_metric.setdefault("dev_ndcg@10", []).append(100.0 * r.metrics["ndcg@10"][dv].mean())
-            per_metric.setdefault("auc@10", []).append(100.0 * roc_auc(-r.sig2_top1[ts], r.metrics["hit@10"][ts]))
-            tau = fit_confidence_temperature(r.scores[dv], r.metrics["hit@1"][dv])
-            per_metric.setdefault("ece", []).append(
-                expected_calibration_error(top1_confidence(r.scores[ts], tau), r.metrics["hit@1"][ts])
-            )
-            for lang in dict.fromkeys(langs):
-                sel = ts[langs[ts] == lang]
-                per_metric.setdefault(f"ndcg@10[{lang}]", []).append(100.0 * r.metrics["ndcg@10"][sel].mean())
-            if r.weights.shape[1] == len(models):
-                w = r.weights[:, k_multi].astype(np.float64)
-                en = ts[langs[ts] == "en"]
-                fo = ts[langs[ts] != "en"]
-                if en.size:
-                    per_metric.setdefault("w_multi[en]", []).append(float(w[en].mean()))
-                if fo.size:
-                    per_metric.setdefault("w_multi[foreign]", []).append(float(w[fo].mean()))
-        row = {k: _summary(v) for k, v in per_metric.items()}
+        results[name] = _row_summary(rs, draws, langs, len(models), models.index(multi))
         if name in chosen:
-            row["chosen"] = chosen[name]
-        results[name] = row
-
-    coefficients = {}
-    for name in (
-        "paper: kron, score mixing",
-        "official: diag, embedding mixing",
-        "confidence (sigma^2 in the probit, score mixing)",
-        "confidence x kron Laplace (score mixing)",
-        "rank head (kron Laplace variances in the probit)",
-        DEFAULT_ROW,
-    ):
-        if name in rankings:
-            r = rankings[name][0]
-            coefficients[name] = {lang: r.weights[langs == lang].mean(axis=0).tolist() for lang in dict.fromkeys(langs)}
+            results[name]["chosen"] = chosen[name]
+    coefficients = {
+        name: {lang: rankings[name][0].weights[langs == lang].mean(axis=0).tolist() for lang in dict.fromkeys(langs)}
+        for name in _COEFFICIENT_ROWS
+        if name in rankings
+    }
     variants = {s.name for s in specs if s.variant}
     best_dev = max((n for n in results if n in variants), key=lambda n: results[n]["dev_ndcg@10"][0])
     return {
         "task": uec_task.name,
         "models": models,
         "multilingual_model": multi,
-        "foreign_languages": foreign_langs,
+        "foreign_languages": [l for l in dict.fromkeys(langs) if l != "en"],
         "n_queries_eval": int(len(ev)),
         "n_documents": len(t.documents),
         "n_fit_pairs": len(uec_task.fit_pairs),
@@ -611,8 +621,8 @@ def evaluate_task(
         "best_dev_variant": best_dev,
         "coefficients": coefficients,
         "skipped": skipped,
-        "notes": notes,
-        "posteriors": posteriors,
+        "notes": forms.notes,
+        "posteriors": _posterior_summary(forms, models),
         "encode_seconds": emb.seconds,
     }
 
@@ -662,27 +672,27 @@ variance v_k (`crossembed/uec/rules.py`, `crossembed/uec/ensemble.py`):
 | similarity | mu_s / sqrt(1 + (pi/8) sig2_s) (probit) | cos(mu_q, mu_c) / (1 + beta sig2_s / pi) |
 
 with sig2_s = <mu_q^2, v_c> + <mu_c^2, v_q> + <v_q, v_c>. Retrieval
-confidence (`uncertainty="confidence"`, the default): over the searched
+confidence (`ConfidenceRouting`, `uncertainty="confidence"`): over the searched
 collection, model k's cosines s_(1) >= s_(2) >= ... give the calibrated gap
 g_k(q) = (s_(1) - mean(s_(2..20))) / c_k, c_k the model's cosine spread
 between unrelated fit texts; the per-query score variance is
 sigma_k^2(q) = (c_k / g_k(q))^2 and the coefficients are
 softmax_k(-log sigma_k^2(q) / T), i.e. pi_k ∝ sigma_k^(-2/T). It is computed
 at encode time over a reference collection held by the ensemble
-(`UECEnsemble.set_reference`; `UECIndex.build` sets it to the indexed
+(`UECEnsemble.with_reference`; `UECIndex.build` uses the indexed
 documents), so an index search and the probit score stay one pipeline. By
-default (`confidence_scoring="replace"`) the probit scores sigma_k^2(q) as
+default (`laplace_variances=False`) the probit scores sigma_k^2(q) as
 the query's isotropic variance with deterministic documents, so
 sig2_s = sum_k w_k^2 sigma_k^2(q) for unit documents: the ranking is the
 confidence-weighted score and the score is shrunk by the query's
-uncertainty; `"laplace"` scores the Laplace variances instead, `"add"` both.
+uncertainty; `laplace_variances=True` scores the Laplace variances instead.
 
 Rows:
 
 * single models and the baselines rank by the cosine of the means;
   *uniform ensemble (mean of scores)*: average of the K cosines;
   *(calibrated scores)*: each cosine first divided by c_k
-  (`calibrate_scores`, the default of every score-mixing row below);
+  (`ScoreMixing(calibrate=True)`, the default of every score-mixing row below);
   *weighted ensemble*: fixed weights proportional to each model's dev nDCG@10;
 * *paper*: the paper's rules (raw traces for its own form with embedding
   mixing, otherwise traces standardised per model);
@@ -691,30 +701,30 @@ Rows:
   side by side (the coefficients mix per-model scores);
 * *confidence (sigma^2 in the probit)*: the routing above as shipped, T
   tuned; *kron / diag Laplace variances in the probit*: the same weights,
-  the Laplace variances scored (`confidence_scoring="laplace"`); *official
+  the Laplace variances scored (`laplace_variances=True`); *official
   rules*: the same weights under the official normalisation and beta cosine
   (diagonal posterior); *centred per model*: log sigma_k^2 minus its mean
-  over the Laplace fit anchors (`center_confidence=True`); *z-scored per
+  over the Laplace fit anchors (`center=True`); *z-scored per
   model*: that centred log sigma_k^2 divided by its standard deviation over
-  the anchors (`standardize_confidence=True`); *hard routing*: T = 0.01,
+  the anchors (`standardize=True`); *hard routing*: T = 0.01,
   i.e. each query goes to its most confident model (a bound on how far
   sharper weights go); *x Laplace*:
   sigma_k^2 times the Laplace trace relative to its fit-set mean (weights
   only);
 * *+ hubness (CSLS)*: each model's score minus half its document hubness
   (the mean of the document's 10 best cosines to that model's fit anchors,
-  a fit document's own anchors left out; `hubness=0.5`). Every row above
+  a fit document's own anchors left out; `ScoreMixing(hubness=0.5)`). Every row above
   these scores without it;
 * *+ query head + hubness*: each model's queries mapped by its query head
   (the MAP of a linear map under the fit pairs' InfoNCE, prior at the
-  identity, penalty chosen on held-out fit pairs; `query_head=True`), with
+  identity, penalty chosen on held-out fit pairs; `ScoreMixing(query_head=True)`), with
   the hubness measured against the mapped fit anchors. Every row above these
   scores without it;
 * *UEC default (as shipped)*: `UECEnsemble(embedders)` with every default
   (rank-head routing, T = 1, deterministic scoring, query heads, hubness
   1/2; not tuned here; *T chosen on dev*: the same with T from the confidence grid), and its ablations (*- Unc Sim*: rank by the mean
   score without the variance; *- Unc Conv*: uniform coefficients; *- hubness*:
-  `hubness=0`; *- query head*: `query_head=False`, the previous default but at T = 1).
+  `hubness=0`; *- query head*: `query_head=False`).
 
 Settings tuned per draw on the dev half (column *chosen*): T from {T_GRID}
 (standardised traces; times the mean raw trace std for the paper's raw
@@ -808,6 +818,67 @@ def _targets(results: Sequence[Dict[str, Any]]) -> List[str]:
     return ["## Issue 11's targets (UEC default as shipped, test halves)", ""] + out + [""] if out else []
 
 
+def _task_section(res: Dict[str, Any]) -> List[str]:
+    """One task's tables: the rows, findings, per-language nDCG, coefficients and posteriors."""
+    lines: List[str] = []
+    multi = res.get("multilingual_model", "e5")
+    lines += [
+        f"### {res['task']}",
+        "",
+        f"{res['n_queries_eval']} evaluated queries ({', '.join(res['languages'])}), {res['n_documents']} documents, "
+        f"{res['n_fit_pairs']} Laplace fit pairs (disjoint from the evaluated queries), {res['n_draws']} random "
+        "dev/test halves; test mean ± std over the draws. Metrics ×100 except ECE and weights.",
+        "",
+        "| row | "
+        + " | ".join(label for _, label in _MAIN_METRICS)
+        + f" | w({multi}) foreign | w({multi}) en | chosen on dev |",
+        "|---|" + "---|" * (len(_MAIN_METRICS) + 3),
+    ]
+    for name, row in res["rows"].items():
+        cells = [_fmt(row[key], 3 if key == "ece" else 2) for key, _ in _MAIN_METRICS]
+        single = name in res["models"]
+        for key in ("w_multi[foreign]", "w_multi[en]"):
+            cells.append("" if single or key not in row else _fmt(row[key], 3))
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {_fmt_chosen(row.get('chosen', []))} |")
+    lines.append("")
+    lines += _verdicts(res)
+    if len(res["languages"]) > 1:
+        lines += [
+            "nDCG@10 per query language (test, mean ± std):",
+            "",
+            "| row | " + " | ".join(res["languages"]) + " |",
+            "|---|" + "---|" * len(res["languages"]),
+        ]
+        for name, row in res["rows"].items():
+            lines.append(f"| {name} | " + " | ".join(_fmt(row[f"ndcg@10[{l}]"]) for l in res["languages"]) + " |")
+        lines.append("")
+    lines += [
+        "Mean coefficients per query language (draw 0, chosen settings):",
+        "",
+        "| row | language | " + " | ".join(res["models"]) + " |",
+        "|---|---|" + "---|" * len(res["models"]),
+    ]
+    for name, per_lang in res["coefficients"].items():
+        for lang, w in per_lang.items():
+            lines.append(f"| {name} | {lang} | " + " | ".join(f"{x:.3f}" for x in w) + " |")
+    lines += [
+        "",
+        "Posteriors (prior precision by marginal likelihood; fit time on this machine, query head"
+        " included; query head: the penalty per pair chosen on held-out pairs, inf = the identity kept):",
+        "",
+        "| model/form | prior precision | fit s | pairs | trace mean | trace std | query head |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key, p in res["posteriors"].items():
+        c = p.get("query_head_penalty")
+        lines.append(
+            f"| {key} | {p['prior_precision']:.3g} | {p['fit_seconds']:.1f} | {p['n_pairs']} | "
+            f"{p['trace_mean']:.4g} | {p['trace_std']:.3g} | {'' if c is None else f'{c:g}'} |"
+        )
+    lines.append("")
+    return lines
+
+
 def render_markdown(results: Sequence[Dict[str, Any]], *, command: str = "", perf_note: str = "") -> str:
     """``docs/uec.md`` from :func:`evaluate_task` outputs."""
     intro = (
@@ -817,61 +888,7 @@ def render_markdown(results: Sequence[Dict[str, Any]], *, command: str = "", per
     )
     lines: List[str] = [intro] + _targets(results)
     for res in results:
-        multi = res.get("multilingual_model", "e5")
-        lines += [
-            f"### {res['task']}",
-            "",
-            f"{res['n_queries_eval']} evaluated queries ({', '.join(res['languages'])}), {res['n_documents']} documents, "
-            f"{res['n_fit_pairs']} Laplace fit pairs (disjoint from the evaluated queries), {res['n_draws']} random "
-            "dev/test halves; test mean ± std over the draws. Metrics ×100 except ECE and weights.",
-            "",
-            "| row | "
-            + " | ".join(label for _, label in _MAIN_METRICS)
-            + f" | w({multi}) foreign | w({multi}) en | chosen on dev |",
-            "|---|" + "---|" * (len(_MAIN_METRICS) + 3),
-        ]
-        for name, row in res["rows"].items():
-            cells = [_fmt(row[key], 3 if key == "ece" else 2) for key, _ in _MAIN_METRICS]
-            single = name in res["models"]
-            for key in ("w_multi[foreign]", "w_multi[en]"):
-                cells.append("" if single or key not in row else _fmt(row[key], 3))
-            lines.append(f"| {name} | " + " | ".join(cells) + f" | {_fmt_chosen(row.get('chosen', []))} |")
-        lines.append("")
-        lines += _verdicts(res)
-        if len(res["languages"]) > 1:
-            lines += [
-                "nDCG@10 per query language (test, mean ± std):",
-                "",
-                "| row | " + " | ".join(res["languages"]) + " |",
-                "|---|" + "---|" * len(res["languages"]),
-            ]
-            for name, row in res["rows"].items():
-                lines.append(f"| {name} | " + " | ".join(_fmt(row[f"ndcg@10[{l}]"]) for l in res["languages"]) + " |")
-            lines.append("")
-        lines += [
-            "Mean coefficients per query language (draw 0, chosen settings):",
-            "",
-            "| row | language | " + " | ".join(res["models"]) + " |",
-            "|---|---|" + "---|" * len(res["models"]),
-        ]
-        for name, per_lang in res["coefficients"].items():
-            for lang, w in per_lang.items():
-                lines.append(f"| {name} | {lang} | " + " | ".join(f"{x:.3f}" for x in w) + " |")
-        lines += [
-            "",
-            "Posteriors (prior precision by marginal likelihood; fit time on this machine, query head"
-            " included; query head: the penalty per pair chosen on held-out pairs, inf = the identity kept):",
-            "",
-            "| model/form | prior precision | fit s | pairs | trace mean | trace std | query head |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for key, p in res["posteriors"].items():
-            c = p.get("query_head_penalty")
-            lines.append(
-                f"| {key} | {p['prior_precision']:.3g} | {p['fit_seconds']:.1f} | {p['n_pairs']} | "
-                f"{p['trace_mean']:.4g} | {p['trace_std']:.3g} | {'' if c is None else f'{c:g}'} |"
-            )
-        lines.append("")
+        lines += _task_section(res)
     if perf_note:
         lines += [perf_note, ""]
     runs = [res["command"] for res in results if res.get("command")]

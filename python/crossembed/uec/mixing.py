@@ -23,8 +23,10 @@
 
 Each object has ``bind(heads, scoring)`` (checks and resolves its defaults
 against the models and the scoring; returns the object the ensemble keeps),
-``dim(dims)``, ``mix(components, pi, heads, *, role, scoring)`` and
-``get_config()`` (:func:`mixing_from_config` rebuilds it).
+``dim(dims)``, ``mix(components, pi, heads, *, role, scoring)``,
+``symmetric()`` (the mixing for texts compared with texts),
+``hub_dims(n_models)`` (trailing coordinates that only a document side
+has) and ``get_config()`` (:func:`mixing_from_config` rebuilds it).
 """
 
 from __future__ import annotations
@@ -128,6 +130,16 @@ class ScoreMixing:
         """``sum D_k``, plus K hubness coordinates when hubness is on."""
         return sum(dims) + (len(dims) if self.hubness and self.hubness > 0 else 0)
 
+    def symmetric(self) -> ScoreMixing:
+        """This mixing for texts compared with texts: no query heads (they map queries toward documents)."""
+        out = copy.copy(self)
+        out.query_head = False
+        return out
+
+    def hub_dims(self, n_models: int) -> int:
+        """How many trailing coordinates are hubness coordinates (K when hubness is on, else 0)."""
+        return n_models if self.hubness and self.hubness > 0 else 0
+
     def score_scales(self, heads: Sequence[ModelHeads]) -> np.ndarray:
         """Per-model factors ``c_k = g / s_k`` (``s_k`` the score scale, ``g`` their geometric mean), or ones."""
         if not self.calibrate:
@@ -199,6 +211,14 @@ class EmbeddingMixing:
     def dim(self, dims: Sequence[int]) -> int:
         """The smallest ``D_k``."""
         return min(dims)
+
+    def symmetric(self) -> EmbeddingMixing:
+        """This mixing for texts compared with texts (unchanged)."""
+        return self
+
+    def hub_dims(self, n_models: int) -> int:
+        """No hubness coordinates."""
+        return 0
 
     def _project(self, k: int, c: GaussianEmbedding) -> GaussianEmbedding:
         R = self._proj.get(k)

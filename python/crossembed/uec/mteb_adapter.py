@@ -4,8 +4,7 @@ MTEB hands the model a ``DataLoader`` of batches (dicts with a ``"text"``
 list) and later gives the arrays it returned back to ``similarity``. A
 Gaussian embedding is two arrays, so :meth:`UECMTEBEncoder.encode` returns
 ``[mean | var]`` side by side, shape ``(n, 2 D)``, and :meth:`similarity`
-splits them again and scores with the ensemble's own rule (probit similarity,
-or the dot product of the means for ``use_variance=False``). Retrieval,
+splits them again and scores with the ensemble's own scoring object. Retrieval,
 reranking, STS and pair classification go through ``similarity`` and see
 UEC's scores; tasks that feed the vectors to a classifier or k-means see the
 ``[mean | var]`` features (``vectors="mean"`` gives the means only).
@@ -16,9 +15,10 @@ with the ensemble's document-hubness coordinates set to zero (a text compared
 with a text has no document side; otherwise two queries would score
 ``beta^2 sum_k w_k w'_k`` extra) and without the query heads (they map
 queries toward documents; a text compared with a text takes neither side).
-With confidence routing (the ensemble's default) the last document batch
-encoded becomes the reference collection the queries' confidence is measured
-over, as :meth:`UECIndex.build` does for an index.
+With retrieval-confidence routing the last document batch encoded becomes
+the reference collection the queries' confidence is measured over, as
+:meth:`UECIndex.build` does for an index (the encoder keeps that ensemble;
+the one passed in is left as it was).
 ``mteb`` is imported only by :attr:`UECMTEBEncoder.mteb_model_meta`.
 
     import mteb
@@ -28,7 +28,6 @@ over, as :meth:`UECIndex.build` does for an index.
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Iterable, List, Optional
 
 import numpy as np
@@ -115,20 +114,25 @@ class UECMTEBEncoder:
             return np.zeros((0, D if self.vectors == "mean" else 2 * D), dtype=np.float32)
         role = _role(prompt_type)
         symmetric = getattr(prompt_type, "value", prompt_type) is None
-        ensemble = self.ensemble
-        if symmetric and ensemble.query_head:  # module docstring: text vs text takes no query head
-            ensemble = copy.copy(ensemble)
-            ensemble.query_head = False
         comps = self.ensemble.encode_components(
             texts, role=role, batch_size=self.batch_size, show_progress_bar=bool(kwargs.get("show_progress_bar", False))
         )
         if role == "passage" and self.ensemble.needs_reference and len(texts) >= 2:
             # MTEB encodes the corpus before the queries: it is the collection the retrieval
             # confidence of the queries is measured over (what UECIndex.build does)
-            self.ensemble.set_reference(comps)
+            self.ensemble = self.ensemble.with_reference(comps)
+        ensemble = self.ensemble
+        if symmetric:  # module docstring: text vs text takes no query head
+            ensemble = UECEnsemble(
+                ensemble.embedders,
+                routing=ensemble.routing,
+                mixing=ensemble.mixing.symmetric(),
+                scoring=ensemble.scoring,
+                reference=ensemble.reference_,
+            )
         g = ensemble.combine(comps, role=role)
-        if ensemble.hubness > 0 and symmetric:
-            g.mean[:, -self.ensemble.n_models :] = 0.0  # symmetric task (module docstring)
+        if symmetric:  # no document side: the hubness coordinates are zeroed (module docstring)
+            g.mean[:, g.dim - ensemble.mixing.hub_dims(ensemble.n_models) :] = 0.0
         if self.vectors == "mean":
             return g.mean
         return np.concatenate([g.mean, g.var], axis=1)
