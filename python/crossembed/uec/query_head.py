@@ -1,4 +1,4 @@
-"""A linear map of each model's queries fitted on the fit pairs (``UECEnsemble(query_head=...)``).
+"""A linear map of each model's queries fitted on the fit pairs (``ScoreMixing(query_head=...)``).
 
 The Laplace posterior treats the frozen encoder's last layer as the MAP of
 its own training loss: its mean is the pretrained embedding. The fit pairs

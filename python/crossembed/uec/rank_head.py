@@ -1,4 +1,4 @@
-"""Each model's predicted retrieval difficulty per input (``uncertainty="rank"``).
+"""Each model's predicted retrieval difficulty per input (:class:`~crossembed.uec.routing.RankRouting`).
 
 A Laplace posterior over a frozen encoder says how much the fit pairs pin its
 weights down near an input; it does not say whether the encoder *understands*

@@ -1,7 +1,7 @@
 """The pure maths behind UEC's two rule sets and its retrieval-confidence routing.
 
-Official code's rules (MLAI-Yonsei/UEC, ``rules="official"`` of
-:class:`~crossembed.uec.UECEnsemble`):
+Official code's rules (MLAI-Yonsei/UEC; :class:`~crossembed.uec.routing.PrecisionSumRouting`
+and :class:`~crossembed.uec.scoring.BetaCosineScoring`):
 
 variance normalisation
     every input's variance vector is divided by its own squared L2 norm,
@@ -16,7 +16,7 @@ beta-scaled similarity
     (unnormalised) means; no square root, unlike the probit;
     :func:`beta_scores`.
 
-Retrieval confidence (``uncertainty="confidence"``): a model that is sure of
+Retrieval confidence (:class:`~crossembed.uec.routing.ConfidenceRouting`): a model that is sure of
 a query puts its best document far above the pack. Over a reference
 collection ``R_k`` (unit rows) the model's cosines ``s_(1) >= s_(2) >= ...``
 give the *calibrated gap*
@@ -24,7 +24,7 @@ give the *calibrated gap*
     g_k(q) = (s_(1) - mean(s_(2), ..., s_(top))) / c_k
 
 in units of ``c_k``, the model's cosine spread between unrelated texts
-(:attr:`LaplaceEmbedder.score_scale_`), so models with different score
+(:attr:`ModelHeads.score_scale <crossembed.uec.heads.ModelHeads>`), so models with different score
 ranges (e5 is anisotropic) compare. :func:`retrieval_gap` computes it,
 :func:`confidence_variance` turns it into the score variance
 ``sigma_k^2(q) = (c_k / g_k(q))^2`` (raw cosine units: the top-1 lead is
