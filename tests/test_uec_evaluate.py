@@ -161,3 +161,45 @@ def test_perf_benchmarks_on_a_small_synthetic_index():
     assert {(f["hessian"], f["curvature"]) for f in fits} == {(h, c) for h in ("kron", "diag") for c in ("ggn", "ef")}
     md = render_perf_markdown([run], fits=fits, command="crossembed uec-perf --test")
     assert "| 2,000 | 64 |" in md and "uec-perf --test" in md
+
+
+def test_row_options_build_the_behaviour_objects():
+    from crossembed.experiments.uec_configs import build_ensemble
+    from crossembed.uec import (
+        BetaCosineScoring,
+        ConfidenceRouting,
+        EmbeddingMixing,
+        FixedRouting,
+        LaplaceEmbedder,
+        PrecisionSumRouting,
+        ProbitScoring,
+        RankRouting,
+        ScoreMixing,
+        UniformRouting,
+    )
+
+    uec, emb = _tiny_task()
+    embs = [
+        LaplaceEmbedder(None, prior_precision=2.0).fit_embeddings(emb.fit_anchors[m], emb.fit_positives[m])
+        for m in "ab"
+    ]
+    default = build_ensemble(embs)
+    assert type(default.routing) is RankRouting and type(default.mixing) is ScoreMixing
+    assert type(default.scoring) is ProbitScoring and default.mixing.hubness == 0.5
+    assert type(build_ensemble(embs, weights="uniform").routing) is UniformRouting
+    assert type(build_ensemble(embs, weights=[1.0, 3.0]).routing) is FixedRouting
+    off = build_ensemble(embs, uncertainty="laplace", rules="official", beta=0.0)
+    assert type(off.routing) is PrecisionSumRouting and type(off.scoring) is BetaCosineScoring
+    assert off.scoring.beta == 0.0 and off.mixing.hubness == 0.0 and off.mixing.query_head is False
+    conf = build_ensemble(embs, uncertainty="confidence", confidence_scoring="laplace", standardize_confidence=True)
+    assert type(conf.routing) is ConfidenceRouting and conf.routing.laplace_variances and conf.routing.center
+    assert type(build_ensemble(embs, mixing="embedding").mixing) is EmbeddingMixing
+    assert build_ensemble(embs, use_variance=False).scoring.use_variance is False
+    with pytest.raises(ValueError, match="unknown ensemble options"):
+        build_ensemble(embs, confidence_top=5)
+    with pytest.raises(ValueError, match="confidence_scoring"):
+        build_ensemble(embs, confidence_scoring="add")
+    with pytest.raises(ValueError, match="mixing"):
+        build_ensemble(embs, mixing="average")
+    with pytest.raises(ValueError, match="hubness"):
+        build_ensemble(embs, mixing="embedding", hubness=0.5)

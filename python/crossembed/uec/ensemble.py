@@ -193,7 +193,7 @@ class UECEnsemble:
             if not self.routing.needs_calibration:
                 raise ValueError(f"queries calibrate a routing that centres its confidence, not {self.routing!r}")
             reference = self.routing.calibrate(reference, queries, self.heads)
-        return UECEnsemble(
+        return type(self)(
             self.embedders, routing=self.routing, mixing=self.mixing, scoring=self.scoring, reference=reference
         )
 
