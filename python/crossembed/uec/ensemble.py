@@ -140,7 +140,7 @@ class UECEnsemble:
     ):
         self.embedders = _check_embedders(embedders)
         self.routing = _check_behaviour(
-            RankRouting() if routing is None else routing, "routing", ("route", "get_config")
+            RankRouting() if routing is None else routing, "routing", ("route", "check_models", "get_config")
         )
         self.scoring = _check_behaviour(
             ProbitScoring() if scoring is None else scoring,

@@ -50,6 +50,7 @@ __all__ = [
     "ROUTINGS",
     "RankRouting",
     "RetrievalReference",
+    "Routing",
     "UniformRouting",
     "routing_from_config",
 ]
@@ -138,8 +139,12 @@ def model_matrix(item, dim: int, name: str) -> np.ndarray:
     return m
 
 
-class _Routing:
-    """Shared plumbing: config, repr and the defaults of the optional hooks."""
+class Routing:
+    """Base of the routing objects: config, repr and the defaults of the optional hooks.
+
+    A new routing subclasses it, sets ``kind``, implements ``route`` (and
+    ``_arguments`` for its config) and is added to :data:`ROUTINGS` to be loadable.
+    """
 
     kind = ""
     #: True when queries are routed by retrieval confidence over a reference collection
@@ -157,6 +162,10 @@ class _Routing:
     def check_models(self, heads: Sequence[ModelHeads]) -> None:
         """Raise ``ValueError`` when this routing cannot route these models."""
 
+    def route(self, components, heads, *, role: str = "query", reference=None) -> Routed:
+        """``(pi (n, K), components to score)`` (module docstring)."""
+        raise NotImplementedError
+
     def coefficients(self, components, heads, *, role: str = "query", reference=None) -> np.ndarray:
         """Only the ``pi`` of :meth:`route`."""
         return self.route(components, heads, role=role, reference=reference)[0]
@@ -166,7 +175,7 @@ class _Routing:
         return f"{type(self).__name__}({args})"
 
 
-class UniformRouting(_Routing):
+class UniformRouting(Routing):
     """``pi_k = 1/K`` for every input (the uniform ensemble, the paper's "- Unc Conv" ablation)."""
 
     kind = "uniform"
@@ -175,7 +184,7 @@ class UniformRouting(_Routing):
         return _uniform(len(components[0]), len(components)), list(components)
 
 
-class FixedRouting(_Routing):
+class FixedRouting(Routing):
     """Fixed global weights for every input (a weighted ensemble).
 
     Parameters
@@ -204,7 +213,7 @@ class FixedRouting(_Routing):
         return np.tile(self.weights, (len(components[0]), 1)), list(components)
 
 
-class LaplaceRouting(_Routing):
+class LaplaceRouting(Routing):
     """The paper's coefficients ``softmax_k(-t_k(x) / T)`` from the Laplace posterior's traces.
 
     Parameters
@@ -238,7 +247,7 @@ class LaplaceRouting(_Routing):
         return rules.softmax_rows(self.logits(components, heads) / self.temperature), list(components)
 
 
-class PrecisionSumRouting(_Routing):
+class PrecisionSumRouting(Routing):
     """The official code's coefficients ``softmax_k(sum_d (1 / v_kd) / T)``.
 
     Parameters
@@ -263,7 +272,7 @@ class PrecisionSumRouting(_Routing):
         return rules.softmax_rows(self.logits(components, heads) / self.temperature), list(components)
 
 
-class RankRouting(_Routing):
+class RankRouting(Routing):
     """Route each query by its models' predicted log-ranks, ``softmax_k(-t_k(q) / T)``.
 
     Parameters
@@ -302,7 +311,7 @@ def routing_from_config(config: Dict[str, Any]):
     return ROUTINGS[config["kind"]](**args)
 
 
-class ConfidenceRouting(_Routing):
+class ConfidenceRouting(Routing):
     """Route queries by each model's retrieval confidence over a reference collection.
 
     Parameters
