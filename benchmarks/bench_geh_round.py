@@ -16,11 +16,10 @@ import pytest
 from _bench import run, size
 from crossembed import kernels
 from crossembed.baselines import numpy_csls_mutual_topk_candidates, numpy_signatures
-from crossembed.linking import ValidatedPromotion
-from crossembed.linking._fit import FitState
-from crossembed.linking.geh import _without_own_anchor
+from crossembed.linking import KernelSignatures, Proposer, ValidatedPromotion
+from crossembed.linking._fit import FitSetup, FitState
+from crossembed.linking.candidates import without_own_anchor
 from crossembed.linking.proposers import PoolProposer, pool_candidate_lists
-from crossembed.linking.views import FarthestPointViews, kernel_signatures
 
 N, D, POOL = size("geh_rows", 10_000, 1_500), 384, size("geh_pool", 600, 150)
 POOL_K, POOL_ANCHORS = 64, 512
@@ -42,8 +41,16 @@ def problem():
     return A, B, pool
 
 
-def _numpy_signatures(X, anchors, num_threads=None):
-    return numpy_signatures(X, anchors, kernels.median_anchor_distance(anchors))
+class _NumpySignatures:
+    """The kernel signatures in numpy (from the rows: no round cosines)."""
+
+    reads_cosines = False
+
+    def __call__(self, X, anchors, *, sigma=None, num_threads=None):
+        return numpy_signatures(X, anchors, kernels.median_anchor_distance(anchors) if sigma is None else sigma)
+
+    def from_cosines(self, cosines, cols, *, sigma, num_threads=None):
+        raise NotImplementedError
 
 
 def _numpy_candidates(SA, SB, m):
@@ -55,7 +62,7 @@ def _numpy_candidates(SA, SB, m):
     return top(SA, SB), top(SB, SA)
 
 
-class _NumpyPoolProposer:
+class _NumpyPoolProposer(Proposer):
     def __init__(self, cand_a, cand_b):
         self.cand_a, self.cand_b = cand_a, cand_b
 
@@ -70,15 +77,12 @@ class _NumpyPoolProposer:
 
 def _round(problem, *, numpy: bool):
     A, B, pool = problem
-    sig = _numpy_signatures if numpy else kernel_signatures
-    fit = FitState(
-        A=A, B=B, seeds=pool[:15], rng=np.random.default_rng(0), signature_fn=sig,
-        view_sampler=FarthestPointViews(), k=5, csls_k=50, m0=5, rho0=0.4, c=0.3,
-    )  # fmt: skip
+    setup = FitSetup(signatures=_NumpySignatures() if numpy else KernelSignatures())
+    fit = FitState(A=A, B=B, seeds=pool[:15], rng=np.random.default_rng(0), setup=setup)
     fit.set_links(pool[15:], np.full(POOL - 15, 0.9), np.full(POOL - 15, 5))
     anchors = fit.pool()[:POOL_ANCHORS]
     SA, SB = fit.signatures(anchors)
-    SA, SB = _without_own_anchor(SA, anchors[:, 0]), _without_own_anchor(SB, anchors[:, 1])
+    SA, SB = without_own_anchor(SA, anchors[:, 0]), without_own_anchor(SB, anchors[:, 1])
     if numpy:
         proposer = _NumpyPoolProposer(*_numpy_candidates(SA, SB, POOL_K))
     else:

@@ -1,11 +1,10 @@
 """One GEH round's view signatures: 20 views of 256 anchors drawn from a pool of 2,600 (a 10k fit's
 late rounds), over 6,500 rows of one side.
 
-* kernel: the round's cosines to the union of the views' anchors (one GEMM), then the
-  ``signatures_from_cosines`` kernel per view, without re-checking the round's own cosines
-  (what ``ValidatedPromotion`` does now; the public function's one-pass check of C costs
-  about as much as the kernel);
-* per-view GEMM: ``anchor_signatures`` per view (what it did before);
+* kernel: the round's cosines to the union of the views' anchors (one GEMM), checked once
+  (``AnchorCosines``), then the ``signatures_from_cosines`` kernel per view (what
+  ``ValidatedPromotion`` does);
+* per-view GEMM: ``anchor_signatures`` per view;
 * numpy: the same union GEMM, then gather + exp + normalise in numpy per view.
 
 FLOPs per call: the per-view path's 2 * N * D * (views x anchors).
@@ -17,7 +16,7 @@ import pytest
 import crossembed as ce
 from _bench import run, size, unit_rows
 from crossembed.baselines import numpy_signatures_from_cosines
-from crossembed.kernels import _signatures_from_trusted_cosines
+from crossembed.kernels import AnchorCosines
 
 N, D = size("view_signatures_n", 6500, 1500), 384
 POOL, VIEWS, PER_VIEW, SIGMA = 2600, 20, 256, 0.5
@@ -32,14 +31,14 @@ def round_inputs():
     return X, pool, views
 
 
-def _from_cosines(X, pool, views, one_view):
+def _from_cosines(X, pool, views, one_view, wrap=lambda C: C):
     cols = np.unique(np.concatenate(views))
-    C = X @ pool[cols].T
+    C = wrap(X @ pool[cols].T)
     return [one_view(C, np.searchsorted(cols, v)) for v in views]
 
 
 def kernel_round(X, pool, views):
-    return _from_cosines(X, pool, views, lambda C, at: _signatures_from_trusted_cosines(C, at, SIGMA))
+    return _from_cosines(X, pool, views, lambda C, at: C.signatures(at, sigma=SIGMA), wrap=AnchorCosines)
 
 
 def numpy_round(X, pool, views):

@@ -1,7 +1,7 @@
 """GEH at 100k rows a side (minilm <-> USE, all glosses, alpha 0.714, draw 0) with 15 seeds from one neighbourhood.
 
 The seeds are the 15 true pairs whose A rows are nearest one pair's A row: an
-adversarial draw for the seed-nearest row sample of ``GEHLinker(row_sample=)``.
+adversarial draw for the seed-nearest row sample of ``GEHLinker(sample=RowSample(near_seeds=True))``.
 The other true pairs are what the links are scored against.
 
     python scripts/geh_clustered_seeds.py --row-sample seeds     # or: random
@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from crossembed.experiments.corpora import _n_available, embed_corpus
-from crossembed.linking import GEHLinker, evaluate_links, make_partial_overlap
+from crossembed.linking import GEHLinker, RowSample, evaluate_links, make_partial_overlap
 
 
 def main() -> None:
@@ -33,7 +33,8 @@ def main() -> None:
     seeds, truth = pairs[pick], np.delete(pairs, pick, axis=0)
     print(f"seed cosines to the centre: {near[pick].min():.2f} - {near[pick].max():.2f}", flush=True)
     tic = time.perf_counter()
-    linker = GEHLinker(random_state=0, max_iter=args.max_iter, show_progress_bar=False, row_sample=args.row_sample)
+    sample = RowSample(near_seeds=args.row_sample == "seeds")
+    linker = GEHLinker(random_state=0, max_iter=args.max_iter, show_progress_bar=False, sample=sample)
     res = linker.link(A, B, seeds)
     m = evaluate_links(res.links, truth)
     print(

@@ -1,7 +1,7 @@
 """Why GEH's sampled rounds suffice: the pool inside a row sample, then the map over every row.
 
 Draws the protocol on the whole cached gloss corpus, samples ``--sample``
-rows of each side (the seeds kept, as ``GEHLinker(sample_rows=)`` does),
+rows of each side (the seeds kept, as ``GEHLinker(sample=RowSample(...))`` does),
 runs the default rounds on the sample with every-row sampling off, printing
 each round's pool precision/recall against the truth mapped into the sample,
 then fits the ridge map on the sample's final links and links every row
@@ -19,10 +19,7 @@ import numpy as np
 from geh_scale_run import _Traced
 
 from crossembed.experiments.corpora import _n_available, embed_corpus
-from crossembed.linking import GEHLinker, evaluate_links, make_partial_overlap
-from crossembed.linking.geh import _sample_rows
-from crossembed.linking.preprocess import preprocess_side
-from crossembed.linking.promotion import make_rule
+from crossembed.linking import Center, GEHLinker, RowSample, ValidatedPromotion, evaluate_links, make_partial_overlap
 from crossembed.linking.refine import map_links
 
 
@@ -41,9 +38,10 @@ def main() -> None:
     split = make_partial_overlap(n, alpha=args.alpha, n_seeds=15, random_state=args.draw)
     A, B = XA[split.rows_a], XB[split.rows_b]
     rng = np.random.default_rng(args.draw)
-    # as GEHLinker(sample_rows=, row_sample=) draws them
-    ia = _sample_rows(A, split.seeds[:, 0], args.sample, rng, args.row_sample)
-    ib = _sample_rows(B, split.seeds[:, 1], args.sample, rng, args.row_sample)
+    # as GEHLinker(sample=RowSample(...)) draws them
+    sample = RowSample(rows=args.sample, near_seeds=args.row_sample == "seeds")
+    ia = sample.draw(A, split.seeds[:, 0], rng)
+    ib = sample.draw(B, split.seeds[:, 1], rng)
     pa, pb = np.full(len(A), -1), np.full(len(B), -1)
     pa[ia], pb[ib] = np.arange(len(ia)), np.arange(len(ib))
     seeds = np.stack([pa[split.seeds[:, 0]], pb[split.seeds[:, 1]]], 1)
@@ -51,9 +49,9 @@ def main() -> None:
     truth = truth[(truth >= 0).all(axis=1)]
     print(f"{len(A)} x {len(B)} rows; sample {args.sample} a side holds {len(truth)} true pairs", flush=True)
     tic = time.perf_counter()
-    rule = _Traced(make_rule("validated"), truth, len(ia), len(ib), print)
+    rule = _Traced(ValidatedPromotion(), truth, len(ia), len(ib), print)
     res = GEHLinker(
-        promotion=rule, sample_rows=None, random_state=args.draw, max_iter=args.max_iter, show_progress_bar=False
+        promotion=rule, sample=None, random_state=args.draw, max_iter=args.max_iter, show_progress_bar=False
     ).link(A[ia], B[ib], seeds)
     links = np.stack([ia[res.links[:, 0]], ib[res.links[:, 1]]], 1)
     m = evaluate_links(links, split.truth)
@@ -62,7 +60,7 @@ def main() -> None:
         f"at precision {m['precision']:.3f}",
         flush=True,
     )
-    FA, FB = preprocess_side(A, "center"), preprocess_side(B, "center")
+    FA, FB = Center().apply(A), Center().apply(B)
     for refits in (1, 3):
         tic = time.perf_counter()
         final, _, _ = map_links(

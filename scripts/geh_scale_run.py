@@ -25,9 +25,10 @@ import time
 
 import numpy as np
 
+from crossembed import linking
 from crossembed.experiments.corpora import _n_available, embed_corpus
 from crossembed.linking import GEHLinker, evaluate_links, make_partial_overlap
-from crossembed.linking.promotion import PromotionRule, make_rule
+from crossembed.linking.promotion import PROMOTIONS, PromotionRule
 
 
 class _Traced(PromotionRule):
@@ -75,6 +76,12 @@ def _mixed(X: np.ndarray, rows: np.ndarray, glosses: np.ndarray, w: np.ndarray, 
     return out
 
 
+def _build(expression: str):
+    """A GEHLinker argument from ``--option``: a literal, or a call of crossembed.linking's classes."""
+    names = {k: getattr(linking, k) for k in linking.__all__}
+    return eval(compile(ast.parse(expression, mode="eval"), "<option>", "eval"), {"__builtins__": {}}, names)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pair", default="minilm:use")
@@ -85,7 +92,12 @@ def main() -> None:
     p.add_argument("--max-iter", type=int, default=30)
     p.add_argument("--num-threads", type=int, default=None)
     p.add_argument("--mix-objects", type=int, default=0, help="synthetic objects mixing two glosses each (0: real)")
-    p.add_argument("--option", action="append", default=[], help="extra GEHLinker option name=python-literal")
+    p.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        help="extra GEHLinker argument name=expression over crossembed.linking's names, e.g. sample='RowSample(near_seeds=False)'",
+    )
     p.add_argument("--out", default=None, help="write the record (history included) as JSON here")
     args = p.parse_args()
 
@@ -103,8 +115,8 @@ def main() -> None:
         objects = np.sort(rng.choice(len(XA), size=min(n, len(XA)), replace=False))
         split = make_partial_overlap(len(objects), alpha=args.alpha, n_seeds=args.seeds, random_state=args.draw)
         A, B = XA[objects[split.rows_a]], XB[objects[split.rows_b]]
-    options = {k: ast.literal_eval(v) for k, v in (o.split("=", 1) for o in args.option)}
-    rule = _Traced(make_rule(options.pop("promotion", "validated")), split.truth, len(A), len(B), print)
+    options = {k: _build(v) for k, v in (o.split("=", 1) for o in args.option)}
+    rule = _Traced(options.pop("promotion", PROMOTIONS["validated"]()), split.truth, len(A), len(B), print)
     linker = GEHLinker(
         promotion=rule,
         random_state=args.draw,

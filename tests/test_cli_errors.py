@@ -5,7 +5,7 @@ import pytest
 
 from crossembed._validation import check_int
 from crossembed.cli import _common, main
-from crossembed.linking.views import cosine_signatures
+from crossembed.linking.views import CosineSignatures
 
 
 def _run_with(monkeypatch, func):
@@ -46,7 +46,7 @@ def test_missing_files_and_packages_are_user_errors(monkeypatch, capsys, exc):
         (lambda: len(3), TypeError),
         (lambda: np.linalg.norm(np.zeros(3), axis=4), ValueError),  # raised inside numpy: our bug
         # a wrong-shape product inside crossembed's own code is a bug too, not the user's error
-        (lambda: cosine_signatures(np.ones((3, 4), np.float32), np.ones((2, 5), np.float32)), ValueError),
+        (lambda: CosineSignatures()(np.ones((3, 4), np.float32), np.ones((2, 5), np.float32)), ValueError),
     ],
 )
 def test_bugs_keep_their_traceback(monkeypatch, bug, kind):

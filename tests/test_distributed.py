@@ -7,8 +7,8 @@ distributed = pytest.importorskip("dask.distributed")
 
 from _linking_data import linking_problem  # noqa: E402
 from crossembed import reference  # noqa: E402
-from crossembed.distributed import DaskProposer, sharded_csls_mutual_topk  # noqa: E402
-from crossembed.linking import GEHLinker, ValidatedPromotion  # noqa: E402
+from crossembed.distributed import DaskExactCandidates, DaskProposer, sharded_csls_mutual_topk  # noqa: E402
+from crossembed.linking import ExactCandidates, GEHLinker, ValidatedPromotion  # noqa: E402
 
 
 def _sigs(rng, n_a, n_b, dim=12):
@@ -37,8 +37,8 @@ def test_sharded_equals_reference(client, n_shards):
 def test_dask_proposer_drives_geh(client):
     A, B, split = linking_problem(300, noise=0.05)
     kw = dict(random_state=0, max_iter=2, promotion=ValidatedPromotion(min_views=4), show_progress_bar=False)
-    local = GEHLinker(candidates="exact", **kw).link(A, B, split.seeds)  # the sharded proposer is exact too
-    sharded = GEHLinker(proposer=DaskProposer(client, n_shards=3), **kw).link(A, B, split.seeds)
+    local = GEHLinker(candidates=ExactCandidates(), **kw).link(A, B, split.seeds)  # the sharded path is exact too
+    sharded = GEHLinker(candidates=DaskExactCandidates(client, n_shards=3), **kw).link(A, B, split.seeds)
     # float32 kernel vs float64 shards: the links must agree almost entirely
     same = len(set(map(tuple, local.links.tolist())) & set(map(tuple, sharded.links.tolist())))
     assert same >= 0.95 * max(len(local.links), len(sharded.links)) and len(local.links) > 0
@@ -47,3 +47,5 @@ def test_dask_proposer_drives_geh(client):
 def test_dask_proposer_rejects_non_client():
     with pytest.raises(TypeError, match="client"):
         DaskProposer(object())
+    with pytest.raises(TypeError, match="client"):
+        DaskExactCandidates(object())

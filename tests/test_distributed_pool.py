@@ -8,7 +8,7 @@ distributed = pytest.importorskip("dask.distributed")
 from _linking_data import linking_problem  # noqa: E402
 from crossembed import kernels  # noqa: E402
 from crossembed.distributed import DaskCandidates, csls_from_candidate_dots  # noqa: E402
-from crossembed.linking import GEHLinker  # noqa: E402
+from crossembed.linking import GEHLinker, PoolCandidates  # noqa: E402
 from crossembed.linking.proposers import pool_candidate_lists  # noqa: E402
 
 
@@ -69,9 +69,9 @@ def test_sharded_candidate_lists_equal_the_local_ones(client, n_shards):
 
 def test_geh_on_a_local_cluster_gives_the_local_links(client):
     A, B, split = linking_problem(700, noise=0.05, seed=4)
-    kw = dict(candidates="pool", pool_k=24, random_state=0, max_iter=4, show_progress_bar=False)
-    local = GEHLinker(**kw).link(A, B, split.seeds)
-    sharded = GEHLinker(candidate_backend=DaskCandidates(client, n_shards=3), **kw).link(A, B, split.seeds)
+    kw = dict(random_state=0, max_iter=4, show_progress_bar=False)
+    local = GEHLinker(candidates=PoolCandidates(k=24), **kw).link(A, B, split.seeds)
+    sharded = GEHLinker(candidates=DaskCandidates(client, n_shards=3, k=24), **kw).link(A, B, split.seeds)
     assert len(local.links) > 50
     np.testing.assert_array_equal(sharded.links, local.links)
     np.testing.assert_array_equal(sharded.votes, local.votes)
@@ -80,5 +80,7 @@ def test_geh_on_a_local_cluster_gives_the_local_links(client):
 def test_dask_candidates_reject_a_non_client():
     with pytest.raises(TypeError, match="client"):
         DaskCandidates(object())
-    with pytest.raises(TypeError, match="candidate_backend"):
-        GEHLinker(candidate_backend=object())
+    with pytest.raises(TypeError, match="^candidates must be"):
+        GEHLinker(candidates=object())
+    with pytest.raises(TypeError, match="^candidates must be"):
+        GEHLinker(candidates=DaskCandidates)  # the class, not an object

@@ -91,3 +91,38 @@ def test_candidate_dots_do_not_depend_on_the_list_around_them(d):
         np.testing.assert_array_equal(alone[:, 0], full[:, t])
     shifted = ce.kernels.candidate_dots(X, Y, np.roll(cand, 3, axis=1))
     np.testing.assert_array_equal(np.roll(shifted, -3, axis=1), full)
+
+
+def test_candidate_lists_checked_once_give_the_candidates_kernel():
+    from crossembed.kernels import CandidateLists, csls_mutual_topk_lists
+
+    rng = np.random.default_rng(8)
+    SA, SB = _signatures(rng, 70, 55)
+    cand_a, cand_b = _nearest(SA, SB, 9), _nearest(SB, SA, 7)
+    cand_a[::5, -2:] = -1
+    lists = CandidateLists(cand_a, cand_b)
+    assert (lists.n_a, lists.n_b) == (70, 55)
+    cand_a[:] = 0  # the lists hold their own checked copy
+    kw = dict(k=3, csls_k=6, exclude_a=[4], exclude_b=[9])
+    got = csls_mutual_topk_lists(SA, SB, lists, **kw)
+    want = ce.csls_mutual_topk_candidates(SA, SB, lists.cand_a, lists.cand_b, **kw)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_bad_candidate_lists_name_the_argument():
+    from crossembed.kernels import CandidateLists, csls_mutual_topk_lists
+
+    SA, SB = np.ones((3, 4), np.float32), np.ones((2, 4), np.float32)
+    good_a, good_b = np.zeros((3, 1), np.int64), np.zeros((2, 1), np.int64)
+    with pytest.raises(ValueError, match="cand_a"):
+        CandidateLists(np.full((3, 1), 2), good_b)  # B has 2 rows
+    with pytest.raises(ValueError, match="repeated"):
+        CandidateLists(np.array([[0, 0], [0, 1], [1, -1]]), good_b)
+    with pytest.raises(ValueError, match="cand_b"):
+        CandidateLists(good_a, np.zeros(2, np.int64))  # not 2-D
+    with pytest.raises(TypeError, match="cand_a"):
+        CandidateLists(None, good_b)
+    with pytest.raises(TypeError, match="lists"):
+        csls_mutual_topk_lists(SA, SB, (good_a, good_b))
+    with pytest.raises(ValueError, match="cand_a has 3 rows but there are 4"):
+        csls_mutual_topk_lists(np.ones((4, 4), np.float32), SB, CandidateLists(good_a, good_b))

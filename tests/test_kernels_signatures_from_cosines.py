@@ -98,3 +98,18 @@ def test_bad_input_names_the_argument():
         bad[1, 2] = value
         with pytest.raises(ValueError, match="finite cosines"):
             ce.signatures_from_cosines(bad, [0], sigma=1.0)
+
+
+def test_anchor_cosines_are_checked_once_and_give_the_function_s_signatures():
+    from crossembed.kernels import AnchorCosines
+
+    C, cols = cosines(120, 40, 3), np.array([3, 0, 17, 17, 39])
+    checked = AnchorCosines(C)
+    assert checked.shape == (120, 40)
+    np.testing.assert_array_equal(checked.signatures(cols, sigma=0.4), ce.signatures_from_cosines(C, cols, sigma=0.4))
+    with pytest.raises(ValueError, match="finite cosines"):
+        AnchorCosines(C * 3)
+    with pytest.raises(ValueError, match="cols"):
+        checked.signatures([40], sigma=1.0)
+    with pytest.raises(ValueError, match="sigma"):
+        checked.signatures([0], sigma=-1.0)

@@ -5,10 +5,18 @@ import pytest
 
 from _linking_data import linking_problem
 from crossembed import reference
-from crossembed.linking import GEHLinker, evaluate_links, refine
+from crossembed.linking import (
+    AutoCandidates,
+    CellCandidates,
+    ExactCandidates,
+    GEHLinker,
+    PoolCandidates,
+    evaluate_links,
+    refine,
+)
 from crossembed.linking import cells as cells_module
 from crossembed.linking.cells import cell_candidate_lists, cell_pairs, nearest_cells, top_cells
-from crossembed.linking.proposers import CellCandidates, pool_candidate_lists
+from crossembed.linking.proposers import pool_candidate_lists
 from crossembed.linking.refine import map_links
 
 
@@ -116,20 +124,25 @@ def test_large_map_passes_get_a_centre_per_256_rows():
 def test_the_cells_path_links_like_the_pool_path():
     A, B, split = linking_problem(1500, noise=0.05, seed=1)
     kw = dict(random_state=0, max_iter=15, show_progress_bar=False)
-    pool = evaluate_links(GEHLinker(candidates="pool", **kw).link(A, B, split.seeds).links, split.truth)
-    cells = evaluate_links(GEHLinker(candidates="cells", **kw).link(A, B, split.seeds).links, split.truth)
+    pool = evaluate_links(GEHLinker(candidates=PoolCandidates(), **kw).link(A, B, split.seeds).links, split.truth)
+    cells = evaluate_links(GEHLinker(candidates=CellCandidates(), **kw).link(A, B, split.seeds).links, split.truth)
     assert pool["f1"] > 0.9
     assert cells["f1"] > pool["f1"] - 0.03, (cells, pool)
 
 
 def test_auto_switches_to_cells_only_for_large_fits():
-    linker = GEHLinker()
-    assert linker.candidate_mode(1000, 1000) == "exact"
-    assert linker.candidate_mode(10_000, 10_000) == "pool"
-    assert linker.candidate_mode(40_000, 40_000) == "cells"
-    assert GEHLinker(candidates="pool").candidate_mode(40_000, 40_000) == "pool"
-    with pytest.raises(ValueError, match="candidates"):
+    auto = GEHLinker().candidates
+    assert isinstance(auto, AutoCandidates)
+    assert isinstance(auto.choose(1000, 1000), ExactCandidates)
+    assert type(auto.choose(10_000, 10_000)) is PoolCandidates
+    assert isinstance(auto.choose(40_000, 40_000), CellCandidates)
+    # the map pass links within cells where the source chosen for its size does
+    assert auto.map_cells(40_000, 40_000) and not auto.map_cells(10_000, 10_000)
+    assert not PoolCandidates().map_cells(40_000, 40_000) and CellCandidates().map_cells(100, 100)
+    with pytest.raises(TypeError, match="candidates"):
         GEHLinker(candidates="cell")
+    with pytest.raises(TypeError, match="pool"):
+        AutoCandidates(pool="pool")
 
 
 def test_cell_backend_lists_only_pairs_with_a_shared_nearest_anchor():

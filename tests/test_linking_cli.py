@@ -73,7 +73,7 @@ def test_link_sample_rows_flag(saved, capsys):
     capsys.readouterr()
     assert main([*args, "--sample-rows", "-1", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "sample_rows" in err and len(err.splitlines()) == 1
+    assert "--sample-rows" in err and len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize(

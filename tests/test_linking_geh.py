@@ -4,8 +4,18 @@ import numpy as np
 import pytest
 
 from _linking_data import linking_problem
-from crossembed.experiments.link_table import geh_config
-from crossembed.linking import geh as geh_module
+from crossembed.linking import (
+    AnnCandidates,
+    CappedPromotion,
+    CellCandidates,
+    CosineSignatures,
+    ExactCandidates,
+    PaperPromotion,
+    PoolCandidates,
+    RandomViews,
+    RowSample,
+    Schedule,
+)
 from crossembed.linking.geh import GEHLinker
 from crossembed.linking.promotion import ValidatedPromotion
 from crossembed.linking.protocol import evaluate_links
@@ -56,19 +66,6 @@ def candidate_reference(SA, SB, cand_a, cand_b, *, k=5, csls_k=50, exclude_a=Non
     return np.array(pairs, np.int64).reshape(-1, 2), np.array([score[p] for p in pairs], np.float32)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def candidate_kernel():
-    """Until the C++ candidate kernel is built, the pool path runs on the numpy reference."""
-    from crossembed import kernels
-
-    if hasattr(kernels._core_module(), "csls_mutual_topk_candidates"):
-        yield True
-        return
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(kernels, "csls_mutual_topk_candidates", candidate_reference)
-        yield False
-
-
 @pytest.fixture(scope="module")
 def problem():
     return linking_problem(500, noise=0.05, seed=0)
@@ -80,11 +77,13 @@ def validated(problem):
     return GEHLinker(random_state=0, max_iter=10, show_progress_bar=False).link(A, B, split.seeds)
 
 
-def _fit(problem, **kw):
+def _fit(problem, *, min_views=None, **kw):
     A, B, split = problem
     kw.setdefault("random_state", 0)
     kw.setdefault("max_iter", 12)
-    return geh_config(show_progress_bar=False, **kw).link(A, B, split.seeds)
+    if min_views is not None:
+        kw["promotion"] = ValidatedPromotion(min_views=min_views, **kw.pop("rule", {}))
+    return GEHLinker(show_progress_bar=False, **kw).link(A, B, split.seeds)
 
 
 def test_validated_recovers_most_links(problem, validated):
@@ -98,7 +97,7 @@ def test_validated_recovers_most_links(problem, validated):
     assert res.history[-1].get("final_pass")
 
 
-@pytest.mark.parametrize("promotion", ["paper", "capped"])
+@pytest.mark.parametrize("promotion", [PaperPromotion(), CappedPromotion()])
 def test_paper_and_capped_rules_find_the_overlap(problem, promotion):
     res = _fit(problem, promotion=promotion, max_iter=8)
     m = evaluate_links(res.links, problem[2].truth)
@@ -120,14 +119,14 @@ def test_links_are_one_to_one_and_exclude_seeds(problem, validated):
 def test_paper_rule_promotes_every_proposal_in_round_zero(problem):
     # SPEC's measured failure mode: while the pool has < 50 anchors every view is identical,
     # every proposal gets the same votes, and Otsu cannot separate them
-    res = _fit(problem, promotion="paper", max_iter=1)
+    res = _fit(problem, promotion=PaperPromotion(), max_iter=1)
     h = res.history[0]
     assert h["pool"] == 15 and h["anchors"] == 15
     assert h["promoted"] == h["proposals"] == len(res.links)
 
 
 def test_capped_rule_limits_growth(problem):
-    res = _fit(problem, promotion="capped", max_iter=2)
+    res = _fit(problem, promotion=CappedPromotion(), max_iter=2)
     for before, h in zip([0] + [r["links"] for r in res.history], res.history):
         assert h["links"] <= before + h["pool"]
 
@@ -148,15 +147,17 @@ def test_views_side_by_side_give_the_sequential_links(problem, monkeypatch):
     calls = []
     run = promotion._propose_views
     monkeypatch.setattr(promotion, "_propose_views", lambda fit, *a: calls.append(fit.num_threads) or run(fit, *a))
-    a = _fit(problem, max_iter=3, min_views=6, candidates="pool", num_threads=1)
-    b = _fit(problem, max_iter=3, min_views=6, candidates="pool", num_threads=2)
+    a = _fit(problem, max_iter=3, min_views=6, candidates=PoolCandidates(), num_threads=1)
+    b = _fit(problem, max_iter=3, min_views=6, candidates=PoolCandidates(), num_threads=2)
     assert calls and set(calls) == {1, 2}
     assert len(a.links) > 0
     np.testing.assert_array_equal(a.links, b.links)
     np.testing.assert_array_equal(a.votes, b.votes)
 
 
-@pytest.mark.parametrize("kw", [dict(kernel=False), dict(sampling="random"), dict(posterior=False)])
+@pytest.mark.parametrize(
+    "kw", [dict(signatures=CosineSignatures()), dict(views=RandomViews()), dict(rule=dict(posterior=False))]
+)
 def test_ablations_run(problem, kw):
     res = _fit(problem, max_iter=3, min_views=6, **kw)
     assert evaluate_links(res.links, problem[2].truth)["recall"] > 0.3
@@ -177,11 +178,11 @@ def test_ann_candidates_match_the_exact_kernel(problem):
     )
     same = len(set(map(tuple, exact.tolist())) & set(map(tuple, ann.tolist())))
     assert same >= 0.98 * len(exact)
-    res = _fit(problem, max_iter=2, min_views=4, candidates="ann", num_threads=1)
+    res = _fit(problem, max_iter=2, min_views=4, candidates=AnnCandidates(), num_threads=1)
     assert len(res.links) > 0
 
 
-def test_candidate_kernel_matches_the_reference(problem, candidate_kernel):
+def test_candidate_kernel_matches_the_reference(problem):
     from crossembed import kernels
     from crossembed.linking.proposers import pool_candidate_lists
 
@@ -215,40 +216,26 @@ def test_candidate_kernel_matches_the_reference(problem, candidate_kernel):
 @pytest.mark.parametrize("pool_k", [128, 32])
 def test_pool_candidates_keep_the_exact_f1(problem, pool_k):
     truth = problem[2].truth
-    exact = evaluate_links(_fit(problem, max_iter=10, candidates="exact").links, truth)["f1"]
-    pool = evaluate_links(_fit(problem, max_iter=10, candidates="pool", pool_k=pool_k).links, truth)["f1"]
+    exact = evaluate_links(_fit(problem, max_iter=10, candidates=ExactCandidates()).links, truth)["f1"]
+    pool = evaluate_links(_fit(problem, max_iter=10, candidates=PoolCandidates(k=pool_k)).links, truth)["f1"]
     assert pool > 0.85 and pool >= exact - 0.03, (pool, exact)
 
 
 def test_pool_candidate_lists_leave_out_the_own_anchor():
-    from crossembed.linking.geh import _without_own_anchor
+    from crossembed.linking.candidates import without_own_anchor
 
     # rows 1 and 2 are anchors 0 and 1: their own column goes, the rest is re-normalised
     S = np.array([[0.6, 0.8, 0.0], [0.6, 0.0, 0.8], [0.0, 0.6, 0.8]], np.float32)
-    out = _without_own_anchor(S, np.array([1, 2]))
+    out = without_own_anchor(S, np.array([1, 2]))
     np.testing.assert_allclose(out, [[0.6, 0.8, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
     assert S[1, 0] == np.float32(0.6)  # input untouched
 
 
 def _fit_state(A, B, seeds, *, cells):
     """A fit's state with the default signatures and views, for the candidate-list tests."""
-    from crossembed.linking._fit import FitState
-    from crossembed.linking.views import FarthestPointViews, kernel_signatures
+    from crossembed.linking._fit import FitSetup, FitState
 
-    return FitState(
-        A=A,
-        B=B,
-        seeds=seeds,
-        rng=np.random.default_rng(1),
-        signature_fn=kernel_signatures,
-        view_sampler=FarthestPointViews(),
-        k=5,
-        csls_k=50,
-        m0=5,
-        rho0=0.4,
-        c=0.3,
-        cells=cells,
-    )
+    return FitState(A=A, B=B, seeds=seeds, rng=np.random.default_rng(1), setup=FitSetup(cells=cells))
 
 
 @pytest.mark.parametrize("cells", [False, True])
@@ -265,9 +252,10 @@ def test_pool_lists_do_not_leak_the_anchor_pairing(cells):
     pool = np.stack([rng.permutation(2000)[:30], rng.permutation(2000)[:30]], axis=1)
     fit = _fit_state(A, B, pool[:15], cells=cells)
     fit.set_links(pool[15:], np.ones(15), np.ones(15, np.int64))
-    proposer = GEHLinker(pool_k=64)._round_proposer(fit, None, {})
-    listed_a = np.mean([b in proposer.cand_a[a] for a, b in pool])
-    listed_b = np.mean([a in proposer.cand_b[b] for a, b in pool])
+    source = CellCandidates(k=64) if cells else PoolCandidates(k=64)
+    lists = source.for_fit(fit, every_row=True)(fit).lists
+    listed_a = np.mean([b in lists.cand_a[a] for a, b in pool])
+    listed_b = np.mean([a in lists.cand_b[b] for a, b in pool])
     assert listed_a < 0.15 and listed_b < 0.15, (listed_a, listed_b)
 
 
@@ -283,12 +271,12 @@ def test_cells_fit_with_fewer_rows_than_pool_k(monkeypatch):
     A /= np.linalg.norm(A, axis=1, keepdims=True)
     B /= np.linalg.norm(B, axis=1, keepdims=True)
     seeds = np.stack([np.arange(10), np.arange(10)], axis=1)
-    GEHLinker(candidates="cells", random_state=0, max_iter=3, show_progress_bar=False).link(A, B, seeds)
+    GEHLinker(candidates=CellCandidates(), random_state=0, max_iter=3, show_progress_bar=False).link(A, B, seeds)
     fit = _fit_state(A, B, seeds, cells=True)
-    proposer = GEHLinker(pool_k=64)._round_proposer(fit, None, {})
-    assert proposer.cand_a.shape == (40, 64) and proposer.cand_b.shape == (40, 64)
+    lists = CellCandidates(k=64).for_fit(fit, every_row=True)(fit).lists
+    assert lists.cand_a.shape == (40, 64) and lists.cand_b.shape == (40, 64)
     # an anchor row lists at most the 40 rows of the other side, the rest is padding
-    assert (proposer.cand_a[seeds[:, 0], 40:] == -1).all() and (proposer.cand_a[seeds[:, 0], :40] >= 0).all()
+    assert (lists.cand_a[seeds[:, 0], 40:] == -1).all() and (lists.cand_a[seeds[:, 0], :40] >= 0).all()
 
 
 def test_farthest_point_sampling_spreads_out():
@@ -298,24 +286,42 @@ def test_farthest_point_sampling_spreads_out():
 
 
 @pytest.mark.parametrize(
-    "kw, exc",
+    "kw, name",
     [
-        (dict(promotion="best"), ValueError),
-        (dict(views="grid"), TypeError),
-        (dict(signatures=None), TypeError),
-        (dict(promotion=3), TypeError),
-        (dict(k=0), ValueError),
-        (dict(k=2.5), TypeError),
-        (dict(rho0=1.5), ValueError),
-        (dict(candidates="magic"), ValueError),
-        (dict(pool_k=0), ValueError),
-        (dict(pool_anchors=1), ValueError),
-        (dict(proposer=3), TypeError),
+        (dict(promotion="validated"), "promotion"),
+        (dict(promotion=3), "promotion"),
+        (dict(stop="best"), "stop"),
+        (dict(candidates="pool"), "candidates"),
+        (dict(candidates=PoolCandidates), "candidates"),  # the class, not an object
+        (dict(sample=20_000), "sample"),
+        (dict(schedule=dict(k=5)), "schedule"),
+        (dict(views="grid"), "views"),
+        (dict(signatures=None), "signatures"),
+        (dict(signatures=lambda X, anchors, **kw: X), "signatures"),  # no from_cosines()
+        (dict(center="center"), "center"),
     ],
 )
-def test_bad_options(kw, exc):
-    with pytest.raises(exc):
+def test_bad_objects_are_a_type_error_naming_the_argument(kw, name):
+    with pytest.raises(TypeError, match=f"^{name} must be"):
         GEHLinker(**kw)
+
+
+@pytest.mark.parametrize(
+    "build, exc, name",
+    [
+        (lambda: Schedule(k=0), ValueError, "k"),
+        (lambda: Schedule(k=2.5), TypeError, "k"),
+        (lambda: Schedule(rho0=1.5), ValueError, "rho0"),
+        (lambda: PoolCandidates(k=0), ValueError, "k"),
+        (lambda: PoolCandidates(anchors=1), ValueError, "anchors"),
+        (lambda: RowSample(rows=1), ValueError, "rows"),
+        (lambda: ValidatedPromotion(final_pass="map"), TypeError, "final_pass"),
+        (lambda: GEHLinker(max_iter=0), ValueError, "max_iter"),
+    ],
+)
+def test_bad_settings_name_the_argument(build, exc, name):
+    with pytest.raises(exc, match=name):
+        build()
 
 
 def test_bad_inputs():
@@ -334,12 +340,12 @@ def test_bad_inputs():
         geh.fit(A.astype(str), B, np.array([[0, 0], [1, 1]]))
 
 
-@pytest.mark.parametrize("row_sample", ["seeds", "random"])
-def test_sampled_rounds_link_every_row_through_the_map_pass(row_sample):
+@pytest.mark.parametrize("near_seeds", [True, False])
+def test_sampled_rounds_link_every_row_through_the_map_pass(near_seeds):
     A, B, split = linking_problem(3000, alpha=0.6, noise=0.05, seed=4)
     kw = dict(random_state=0, max_iter=15, show_progress_bar=False)
-    full = GEHLinker(sample_rows=None, **kw).link(A, B, split.seeds)
-    sampled = GEHLinker(sample_rows=800, row_sample=row_sample, **kw).link(A, B, split.seeds)
+    full = GEHLinker(sample=None, **kw).link(A, B, split.seeds)
+    sampled = GEHLinker(sample=RowSample(rows=800, near_seeds=near_seeds), **kw).link(A, B, split.seeds)
     f_full, f_sampled = evaluate_links(full.links, split.truth), evaluate_links(sampled.links, split.truth)
     assert f_full["f1"] > 0.9 and f_sampled["f1"] > f_full["f1"] - 0.03, (f_full, f_sampled)
     # the rounds saw 800 rows a side, the links cover far more
@@ -351,16 +357,16 @@ def test_sampled_rounds_link_every_row_through_the_map_pass(row_sample):
 def test_sampling_applies_only_to_rules_whose_final_pass_links_every_row():
     A, B, split = linking_problem(900, seed=5)
     kw = dict(random_state=0, max_iter=4, show_progress_bar=False)
-    for rule in ("paper", ValidatedPromotion(final_pass="none")):
-        few = GEHLinker(promotion=rule, sample_rows=100, **kw).link(A, B, split.seeds)
-        every = GEHLinker(promotion=rule, sample_rows=None, **kw).link(A, B, split.seeds)
+    for rule in (PaperPromotion(), ValidatedPromotion(final_pass=None)):
+        few = GEHLinker(promotion=rule, sample=RowSample(rows=100), **kw).link(A, B, split.seeds)
+        every = GEHLinker(promotion=rule, sample=None, **kw).link(A, B, split.seeds)
         np.testing.assert_array_equal(few.links, every.links)
     # a sample as large as a side is no sample: the same fit as none
-    big = GEHLinker(sample_rows=10_000, **kw).link(A, B, split.seeds)
-    none = GEHLinker(sample_rows=None, **kw).link(A, B, split.seeds)
+    big = GEHLinker(sample=RowSample(rows=10_000), **kw).link(A, B, split.seeds)
+    none = GEHLinker(sample=None, **kw).link(A, B, split.seeds)
     np.testing.assert_array_equal(big.links, none.links)
-    with pytest.raises(ValueError, match="sample_rows"):
-        GEHLinker(sample_rows=1)
+    with pytest.raises(ValueError, match="rows"):
+        RowSample(rows=1)
 
 
 def test_seed_sample_holds_the_rows_nearest_the_seeds():
@@ -368,23 +374,21 @@ def test_seed_sample_holds_the_rows_nearest_the_seeds():
     X = rng.normal(size=(50, 6))
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     keep = np.array([3, 17])
-    rows = geh_module._sample_rows(X, keep, 10, rng, "seeds")
+    rows = RowSample(rows=10).draw(X, keep, rng)
     assert np.isin(keep, rows).all() and len(rows) == 10 and (np.diff(rows) > 0).all()
     near = np.max(X @ X[keep].T, axis=1)
     outside = np.setdiff1d(np.arange(50), rows)
     assert near[np.setdiff1d(rows, keep)].min() >= near[outside].max()
-    assert geh_module._sample_rows(X, keep, 50, rng, "seeds") is None  # the whole side: no sample
+    assert RowSample(rows=50).draw(X, keep, rng) is None  # the whole side: no sample
 
 
 def test_seed_sampled_fit_links_rows_outside_its_sample():
     A, B, split = linking_problem(3000, alpha=0.6, noise=0.05, seed=4)
-    kw = dict(random_state=0, max_iter=15, show_progress_bar=False, sample_rows=800)
+    kw = dict(random_state=0, max_iter=15, show_progress_bar=False, sample=RowSample(rows=800))
     res = GEHLinker(**kw).link(A, B, split.seeds)
-    assert GEHLinker().row_sample == "seeds"
+    assert GEHLinker().sample.near_seeds and GEHLinker().sample.rows == 20_000
     assert evaluate_links(res.links, split.truth)["f1"] > 0.85
     assert len(np.unique(res.links[:, 0])) > 1200
-    with pytest.raises(ValueError, match="row_sample"):
-        GEHLinker(row_sample="nearest")
 
 
 def test_round_cosines_give_the_per_view_signature_links(monkeypatch):
@@ -405,11 +409,12 @@ def test_round_cosines_give_the_per_view_signature_links(monkeypatch):
     assert f_shared["f1"] > 0.9 and abs(f_shared["f1"] - f_view["f1"]) < 0.01
 
 
-def test_round_cosines_only_for_the_default_signatures():
-    from crossembed.linking.views import cosine_signatures
+def test_round_cosines_only_for_signatures_that_read_them():
+    from crossembed.linking._inputs import unit_rows
 
     A, B, split = linking_problem(300, seed=1)
-    geh = GEHLinker(signatures=cosine_signatures, random_state=0, show_progress_bar=False)
+    A, B = unit_rows(A), unit_rows(B)  # as a fit holds them
+    geh = GEHLinker(signatures=CosineSignatures(), random_state=0, show_progress_bar=False)
     fit = geh._state(A, B, split.seeds, np.random.default_rng(0))
     geo = fit.geometry(fit.pool())
     assert fit.view_cosines(geo, [np.arange(3)]) is None

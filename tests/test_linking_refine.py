@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from crossembed.linking import GEHLinker, ValidatedPromotion, evaluate_links, make_partial_overlap
+from crossembed.linking import FoldPass, GEHLinker, MapPass, ValidatedPromotion, evaluate_links, make_partial_overlap
 from crossembed.linking.refine import map_links, ridge_map
 
 
@@ -54,17 +54,20 @@ def test_final_pass_choices_and_their_history():
     A, B, split = _partial_problem(n=800, seed=2)
     kw = dict(random_state=0, max_iter=6, show_progress_bar=False)
     res = {}
-    for fp in ("map", "folds", "none"):
-        res[fp] = GEHLinker(promotion=ValidatedPromotion(final_pass=fp), **kw).link(A, B, split.seeds)
+    for fp, final_pass in (("map", MapPass()), ("folds", FoldPass()), ("none", None)):
+        res[fp] = GEHLinker(promotion=ValidatedPromotion(final_pass=final_pass), **kw).link(A, B, split.seeds)
     assert res["map"].history[-1]["final_pass"] == "map"
     assert res["folds"].history[-1]["final_pass"] == "folds"
     assert "final_pass" not in res["none"].history[-1]
     f1 = {k: evaluate_links(r.links, split.truth)["f1"] for k, r in res.items()}
     assert f1["map"] >= f1["none"] and f1["map"] > 0.8, f1
-    # booleans keep their old meaning: on (the default pass) / off
-    assert ValidatedPromotion(final_pass=True).final_pass == "map"
-    assert ValidatedPromotion(final_pass=False).final_pass == "none"
-    with pytest.raises(ValueError, match="final_pass"):
-        ValidatedPromotion(final_pass="procrustes")
-    with pytest.raises(ValueError, match="map_lam"):
-        ValidatedPromotion(map_lam=0)
+    assert isinstance(ValidatedPromotion().final_pass, MapPass)  # the default
+    assert ValidatedPromotion().links_every_row and not ValidatedPromotion(final_pass=FoldPass()).links_every_row
+    assert not ValidatedPromotion(final_pass=None).has_final_pass
+    for bad in ("procrustes", True, MapPass):
+        with pytest.raises(TypeError, match="final_pass"):
+            ValidatedPromotion(final_pass=bad)
+    with pytest.raises(ValueError, match="lam"):
+        MapPass(lam=0)
+    with pytest.raises(ValueError, match="folds"):
+        FoldPass(folds=1)

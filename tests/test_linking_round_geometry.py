@@ -5,11 +5,11 @@ import pytest
 
 from _linking_data import linking_problem
 from crossembed import kernels
-from crossembed.linking._fit import _GRAM_MAX_POOL, FitState, PoolGeometry
+from crossembed.linking import GEHLinker, PoolCandidates, RowSample
+from crossembed.linking._fit import _GRAM_MAX_POOL, FitSetup, FitState, PoolGeometry
 from crossembed.linking._inputs import unit_rows
-from crossembed.linking.geh import GEHLinker, _lists_still_serve
-from crossembed.linking.proposers import LocalCandidates
-from crossembed.linking.views import FarthestPointViews, farthest_point_sampling, kernel_signatures
+from crossembed.linking.candidates import lists_still_serve as _lists_still_serve
+from crossembed.linking.views import FarthestPointViews, KernelSignatures, farthest_point_sampling
 
 
 def _unit(n, d, seed):
@@ -36,11 +36,9 @@ def test_kernel_widths_equal_the_median_anchor_distance_of_the_view():
     assert geo.kernel_widths(view[:1]) == (1.0, 1.0)  # undefined for one anchor, as in the kernel
 
 
-def _fit_state(A, B, seeds, signature_fn=kernel_signatures):
-    return FitState(
-        A=unit_rows(A), B=unit_rows(B), seeds=seeds, rng=np.random.default_rng(0), signature_fn=signature_fn,
-        view_sampler=FarthestPointViews(), k=5, csls_k=50, m0=5, rho0=0.4, c=0.3,
-    )  # fmt: skip
+def _fit_state(A, B, seeds, signatures=None):
+    setup = FitSetup(signatures=KernelSignatures() if signatures is None else signatures)
+    return FitState(A=unit_rows(A), B=unit_rows(B), seeds=seeds, rng=np.random.default_rng(0), setup=setup)
 
 
 def test_signatures_with_the_round_geometry_equal_the_direct_ones():
@@ -55,18 +53,32 @@ def test_signatures_with_the_round_geometry_equal_the_direct_ones():
     np.testing.assert_allclose(SB, RB, atol=1e-5)
 
 
-def test_a_signature_function_without_sigma_still_works():
-    calls = []
+class PlainSignatures:
+    """A signature object of one's own: honoured through its methods (it reads no cosines)."""
 
-    def plain(X, anchors, *, num_threads=None):
-        calls.append(len(anchors))
+    reads_cosines = False
+
+    def __init__(self):
+        self.sigmas = []
+
+    def __call__(self, X, anchors, *, sigma=None, num_threads=None):
+        self.sigmas.append(sigma)
         return unit_rows(X @ anchors.T)
 
+    def from_cosines(self, cosines, cols, *, sigma, num_threads=None):
+        raise AssertionError("reads_cosines is False")
+
+
+def test_a_signature_object_of_ones_own_is_honoured_through_its_methods():
     A, B, split = linking_problem(300, seed=2)
-    fit = _fit_state(A, B, split.truth[:40], signature_fn=plain)
+    plain = PlainSignatures()
+    fit = _fit_state(A, B, split.truth[:40], signatures=plain)
     geo = fit.geometry(fit.pool())
+    assert fit.view_cosines(geo, [np.arange(10)]) is None  # it reads no cosines: none computed
     SA, _ = fit.signatures(fit.pool()[:10], geometry=geo, view=np.arange(10))
-    assert SA.shape == (len(A), 10) and calls == [10, 10]
+    assert SA.shape == (len(A), 10) and plain.sigmas == list(geo.kernel_widths(np.arange(10)))
+    res = GEHLinker(signatures=plain, random_state=0, max_iter=2, show_progress_bar=False).link(A, B, split.seeds)
+    assert len(res.links) > 0
 
 
 def test_large_pools_skip_the_gram_matrix():
@@ -87,11 +99,11 @@ def test_candidate_lists_are_reused_only_for_a_mostly_unchanged_pool():
     assert not _lists_still_serve(swapped, old, 0, 1000)
     grown = np.concatenate([old, old[:11] + 200])  # 11% more anchors
     assert not _lists_still_serve(grown, old, 0, 1000)
-    # GEHLinker(list_refresh=) moves both bounds
+    # PoolCandidates(refresh=) moves both bounds
     assert _lists_still_serve(swapped, old, 0, 1000, 0.25) and _lists_still_serve(grown, old, 0, 1000, 0.25)
     assert not _lists_still_serve(swapped, old, 0, 1000, 0.05)
-    with pytest.raises(ValueError, match="list_refresh"):
-        GEHLinker(list_refresh=1.5)
+    with pytest.raises(ValueError, match="refresh"):
+        PoolCandidates(refresh=1.5)
 
 
 def test_list_reuse_serves_a_swapped_pool_for_that_many_rounds_but_not_a_grown_one():
@@ -104,12 +116,13 @@ def test_list_reuse_serves_a_swapped_pool_for_that_many_rounds_but_not_a_grown_o
         assert not _lists_still_serve(swapped, old, reuse, 1000, 0.1, reuse)
         assert not _lists_still_serve(grown, old, 0, 1000, 0.1, reuse)
     assert not _lists_still_serve(swapped, old, 0, 1000, 0.1, 0)
-    with pytest.raises(ValueError, match="list_reuse"):
-        GEHLinker(list_reuse=-1)
+    with pytest.raises(ValueError, match="reuse"):
+        PoolCandidates(reuse=-1)
 
 
-class CountingCandidates(LocalCandidates):
-    def __init__(self):
+class CountingCandidates(PoolCandidates):
+    def __init__(self, **kw):
+        super().__init__(**kw)
         self.calls = 0
 
     def candidate_lists(self, SA, SB, m, *, num_threads=None):
@@ -117,31 +130,31 @@ class CountingCandidates(LocalCandidates):
         return super().candidate_lists(SA, SB, m, num_threads=num_threads)
 
 
-def _list_builds(problem, **kw):
+def _list_builds(problem, sample=None, **kw):
     A, B, split = problem
-    backend = CountingCandidates()
-    GEHLinker(
-        candidate_backend=backend, candidates="pool", random_state=0, max_iter=12, show_progress_bar=False, **kw
-    ).link(A, B, split.seeds)
+    backend = CountingCandidates(**kw)
+    GEHLinker(candidates=backend, sample=sample, random_state=0, max_iter=12, show_progress_bar=False).link(
+        A, B, split.seeds
+    )
     return backend.calls
 
 
 def test_a_fit_rebuilds_the_lists_by_list_reuse():
     # a weak pair: the pool keeps swapping 15-60 % of its pairs a round, as real 10k pools do
     problem = linking_problem(900, seed=3, noise=0.5)
-    every_round, every_other = _list_builds(problem, list_reuse=0), _list_builds(problem, list_reuse=1)
+    every_round, every_other = _list_builds(problem, reuse=0), _list_builds(problem, reuse=1)
     assert every_other < every_round
     # the default reuses them on a fit of every row, not on a sampled one (docs/linking.md)
     assert _list_builds(problem) == every_other
-    sampled = dict(sample_rows=400, row_sample="random")
-    assert _list_builds(problem, **sampled) == _list_builds(problem, list_reuse=0, **sampled)
-    assert _list_builds(problem, list_reuse=1, **sampled) < _list_builds(problem, list_reuse=0, **sampled)
+    sampled = dict(sample=RowSample(rows=400, near_seeds=False))
+    assert _list_builds(problem, **sampled) == _list_builds(problem, reuse=0, **sampled)
+    assert _list_builds(problem, reuse=1, **sampled) < _list_builds(problem, reuse=0, **sampled)
 
 
 def test_the_map_final_pass_builds_no_candidate_lists():
     A, B, split = linking_problem(900, seed=3)
     backend = CountingCandidates()
-    linker = GEHLinker(candidate_backend=backend, random_state=0, max_iter=4, show_progress_bar=False)
+    linker = GEHLinker(candidates=backend, random_state=0, max_iter=4, show_progress_bar=False)
     result = linker.link(A, B, split.seeds)
     calls = [1] * backend.calls
     rounds = [h for h in result.history if "final_pass" not in h]

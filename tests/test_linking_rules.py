@@ -4,8 +4,8 @@ rule (posterior, vote floor, eligible views, held-out precision, growth limit, c
 import numpy as np
 
 from crossembed import kernels
-from crossembed.linking import CappedPromotion, PaperPromotion, ValidatedPromotion
-from crossembed.linking._fit import FitState
+from crossembed.linking import CappedPromotion, PaperPromotion, Proposer, Schedule, StopRule, ValidatedPromotion
+from crossembed.linking._fit import FitSetup, FitState
 
 SEEDS = np.array([[0, 0], [1, 1], [2, 2]])
 LINKS = np.array([[5, 5], [6, 6]])  # pool positions 3 and 4
@@ -17,13 +17,25 @@ class ScriptedViews:
     def __init__(self, views):
         self.views, self.calls = views, 0
 
-    def __call__(self, pool_a, n_seeds, size, rng, subset=None):
+    def __call__(self, pool_a, n_seeds, size, rng, subset=None, *, gram=None):
         v = self.views[self.calls % len(self.views)]
         self.calls += 1
         return np.array(v)
 
 
-class ScriptedProposer:
+class DotSignatures:
+    """Plain dot products with the anchors (the rules under test never look at them)."""
+
+    reads_cosines = False
+
+    def __call__(self, X, anchors, *, sigma=None, num_threads=None):
+        return X @ anchors.T
+
+    def from_cosines(self, cosines, cols, *, sigma, num_threads=None):
+        raise AssertionError("reads_cosines is False")
+
+
+class ScriptedProposer(Proposer):
     """The round's proposer: view v proposes proposals[v] (score 1 each)."""
 
     def __init__(self, proposals):
@@ -38,19 +50,11 @@ class ScriptedProposer:
 def _fit(views, links=LINKS):
     rng = np.random.default_rng(0)
     X = rng.standard_normal((40, 8)).astype(np.float32)
-    fit = FitState(
-        A=X,
-        B=X.copy(),
-        seeds=SEEDS,
-        rng=rng,
-        signature_fn=lambda X, anchors, num_threads=None: X @ anchors.T,
-        view_sampler=ScriptedViews(views),
-        k=5,
-        csls_k=5,
-        m0=1,  # with c = 0 the schedule asks for one view; min_views sets the count
-        rho0=0.4,
-        c=0.0,
+    # with c = 0 the schedule asks for one view; min_views sets the count
+    setup = FitSetup(
+        schedule=Schedule(m0=1, c=0.0, k=5, csls_k=5), signatures=DotSignatures(), views=ScriptedViews(views)
     )
+    fit = FitState(A=X, B=X.copy(), seeds=SEEDS, rng=rng, setup=setup)
     fit.set_links(links, np.full(len(links), 0.9), np.full(len(links), 3))
     return fit
 
@@ -67,7 +71,7 @@ PROPOSALS = [
 
 def test_validated_round_from_the_definition():
     fit = _fit(VIEWS)
-    info = ValidatedPromotion(min_views=4, decoy_fraction=0).grow(fit, ScriptedProposer(PROPOSALS))
+    info = ValidatedPromotion(min_views=4).grow(fit, ScriptedProposer(PROPOSALS))
     # votes only count in views where neither row is an anchor: row 5 (position 3) is one in
     # views 0 and 1, row 6 (position 4) in views 0-2
     post = {(10, 10): 5 / 6, (11, 11): 3 / 6, (12, 12): 3 / 6, (5, 30): 3 / 4, (6, 31): 2 / 3}
@@ -89,7 +93,7 @@ def test_validated_round_from_the_definition():
 def test_validated_equal_posteriors_promote_nothing():
     # every view proposes the same two pairs: identical posteriors, and the strict Otsu cut keeps none
     fit = _fit([[0, 1, 2]])
-    info = ValidatedPromotion(min_views=3, decoy_fraction=0).grow(fit, ScriptedProposer([[(10, 10), (11, 11)]] * 3))
+    info = ValidatedPromotion(min_views=3).grow(fit, ScriptedProposer([[(10, 10), (11, 11)]] * 3))
     assert info["promoted"] == 0 and info["proposals"] == 2
 
 
@@ -99,7 +103,7 @@ def test_validated_growth_stops_when_the_precision_falls():
     # held-out seed 2 proposed wrong 3 times: 0/3 against a smoothed 18/20 is a significant
     # drop, so the link count may not grow
     proposals = [[(10, 10), (11, 11), (2, 9)], [(10, 10), (2, 9)], [(10, 10), (12, 12)]]
-    info = ValidatedPromotion(min_views=3, decoy_fraction=0).grow(fit, ScriptedProposer(proposals))
+    info = ValidatedPromotion(min_views=3).grow(fit, ScriptedProposer(proposals))
     assert info["holdout_precision"] == 0.0
     assert info["limit"] == len(LINKS)
     assert len(fit.links) <= len(LINKS)
@@ -119,7 +123,7 @@ def test_validated_smoothing_discounts_earlier_rounds():
     fit = _fit([[0, 1, 3, 4]])
     fit.holdout_hits, fit.holdout_trials = 10.0, 10.0
     proposals = [[(10, 10), (2, 2)], [(10, 10), (2, 2)], [(10, 10)]]
-    ValidatedPromotion(min_views=3, smoothing=0.5, decoy_fraction=0).grow(fit, ScriptedProposer(proposals))
+    ValidatedPromotion(min_views=3, smoothing=0.5).grow(fit, ScriptedProposer(proposals))
     assert (fit.holdout_hits, fit.holdout_trials) == (0.5 * 10 + 2, 0.5 * 10 + 2)
 
 
@@ -144,55 +148,6 @@ def test_paper_fixed_votes_ablation_uses_the_vote_fraction():
     # schedule: one view (m0 = 1, c = 0); (10, 10) in it, so with vote_fraction 1 only the listed pairs pass
     info = PaperPromotion(posterior=False, vote_fraction=1.0).grow(fit, ScriptedProposer([[(10, 10), (11, 12)]]))
     assert info["threshold"] == 1.0 and info["promoted"] == 2
-
-
-class RecordingProposer:
-    """View v proposes proposals[v] = [(a, b, score), ...] and records what it was told to exclude."""
-
-    def __init__(self, proposals):
-        self.proposals, self.calls, self.excluded_b = proposals, 0, []
-
-    def __call__(self, SA, SB, *, k, csls_k, exclude_a=None, exclude_b=None):
-        rows = self.proposals[self.calls]
-        self.calls += 1
-        self.excluded_b.append(set(np.asarray(exclude_b).tolist()))
-        pairs = np.array([(a, b) for a, b, _ in rows], np.int64).reshape(-1, 2)
-        return pairs, np.array([s for _, _, s in rows], np.float32)
-
-
-def test_null_threshold_from_the_definition():
-    from crossembed.linking.promotion import _null_threshold
-
-    views = [np.array([0.9, 0.3]), np.array([0.9, 0.3])]
-    # 2 decoy trials, both proposed at 0.5; 36 partnerless rows: at t = 0.3 that is 36 false per view
-    assert _null_threshold(views, np.array([0.5, 0.5]), 2, 36.0, 0.1) == np.float32(0.9)
-    # decoys that never score above the pairs: the lowest score passes
-    assert _null_threshold(views, np.array([0.1]), 100, 36.0, 0.5) == np.float32(0.3)
-    assert _null_threshold(views, np.array([]), 0, 36.0, 0.1) == -np.inf  # no decoys: no null
-    assert _null_threshold(views, np.array([0.95, 0.95]), 2, 36.0, 0.1) == np.inf  # nothing passes
-
-
-def test_validated_decoys_hide_their_partner_and_set_the_null():
-    # both views hold out seed 2 only; with decoy_fraction = 1 it is a decoy in both
-    views = [[0, 1, 3, 4], [0, 1, 3, 4]]
-    proposals = [
-        [(2, 9, 0.5), (10, 10, 0.9), (11, 11, 0.3), (12, 12, 0.95)],
-        [(2, 8, 0.5), (10, 10, 0.9), (11, 11, 0.3)],
-    ]
-    fit = _fit(views)
-    prop = RecordingProposer(proposals)
-    info = ValidatedPromotion(min_views=2, decoy_fraction=1.0, fdr=0.1).grow(fit, prop)
-    assert all(2 in ex for ex in prop.excluded_b)  # the decoy's B row is hidden in every view
-    assert info["decoy_rate"] == 1.0  # and its A row was proposed (falsely) in both
-    assert info["null_threshold"] == np.float32(0.9)
-    # (11, 11) scores below the null: no votes; the decoy's false pairs never vote either
-    assert info["proposals"] == 2
-    linked = {tuple(p) for p in fit.links.tolist()}
-    assert (11, 11) not in linked and (2, 9) not in linked and (10, 10) in linked
-    # without decoys the same proposals promote (11, 11): the null is what keeps it out
-    fit = _fit(views)
-    ValidatedPromotion(min_views=2, decoy_fraction=0.0).grow(fit, RecordingProposer(proposals))
-    assert (11, 11) in {tuple(p) for p in fit.links.tolist()}
 
 
 class _ConstantRule:
@@ -220,6 +175,8 @@ def test_stop_rule_waits_while_the_rule_holds_its_size():
     X = rng.standard_normal((40, 8)).astype(np.float32)
     for held, rounds in ((False, 4), (True, 12)):
         rule = type("R", (_ConstantRule, PromotionRule), {})(held)
-        res = GEHLinker(promotion=rule, patience=3, max_iter=12, show_progress_bar=False).link(X, X, SEEDS)
+        res = GEHLinker(promotion=rule, stop=StopRule(patience=3), max_iter=12, show_progress_bar=False).link(
+            X, X, SEEDS
+        )
         # free to grow but stable: round 0 changes the count, then 3 stable rounds; held: never converged
         assert len(res.history) == rounds, (held, len(res.history))

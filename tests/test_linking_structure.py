@@ -11,13 +11,14 @@ from crossembed.baselines import numpy_greedy_one_to_one
 from crossembed.linking import (
     CappedPromotion,
     GEHLinker,
+    MapPass,
     PaperPromotion,
     ValidatedPromotion,
     greedy_one_to_one,
 )
 from crossembed.linking._inputs import mutual_nearest
 from crossembed.linking.pairs import count_new, merge_views, pair_keys, positions, rank_by
-from crossembed.linking.promotion import make_rule
+from crossembed.linking.promotion import PROMOTIONS
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +60,13 @@ def test_fit_returns_self_and_is_reentrant(problem):
 
 
 def test_rule_names_map_to_their_classes():
-    assert type(make_rule("paper")) is PaperPromotion
-    assert type(make_rule("capped")) is CappedPromotion
-    assert type(make_rule("validated")) is ValidatedPromotion
+    assert PROMOTIONS == {"paper": PaperPromotion, "capped": CappedPromotion, "validated": ValidatedPromotion}
+    assert all(cls().kind == name for name, cls in PROMOTIONS.items())
     rule = ValidatedPromotion(min_views=7)
     assert GEHLinker(promotion=rule).promotion is rule
-    with pytest.raises(ValueError, match="promotion"):
-        make_rule("best")
+    assert type(GEHLinker().promotion) is ValidatedPromotion  # the default
+    with pytest.raises(TypeError, match="promotion"):
+        GEHLinker(promotion="best")
     with pytest.raises(ValueError, match="min_views"):
         ValidatedPromotion(min_views=0)
     with pytest.raises(ValueError, match="subsample"):
@@ -75,15 +76,15 @@ def test_rule_names_map_to_their_classes():
 def test_paper_promotes_on_the_threshold_capped_does_not(problem):
     # round 0, pool 15 < small_pool: every paper view is identical, so every proposal has the same
     # posterior and `>=` promotes them all; the capped rule's `>` keeps the upper Otsu class only
-    paper = _link(problem, promotion="paper", max_iter=1).history[0]
-    capped = _link(problem, promotion="capped", max_iter=1).history[0]
+    paper = _link(problem, promotion=PaperPromotion(), max_iter=1).history[0]
+    capped = _link(problem, promotion=CappedPromotion(), max_iter=1).history[0]
     assert paper["promoted"] == paper["proposals"]
     assert capped["promoted"] < capped["proposals"]
     assert capped["promoted"] <= capped["pool"]  # the cap: at most as many new links as the pool
 
 
 def test_validated_growth_follows_the_holdout_precision(problem):
-    res = _link(problem, promotion=ValidatedPromotion(min_views=6, final_pass=False), max_iter=4)
+    res = _link(problem, promotion=ValidatedPromotion(min_views=6, final_pass=None), max_iter=4)
     links_before = 0
     best = 0.0
     for h in res.history:
@@ -99,8 +100,8 @@ def test_validated_growth_follows_the_holdout_precision(problem):
 
 def test_final_pass_switch_and_score_filter_change_the_result(problem):
     on = _link(problem, max_iter=4)
-    off = _link(problem, max_iter=4, promotion=ValidatedPromotion(final_pass=False))
-    unfiltered = _link(problem, max_iter=4, promotion=ValidatedPromotion(score_filter=False))
+    off = _link(problem, max_iter=4, promotion=ValidatedPromotion(final_pass=None))
+    unfiltered = _link(problem, max_iter=4, promotion=ValidatedPromotion(final_pass=MapPass(score_filter=False)))
     assert on.history[-1].get("final_pass") and not off.history[-1].get("final_pass")
     assert len(unfiltered) >= len(on)
     assert on.history[-1]["threshold"] > -np.inf and unfiltered.history[-1]["threshold"] == -np.inf

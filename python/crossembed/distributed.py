@@ -1,12 +1,14 @@
 """GEH's proposal step sharded over a Dask cluster.
 
-Two sharded paths, both exact (the same links as in one process):
+Two candidate sources for ``GEHLinker(candidates=...)``, both exact (the
+same links as their local twins in one process):
 
-* :class:`DaskCandidates` plugs into ``GEHLinker(candidate_backend=...)``:
-  the default ``"pool"`` path (per-round candidate lists, candidate-restricted
-  CSLS per view) with B's rows sharded (its class docstring);
-* :class:`DaskProposer` plugs into ``GEHLinker(proposer=...)``: the
-  exhaustive CSLS of every view.
+* :class:`DaskCandidates`: the pool path (per-round candidate lists,
+  candidate-restricted CSLS per view, :class:`~crossembed.linking.candidates.PoolCandidates`)
+  with B's rows sharded (its class docstring);
+* :class:`DaskExactCandidates`: the exhaustive CSLS of every view
+  (:class:`~crossembed.linking.candidates.ExactCandidates`), through
+  :class:`DaskProposer`.
 
 :class:`DaskProposer`: B's signature
 rows are split into shards, one task per shard; every task sees all of A's
@@ -35,9 +37,23 @@ import numpy as np
 from crossembed import kernels
 from crossembed._validation import as_int_matrix, as_matrix, check_int
 from crossembed.linking._inputs import active_rows
+from crossembed.linking.candidates import CandidateSource, PoolCandidates
 from crossembed.linking.pairs import greedy_one_to_one, positions
+from crossembed.linking.proposers import Proposer
 
-__all__ = ["DaskCandidates", "DaskProposer", "csls_from_candidate_dots", "sharded_csls_mutual_topk"]
+__all__ = [
+    "DaskCandidates",
+    "DaskExactCandidates",
+    "DaskProposer",
+    "csls_from_candidate_dots",
+    "sharded_csls_mutual_topk",
+]
+
+
+def _check_client(client):
+    if not hasattr(client, "submit") or not hasattr(client, "scatter"):
+        raise TypeError(f"client must be a dask.distributed.Client, got {type(client).__name__}")
+    return client
 
 
 def _top(values: np.ndarray, k: int, axis: int) -> np.ndarray:
@@ -130,8 +146,28 @@ def _row_lexsort(vals: np.ndarray, pos: np.ndarray) -> np.ndarray:
     return np.take_along_axis(by_pos, by_val, axis=1)
 
 
-class DaskProposer:
-    """``GEHLinker(proposer=DaskProposer(client))``: GEH's top-k step on a Dask cluster.
+class DaskProposer(Proposer):
+    """GEH's exhaustive top-k step on a Dask cluster (the proposer of :class:`DaskExactCandidates`).
+
+    Parameters
+    ----------
+    client : dask.distributed.Client
+    n_shards : int, optional
+        Shards of B (default: one per worker).
+    """
+
+    def __init__(self, client, *, n_shards: Optional[int] = None):
+        self.client = _check_client(client)
+        self.n_shards = None if n_shards is None else check_int(n_shards, "n_shards", low=1)
+
+    def __call__(self, SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None):
+        return sharded_csls_mutual_topk(
+            self.client, SA, SB, k=k, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, n_shards=self.n_shards
+        )
+
+
+class DaskExactCandidates(CandidateSource):
+    """``GEHLinker(candidates=DaskExactCandidates(client))``: every view's exhaustive CSLS with B sharded.
 
     Parameters
     ----------
@@ -143,19 +179,18 @@ class DaskProposer:
     --------
     >>> from dask.distributed import Client, LocalCluster  # doctest: +SKIP
     >>> with Client(LocalCluster(n_workers=2, processes=False)) as client:  # doctest: +SKIP
-    ...     res = GEHLinker(proposer=DaskProposer(client)).link(A, B, seeds)
+    ...     res = GEHLinker(candidates=DaskExactCandidates(client)).link(A, B, seeds)
     """
 
+    kind = "dask-exact"
+
     def __init__(self, client, *, n_shards: Optional[int] = None):
-        if not hasattr(client, "submit") or not hasattr(client, "scatter"):
-            raise TypeError(f"client must be a dask.distributed.Client, got {type(client).__name__}")
-        self.client = client
+        self._client = _check_client(client)
         self.n_shards = None if n_shards is None else check_int(n_shards, "n_shards", low=1)
 
-    def __call__(self, SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None):
-        return sharded_csls_mutual_topk(
-            self.client, SA, SB, k=k, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, n_shards=self.n_shards
-        )
+    def for_fit(self, fit, *, every_row: bool):
+        proposer = DaskProposer(self._client, n_shards=self.n_shards)
+        return lambda _fit: proposer
 
 
 # --------------------------------------------------------------------------- the "pool" path, B sharded
@@ -238,17 +273,17 @@ def csls_from_candidate_dots(
     return chosen, scores[positions(pairs, chosen, nb)]
 
 
-class DaskCandidates:
-    """``GEHLinker(candidate_backend=DaskCandidates(client))``: GEH's ``"pool"`` path with B sharded.
+class DaskCandidates(PoolCandidates):
+    """``GEHLinker(candidates=DaskCandidates(client))``: GEH's pool path with B sharded.
 
     Each task holds one shard of B's signature rows (and all of A's, which
-    every shard needs). Per round, each shard finds every A row's ``m`` best
-    rows inside it and its own rows' ``m`` best A rows; the driver merges the
+    every shard needs). Per round, each shard finds every A row's ``k`` best
+    rows inside it and its own rows' ``k`` best A rows; the driver merges the
     A side by score (ties to the lower row). Per view, each shard computes
     the similarities of the candidate pairs that touch it
     (:func:`crossembed.kernels.candidate_dots`) and the driver scores them
     (:func:`csls_from_candidate_dots`). Both merges are exact, so the links
-    equal the local :class:`~crossembed.linking.proposers.LocalCandidates`
+    equal the local :class:`~crossembed.linking.candidates.PoolCandidates`
     ones for the same ``random_state``.
 
     Parameters
@@ -256,16 +291,29 @@ class DaskCandidates:
     client : dask.distributed.Client
     n_shards : int, optional
         Shards of B (default: one per worker).
+    k, anchors, refresh, reuse
+        As for :class:`~crossembed.linking.candidates.PoolCandidates`.
     """
 
-    def __init__(self, client, *, n_shards: Optional[int] = None):
-        if not hasattr(client, "submit") or not hasattr(client, "scatter"):
-            raise TypeError(f"client must be a dask.distributed.Client, got {type(client).__name__}")
-        self.client = client
+    kind = "dask-pool"
+
+    def __init__(
+        self,
+        client,
+        *,
+        n_shards: Optional[int] = None,
+        k: int = 64,
+        anchors: int = 512,
+        refresh: float = 0.1,
+        reuse: Optional[int] = None,
+    ):
+        super().__init__(k=k, anchors=anchors, refresh=refresh, reuse=reuse)
+        self._client = _check_client(client)
         self.n_shards = None if n_shards is None else check_int(n_shards, "n_shards", low=1)
 
-    def __repr__(self) -> str:
-        return f"DaskCandidates(n_shards={self.n_shards})"
+    @property
+    def client(self):
+        return self._client
 
     def _bounds(self, n_b: int) -> np.ndarray:
         n = self.n_shards or max(1, len(self.client.scheduler_info()["workers"]))
@@ -288,11 +336,11 @@ class DaskCandidates:
         best = _row_lexsort(scores, idx)[:, : min(m, len(SB))]
         return np.take_along_axis(idx, best, axis=1), np.concatenate([p[2] for p in parts], axis=0)
 
-    def proposer(self, cand_a, cand_b, *, num_threads=None):
+    def lists_proposer(self, cand_a, cand_b, *, num_threads=None):
         return _ShardedCandidateProposer(self, cand_a, cand_b)
 
 
-class _ShardedCandidateProposer:
+class _ShardedCandidateProposer(Proposer):
     """The per-view proposer of :class:`DaskCandidates` (the round's lists are scattered once)."""
 
     def __init__(self, backend: DaskCandidates, cand_a: np.ndarray, cand_b: np.ndarray):

@@ -33,12 +33,15 @@ except ImportError as _exc:  # pragma: no cover - only without a build
     _CORE_ERROR = str(_exc)
 
 __all__ = [
+    "AnchorCosines",
+    "CandidateLists",
     "ProbitDocs",
     "VoteTable",
     "anchor_signatures",
     "candidate_dots",
     "csls_mutual_topk",
     "csls_mutual_topk_candidates",
+    "csls_mutual_topk_lists",
     "greedy_one_to_one",
     "lorentz_pairwise",
     "lorentz_topk",
@@ -350,7 +353,8 @@ def signatures_from_cosines(C, cols, *, sigma: float, num_threads: Optional[int]
 
     A GEH round computes each side's cosines to its whole pool once
     (``C = X @ pool.T`` over unit rows); each view then reads its anchors'
-    columns instead of redoing a GEMM.
+    columns instead of redoing a GEMM. Callers reading many column sets of
+    one ``C`` check it once with :class:`AnchorCosines`.
 
     Parameters
     ----------
@@ -366,19 +370,34 @@ def signatures_from_cosines(C, cols, *, sigma: float, num_threads: Optional[int]
     -------
     ndarray, shape (N, V), float32
     """
-    C = as_matrix(C, "C", allow_empty=True, finite=False)
-    if not np.abs(C).max(initial=0.0) <= 1.0 + 1e-3:  # one pass: NaN and inf fail it too
-        raise ValueError("C must hold finite cosines (|C| <= 1)")
-    cols = as_int_matrix(cols, "cols", ndim=1, high=C.shape[1])
-    sigma = check_positive(sigma, "sigma")
-    return _core_module().signatures_from_cosines(C, cols, float(sigma), check_num_threads(num_threads))
+    return AnchorCosines(C).signatures(cols, sigma=sigma, num_threads=num_threads)
 
 
-def _signatures_from_trusted_cosines(C: np.ndarray, cols: np.ndarray, sigma: float, num_threads=None) -> np.ndarray:
-    """:func:`signatures_from_cosines` without re-checking ``C`` (float32, C-contiguous, finite: a GEH
-    round's own cosines). Checking 13M cosines for every one of a round's 40 calls cost more than the
-    kernel (3.8 s against 2.9 s over a 10k fit); ``cols`` are still range-checked."""
-    return _core_module().signatures_from_cosines(C, cols, float(sigma), check_num_threads(num_threads))
+class AnchorCosines:
+    """Cosines of N rows to P anchors, checked once, read by many :meth:`signatures` calls.
+
+    Parameters
+    ----------
+    C : array_like, shape (N, P)
+        Cosines, each finite and in ``[-1, 1]`` up to rounding (``|C| <= 1.001``).
+    """
+
+    def __init__(self, C):
+        C = as_matrix(C, "C", allow_empty=True, finite=False)
+        if not np.abs(C).max(initial=0.0) <= 1.0 + 1e-3:  # one pass: NaN and inf fail it too
+            raise ValueError("C must hold finite cosines (|C| <= 1)")
+        self.C = C
+
+    @property
+    def shape(self) -> Tuple[int, int]:
+        return self.C.shape
+
+    def signatures(self, cols, *, sigma: float, num_threads: Optional[int] = None) -> np.ndarray:
+        """Kernel signatures ``(N, V)`` float32 against the anchors in columns ``cols`` (see
+        :func:`signatures_from_cosines`); ``sigma`` is the kernel width, ``> 0``."""
+        cols = as_int_matrix(cols, "cols", ndim=1, high=self.C.shape[1])
+        sigma = check_positive(sigma, "sigma")
+        return _core_module().signatures_from_cosines(self.C, cols, float(sigma), check_num_threads(num_threads))
 
 
 # --------------------------------------------------------------------------- CSLS mutual top-k
@@ -478,10 +497,53 @@ def topk_rows_and_columns(SA, SB, k_row: int, k_col: Optional[int] = None, *, nu
     return _core_module().topk_rows_and_columns(SA, SB, k_row, k_col, check_num_threads(num_threads))
 
 
-def _candidate_lists(cand, n_rows: int, n_other: int, name: str) -> np.ndarray:
+class CandidateLists:
+    """Candidate rows per row of each side, checked once: many CSLS calls may then share them.
+
+    Parameters
+    ----------
+    cand_a : array_like of int, shape (N_A, M_A)
+        Rows of B that may pair with each row of A, each in ``[0, N_B)``; ``-1`` pads.
+    cand_b : array_like of int, shape (N_B, M_B)
+        Rows of A that may pair with each row of B, each in ``[0, N_A)``; ``-1`` pads.
+
+    No index may repeat within a row. The checked int64 copies are
+    :attr:`cand_a` and :attr:`cand_b`; ``N_A``/``N_B`` are their row counts.
+    """
+
+    def __init__(self, cand_a, cand_b):
+        n_a, n_b = _row_count(cand_a, "cand_a"), _row_count(cand_b, "cand_b")
+        self.cand_a = _checked_lists(cand_a, n_b, "cand_a")
+        self.cand_b = _checked_lists(cand_b, n_a, "cand_b")
+
+    @property
+    def n_a(self) -> int:
+        return self.cand_a.shape[0]
+
+    @property
+    def n_b(self) -> int:
+        return self.cand_b.shape[0]
+
+    def check_rows(self, n_a: int, n_b: int) -> None:
+        """Raise ``ValueError`` unless the lists are for ``n_a`` rows of A and ``n_b`` rows of B."""
+        for have, want, name in ((self.n_a, n_a, "cand_a"), (self.n_b, n_b, "cand_b")):
+            if have != want:
+                raise ValueError(f"{name} has {have} rows but there are {want}")
+
+    def __repr__(self) -> str:
+        return f"CandidateLists(n_a={self.n_a}, n_b={self.n_b})"
+
+
+def _row_count(cand, name: str) -> int:
+    shape = () if cand is None else np.shape(cand)
+    if len(shape) != 2:
+        as_int_matrix(cand, name, low=-1)  # raises the usual TypeError/ValueError naming it
+        raise ValueError(f"{name} must be 2-D, got shape {shape}")
+    return int(shape[0])
+
+
+def _checked_lists(cand, n_other: int, name: str) -> np.ndarray:
     cand = as_int_matrix(cand, name, low=-1, high=n_other, copy=True)
-    if cand.shape[0] != n_rows:
-        raise ValueError(f"{name} has {cand.shape[0]} rows but there are {n_rows}")
     if cand.size:
         srt = np.sort(cand, axis=1)
         if ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any():
@@ -527,25 +589,41 @@ def csls_mutual_topk_candidates(
     scores : ndarray, shape (P,), float32 (CSLS)
     """
     SA, SB = _signature_pair(SA, SB, k, csls_k)
-    cand_a = _candidate_lists(cand_a, SA.shape[0], SB.shape[0], "cand_a")
-    cand_b = _candidate_lists(cand_b, SB.shape[0], SA.shape[0], "cand_b")
-    return _csls_candidates_core(SA, SB, cand_a, cand_b, k, csls_k, exclude_a, exclude_b, num_threads)
+    lists = CandidateLists(cand_a, cand_b)
+    lists.check_rows(SA.shape[0], SB.shape[0])
+    return _csls_candidates_core(SA, SB, lists, k, csls_k, exclude_a, exclude_b, num_threads)
 
 
-def _csls_over_checked_lists(SA, SB, cand_a, cand_b, k, csls_k, exclude_a, exclude_b, num_threads):
-    """:func:`csls_mutual_topk_candidates` over lists already checked by ``_candidate_lists`` (a GEH
-    round's ~20 views share one pair of lists: the duplicate check sorted both for every view, 9 of a
-    call's 65 ms at 6,500 rows a side); the C++ side still range-checks its own copy."""
+def csls_mutual_topk_lists(
+    SA,
+    SB,
+    lists: CandidateLists,
+    *,
+    k: int = 5,
+    csls_k: int = 50,
+    exclude_a=None,
+    exclude_b=None,
+    num_threads: Optional[int] = None,
+):
+    """:func:`csls_mutual_topk_candidates` over :class:`CandidateLists` checked once.
+
+    A GEH round's views share one pair of lists; checking them once (not
+    per call) is the point of passing a :class:`CandidateLists`. Other
+    arguments and the result are those of :func:`csls_mutual_topk_candidates`.
+    """
+    if not isinstance(lists, CandidateLists):
+        raise TypeError(f"lists must be a CandidateLists, got {type(lists).__name__}")
     SA, SB = _signature_pair(SA, SB, k, csls_k)
-    return _csls_candidates_core(SA, SB, cand_a, cand_b, k, csls_k, exclude_a, exclude_b, num_threads)
+    lists.check_rows(SA.shape[0], SB.shape[0])
+    return _csls_candidates_core(SA, SB, lists, k, csls_k, exclude_a, exclude_b, num_threads)
 
 
-def _csls_candidates_core(SA, SB, cand_a, cand_b, k, csls_k, exclude_a, exclude_b, num_threads):
+def _csls_candidates_core(SA, SB, lists: CandidateLists, k, csls_k, exclude_a, exclude_b, num_threads):
     """The C++ call on checked signatures and lists (exclusions still checked here)."""
     mask_a = _exclusion_mask(exclude_a, SA.shape[0], "exclude_a")
     mask_b = _exclusion_mask(exclude_b, SB.shape[0], "exclude_b")
     return _core_module().csls_mutual_topk_candidates(
-        SA, SB, cand_a, cand_b, int(k), int(csls_k), mask_a, mask_b, check_num_threads(num_threads)
+        SA, SB, lists.cand_a, lists.cand_b, int(k), int(csls_k), mask_a, mask_b, check_num_threads(num_threads)
     )
 
 

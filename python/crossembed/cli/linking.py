@@ -39,7 +39,7 @@ def register(subparsers) -> None:
     p.add_argument("--seeds", required=True, help="CSV of known pairs: row_in_A,row_in_B (a header line is allowed)")
     p.add_argument("--out", help="write links as CSV (a,b,posterior,votes)")
     p.add_argument("--method", default="geh", choices=_METHODS)
-    p.add_argument("--promotion", default="validated", choices=PROMOTIONS)
+    p.add_argument("--promotion", default="validated", choices=sorted(PROMOTIONS))
     p.add_argument("--max-iter", type=int, default=100)
     p.add_argument(
         "--sample-rows",
@@ -121,19 +121,30 @@ def read_seeds(path: str) -> np.ndarray:
     return np.asarray(rows, dtype=np.int64)
 
 
+def _row_sample(rows, which: str):
+    """``--sample-rows``/``--row-sample`` as a RowSample (None for ``--sample-rows 0``: every row)."""
+    from crossembed.linking import RowSample
+
+    if rows is None:
+        return RowSample(near_seeds=which == "seeds")
+    if rows == 0:
+        return None
+    if rows < 2:
+        raise ValueError(f"--sample-rows must be 0 or >= 2, got {rows}")
+    return RowSample(rows=rows, near_seeds=which == "seeds")
+
+
 def _link(args) -> int:
-    from crossembed.linking import GEHLinker, bootstrap_procrustes_link, procrustes_link, relative_link
+    from crossembed.linking import PROMOTIONS, GEHLinker, bootstrap_procrustes_link, procrustes_link, relative_link
 
     A = _load_matrix(args.a, "A")
     B = _load_matrix(args.b, "B")
     seeds = read_seeds(args.seeds)
     if args.method == "geh":
-        sample = {} if args.sample_rows is None else {"sample_rows": args.sample_rows or None}
         res = GEHLinker(
-            promotion=args.promotion,
+            promotion=PROMOTIONS[args.promotion](),
             max_iter=args.max_iter,
-            **sample,
-            row_sample=args.row_sample,
+            sample=_row_sample(args.sample_rows, args.row_sample),
             random_state=args.seed,
             num_threads=args.num_threads,
             show_progress_bar=not args.quiet,

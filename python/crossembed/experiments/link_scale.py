@@ -13,6 +13,7 @@ import numpy as np
 
 from crossembed import kernels
 from crossembed._io import atomic_write
+from crossembed.linking.candidates import CANDIDATE_SOURCES
 from crossembed.linking.geh import GEHLinker
 
 __all__ = ["plot_scaling", "synthetic_pair", "time_scaling"]
@@ -35,8 +36,8 @@ def time_scaling(
     max_iter: int = 10,
     view_sizes: Sequence[int] = (),
     results_path=None,
+    candidates: str = "auto",
     log: Callable[[str], None] = print,
-    **geh_kwargs,
 ) -> List[dict]:
     """Wall time of full GEH fits at ``sizes`` rows per side, and of single views at ``view_sizes``.
 
@@ -44,51 +45,60 @@ def time_scaling(
     view (signatures of both sides against 256 anchors + one exact CSLS
     mutual top-k) gives the per-view cost where a full fit is too long to
     run here, so the full time can be extrapolated as views x per-view cost.
+    ``candidates`` names the fits' candidate source (``CANDIDATE_SOURCES``, built with its defaults).
     """
-    records = []
-    for n in sizes:
-        A, B = synthetic_pair(n)
-        seeds = np.stack([np.arange(15), np.arange(15)], axis=1)
-        tic = time.perf_counter()
-        res = GEHLinker(max_iter=max_iter, show_progress_bar=False, random_state=0, **geh_kwargs).link(A, B, seeds)
-        total = time.perf_counter() - tic
-        views = sum(h["views"] for h in res.history)
-        rec = dict(
-            kind="fit",
-            n=n,
-            candidates=geh_kwargs.get("candidates", GEHLinker().candidates),
-            seconds=round(total, 2),
-            rounds=len(res.history),
-            views=views,
-            seconds_per_round=round(total / max(1, len(res.history)), 2),
-            seconds_per_view=round(total / max(1, views), 3),
-            links=len(res),
-            load=os.getloadavg()[0],
-            **{k: v for k, v in geh_kwargs.items() if k != "candidates"},
-        )
-        records.append(rec)
-        log(str(rec))
-    for n in view_sizes:
-        A, B = synthetic_pair(n)
-        idx = np.arange(256)
-        tic = time.perf_counter()
-        SA = kernels.anchor_signatures(A, A[idx])
-        SB = kernels.anchor_signatures(B, B[idx])
-        pairs, _ = kernels.csls_mutual_topk(SA, SB, k=5, csls_k=50)
-        rec = dict(
-            kind="view",
-            n=n,
-            anchors=256,
-            seconds=round(time.perf_counter() - tic, 2),
-            proposals=len(pairs),
-            load=os.getloadavg()[0],
-        )
-        records.append(rec)
-        log(str(rec))
-        del A, B, SA, SB
+    if candidates not in CANDIDATE_SOURCES:
+        raise ValueError(f"candidates must be one of {sorted(CANDIDATE_SOURCES)}, got {candidates!r}")
+    records = [_time_fit(n, max_iter, candidates, log) for n in sizes]
+    records += [_time_view(n, log) for n in view_sizes]
     if results_path is not None:
         atomic_write(Path(results_path), json.dumps(records, indent=1).encode())
     return records
+
+
+def _time_fit(n: int, max_iter: int, candidates: str, log: Callable[[str], None]) -> dict:
+    A, B = synthetic_pair(n)
+    seeds = np.stack([np.arange(15), np.arange(15)], axis=1)
+    linker = GEHLinker(
+        candidates=CANDIDATE_SOURCES[candidates](), max_iter=max_iter, show_progress_bar=False, random_state=0
+    )
+    tic = time.perf_counter()
+    res = linker.link(A, B, seeds)
+    total = time.perf_counter() - tic
+    views = sum(h["views"] for h in res.history)
+    rec = dict(
+        kind="fit",
+        n=n,
+        candidates=candidates,
+        seconds=round(total, 2),
+        rounds=len(res.history),
+        views=views,
+        seconds_per_round=round(total / max(1, len(res.history)), 2),
+        seconds_per_view=round(total / max(1, views), 3),
+        links=len(res),
+        load=os.getloadavg()[0],
+    )
+    log(str(rec))
+    return rec
+
+
+def _time_view(n: int, log: Callable[[str], None]) -> dict:
+    A, B = synthetic_pair(n)
+    idx = np.arange(256)
+    tic = time.perf_counter()
+    SA = kernels.anchor_signatures(A, A[idx])
+    SB = kernels.anchor_signatures(B, B[idx])
+    pairs, _ = kernels.csls_mutual_topk(SA, SB, k=5, csls_k=50)
+    rec = dict(
+        kind="view",
+        n=n,
+        anchors=256,
+        seconds=round(time.perf_counter() - tic, 2),
+        proposals=len(pairs),
+        load=os.getloadavg()[0],
+    )
+    log(str(rec))
+    return rec
 
 
 def plot_scaling(records: List[dict], path) -> None:

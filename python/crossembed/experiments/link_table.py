@@ -9,7 +9,6 @@ interrupted table keeps what it measured and a rerun skips finished runs.
 
 from __future__ import annotations
 
-import inspect
 import json
 import time
 from pathlib import Path
@@ -19,21 +18,26 @@ import numpy as np
 
 from crossembed._io import atomic_write
 from crossembed.linking import (
-    FarthestPointViews,
+    CappedPromotion,
+    CellCandidates,
+    CosineSignatures,
+    ExactCandidates,
+    FoldPass,
     GEHLinker,
     LinkResult,
+    PaperPromotion,
+    PoolCandidates,
     RandomViews,
+    ValidatedPromotion,
+    Whiten,
     bootstrap_procrustes_link,
-    cosine_signatures,
     evaluate_links,
-    kernel_signatures,
     make_partial_overlap,
     procrustes_link,
     relative_link,
 )
-from crossembed.linking.promotion import rule_class
 
-__all__ = ["DEFAULT_PAIRS", "METHODS", "SUMMARY", "geh_config", "render_markdown", "run_method", "run_table"]
+__all__ = ["DEFAULT_PAIRS", "METHODS", "SUMMARY", "render_markdown", "run_method", "run_table"]
 
 # (encoder A, encoder B, corpus size): each draw samples n_objects of the corpus's mixed-POS glosses
 DEFAULT_PAIRS = (
@@ -45,28 +49,11 @@ DEFAULT_PAIRS = (
 )
 
 
-def geh_config(*, promotion: str = "validated", kernel: bool = True, sampling: str = "fps", **options) -> GEHLinker:
-    """A :class:`GEHLinker` from one flat set of experiment switches.
+def _geh(**parts) -> Callable[..., LinkResult]:
+    """A method running :class:`GEHLinker` with the default objects except ``parts``."""
 
-    ``kernel=False`` uses cosine signatures, ``sampling="random"`` random
-    views; options of the rule (``posterior``, ``min_views``, ...) go to the
-    rule object, everything else to the linker.
-    """
-    rule_cls = rule_class(promotion)
-    rule_kw = {k: options.pop(k) for k in inspect.signature(rule_cls).parameters if k in options}
-    if sampling not in ("fps", "random"):
-        raise ValueError(f"sampling must be 'fps' or 'random', got {sampling!r}")
-    return GEHLinker(
-        promotion=rule_cls(**rule_kw),
-        signatures=kernel_signatures if kernel else cosine_signatures,
-        views=FarthestPointViews() if sampling == "fps" else RandomViews(),
-        **options,
-    )
-
-
-def _geh(**config) -> Callable[..., LinkResult]:
     def run(A, B, seeds, *, random_state, max_iter):
-        linker = geh_config(random_state=random_state, max_iter=max_iter, show_progress_bar=False, **config)
+        linker = GEHLinker(random_state=random_state, max_iter=max_iter, show_progress_bar=False, **parts)
         return linker.link(A, B, seeds)
 
     return run
@@ -77,19 +64,19 @@ METHODS: Dict[str, Callable[..., LinkResult]] = {
     "relative": lambda A, B, s, **_: relative_link(A, B, s),
     "bootstrap-procrustes": lambda A, B, s, **_: bootstrap_procrustes_link(A, B, s, n_iter=5),
     # the published rules as written: no centring
-    "geh-paper": _geh(promotion="paper", center="none"),
-    "geh-capped": _geh(promotion="capped", center="none"),
-    "geh-validated": _geh(promotion="validated"),
-    "geh-validated-uncentered": _geh(promotion="validated", center="none"),
-    "geh-validated-whiten": _geh(promotion="validated", center="whiten"),
-    "geh-validated-fold-pass": _geh(promotion="validated", final_pass="folds"),
-    "geh-validated-no-final-pass": _geh(promotion="validated", final_pass="none"),
-    "geh-validated-exact": _geh(promotion="validated", candidates="exact"),
-    "geh-validated-pool": _geh(promotion="validated", candidates="pool"),
-    "geh-validated-cells": _geh(promotion="validated", candidates="cells"),
-    "geh-validated-no-kernel": _geh(promotion="validated", kernel=False),
-    "geh-validated-random-anchors": _geh(promotion="validated", sampling="random"),
-    "geh-validated-fixed-votes": _geh(promotion="validated", posterior=False),
+    "geh-paper": _geh(promotion=PaperPromotion(), center=None),
+    "geh-capped": _geh(promotion=CappedPromotion(), center=None),
+    "geh-validated": _geh(),
+    "geh-validated-uncentered": _geh(center=None),
+    "geh-validated-whiten": _geh(center=Whiten()),
+    "geh-validated-fold-pass": _geh(promotion=ValidatedPromotion(final_pass=FoldPass())),
+    "geh-validated-no-final-pass": _geh(promotion=ValidatedPromotion(final_pass=None)),
+    "geh-validated-exact": _geh(candidates=ExactCandidates()),
+    "geh-validated-pool": _geh(candidates=PoolCandidates()),
+    "geh-validated-cells": _geh(candidates=CellCandidates()),
+    "geh-validated-no-kernel": _geh(signatures=CosineSignatures()),
+    "geh-validated-random-anchors": _geh(views=RandomViews()),
+    "geh-validated-fixed-votes": _geh(promotion=ValidatedPromotion(posterior=False)),
 }
 
 
@@ -144,45 +131,47 @@ def run_table(
     done = {r["key"] for r in records}
     settings = list(settings)
     for pair in pairs:
-        enc_a, enc_b, corpus = pair
-        XA, XB = embed(enc_a, corpus), embed(enc_b, corpus)
+        XA, XB = embed(pair[0], pair[2]), embed(pair[1], pair[2])
         for alpha, n_seeds in settings:
             for draw in range(n_draws):
-                rng = np.random.default_rng(seed + draw)
-                objects = np.sort(rng.choice(len(XA), size=min(n_objects, len(XA)), replace=False))
-                split = make_partial_overlap(len(objects), alpha=alpha, n_seeds=n_seeds, random_state=seed + draw)
-                A = XA[objects[split.rows_a]]
-                B = XB[objects[split.rows_b]]
-                for method in methods:
-                    key = _key(pair, alpha, n_seeds, method, draw)
-                    if key in done:
-                        continue
-                    tic = time.perf_counter()
-                    res = run_method(method, A, B, split.seeds, random_state=seed + draw, max_iter=max_iter)
-                    secs = time.perf_counter() - tic
-                    m = evaluate_links(res.links, split.truth)
-                    rec = dict(
-                        key=key,
-                        a=enc_a,
-                        b=enc_b,
-                        corpus=corpus,
-                        n_objects=len(objects),
-                        alpha=alpha,
-                        n_seeds=n_seeds,
-                        method=method,
-                        draw=draw,
-                        seconds=round(secs, 2),
-                        rounds=len(res.history),
-                        **m,
-                    )
+                todo = [m for m in methods if _key(pair, alpha, n_seeds, m, draw) not in done]
+                for rec in _run_draw(XA, XB, pair, alpha, n_seeds, draw, todo, n_objects, max_iter, seed, log):
                     records.append(rec)
-                    done.add(key)
+                    done.add(rec["key"])
                     atomic_write(path, json.dumps(records, indent=1).encode())
-                    log(
-                        f"{enc_a}-{enc_b} a={alpha} s={n_seeds} {method} draw {draw}: "
-                        f"P={m['precision']:.3f} R={m['recall']:.3f} F1={m['f1']:.3f} ({secs:.1f}s)"
-                    )
     return records
+
+
+def _run_draw(XA, XB, pair, alpha, n_seeds, draw, methods, n_objects, max_iter, seed, log):
+    """Draw ``draw`` of one cell: sample the objects and the protocol, then yield one record per method."""
+    enc_a, enc_b, corpus = pair
+    rng = np.random.default_rng(seed + draw)
+    objects = np.sort(rng.choice(len(XA), size=min(n_objects, len(XA)), replace=False))
+    split = make_partial_overlap(len(objects), alpha=alpha, n_seeds=n_seeds, random_state=seed + draw)
+    A, B = XA[objects[split.rows_a]], XB[objects[split.rows_b]]
+    for method in methods:
+        tic = time.perf_counter()
+        res = run_method(method, A, B, split.seeds, random_state=seed + draw, max_iter=max_iter)
+        secs = time.perf_counter() - tic
+        m = evaluate_links(res.links, split.truth)
+        log(
+            f"{enc_a}-{enc_b} a={alpha} s={n_seeds} {method} draw {draw}: "
+            f"P={m['precision']:.3f} R={m['recall']:.3f} F1={m['f1']:.3f} ({secs:.1f}s)"
+        )
+        yield dict(
+            key=_key(pair, alpha, n_seeds, method, draw),
+            a=enc_a,
+            b=enc_b,
+            corpus=corpus,
+            n_objects=len(objects),
+            alpha=alpha,
+            n_seeds=n_seeds,
+            method=method,
+            draw=draw,
+            seconds=round(secs, 2),
+            rounds=len(res.history),
+            **m,
+        )
 
 
 def _fmt(values) -> str:

@@ -1,20 +1,36 @@
 """GEH vector linking: which rows of two black-box embedding indexes are the same object.
 
 * :class:`GEHLinker` - geometric embedding hashing (multi-view anchor
-  signatures, CSLS mutual top-k votes, Beta posterior, bootstrap); its
-  growth rules (:class:`PaperPromotion`, :class:`CappedPromotion`,
-  :class:`ValidatedPromotion`), proposers and view choices are objects.
+  signatures, CSLS mutual top-k votes, Beta posterior, bootstrap). Each
+  choice is an object: growth rules (:class:`ValidatedPromotion`,
+  :class:`PaperPromotion`, :class:`CappedPromotion`) and their final passes
+  (:class:`MapPass`, :class:`FoldPass`), the stop rule (:class:`StopRule`),
+  candidate sources (:class:`AutoCandidates`, :class:`ExactCandidates`,
+  :class:`PoolCandidates`, :class:`CellCandidates`, :class:`AnnCandidates`),
+  the row sample (:class:`RowSample`), the schedule (:class:`Schedule`),
+  signatures, view samplers and per-side preprocessing.
 * :func:`procrustes_link`, :func:`relative_link`,
   :func:`bootstrap_procrustes_link` - baselines with the same output.
 * :func:`make_partial_overlap`, :func:`evaluate_links` - the evaluation protocol.
 """
 
 from crossembed.linking.baselines import bootstrap_procrustes_link, procrustes_link, relative_link
-from crossembed.linking.geh import CANDIDATES, GEHLinker
+from crossembed.linking.candidates import (
+    AnnCandidates,
+    AutoCandidates,
+    CandidateSource,
+    CellCandidates,
+    ExactCandidates,
+    PoolCandidates,
+)
+from crossembed.linking.geh import GEHLinker
 from crossembed.linking.pairs import greedy_one_to_one
+from crossembed.linking.preprocess import Center, Whiten
 from crossembed.linking.promotion import (
     PROMOTIONS,
     CappedPromotion,
+    FoldPass,
+    MapPass,
     PaperPromotion,
     PromotionRule,
     ValidatedPromotion,
@@ -22,36 +38,51 @@ from crossembed.linking.promotion import (
 from crossembed.linking.proposers import AnnProposer, ExactProposer, PoolProposer, Proposer
 from crossembed.linking.protocol import OverlapSplit, evaluate_links, make_partial_overlap
 from crossembed.linking.result import LinkResult
+from crossembed.linking.sampling import RowSample
+from crossembed.linking.schedule import Schedule
+from crossembed.linking.stopping import StopRule
 from crossembed.linking.views import (
+    CosineSignatures,
     FarthestPointViews,
+    KernelSignatures,
     RandomViews,
     ViewSampler,
-    cosine_signatures,
-    kernel_signatures,
 )
 
 __all__ = [
-    "CANDIDATES",
     "PROMOTIONS",
+    "AnnCandidates",
     "AnnProposer",
+    "AutoCandidates",
+    "CandidateSource",
     "CappedPromotion",
+    "CellCandidates",
+    "Center",
+    "CosineSignatures",
+    "ExactCandidates",
     "ExactProposer",
     "FarthestPointViews",
+    "FoldPass",
     "GEHLinker",
+    "KernelSignatures",
     "LinkResult",
+    "MapPass",
     "OverlapSplit",
     "PaperPromotion",
+    "PoolCandidates",
     "PoolProposer",
     "PromotionRule",
     "Proposer",
     "RandomViews",
+    "RowSample",
+    "Schedule",
+    "StopRule",
     "ValidatedPromotion",
     "ViewSampler",
+    "Whiten",
     "bootstrap_procrustes_link",
-    "cosine_signatures",
     "evaluate_links",
     "greedy_one_to_one",
-    "kernel_signatures",
     "make_partial_overlap",
     "procrustes_link",
     "relative_link",

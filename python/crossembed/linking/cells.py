@@ -1,8 +1,7 @@
 """Anchor cells: GEH's candidate lists without scoring all N_A x N_B pairs.
 
 The exact lists (:func:`~crossembed.linking.proposers.pool_candidate_lists`)
-cost 2 N_A N_B A multiply-adds per round (A list anchors): 10^13 at 100k
-rows a side. The pool anchors already are a coarse quantiser of both sides,
+cost 2 N_A N_B A multiply-adds per round (A list anchors). The pool anchors already are a coarse quantiser of both sides,
 matched across them: row i of A falls in the cells of its ``r`` most
 similar anchors (its ``r`` largest signature entries), row j of B in the
 cells of its ``r`` most similar anchors on B's side, and (i, j) is a
@@ -10,9 +9,8 @@ candidate only if they share a cell - an inverted file whose centroids
 correspond by construction. Each cell's block of rows is scored by the
 fused top-k of :func:`crossembed.kernels.topk_rows_and_columns`; each row
 keeps its ``m`` best partners over its ``r`` cells. With
-cells of ~N r / A rows a side the work is 2 N_A N_B r^2 (A / r^2 = 32x less
-at A = 512, r = 4); the quadratic term remains, so 1M rows a side still
-costs ~10^13 per build.
+cells of ~N r / A rows a side the work is 2 N_A N_B r^2, a factor A / r^2
+less; the quadratic term remains.
 
 The same lists serve the map pass (:mod:`crossembed.linking.refine`): there
 the features are ``unit(A W)`` and ``B`` in B's space, and the cells are
@@ -30,10 +28,9 @@ from crossembed import kernels
 __all__ = ["CELLS_PER_ROW", "cell_candidate_lists", "cell_pairs", "nearest_cells", "top_cells"]
 
 CELLS_PER_ROW = 4
-# a pair scored in a cell costs 7-10x one scored by the exact lists (small blocks, where the top-k
-# bookkeeping dominates, and the merge): measured at 30k rows a side, one thread, the cells were
-# faster from 128 list anchors on (5.4 s vs 6.0 s, 12 % of the pairs scored; 4.0 s vs 12.2 s at 512),
-# 1.7-2.6x slower at 15-32 anchors (50-107 % of the pairs scored: few anchors make few, huge cells)
+# a pair scored in a cell costs several times one scored by the exact lists (small blocks, where
+# the top-k bookkeeping dominates, and the merge), so the cells pay only where they score a small
+# share of the pairs; few anchors make few, huge cells (docs/linking.md has the crossover)
 _CELL_PAIR_SHARE = 0.125
 
 
@@ -48,7 +45,7 @@ def top_cells(S: np.ndarray, r: int) -> np.ndarray:
 
 def nearest_cells(X: np.ndarray, centres: np.ndarray, r: int, *, num_threads: Optional[int] = None) -> np.ndarray:
     """``(N, min(r, C))`` int64: each row's ``r`` most similar centres by dot product, best first
-    (ties to the lower centre), without holding the ``N x C`` scores (15 GB at 1M rows, 4,000 centres)."""
+    (ties to the lower centre), without holding the ``N x C`` scores."""
     r = min(int(r), len(centres))
     _, idx, _, _ = kernels.topk_rows_and_columns(X, centres, r, 1, num_threads=num_threads)
     return np.ascontiguousarray(idx, dtype=np.int64)
@@ -89,7 +86,7 @@ def _put(scores, idx, rows, slots, best_score, best_local, members) -> None:
 def _merge(scores: np.ndarray, idx: np.ndarray, m: int, *, chunk: int = 1 << 16) -> np.ndarray:
     """Each row's ``m`` best distinct candidates (score descending, ties to the lower row), -1 padded.
 
-    Rows go in chunks: the sorts below copy the ``(N, r m)`` slots several times (4 GB at 1M rows)."""
+    Rows go in chunks: the sorts below copy the ``(N, r m)`` slots several times."""
     n = scores.shape[0]
     out = np.empty((n, m), np.int64)
     for s in range(0, n, chunk):
@@ -149,8 +146,8 @@ def cell_candidate_lists(
     FA = np.ascontiguousarray(FA, dtype=np.float32)
     FB = np.ascontiguousarray(FB, dtype=np.float32)
     if cell_pairs(cells_a, cells_b, n_cells) > _CELL_PAIR_SHARE * len(FA) * len(FB):
-        # a GEH fit starts from 15 seed anchors, whose cells cover every pair (round 0 of a
-        # 100k-a-side fit took 307 s): there the exact lists are cheaper, and a superset
+        # a GEH fit starts from a few seed anchors, whose cells cover every pair: there the
+        # exact lists are cheaper, and a superset
         _, cand_a, _, cand_b = kernels.topk_rows_and_columns(FA, FB, m, m, num_threads=num_threads)
         return pad_lists(cand_a, m), pad_lists(cand_b, m)
     ra_all, sa_all, ba = _members(cells_a, n_cells)
@@ -164,9 +161,9 @@ def cell_candidate_lists(
         rb, sb = rb_all[bb[c] : bb[c + 1]], sb_all[bb[c] : bb[c + 1]]
         if len(ra) == 0 or len(rb) == 0:
             continue
-        # the fused C++ top-k never holds the cell's block (a hub cell of 20k x 20k rows): 2.5x the
-        # speed of a numpy GEMM + argpartition at 15 anchors, 1.1x at 512 (docs/linking.md); members
-        # are in row order, so its ties to the lower local index are ties to the lower row
+        # the fused C++ top-k never holds the cell's block (a hub cell can be huge; docs/linking.md
+        # compares it with numpy); members are in row order, so its ties to the lower local index
+        # are ties to the lower row
         best = kernels.topk_rows_and_columns(FA[ra], FB[rb], m, m, num_threads=num_threads)
         _put(score_a, idx_a, ra, sa, best[0], best[1], rb)
         _put(score_b, idx_b, rb, sb, best[2], best[3], ra)

@@ -1,59 +1,66 @@
 """Per-side preprocessing before GEH: centre (and optionally whiten) each cloud on its own rows.
 
 Contrastive encoders are anisotropic: their vectors share a large common
-component (e5's unrelated texts sit at cosine ~0.78), so cosine and kernel
-similarities are dominated by it and every row looks like every other.
-Subtracting each side's own column mean removes it; this needs no
-correspondence between the sides, so it is legal on black-box outputs. At
-10k objects (minilm <-> e5) centring is the difference between a fit that
-collapses and one that works (docs/linking.md).
+component, so cosine and kernel similarities are dominated by it and every
+row looks like every other. Subtracting each side's own column mean removes
+it; this needs no correspondence between the sides, so it is legal on
+black-box outputs (docs/linking.md measures what it changes).
 
-``"whiten"`` further rescales the principal directions of each side to unit
-variance (shrunk towards isotropy so near-null directions are not blown up).
+``GEHLinker(center=...)`` takes :class:`Center` (default), :class:`Whiten`
+or None (unit rows only, the paper as written).
 """
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
-from crossembed._validation import check_choice
+from crossembed._validation import check_fraction
+from crossembed.linking._config import Configured
 from crossembed.linking._inputs import unit_rows
 
-__all__ = ["PREPROCESS", "preprocess_side"]
-
-PREPROCESS = ("center", "whiten", "none")
+__all__ = ["Center", "Whiten", "centred_unit_rows"]
 
 
-def preprocess_side(X: np.ndarray, mode: Optional[str] = "center", *, shrinkage: float = 0.1) -> np.ndarray:
-    """Unit rows of ``X`` after its own ``mode`` preprocessing (float32).
+def centred_unit_rows(X: np.ndarray) -> np.ndarray:
+    """Unit rows of ``X``, minus their column mean, as unit rows again (float64 before the last step)."""
+    C = unit_rows(X).astype(np.float64)
+    C -= C.mean(axis=0)
+    return C
+
+
+class Center(Configured):
+    """Unit rows, minus each side's own column mean, unit rows again (the default)."""
+
+    kind = "center"
+
+    def apply(self, X: np.ndarray) -> np.ndarray:
+        """``(N, D)`` float32 unit rows of ``X`` after centring (zero rows stay zero)."""
+        if len(X) < 2:
+            return unit_rows(X)
+        return unit_rows(centred_unit_rows(X))
+
+
+class Whiten(Configured):
+    """As :class:`Center`, then PCA-whitened with eigenvalues shrunk towards their mean.
 
     Parameters
     ----------
-    X : ndarray, shape (N, D)
-    mode : {"center", "whiten", "none"} or None
-        ``"center"``: unit rows, minus their column mean, unit rows again.
-        ``"whiten"``: as centre, then PCA-whitened with eigenvalues shrunk
-        towards their mean by ``shrinkage``. ``"none"``/None: unit rows only
-        (the paper as written).
     shrinkage : float
-        Weight of the mean eigenvalue in the whitening denominator.
-
-    Returns
-    -------
-    ndarray, shape (N, D), float32, unit rows (zero rows stay zero)
+        Weight of the mean eigenvalue in the whitening denominator, in
+        ``[0, 1]`` (default 0.1): near-null directions are not blown up.
     """
-    mode = "none" if mode is None else check_choice(mode, "center", PREPROCESS)
-    U = unit_rows(X)
-    if mode == "none" or len(U) < 2:
-        return U
-    C = U.astype(np.float64)
-    C -= C.mean(axis=0)
-    if mode == "whiten":
-        cov = C.T @ C / len(C)
-        evals, evecs = np.linalg.eigh(cov)
+
+    kind = "whiten"
+
+    def __init__(self, *, shrinkage: float = 0.1):
+        self.shrinkage = check_fraction(shrinkage, "shrinkage", allow_zero=True)
+
+    def apply(self, X: np.ndarray) -> np.ndarray:
+        """``(N, D)`` float32 unit rows of ``X`` after centring and whitening."""
+        if len(X) < 2:
+            return unit_rows(X)
+        C = centred_unit_rows(X)
+        evals, evecs = np.linalg.eigh(C.T @ C / len(C))
         evals = np.maximum(evals, 0.0)
-        denom = np.sqrt((1.0 - shrinkage) * evals + shrinkage * evals.mean() + 1e-12)
-        C = (C @ evecs) / denom
-    return unit_rows(C)
+        denom = np.sqrt((1.0 - self.shrinkage) * evals + self.shrinkage * evals.mean() + 1e-12)
+        return unit_rows((C @ evecs) / denom)

@@ -21,8 +21,9 @@ Dask), which it passes in; a rule never builds one.
     where neither of its rows is an anchor (no link can vote for itself);
     held-out seeds measure the proposal precision, which sets how fast the
     pool may grow (growth pauses only on a significant drop against the
-    smoothed precision of earlier rounds); a final pass relinks every row
-    through a ridge map fitted on the pool (:mod:`crossembed.linking.refine`).
+    smoothed precision of earlier rounds); a final pass (:class:`MapPass`)
+    relinks every row through a ridge map fitted on the pool
+    (:mod:`crossembed.linking.refine`).
 
 ``posterior=False`` (every rule) is the fixed-vote ablation: promote pairs
 proposed by at least ``vote_fraction`` of the views instead of the
@@ -33,34 +34,32 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional
 
 import numpy as np
 
 from crossembed import kernels
-from crossembed._validation import check_choice, check_fraction, check_int, check_positive, resolve_num_threads
+from crossembed._validation import check_fraction, check_int, check_positive, resolve_num_threads
+from crossembed.linking._config import Configured, check_plugin
 from crossembed.linking._fit import FitState
 from crossembed.linking.pairs import contains, count_new, greedy_one_to_one, merge_views, positions, rank_by
-from crossembed.linking.proposers import PoolProposer, Proposer
+from crossembed.linking.proposers import Proposer
 from crossembed.linking.refine import map_links
 
 __all__ = [
     "PROMOTIONS",
     "CappedPromotion",
+    "FoldPass",
+    "MapPass",
     "PaperPromotion",
     "PromotionRule",
     "ValidatedPromotion",
-    "make_rule",
-    "rule_class",
 ]
 
 Info = Dict[str, Any]
 
-#: the final passes of :class:`ValidatedPromotion`
-FINAL_PASSES = ("map", "folds", "none")
 
-
-class PromotionRule:
+class PromotionRule(Configured):
     """Interface of a GEH growth rule (see the module docstring)."""
 
     name = "rule"
@@ -72,16 +71,12 @@ class PromotionRule:
     #: whether :meth:`finish` does anything (the linker builds no proposer for it otherwise)
     has_final_pass = False
     #: whether :meth:`finish` links every row from the pool alone (no signatures, no proposer), so
-    #: the rounds may run on a sample of the rows (``GEHLinker(sample_rows=...)``)
+    #: the rounds may run on a sample of the rows (``GEHLinker(sample=RowSample(...))``)
     links_every_row = False
 
     def finish(self, fit: FitState, propose: Proposer) -> Optional[Info]:
         """After the last round; ``None`` when the rule has no final step."""
         return None
-
-    def __repr__(self) -> str:
-        opts = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
-        return f"{type(self).__name__}({opts})"
 
 
 class PaperPromotion(PromotionRule):
@@ -90,13 +85,15 @@ class PaperPromotion(PromotionRule):
     Parameters
     ----------
     small_pool : int
-        Below this pool size every view uses every anchor.
+        Below this pool size every view uses every anchor (default 50).
     posterior : bool
-        ``False``: the fixed-vote ablation (``vote_fraction`` of the views).
+        True (default): promote by the Otsu-thresholded posterior; False:
+        the fixed-vote ablation (``vote_fraction`` of the views).
     vote_fraction : float
+        Share of the views that must propose a pair when ``posterior=False`` (default 0.5).
     """
 
-    name = "paper"
+    name = kind = "paper"
     _capped = False
 
     def __init__(self, *, small_pool: int = 50, posterior: bool = True, vote_fraction: float = 0.5):
@@ -164,16 +161,16 @@ class CappedPromotion(PaperPromotion):
     Parameters
     ----------
     small_pool : int
-        Below this pool size views are random ``subsample`` subsets.
+        Below this pool size views are random ``subsample`` subsets (default 50).
     subsample : float
-        Fraction of the pool per view while the pool is small.
+        Fraction of the pool per view while the pool is small (default 0.7).
     min_views : int
-        Views per round at least while the pool is small.
+        Views per round at least while the pool is small (default 20).
     posterior, vote_fraction
         As for :class:`PaperPromotion`.
     """
 
-    name = "capped"
+    name = kind = "capped"
     _capped = True
 
     def __init__(
@@ -202,199 +199,29 @@ class CappedPromotion(PaperPromotion):
             yield fit.view(geo, subset_size, sub)
 
 
-class ValidatedPromotion(PromotionRule):
-    """Our default rule (module docstring).
+class MapPass(Configured):
+    """Final pass: relink every row through a ridge map fitted on the pool (:func:`~crossembed.linking.refine.map_links`).
 
     Parameters
     ----------
-    subsample : float
-        Fraction of the pool per view.
-    min_views : int
-        Views per round at least.
-    max_view_anchors : int
-        Anchors per view at most (farthest-point sampling thins larger views).
-    posterior, vote_fraction
-        As for :class:`PaperPromotion`.
-    final_pass : {"map", "folds", "none"} or bool
-        After the last round: ``"map"`` (default, ``True``) relinks every row
-        through a ridge map fitted on the pool
-        (:func:`~crossembed.linking.refine.map_links`); ``"folds"`` is the
-        earlier cross-validated relinking with signatures (:meth:`finish`);
-        ``"none"`` (``False``) keeps the pool.
+    lam : float
+        Ridge penalty, ``> 0`` (default 1.0).
     score_filter : bool
-        In the final pass drop links whose CSLS score falls in the lower Otsu
-        class (rows whose object is missing on the other side still find a
-        mutual neighbour, with lower scores).
-    folds : int
-        Folds of the ``"folds"`` final pass.
-    map_lam : float
-        Ridge penalty of the ``"map"`` final pass.
-    decoy_fraction : float
-        Fraction of each view's held-out pool pairs used as decoys: their B
-        row is hidden, so what their A row is proposed with is a false link
-        of a row without a partner; ``0`` (default) turns the null off.
-    fdr : float
-        Target false-discovery rate of a view's proposals under the decoy
-        null: proposals scoring below the threshold it sets cast no vote.
-    smoothing : float
-        Discount of earlier rounds in the smoothed held-out precision that a
-        round's precision is tested against (growth pauses on a significant drop).
+        Drop links whose CSLS score falls in the lower Otsu class: rows whose
+        object is missing on the other side still find a mutual neighbour,
+        with lower scores (default True).
     """
 
-    name = "validated"
+    kind = "map"
+    #: links every row from the pool alone, so the rounds may run on a row sample
+    links_every_row = True
 
-    def __init__(
-        self,
-        *,
-        subsample: float = 0.7,
-        min_views: int = 20,
-        max_view_anchors: int = 256,
-        posterior: bool = True,
-        vote_fraction: float = 0.5,
-        final_pass: Union[str, bool] = "map",
-        score_filter: bool = True,
-        folds: int = 3,
-        map_lam: float = 1.0,
-        smoothing: float = 0.5,
-        decoy_fraction: float = 0.0,
-        fdr: float = 0.1,
-    ):
-        self.decoy_fraction = check_fraction(decoy_fraction, "decoy_fraction", allow_zero=True)
-        self.fdr = check_fraction(fdr, "fdr")
-        self.smoothing = check_fraction(smoothing, "smoothing", allow_zero=True)
-        self.subsample = check_fraction(subsample, "subsample")
-        self.min_views = check_int(min_views, "min_views", low=1)
-        self.max_view_anchors = check_int(max_view_anchors, "max_view_anchors", low=2)
-        self.posterior = bool(posterior)
-        self.vote_fraction = check_fraction(vote_fraction, "vote_fraction")
-        if isinstance(final_pass, (bool, np.bool_)):
-            final_pass = "map" if final_pass else "none"
-        self.final_pass = check_choice(final_pass, "final_pass", FINAL_PASSES)
-        self.map_lam = check_positive(map_lam, "map_lam")
+    def __init__(self, *, lam: float = 1.0, score_filter: bool = True):
+        self.lam = check_positive(lam, "lam")
         self.score_filter = bool(score_filter)
-        self.folds = check_int(folds, "folds", low=2)
 
-    def grow(self, fit: FitState, propose: Proposer) -> Info:
-        pool = fit.pool()
-        P, S = len(pool), fit.n_seeds
-        m, _ = fit.schedule(P)
-        m = max(m, self.min_views)
-        # views keep a fixed fraction of the pool: shrinking them (the paper's s_t) starves weak
-        # encoder pairs of anchors; beyond max_view_anchors FPS thins the view for speed
-        sub_size = max(2, math.ceil(self.subsample * P))
-        size = min(sub_size, max(self.max_view_anchors, S))
-        in_view = np.zeros((m, P), bool)
-        decoy = np.zeros((m, P), bool)
-        kept_pairs, kept_scores, sizes, decoy_scores = [], [], [], []
-        correct = wrong = n_trials = 0
-        seed_pos_a = _positions_of(fit.seeds[:, 0], fit.n_a)
-        seed_pos_b = _positions_of(fit.seeds[:, 1], fit.n_b)
-        pos_a, pos_b = _positions_of(pool[:, 0], fit.n_a), _positions_of(pool[:, 1], fit.n_b)
-        geo = fit.geometry(pool)
-        views = []
-        for v in range(m):
-            sub = fit.rng.choice(P, size=sub_size, replace=False)
-            view = fit.view(geo, size, sub)
-            views.append(view)
-            in_view[v, view] = True
-            sizes.append(len(view))
-            # decoys: held-out pool pairs whose B row is hidden, so their A row is an object with
-            # no partner - exactly what 70% of the rows are at alpha 0.3, and what held-out seeds
-            # (always present on both sides) cannot show. What they are proposed with is the null.
-            # Off by default: at 10k objects the early pools were already mostly false links that
-            # the few decoy trials could not see, and later the null emptied the pool (docs/linking.md).
-            if self.decoy_fraction > 0:
-                out = np.flatnonzero(~in_view[v])
-                decoy[v, out[fit.rng.random(len(out)) < self.decoy_fraction]] = True
-        cosines = fit.view_cosines(geo, views)
-        exclude_b = [np.concatenate([pool[view, 1], pool[decoy[v], 1]]) for v, view in enumerate(views)]
-        proposals = _propose_views(fit, propose, pool, views, exclude_b, geo, cosines)
-        for v, (pairs, scores) in enumerate(proposals):
-            at = pos_a[pairs[:, 0]]
-            hit = (at >= 0) & decoy[v, np.maximum(at, 0)]
-            decoy_scores.append(scores[hit])
-            n_trials += int(decoy[v].sum())
-            # held-out seeds: a proposal touching a seed row is right only if it is the seed pair
-            sa, sb = seed_pos_a[pairs[:, 0]], seed_pos_b[pairs[:, 1]]
-            touch = ((sa >= 0) | (sb >= 0)) & ~hit
-            ok = touch & (sa == sb)
-            correct += int(ok.sum())
-            wrong += int((touch & ~ok).sum())
-            keep = ~touch & ~hit
-            kept_pairs.append(pairs[keep])
-            kept_scores.append(scores[keep])
-        null_thr = _null_threshold(
-            kept_scores, np.concatenate(decoy_scores), n_trials, fit.n_a - float(np.mean(sizes)), self.fdr
-        )
-        for v in range(m):
-            keep_v = kept_scores[v] >= null_thr
-            kept_pairs[v], kept_scores[v] = kept_pairs[v][keep_v], kept_scores[v][keep_v]
-        uniq, mean_csls, votes = merge_views(kept_pairs, kept_scores, fit.n_b)
-        est_precision = correct / (correct + wrong) if correct + wrong else 0.0
-        out_of_play = in_view | decoy
-        info: Info = {
-            "pool": P,
-            "views": m,
-            "anchors": int(np.median(sizes)),
-            "proposals": len(uniq),
-            "holdout_precision": round(est_precision, 4),
-            "holdout_recall": round(float(correct / max(1, (~out_of_play[:, :S]).sum())), 4),
-            "null_threshold": float(null_thr),
-            "decoy_rate": round(sum(map(len, decoy_scores)) / max(n_trials, 1), 4),
-        }
-        if len(uniq) == 0:
-            info.update(promoted=0, threshold=None)
-            return info
-        # views in which a pair could vote: neither of its rows was an anchor or a decoy there
-        pa, pb = pos_a[uniq[:, 0]], pos_b[uniq[:, 1]]
-        blocked = (out_of_play[:, np.maximum(pa, 0)] & (pa >= 0)) | (out_of_play[:, np.maximum(pb, 0)] & (pb >= 0))
-        n_elig = m - blocked.sum(axis=0)
-        post = (1.0 + votes) / (2.0 + n_elig)
-        if self.posterior:
-            thr = kernels.otsu_threshold(post)
-            keep = (post > thr) & (votes >= 2)
-        else:
-            thr = self.vote_fraction
-            keep = votes >= self.vote_fraction * np.maximum(n_elig, 1)
-        # growth follows the measured precision: grow by (precision x pool) unless this round's
-        # held-out precision fell significantly below the smoothed one of the earlier rounds; then
-        # keep the size and only re-rank (swap links). Comparing with the running maximum instead
-        # froze growth for good on one noisy dip (1.0 -> 0.96 at 6k objects).
-        holding = _significant_drop(correct, correct + wrong, fit.holdout_hits, fit.holdout_trials)
-        fit.holdout_hits = self.smoothing * fit.holdout_hits + correct
-        fit.holdout_trials = self.smoothing * fit.holdout_trials + correct + wrong
-        limit = len(fit.links) + (0 if holding else max(S, math.ceil(est_precision * P)))
-        new = greedy_one_to_one(
-            uniq[keep],
-            rank_by(post[keep], mean_csls[keep]),
-            exclude_a=fit.seeds[:, 0],
-            exclude_b=fit.seeds[:, 1],
-            limit=limit,
-        )
-        info.update(threshold=float(thr), promoted=count_new(new, fit.links, fit.n_b), limit=int(limit))
-        if len(new):
-            idx = positions(uniq, new, fit.n_b)
-            fit.set_links(new, post[idx], votes[idx])
-        return info
-
-    @property
-    def has_final_pass(self) -> bool:
-        return self.final_pass != "none"
-
-    @property
-    def links_every_row(self) -> bool:
-        return self.final_pass == "map"
-
-    def finish(self, fit: FitState, propose: Proposer) -> Optional[Info]:
-        """The final pass chosen by ``final_pass`` (None for ``"none"`` or an empty pool)."""
-        if self.final_pass == "none" or not len(fit.links):
-            return None
-        if self.final_pass == "map":
-            return self._map_pass(fit)
-        return self._fold_pass(fit, propose)
-
-    def _map_pass(self, fit: FitState) -> Info:
-        """Relink every row through a ridge map fitted on the pool (:mod:`crossembed.linking.refine`)."""
+    def run(self, fit: FitState, propose: Proposer) -> Info:
+        """Replace ``fit``'s links by the map's; returns the pass's history entry (``propose`` is unused)."""
         links = fit.links
         final, _, thr = map_links(
             fit.A,
@@ -402,7 +229,7 @@ class ValidatedPromotion(PromotionRule):
             fit.pool(),
             exclude_a=fit.seeds[:, 0],
             exclude_b=fit.seeds[:, 1],
-            lam=self.map_lam,
+            lam=self.lam,
             score_filter=self.score_filter,
             cells=fit.cells,
             num_threads=fit.num_threads,
@@ -421,27 +248,35 @@ class ValidatedPromotion(PromotionRule):
         fit.set_links(final, post, vts)
         return info
 
-    def _fold_pass(self, fit: FitState, propose: Proposer) -> Info:
-        """Cross-validated relinking with the whole pool.
 
-        The pool links are split into ``folds`` parts; view ``f`` uses every
-        anchor except part ``f`` (seeds always), so each link is judged once
-        by anchors that do not contain it and must be re-proposed there to
-        survive. Rows outside the pool are judged by all views and linked
-        when a majority proposes the same partner.
-        """
+class FoldPass(Configured):
+    """Final pass (ablation): cross-validated relinking with the whole pool.
+
+    The pool links are split into ``folds`` parts; view ``f`` uses every
+    anchor except part ``f`` (seeds always), so each link is judged once by
+    anchors that do not contain it and must be re-proposed there to survive.
+    Rows outside the pool are judged by all views and linked when a majority
+    proposes the same partner.
+
+    Parameters
+    ----------
+    folds : int
+        Parts of the pool, ``>= 2`` (default 3).
+    score_filter : bool
+        As for :class:`MapPass` (default True).
+    """
+
+    kind = "folds"
+    links_every_row = False
+
+    def __init__(self, *, folds: int = 3, score_filter: bool = True):
+        self.folds = check_int(folds, "folds", low=2)
+        self.score_filter = bool(score_filter)
+
+    def run(self, fit: FitState, propose: Proposer) -> Info:
+        """Replace ``fit``'s links by the folds' verdict; returns the pass's history entry."""
         folds, S, links = self.folds, fit.n_seeds, fit.links
-        fold = fit.rng.permutation(len(links)) % folds
-        proposals, fold_scores = [], []
-        for f in range(folds):
-            anchors = np.concatenate([fit.seeds, links[fold != f]])
-            SA, SB = fit.signatures(anchors)
-            pairs, scores = propose(
-                SA, SB, k=fit.k, csls_k=fit.csls_k, exclude_a=anchors[:, 0], exclude_b=anchors[:, 1]
-            )
-            proposals.append(pairs)
-            fold_scores.append(scores)
-        uniq, mean_score, votes = merge_views(proposals, fold_scores, fit.n_b)
+        uniq, mean_score, votes = self._propose_folds(fit, propose)
         touches_pool = np.isin(uniq[:, 0], links[:, 0]) | np.isin(uniq[:, 1], links[:, 1])
         is_link = contains(links, uniq, fit.n_b)
         keep = np.where(touches_pool, is_link, votes * 2 > folds)
@@ -467,28 +302,204 @@ class ValidatedPromotion(PromotionRule):
         fit.set_links(final, post, vts)
         return info
 
+    def _propose_folds(self, fit: FitState, propose: Proposer):
+        """Each fold's proposals with every anchor but that fold's links, merged: pairs, mean score, votes."""
+        links = fit.links
+        fold = fit.rng.permutation(len(links)) % self.folds
+        proposals, fold_scores = [], []
+        for f in range(self.folds):
+            anchors = np.concatenate([fit.seeds, links[fold != f]])
+            SA, SB = fit.signatures(anchors)
+            pairs, scores = propose(
+                SA, SB, k=fit.k, csls_k=fit.csls_k, exclude_a=anchors[:, 0], exclude_b=anchors[:, 1]
+            )
+            proposals.append(pairs)
+            fold_scores.append(scores)
+        return merge_views(proposals, fold_scores, fit.n_b)
 
-def _propose_views(fit: FitState, propose: Proposer, pool, views, exclude_b, geo, cosines):
+
+_MAP_PASS = MapPass()  # the default final pass (settings only, shared)
+
+
+class ValidatedPromotion(PromotionRule):
+    """Our default rule (module docstring).
+
+    Parameters
+    ----------
+    subsample : float
+        Fraction of the pool per view (default 0.7).
+    min_views : int
+        Views per round at least (default 20).
+    max_view_anchors : int
+        Anchors per view at most; farthest-point sampling thins larger views (default 256).
+    posterior, vote_fraction
+        As for :class:`PaperPromotion`.
+    final_pass : MapPass, FoldPass or None
+        After the last round: :class:`MapPass` (default) relinks every row
+        through a ridge map fitted on the pool; :class:`FoldPass` is the
+        cross-validated relinking with signatures; None keeps the pool.
+    smoothing : float
+        Discount of earlier rounds in the smoothed held-out precision that a
+        round's precision is tested against; growth pauses on a significant
+        drop (default 0.5).
+    """
+
+    name = kind = "validated"
+
+    def __init__(
+        self,
+        *,
+        subsample: float = 0.7,
+        min_views: int = 20,
+        max_view_anchors: int = 256,
+        posterior: bool = True,
+        vote_fraction: float = 0.5,
+        final_pass: Optional[Any] = _MAP_PASS,
+        smoothing: float = 0.5,
+    ):
+        self.subsample = check_fraction(subsample, "subsample")
+        self.min_views = check_int(min_views, "min_views", low=1)
+        self.max_view_anchors = check_int(max_view_anchors, "max_view_anchors", low=2)
+        self.posterior = bool(posterior)
+        self.vote_fraction = check_fraction(vote_fraction, "vote_fraction")
+        self.final_pass = check_plugin(final_pass, "final_pass", ("run",), "MapPass() or FoldPass()", optional=True)
+        self.smoothing = check_fraction(smoothing, "smoothing", allow_zero=True)
+
+    @property
+    def has_final_pass(self) -> bool:
+        return self.final_pass is not None
+
+    @property
+    def links_every_row(self) -> bool:
+        return self.final_pass is not None and bool(self.final_pass.links_every_row)
+
+    def finish(self, fit: FitState, propose: Proposer) -> Optional[Info]:
+        """The ``final_pass`` (None without one or with an empty pool)."""
+        if self.final_pass is None or not len(fit.links):
+            return None
+        return self.final_pass.run(fit, propose)
+
+    def grow(self, fit: FitState, propose: Proposer) -> Info:
+        pool = fit.pool()
+        P, S = len(pool), fit.n_seeds
+        geo = fit.geometry(pool)
+        views, in_view = self._views(fit, geo, max(fit.schedule(P)[0], self.min_views))
+        proposals = _propose_views(fit, propose, pool, views, geo, fit.view_cosines(geo, views))
+        kept_pairs, kept_scores, correct, wrong = _without_seed_proposals(fit, proposals)
+        uniq, mean_csls, votes = merge_views(kept_pairs, kept_scores, fit.n_b)
+        est_precision = correct / (correct + wrong) if correct + wrong else 0.0
+        info: Info = {
+            "pool": P,
+            "views": len(views),
+            "anchors": int(np.median([len(view) for view in views])),
+            "proposals": len(uniq),
+            "holdout_precision": round(est_precision, 4),
+            "holdout_recall": round(float(correct / max(1, (~in_view[:, :S]).sum())), 4),
+        }
+        if len(uniq) == 0:
+            info.update(promoted=0, threshold=None)
+            return info
+        post, keep, thr = self._vote(fit, pool, in_view, uniq, votes)
+        limit = len(fit.links) + self._growth(fit, correct, wrong, est_precision, P)
+        new = greedy_one_to_one(
+            uniq[keep],
+            rank_by(post[keep], mean_csls[keep]),
+            exclude_a=fit.seeds[:, 0],
+            exclude_b=fit.seeds[:, 1],
+            limit=limit,
+        )
+        info.update(threshold=float(thr), promoted=count_new(new, fit.links, fit.n_b), limit=int(limit))
+        if len(new):
+            idx = positions(uniq, new, fit.n_b)
+            fit.set_links(new, post[idx], votes[idx])
+        return info
+
+    def _views(self, fit: FitState, geo, m: int):
+        """The round's ``m`` views (pool positions) and the ``(m, P)`` mask of each view's anchors.
+
+        Views keep a fixed fraction of the pool: shrinking them (the paper's
+        ``s_t``) starves weak encoder pairs of anchors; beyond
+        ``max_view_anchors`` farthest-point sampling thins the view for speed.
+        """
+        P = len(geo.pool)
+        sub_size = max(2, math.ceil(self.subsample * P))
+        size = min(sub_size, max(self.max_view_anchors, fit.n_seeds))
+        views = [fit.view(geo, size, fit.rng.choice(P, size=sub_size, replace=False)) for _ in range(m)]
+        in_view = np.zeros((m, P), bool)
+        for v, view in enumerate(views):
+            in_view[v, view] = True
+        return views, in_view
+
+    def _vote(self, fit: FitState, pool: np.ndarray, in_view: np.ndarray, uniq: np.ndarray, votes: np.ndarray):
+        """Posterior means, the promotable mask and the threshold of the round's unique pairs.
+
+        A pair's posterior counts only the views in which it could vote:
+        those where neither of its rows was an anchor.
+        """
+        m = len(in_view)
+        pa, pb = _positions_of(pool[:, 0], fit.n_a)[uniq[:, 0]], _positions_of(pool[:, 1], fit.n_b)[uniq[:, 1]]
+        blocked = (in_view[:, np.maximum(pa, 0)] & (pa >= 0)) | (in_view[:, np.maximum(pb, 0)] & (pb >= 0))
+        n_elig = m - blocked.sum(axis=0)
+        post = (1.0 + votes) / (2.0 + n_elig)
+        if self.posterior:
+            thr = kernels.otsu_threshold(post)
+            return post, (post > thr) & (votes >= 2), thr
+        return post, votes >= self.vote_fraction * np.maximum(n_elig, 1), self.vote_fraction
+
+    def _growth(self, fit: FitState, correct: int, wrong: int, est_precision: float, P: int) -> int:
+        """How many links the pool may gain this round, and the held-out tally updated.
+
+        Growth follows the measured precision: ``precision x pool`` unless
+        this round's held-out precision fell significantly below the smoothed
+        one of the earlier rounds; then the size is kept and links only
+        swap. A running maximum instead would freeze growth for good on one
+        noisy dip.
+        """
+        holding = _significant_drop(correct, correct + wrong, fit.holdout_hits, fit.holdout_trials)
+        fit.holdout_hits = self.smoothing * fit.holdout_hits + correct
+        fit.holdout_trials = self.smoothing * fit.holdout_trials + correct + wrong
+        return 0 if holding else max(fit.n_seeds, math.ceil(est_precision * P))
+
+
+def _without_seed_proposals(fit: FitState, proposals):
+    """Each view's proposals without those touching a seed row, and the held-out seed hits and misses.
+
+    A proposal touching a seed row is right only if it is the seed pair.
+    """
+    seed_pos_a = _positions_of(fit.seeds[:, 0], fit.n_a)
+    seed_pos_b = _positions_of(fit.seeds[:, 1], fit.n_b)
+    kept_pairs, kept_scores = [], []
+    correct = wrong = 0
+    for pairs, scores in proposals:
+        sa, sb = seed_pos_a[pairs[:, 0]], seed_pos_b[pairs[:, 1]]
+        touch = (sa >= 0) | (sb >= 0)
+        ok = touch & (sa == sb)
+        correct += int(ok.sum())
+        wrong += int((touch & ~ok).sum())
+        kept_pairs.append(pairs[~touch])
+        kept_scores.append(scores[~touch])
+    return kept_pairs, kept_scores, correct, wrong
+
+
+def _propose_views(fit: FitState, propose: Proposer, pool, views, geo, cosines):
     """Each view's ``(pairs, scores)``, in view order.
 
-    Over the pool path's candidate lists, with more than one thread, the views
-    run side by side on one kernel thread each: a view's kernels are bound by
-    memory and scale poorly on two threads (the CSLS of 6,500 x 64 lists: 44 ms
-    on one, 25 ms on two), and the Python between them overlaps another view's
-    kernels. The views are drawn before, so the result is the same either way.
+    A proposer that offers a one-thread copy (:meth:`Proposer.one_thread`)
+    runs the views side by side on one kernel thread each when the fit has
+    more than one: its kernels are bound by memory and scale poorly, and the
+    Python between them overlaps another view's kernels. The views are drawn
+    before, so the result is the same either way.
     """
-    pool_path = isinstance(propose, PoolProposer)
 
     def one(v: int, run: Proposer, threads: Optional[int]):
         view = views[v]
         SA, SB = fit.signatures(pool[view], geometry=geo, view=view, cosines=cosines, num_threads=threads)
-        return run(SA, SB, k=fit.k, csls_k=fit.csls_k, exclude_a=pool[view, 0], exclude_b=exclude_b[v])
+        return run(SA, SB, k=fit.k, csls_k=fit.csls_k, exclude_a=pool[view, 0], exclude_b=pool[view, 1])
 
-    workers = min(resolve_num_threads(fit.num_threads), len(views)) if pool_path else 1
-    if workers <= 1:
+    workers = min(resolve_num_threads(fit.num_threads), len(views))
+    single = propose.one_thread() if workers > 1 else None
+    if single is None:
         return [one(v, propose, None) for v in range(len(views))]
-    propose.checked_lists(fit.n_a, fit.n_b)  # once per lists (rounds reuse them), before the views share them
-    single = propose.with_threads(1)
     with ThreadPoolExecutor(workers) as pool_of_views:
         return list(pool_of_views.map(lambda v: one(v, single, 1), range(len(views))))
 
@@ -506,28 +517,6 @@ def _carry_over(fit: FitState, final: np.ndarray, new_post: np.ndarray):
     votes = np.zeros(len(final), np.int64)
     votes[confirmed] = fit.link_votes[at_link]
     return post, votes, int(confirmed.sum())
-
-
-def _null_threshold(view_scores, decoy_scores: np.ndarray, n_trials: int, n_rows: float, fdr: float) -> float:
-    """The lowest per-view score whose estimated false-discovery rate is at most ``fdr``.
-
-    At threshold ``t`` a view proposes ``N(t)`` pairs on average (over
-    ``view_scores``, one array per view); a row without a partner is proposed
-    at ``>= t`` with the decoys' rate ``#(decoy_scores >= t) / n_trials``, so
-    the ``n_rows`` active rows (all taken as partnerless: the conservative
-    pi_0 = 1) give ``n_rows * rate(t)`` false ones. Returns -inf without
-    decoy trials (nothing to estimate from) and +inf when no threshold passes.
-    """
-    if n_trials == 0:
-        return -np.inf
-    scores = np.sort(np.concatenate(view_scores))[::-1] if len(view_scores) else np.zeros(0)
-    if len(scores) == 0:
-        return np.inf
-    decoys = np.sort(np.asarray(decoy_scores, np.float64))
-    n_at = np.arange(1, len(scores) + 1) / len(view_scores)  # proposals per view at >= scores[i]
-    false_at = n_rows * (len(decoys) - np.searchsorted(decoys, scores, side="left")) / n_trials
-    ok = np.flatnonzero(false_at <= fdr * n_at)
-    return float(scores[ok[-1]]) if len(ok) else np.inf
 
 
 def _significant_drop(hits: float, trials: float, ref_hits: float, ref_trials: float, *, z: float = 2.0) -> bool:
@@ -550,17 +539,5 @@ def _positions_of(rows: np.ndarray, n: int) -> np.ndarray:
     return pos
 
 
-_RULES = {"paper": PaperPromotion, "capped": CappedPromotion, "validated": ValidatedPromotion}
-PROMOTIONS = tuple(_RULES)
-
-
-def rule_class(name: str) -> type:
-    """The rule class called ``name`` (``"paper"``, ``"capped"``, ``"validated"``)."""
-    if not isinstance(name, str):
-        raise TypeError(f"promotion must be a rule name or a PromotionRule, got {type(name).__name__}")
-    return _RULES[check_choice(name, "promotion", PROMOTIONS)]
-
-
-def make_rule(promotion: Union[str, PromotionRule]) -> PromotionRule:
-    """A rule object from its name (with the rule's defaults) or the object itself."""
-    return promotion if isinstance(promotion, PromotionRule) else rule_class(promotion)()
+#: the growth rules by name (the CLI's ``--promotion``)
+PROMOTIONS = {"paper": PaperPromotion, "capped": CappedPromotion, "validated": ValidatedPromotion}

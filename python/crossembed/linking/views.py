@@ -14,34 +14,52 @@ import numpy as np
 
 from crossembed import kernels
 from crossembed._validation import check_int
+from crossembed.linking._config import Configured
 from crossembed.linking._inputs import unit_rows
 
 __all__ = [
+    "CosineSignatures",
     "FarthestPointViews",
+    "KernelSignatures",
     "RandomViews",
     "ViewSampler",
-    "cosine_signatures",
     "farthest_point_sampling",
-    "kernel_signatures",
 ]
 
 
-def kernel_signatures(
-    X: np.ndarray, anchors: np.ndarray, *, sigma: Optional[float] = None, num_threads: Optional[int] = None
-) -> np.ndarray:
-    """The paper's signatures: Gaussian-kernel similarities to the anchors (C++ :func:`anchor_signatures`).
+class KernelSignatures(Configured):
+    """The paper's signatures: Gaussian-kernel similarities to the anchors (:func:`~crossembed.kernels.anchor_signatures`).
 
-    ``sigma`` defaults to the anchors' median cosine distance; a fit passes
-    the value it read from the pool's Gram matrix.
+    ``signatures(X, anchors, sigma=, num_threads=) -> S``: ``sigma`` is the
+    kernel width, None for the anchors' median cosine distance; a fit passes
+    the value it read from the pool's Gram matrix. A round may compute each
+    side's cosines to its pool once and read each view's signatures off them
+    (:meth:`from_cosines`): the same values, one GEMM per round.
     """
-    return kernels.anchor_signatures(X, anchors, sigma=sigma, num_threads=num_threads)
+
+    kind = "kernel"
+    #: whether :meth:`from_cosines` gives this object's signatures (a round then computes the cosines)
+    reads_cosines = True
+
+    def __call__(self, X: np.ndarray, anchors: np.ndarray, *, sigma: Optional[float] = None, num_threads=None):
+        return kernels.anchor_signatures(X, anchors, sigma=sigma, num_threads=num_threads)
+
+    def from_cosines(self, cosines: kernels.AnchorCosines, cols: np.ndarray, *, sigma: float, num_threads=None):
+        """The signatures against the anchors in columns ``cols`` of ``cosines``."""
+        return cosines.signatures(cols, sigma=sigma, num_threads=num_threads)
 
 
-def cosine_signatures(
-    X: np.ndarray, anchors: np.ndarray, *, sigma: Optional[float] = None, num_threads: Optional[int] = None
-) -> np.ndarray:
-    """Ablation: raw cosine distances to the anchors, with the same scale-free row normalisation (no kernel: ``sigma`` is unused)."""
-    return unit_rows(1.0 - X @ anchors.T)
+class CosineSignatures(Configured):
+    """Ablation: raw cosine distances to the anchors, with the same scale-free row normalisation (no kernel)."""
+
+    kind = "cosine"
+    reads_cosines = False
+
+    def __call__(self, X: np.ndarray, anchors: np.ndarray, *, sigma: Optional[float] = None, num_threads=None):
+        return unit_rows(1.0 - X @ anchors.T)  # sigma: unused, there is no kernel
+
+    def from_cosines(self, cosines: kernels.AnchorCosines, cols: np.ndarray, *, sigma: float, num_threads=None):
+        raise NotImplementedError("CosineSignatures are computed from the rows (reads_cosines is False)")
 
 
 def farthest_point_sampling(
@@ -100,20 +118,22 @@ class ViewSampler(Protocol):
 
         ``pool_a`` holds the pool's unit A-side vectors; its first ``n_seeds``
         rows are the seeds. ``gram`` is ``pool_a @ pool_a.T`` when the round
-        computed it (None for large pools).
+        computed it (None for large pools); a sampler may read cosines from it.
         """
 
 
-class FarthestPointViews:
+class FarthestPointViews(Configured):
     """The paper's views: farthest-point sampling (on A's side) from a random seed pair.
 
     Parameters
     ----------
     max_candidates : int
         FPS runs over at most this many pool anchors (a random subset, the
-        seeds kept): each step is a pass over the candidates, and a pool of
-        700k links made one view cost minutes. 10k-object fits never reach it.
+        seeds kept; default 8192): each step is a pass over the candidates,
+        so a huge pool would make one view cost minutes.
     """
+
+    kind = "farthest-point"
 
     def __init__(self, *, max_candidates: int = 8192):
         self.max_candidates = check_int(max_candidates, "max_candidates", low=2)
@@ -133,16 +153,12 @@ class FarthestPointViews:
             return np.sort(cand[farthest_point_sampling(pool_a[cand], size, start)])
         return np.sort(cand[farthest_point_sampling(None, size, start, gram=gram, rows=cand)])
 
-    def __repr__(self) -> str:
-        return f"FarthestPointViews(max_candidates={self.max_candidates})"
 
-
-class RandomViews:
+class RandomViews(Configured):
     """Ablation: a uniformly random anchor subset per view."""
+
+    kind = "random"
 
     def __call__(self, pool_a, n_seeds, size, rng, subset=None, *, gram=None):
         cand = np.arange(len(pool_a)) if subset is None else np.sort(subset)
         return np.sort(rng.choice(cand, size=min(size, len(cand)), replace=False))
-
-    def __repr__(self) -> str:
-        return "RandomViews()"
