@@ -13,8 +13,9 @@ import argparse
 import time
 
 import numpy as np
+from geh_scale_run import n_glosses
 
-from crossembed.experiments.corpora import _n_available, embed_corpus
+from crossembed.experiments.corpora import embed_corpus
 from crossembed.linking import GEHLinker, RowSample, evaluate_links, make_partial_overlap
 
 
@@ -23,7 +24,7 @@ def main() -> None:
     p.add_argument("--row-sample", default="seeds", choices=("seeds", "random"))
     p.add_argument("--max-iter", type=int, default=30)
     args = p.parse_args()
-    n = _n_available()
+    n = n_glosses()
     XA, XB = embed_corpus("minilm", n), embed_corpus("use", n)
     split = make_partial_overlap(n, alpha=0.714, n_seeds=15, random_state=0)
     A, B = XA[split.rows_a], XB[split.rows_b]

@@ -16,9 +16,9 @@ import argparse
 import time
 
 import numpy as np
-from geh_scale_run import _Traced
+from geh_scale_run import _Traced, n_glosses
 
-from crossembed.experiments.corpora import _n_available, embed_corpus
+from crossembed.experiments.corpora import embed_corpus
 from crossembed.linking import Center, GEHLinker, RowSample, ValidatedPromotion, evaluate_links, make_partial_overlap
 from crossembed.linking.refine import map_links
 
@@ -33,7 +33,7 @@ def main() -> None:
     p.add_argument("--row-sample", default="seeds", choices=("seeds", "random"))
     args = p.parse_args()
     enc_a, enc_b = args.pair.split(":")
-    n = _n_available()
+    n = n_glosses()
     XA, XB = embed_corpus(enc_a, n), embed_corpus(enc_b, n)
     split = make_partial_overlap(n, alpha=args.alpha, n_seeds=15, random_state=args.draw)
     A, B = XA[split.rows_a], XB[split.rows_b]

@@ -26,7 +26,8 @@ import time
 import numpy as np
 
 from crossembed import linking
-from crossembed.experiments.corpora import _n_available, embed_corpus
+from crossembed.data.wordnet import read_synsets
+from crossembed.experiments.corpora import embed_corpus
 from crossembed.linking import GEHLinker, evaluate_links, make_partial_overlap
 from crossembed.linking.promotion import PROMOTIONS, PromotionRule
 
@@ -76,6 +77,11 @@ def _mixed(X: np.ndarray, rows: np.ndarray, glosses: np.ndarray, w: np.ndarray, 
     return out
 
 
+def n_glosses() -> int:
+    """How many unique WordNet glosses the corpus has (every part of speech), the largest ``n_texts``."""
+    return len({s.gloss for pos in ("noun", "verb", "adj", "adv") for s in read_synsets(pos) if s.gloss})
+
+
 def _build(expression: str):
     """A GEHLinker argument from ``--option``: a literal, or a call of crossembed.linking's classes."""
     names = {k: getattr(linking, k) for k in linking.__all__}
@@ -104,13 +110,13 @@ def main() -> None:
     enc_a, enc_b = args.pair.split(":")
     rng = np.random.default_rng(args.draw)
     if args.mix_objects:
-        XA, XB = embed_corpus(enc_a, _n_available()), embed_corpus(enc_b, _n_available())
+        XA, XB = embed_corpus(enc_a, n_glosses()), embed_corpus(enc_b, n_glosses())
         split = make_partial_overlap(args.mix_objects, alpha=args.alpha, n_seeds=args.seeds, random_state=args.draw)
         mix = rng.integers(0, len(XA), (args.mix_objects, 2)), rng.uniform(0.5, 1.0, args.mix_objects)
         A, B = _mixed(XA, split.rows_a, *mix), _mixed(XB, split.rows_b, *mix)
         del XA, XB
     else:
-        n = args.n_objects or _n_available()
+        n = args.n_objects or n_glosses()
         XA, XB = embed_corpus(enc_a, n), embed_corpus(enc_b, n)
         objects = np.sort(rng.choice(len(XA), size=min(n, len(XA)), replace=False))
         split = make_partial_overlap(len(objects), alpha=args.alpha, n_seeds=args.seeds, random_state=args.draw)

@@ -73,6 +73,23 @@ def test_rule_names_map_to_their_classes():
         CappedPromotion(subsample=1.5)
 
 
+def test_objects_report_their_config():
+    from crossembed.linking import AutoCandidates, PoolCandidates, StopRule
+
+    linker = GEHLinker(candidates=PoolCandidates(k=32), stop=StopRule(patience=4), random_state=0)
+    assert "PoolCandidates(k=32, anchors=512, refresh=0.1, reuse=None)" in repr(linker)
+    assert "StopRule(patience=4" in repr(linker) and "random_state=0" in repr(linker)
+    config = AutoCandidates().get_config()
+    assert config["kind"] == "auto" and config["pool"] == {
+        "kind": "pool",
+        "k": 64,
+        "anchors": 512,
+        "refresh": 0.1,
+        "reuse": None,
+    }
+    assert ValidatedPromotion().get_config()["final_pass"] == {"kind": "map", "lam": 1.0, "score_filter": True}
+
+
 def test_paper_promotes_on_the_threshold_capped_does_not(problem):
     # round 0, pool 15 < small_pool: every paper view is identical, so every proposal has the same
     # posterior and `>=` promotes them all; the capped rule's `>` keeps the upper Otsu class only

@@ -135,7 +135,8 @@ class GEHLinker:
         self.show_progress_bar = bool(show_progress_bar)
 
     def __repr__(self) -> str:
-        return f"GEHLinker(promotion={self.promotion!r}, candidates={self.candidates!r}, max_iter={self.max_iter})"
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.endswith("_"))  # result_: a fit's
+        return f"GEHLinker({args})"
 
     def fit_threads(self, n_a: int, n_b: int) -> Optional[int]:
         """The kernel threads of a fit of N_A x N_B rows (see ``num_threads``)."""
