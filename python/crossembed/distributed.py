@@ -56,6 +56,10 @@ def _check_client(client):
     return client
 
 
+def _check_shards(n_shards: Optional[int]) -> Optional[int]:
+    return None if n_shards is None else check_int(n_shards, "n_shards", low=1)
+
+
 def _top(values: np.ndarray, k: int, axis: int) -> np.ndarray:
     """Positions of the ``k`` largest entries along ``axis``, best first, ties to the lower position."""
     order = np.argsort(-values, axis=axis, kind="stable")
@@ -157,8 +161,7 @@ class DaskProposer(Proposer):
     """
 
     def __init__(self, client, *, n_shards: Optional[int] = None):
-        self.client = _check_client(client)
-        self.n_shards = None if n_shards is None else check_int(n_shards, "n_shards", low=1)
+        self.client, self.n_shards = _check_client(client), _check_shards(n_shards)
 
     def __call__(self, SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None):
         return sharded_csls_mutual_topk(
@@ -185,12 +188,11 @@ class DaskExactCandidates(CandidateSource):
     kind = "dask-exact"
 
     def __init__(self, client, *, n_shards: Optional[int] = None):
-        self._client = _check_client(client)
-        self.n_shards = None if n_shards is None else check_int(n_shards, "n_shards", low=1)
+        self._proposer = DaskProposer(client, n_shards=n_shards)  # one for every fit: it holds no fit state
+        self.n_shards = self._proposer.n_shards
 
     def for_fit(self, fit, *, every_row: bool):
-        proposer = DaskProposer(self._client, n_shards=self.n_shards)
-        return lambda _fit: proposer
+        return lambda _fit: self._proposer
 
 
 # --------------------------------------------------------------------------- the "pool" path, B sharded
@@ -308,8 +310,7 @@ class DaskCandidates(PoolCandidates):
         reuse: Optional[int] = None,
     ):
         super().__init__(k=k, anchors=anchors, refresh=refresh, reuse=reuse)
-        self._client = _check_client(client)
-        self.n_shards = None if n_shards is None else check_int(n_shards, "n_shards", low=1)
+        self._client, self.n_shards = _check_client(client), _check_shards(n_shards)
 
     @property
     def client(self):
