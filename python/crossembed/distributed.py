@@ -172,11 +172,8 @@ class DaskProposer(Proposer):
 class DaskExactCandidates(CandidateSource):
     """``GEHLinker(candidates=DaskExactCandidates(client))``: every view's exhaustive CSLS with B sharded.
 
-    Parameters
-    ----------
-    client : dask.distributed.Client
-    n_shards : int, optional
-        Shards of B (default: one per worker).
+    ``client`` and ``n_shards`` (default: one shard of B per worker) are
+    those of :class:`DaskProposer`, which runs every view.
 
     Examples
     --------
