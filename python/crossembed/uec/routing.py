@@ -37,8 +37,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+import crossembed.uec.rules as rules
 from crossembed._validation import as_matrix, check_int, check_positive
-from crossembed.uec import rules
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.heads import ModelHeads
 

@@ -24,9 +24,9 @@ from typing import Any, Dict, Optional, Protocol, Tuple
 
 import numpy as np
 
+import crossembed.uec.rules as rules
 from crossembed import kernels
 from crossembed._validation import as_matrix, check_positive
-from crossembed.uec import rules
 from crossembed.uec.gaussian import GaussianEmbedding, normalize_gaussian
 
 __all__ = ["BetaCosineScoring", "PreparedDocs", "ProbitScoring", "Scoring", "scoring_from_config"]
