@@ -40,10 +40,13 @@ class DocStore:
     ids : ndarray (n_slots,) int64
         External id per slot (any value for free slots).
     alive : ndarray (n_slots,) bool
+        Whether each slot holds a document (False: a free slot).
+    dtype : {"float32", "float16"}
+        Storage of the means and variances.
     texts : list of str or None, optional
-        One per slot (None for free slots).
+        One per slot (None for free slots); default: the store keeps no texts.
     capacity : int, optional
-        Rows to reserve (at least ``n_slots``).
+        Rows to reserve (default ``n_slots``; at least ``n_slots``).
     """
 
     def __init__(self, mean, var, ids, alive, *, dtype, texts=None, capacity: Optional[int] = None):
