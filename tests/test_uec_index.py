@@ -7,6 +7,9 @@ from crossembed import reference
 from crossembed._io import CorruptFileError
 from crossembed.uec import GaussianEmbedding, LaplaceEmbedder, UECEnsemble, UECIndex
 from crossembed.uec.laplace import normalize_rows
+from crossembed.uec.mixing import EmbeddingMixing
+from crossembed.uec.routing import ConfidenceRouting, LaplaceRouting, PrecisionSumRouting
+from crossembed.uec.scoring import BetaCosineScoring, ProbitScoring
 
 pytest.importorskip("hnswlib")
 
@@ -55,8 +58,7 @@ def test_save_load_round_trip(tmp_path, setup):
             LaplaceEmbedder("minilm", batch_size=10).fit_embeddings(A, P),
             LaplaceEmbedder("e5", batch_size=10, hessian="diag").fit_embeddings(P, A),
         ],
-        temperature=0.5,
-        uncertainty="laplace",
+        routing=LaplaceRouting(0.5),
     )
     comps = [e.transform(rng.normal(size=(200, 12))) for e in ens.embedders]
     d = ens.combine(comps, role="passage")
@@ -67,7 +69,7 @@ def test_save_load_round_trip(tmp_path, setup):
     back = UECIndex.load(path)
     assert back.texts == texts and len(back) == 200 and back.rerank == 20
     assert [e.encoder for e in back.ensemble.embedders] == ["minilm", "e5"]
-    assert back.ensemble.temperature == 0.5
+    assert back.ensemble.routing.get_config() == ens.routing.get_config()
     for exact in (True, False):
         s1, i1 = index.search(q, 5, exact=exact)
         s2, i2 = back.search(q, 5, exact=exact)
@@ -163,7 +165,7 @@ def test_confidence_reference_comes_from_the_documents_and_the_ensemble_is_not_c
 
     def make():
         return UECEnsemble(
-            [LaplaceEmbedder(_WordEncoder(), batch_size=10).fit_embeddings(A, P)] * 2, uncertainty="confidence"
+            [LaplaceEmbedder(_WordEncoder(), batch_size=10).fit_embeddings(A, P)] * 2, routing=ConfidenceRouting()
         )
 
     built = make()
@@ -172,8 +174,8 @@ def test_confidence_reference_comes_from_the_documents_and_the_ensemble_is_not_c
     index = UECIndex.build(built, texts, show_progress_bar=False, M=8, rerank=10)
     # the index holds a copy with the reference; the ensemble passed in is left as it was
     assert index.ensemble is not built and index.ensemble.has_reference
-    assert index.ensemble.reference_[0].shape == (20, 16)
-    assert not built.has_reference and built.reference_ is None
+    assert index.ensemble.reference_.documents[0].shape == (20, 16)
+    assert not built.has_reference
     after_arrays, after_meta = built.get_state()
     assert after_meta == meta and after_arrays.keys() == arrays.keys()
     for name, value in arrays.items():
@@ -191,7 +193,7 @@ def test_confidence_reference_comes_from_the_documents_and_the_ensemble_is_not_c
     # encode() and similarity() never set it implicitly: queries fall back to the Laplace weights (warned)
     other = make()
     other.encode(texts, role="passage", show_progress_bar=False)
-    assert other.reference_ is None
+    assert not other.has_reference
     with pytest.warns(RuntimeWarning, match="reference"):
         sims = other.similarity(["cherry tart"], texts)
     assert sims.shape == (1, 20) and texts[int(np.argmax(sims[0]))] == "cherry tart"
@@ -200,7 +202,6 @@ def test_confidence_reference_comes_from_the_documents_and_the_ensemble_is_not_c
 def test_the_index_scores_with_its_scoring_object(tmp_path, monkeypatch):
     from crossembed.uec import index as index_mod
     from crossembed.uec import rules
-    from crossembed.uec.scoring import BetaCosineScoring, ProbitScoring
 
     monkeypatch.setattr(index_mod, "_BLOCK", 64)  # several blocks: the block merge is exercised too
     docs, q = _clustered(300, 12, 5), _clustered(9, 12, 6)
@@ -231,7 +232,8 @@ def test_an_ensemble_index_scores_with_the_ensembles_scoring():
     rng = np.random.default_rng(7)
     A = normalize_rows(rng.normal(size=(40, 16)))
     P = normalize_rows(A + 0.3 * rng.normal(size=(40, 16)))
-    for options in ({}, {"use_variance": False}, {"rules": "official"}):
+    official = {"routing": PrecisionSumRouting(), "mixing": EmbeddingMixing(), "scoring": BetaCosineScoring()}
+    for options in ({}, {"scoring": ProbitScoring(use_variance=False)}, official):
         ens = UECEnsemble([LaplaceEmbedder(_WordEncoder(), batch_size=10).fit_embeddings(A, P)], **options)
         index = UECIndex.build(ens, ["apple pie", "banana split", "cherry tart"] * 3, show_progress_bar=False, M=8)
         assert index.scoring.get_config() == ens.scoring.get_config()

@@ -66,7 +66,8 @@ def test_sharded_updates_and_files(client, tmp_path):
 
 def test_shards_score_with_the_given_scoring_or_the_ensembles(client, tmp_path):
     from crossembed.uec import LaplaceEmbedder, UECEnsemble
-    from crossembed.uec.scoring import BetaCosineScoring
+    from crossembed.uec.routing import LaplaceRouting
+    from crossembed.uec.scoring import BetaCosineScoring, ProbitScoring
 
     docs, q = _docs(200, 8, 7), _docs(5, 8, 8)
     beta = ShardedUECIndex(client, docs, n_shards=2, scoring=BetaCosineScoring(0.5), M=8)
@@ -78,7 +79,9 @@ def test_shards_score_with_the_given_scoring_or_the_ensembles(client, tmp_path):
     A = normalize_rows(rng.normal(size=(40, 8)))
     P = normalize_rows(A + 0.3 * rng.normal(size=(40, 8)))
     ens = UECEnsemble(
-        [LaplaceEmbedder(None, batch_size=10).fit_embeddings(A, P)], uncertainty="laplace", use_variance=False
+        [LaplaceEmbedder(None, batch_size=10).fit_embeddings(A, P)],
+        routing=LaplaceRouting(),
+        scoring=ProbitScoring(use_variance=False),
     )
     d = ens.combine([e.transform(rng.normal(size=(150, 8))) for e in ens.embedders], role="passage")
     qq = ens.combine([e.transform(rng.normal(size=(4, 8))) for e in ens.embedders])
