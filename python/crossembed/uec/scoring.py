@@ -35,6 +35,9 @@ __all__ = ["BetaCosineScoring", "PreparedDocs", "ProbitScoring", "Scoring", "sco
 class PreparedDocs(Protocol):
     """Documents prepared for repeated top-k searches (what :meth:`Scoring.prepare` returns)."""
 
+    #: bytes the prepared documents hold (an index reports its cached blocks by it)
+    nbytes: int
+
     def top_k(
         self, mu_q, v_q, k: int, *, candidates=None, num_threads: Optional[int] = None
     ) -> Tuple[np.ndarray, np.ndarray]:
