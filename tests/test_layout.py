@@ -29,11 +29,23 @@ LAYERS = {
     "encoders": 2,
     "data": 2,
     "_validation": 1,
+    "_config": 1,
     "_io": 1,
     "_core": 1,
     "__init__": 6,  # the package root re-exports
 }
-LIBRARY = ("uec", "linking", "hyperbolic", "kernels", "encoders", "data", "distributed", "_validation", "_io")
+LIBRARY = (
+    "uec",
+    "linking",
+    "hyperbolic",
+    "kernels",
+    "encoders",
+    "data",
+    "distributed",
+    "_validation",
+    "_io",
+    "_config",
+)
 HARNESS_ONLY = ("argparse", "matplotlib")
 
 

@@ -33,8 +33,8 @@ from typing import Callable, Optional, Tuple
 import numpy as np
 
 from crossembed import kernels
+from crossembed._config import Configured, check_plugin
 from crossembed._validation import check_fraction, check_int
-from crossembed.linking._config import Configured, check_plugin
 from crossembed.linking._fit import FitState
 from crossembed.linking._inputs import unit_rows
 from crossembed.linking.cells import CELLS_PER_ROW, cell_candidate_lists, pad_lists, top_cells

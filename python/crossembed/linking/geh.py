@@ -28,8 +28,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 from tqdm.auto import tqdm
 
+from crossembed._config import check_plugin
 from crossembed._validation import check_int, check_num_threads, check_random_state
-from crossembed.linking._config import check_plugin
 from crossembed.linking._fit import FitSetup, FitState
 from crossembed.linking._inputs import check_link_inputs, unit_rows
 from crossembed.linking.candidates import AutoCandidates, RoundProposers, check_source

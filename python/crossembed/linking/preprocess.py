@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from crossembed._config import Configured
 from crossembed._validation import check_fraction
-from crossembed.linking._config import Configured
 from crossembed.linking._inputs import unit_rows
 
 __all__ = ["Center", "Whiten", "centred_unit_rows"]

@@ -39,8 +39,8 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from crossembed import kernels
+from crossembed._config import Configured, check_plugin
 from crossembed._validation import check_fraction, check_int, check_positive, resolve_num_threads
-from crossembed.linking._config import Configured, check_plugin
 from crossembed.linking._fit import FitState
 from crossembed.linking.pairs import contains, count_new, greedy_one_to_one, merge_views, positions, rank_by
 from crossembed.linking.proposers import Proposer

@@ -6,8 +6,8 @@ from typing import Optional
 
 import numpy as np
 
+from crossembed._config import Configured
 from crossembed._validation import check_int
-from crossembed.linking._config import Configured
 
 __all__ = ["RowSample"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from typing import Tuple
 
+from crossembed._config import Configured
 from crossembed._validation import check_fraction, check_int, check_positive
-from crossembed.linking._config import Configured
 
 __all__ = ["Schedule"]
 

@@ -11,8 +11,8 @@ from typing import Optional
 
 import numpy as np
 
+from crossembed._config import Configured
 from crossembed._validation import check_fraction, check_int, check_positive
-from crossembed.linking._config import Configured
 
 __all__ = ["StopCounter", "StopRule", "turnover"]
 

@@ -13,8 +13,8 @@ from typing import Optional, Protocol
 import numpy as np
 
 from crossembed import kernels
+from crossembed._config import Configured
 from crossembed._validation import check_int
-from crossembed.linking._config import Configured
 from crossembed.linking._inputs import unit_rows
 
 __all__ = [

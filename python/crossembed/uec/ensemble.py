@@ -36,6 +36,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from tqdm.auto import tqdm
 
+from crossembed._config import check_plugin
 from crossembed._validation import as_matrix, check_choice, check_positive
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.heads import ModelHeads
@@ -79,14 +80,10 @@ def uncertainty_coefficients(traces, *, temperature: float, center=None, scale=N
     return e / e.sum(axis=1, keepdims=True)
 
 
-def _check_behaviour(obj, name: str, methods: Tuple[str, ...]):
-    """``obj`` when it has the methods of a ``name`` object, else a ``TypeError`` naming the argument."""
-    missing = [m for m in methods if not callable(getattr(obj, m, None))]
-    if missing:
-        raise TypeError(
-            f"{name} must be a {name} object (with {', '.join(m + '()' for m in methods)}), got {type(obj).__name__}"
-        )
-    return obj
+# the methods the ensemble calls on each behaviour object
+_ROUTING_METHODS = ("route", "check_models", "get_config")
+_SCORING_METHODS = ("normalize", "normalize_mixture", "prepare", "similarity", "get_config")
+_MIXING_METHODS = ("bind", "mix", "get_config")
 
 
 def _check_embedders(embedders) -> List[LaplaceEmbedder]:
@@ -139,15 +136,13 @@ class UECEnsemble:
         reference: Optional[RetrievalReference] = None,
     ):
         self.embedders = _check_embedders(embedders)
-        self.routing = _check_behaviour(
-            RankRouting() if routing is None else routing, "routing", ("route", "check_models", "get_config")
+        self.routing = check_plugin(
+            RankRouting() if routing is None else routing, "routing", _ROUTING_METHODS, "RankRouting()"
         )
-        self.scoring = _check_behaviour(
-            ProbitScoring() if scoring is None else scoring,
-            "scoring",
-            ("normalize", "normalize_mixture", "prepare", "similarity", "get_config"),
+        self.scoring = check_plugin(
+            ProbitScoring() if scoring is None else scoring, "scoring", _SCORING_METHODS, "ProbitScoring()"
         )
-        mixing = _check_behaviour(ScoreMixing() if mixing is None else mixing, "mixing", ("bind", "mix", "get_config"))
+        mixing = check_plugin(ScoreMixing() if mixing is None else mixing, "mixing", _MIXING_METHODS, "ScoreMixing()")
         heads = self.heads
         self.routing.check_models(heads)
         self.mixing = mixing.bind(heads, self.scoring)

@@ -40,6 +40,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from crossembed._config import check_plugin
 from crossembed._io import CorruptFileError, load_arrays, save_raw_arrays
 from crossembed._validation import as_int_matrix, check_int, check_k, check_num_threads
 from crossembed.uec._random import int_seed
@@ -94,10 +95,7 @@ def _check_scoring(scoring, ensemble: Optional[UECEnsemble]):
     """``scoring``, else the ensemble's, else the probit with variances."""
     if scoring is None:
         return ProbitScoring() if ensemble is None else ensemble.scoring
-    for method in ("prepare", "get_config"):
-        if not callable(getattr(scoring, method, None)):
-            raise TypeError(f"scoring must have a {method}() method (see crossembed.uec.scoring), got {scoring!r}")
-    return scoring
+    return check_plugin(scoring, "scoring", ("prepare", "get_config"), "ProbitScoring()")
 
 
 def _write_graph_file(graph: np.ndarray) -> str:

@@ -36,6 +36,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
+from crossembed._config import Configured, from_config
 from crossembed._validation import as_matrix, check_int, check_positive, check_random_state
 from crossembed.uec._random import int_seed
 from crossembed.uec.gaussian import GaussianEmbedding
@@ -54,7 +55,7 @@ def convolve(components: Sequence[GaussianEmbedding], weights) -> GaussianEmbedd
     return GaussianEmbedding(mu.astype(np.float32), var.astype(np.float32), w.astype(np.float32))
 
 
-class ScoreMixing:
+class ScoreMixing(Configured):
     """Mix per-model scores (module docstring).
 
     Parameters
@@ -93,19 +94,6 @@ class ScoreMixing:
         self.hubness = None if hubness is None else check_positive(hubness, "hubness", allow_zero=True)
         self.hubness_k = check_int(hubness_k, "hubness_k", low=1)
         self.query_head = None if query_head is None else bool(query_head)
-
-    def get_config(self) -> Dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "calibrate": self.calibrate,
-            "hubness": self.hubness,
-            "hubness_k": self.hubness_k,
-            "query_head": self.query_head,
-        }
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items() if k != "kind")
-        return f"ScoreMixing({args})"
 
     def bind(self, heads: Sequence[ModelHeads], scoring) -> ScoreMixing:
         """A copy with ``hubness`` and ``query_head`` resolved for these models and this scoring."""
@@ -177,7 +165,7 @@ def _projection(d_from: int, d_to: int, seed: int) -> np.ndarray:
     return q
 
 
-class EmbeddingMixing:
+class EmbeddingMixing(Configured):
     """Convolve the K Gaussians in one embedding space (the paper; module docstring).
 
     Parameters
@@ -193,12 +181,6 @@ class EmbeddingMixing:
     def __init__(self, *, random_state=0):
         self.random_state = int_seed(random_state)
         self._proj: Dict[int, np.ndarray] = {}
-
-    def get_config(self) -> Dict[str, Any]:
-        return {"kind": self.kind, "random_state": self.random_state}
-
-    def __repr__(self) -> str:
-        return f"EmbeddingMixing(random_state={self.random_state})"
 
     def bind(self, heads: Sequence[ModelHeads], scoring) -> EmbeddingMixing:
         """A copy holding the projections of the larger models onto the smallest dimension."""
@@ -238,6 +220,4 @@ MIXINGS = {cls.kind: cls for cls in (ScoreMixing, EmbeddingMixing)}
 
 def mixing_from_config(config: Dict[str, Any]):
     """The mixing object a ``get_config()`` dict describes."""
-    if not isinstance(config, dict) or config.get("kind") not in MIXINGS:
-        raise ValueError(f"mixing config must name a kind in {sorted(MIXINGS)}, got {config!r}")
-    return MIXINGS[config["kind"]](**{k: v for k, v in config.items() if k != "kind"})
+    return from_config(config, MIXINGS, "mixing")

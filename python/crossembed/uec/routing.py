@@ -38,6 +38,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 import crossembed.uec.rules as rules
+from crossembed._config import Configured, from_config
 from crossembed._validation import as_matrix, check_int, check_positive
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.heads import ModelHeads
@@ -139,11 +140,12 @@ def model_matrix(item, dim: int, name: str) -> np.ndarray:
     return m
 
 
-class Routing:
+class Routing(Configured):
     """Base of the routing objects: config, repr and the defaults of the optional hooks.
 
-    A new routing subclasses it, sets ``kind``, implements ``route`` (and
-    ``_arguments`` for its config) and is added to :data:`ROUTINGS` to be loadable.
+    A new routing subclasses it, sets ``kind``, keeps its constructor arguments
+    as public attributes (they are its config), implements ``route`` and is
+    added to :data:`ROUTINGS` to be loadable.
     """
 
     kind = ""
@@ -151,13 +153,6 @@ class Routing:
     needs_reference = False
     #: True when the reference also needs calibration queries (:meth:`ConfidenceRouting.calibrate`)
     needs_calibration = False
-
-    def get_config(self) -> Dict[str, Any]:
-        """JSON-able config: ``{"kind": ..., **constructor arguments}``."""
-        return {"kind": self.kind, **self._arguments()}
-
-    def _arguments(self) -> Dict[str, Any]:
-        return {}
 
     def check_models(self, heads: Sequence[ModelHeads]) -> None:
         """Raise ``ValueError`` when this routing cannot route these models."""
@@ -169,10 +164,6 @@ class Routing:
     def coefficients(self, components, heads, *, role: str = "query", reference=None) -> np.ndarray:
         """Only the ``pi`` of :meth:`route`."""
         return self.route(components, heads, role=role, reference=reference)[0]
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self._arguments().items())
-        return f"{type(self).__name__}({args})"
 
 
 class UniformRouting(Routing):
@@ -199,18 +190,15 @@ class FixedRouting(Routing):
         w = as_matrix(weights, "weights", ndim=1, dtype=np.float64, nonnegative=True)
         if w.sum() <= 0:
             raise ValueError("weights must have a positive sum")
-        self._given = [float(x) for x in w]
-        self.weights = w / w.sum()
-
-    def _arguments(self) -> Dict[str, Any]:
-        return {"weights": self._given}
+        self.weights = [float(x) for x in w]
+        self._pi = w / w.sum()
 
     def check_models(self, heads: Sequence[ModelHeads]) -> None:
         if len(self.weights) != len(heads):
             raise ValueError(f"weights must hold {len(heads)} numbers (one per model), got {len(self.weights)}")
 
     def route(self, components, heads, *, role: str = "query", reference=None) -> Routed:
-        return np.tile(self.weights, (len(components[0]), 1)), list(components)
+        return np.tile(self._pi, (len(components[0]), 1)), list(components)
 
 
 class LaplaceRouting(Routing):
@@ -230,9 +218,6 @@ class LaplaceRouting(Routing):
     def __init__(self, temperature: float = 10.0, *, standardize: bool = True):
         self.temperature = check_positive(temperature, "temperature")
         self.standardize = _check_bool(standardize, "standardize")
-
-    def _arguments(self) -> Dict[str, Any]:
-        return {"temperature": self.temperature, "standardize": self.standardize}
 
     def logits(self, components, heads: Sequence[ModelHeads]) -> np.ndarray:
         """``z`` (n, K) with ``pi = softmax(z / T)``: minus the (standardised) traces."""
@@ -261,9 +246,6 @@ class PrecisionSumRouting(Routing):
     def __init__(self, temperature: float = 1.0):
         self.temperature = check_positive(temperature, "temperature")
 
-    def _arguments(self) -> Dict[str, Any]:
-        return {"temperature": self.temperature}
-
     def logits(self, components, heads: Sequence[ModelHeads]) -> np.ndarray:
         """``z`` (n, K) with ``pi = softmax(z / T)``: the precision sums."""
         return np.stack([rules.precision_sum(c.var) for c in components], axis=1)
@@ -290,9 +272,6 @@ class RankRouting(Routing):
         self.temperature = check_positive(temperature, "temperature")
         self.laplace_variances = _check_bool(laplace_variances, "laplace_variances")
 
-    def _arguments(self) -> Dict[str, Any]:
-        return {"temperature": self.temperature, "laplace_variances": self.laplace_variances}
-
     def route(self, components, heads, *, role: str = "query", reference=None) -> Routed:
         comps = list(components) if self.laplace_variances else _deterministic(components)
         if role == "passage":  # documents carry no rank
@@ -303,12 +282,7 @@ class RankRouting(Routing):
 
 def routing_from_config(config: Dict[str, Any]):
     """The routing object a ``get_config()`` dict describes (kinds in :data:`ROUTINGS`)."""
-    if not isinstance(config, dict) or config.get("kind") not in ROUTINGS:
-        raise ValueError(f"routing config must name a kind in {sorted(ROUTINGS)}, got {config!r}")
-    args = {k: v for k, v in config.items() if k != "kind"}
-    if isinstance(args.get("fallback"), dict):
-        args["fallback"] = routing_from_config(args["fallback"])
-    return ROUTINGS[config["kind"]](**args)
+    return from_config(config, ROUTINGS, "routing")
 
 
 class ConfidenceRouting(Routing):
@@ -373,21 +347,6 @@ class ConfidenceRouting(Routing):
     @property
     def needs_calibration(self) -> bool:
         return self.center
-
-    def _arguments(self) -> Dict[str, Any]:
-        return {
-            "temperature": self.temperature,
-            "top": self.top,
-            "center": self.center,
-            "standardize": self.standardize,
-            "times_laplace": self.times_laplace,
-            "laplace_variances": self.laplace_variances,
-            "fallback": self.fallback.get_config(),
-        }
-
-    def __repr__(self) -> str:
-        args = {**self._arguments(), "fallback": self.fallback}
-        return f"ConfidenceRouting({', '.join(f'{k}={v!r}' for k, v in args.items())})"
 
     def confidence_variance(
         self, components, heads: Sequence[ModelHeads], reference: RetrievalReference, *, num_threads=None

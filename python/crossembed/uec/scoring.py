@@ -26,6 +26,7 @@ import numpy as np
 
 import crossembed.uec.rules as rules
 from crossembed import kernels
+from crossembed._config import Configured, from_config
 from crossembed._validation import as_matrix, check_positive
 from crossembed.uec.gaussian import GaussianEmbedding, normalize_gaussian
 
@@ -80,7 +81,7 @@ class _ZeroQueryVariance:
         return self.docs.top_k(mu_q, v_q, k, candidates=candidates, num_threads=num_threads)
 
 
-class ProbitScoring:
+class ProbitScoring(Configured):
     """The probit similarity of two diagonal Gaussians (the paper's scoring).
 
     Parameters
@@ -121,12 +122,6 @@ class ProbitScoring:
         """Dense ``(Q, N)`` float32 probit scores."""
         return kernels.probit_scores(mq, self._var(vq), mc, self._var(vc), num_threads=num_threads)
 
-    def get_config(self) -> Dict[str, Any]:
-        return {"kind": self.kind, "use_variance": self.use_variance}
-
-    def __repr__(self) -> str:
-        return "ProbitScoring()" if self.use_variance else "ProbitScoring(use_variance=False)"
-
 
 class _BetaDocs:
     """Documents held for :func:`crossembed.uec.rules.beta_topk` (nothing to precompute)."""
@@ -151,7 +146,7 @@ class _BetaDocs:
         )
 
 
-class BetaCosineScoring:
+class BetaCosineScoring(Configured):
     """The official UEC code's similarity ``cos / (1 + beta sig2_s / pi)``.
 
     Parameters
@@ -185,19 +180,10 @@ class BetaCosineScoring:
         """Dense ``(Q, N)`` float32 beta-cosine scores."""
         return rules.beta_scores(mq, vq, mc, vc, beta=self.beta, num_threads=num_threads)
 
-    def get_config(self) -> Dict[str, Any]:
-        return {"kind": self.kind, "beta": self.beta}
-
-    def __repr__(self) -> str:
-        return f"BetaCosineScoring(beta={self.beta:g})"
-
 
 _SCORINGS = {cls.kind: cls for cls in (ProbitScoring, BetaCosineScoring)}
 
 
 def scoring_from_config(config: Dict[str, Any]):
     """The scoring object a :meth:`get_config` dict describes."""
-    if not isinstance(config, dict) or config.get("kind") not in _SCORINGS:
-        raise ValueError(f"scoring config must name a kind in {sorted(_SCORINGS)}, got {config!r}")
-    args = {k: v for k, v in config.items() if k != "kind"}
-    return _SCORINGS[config["kind"]](**args)
+    return from_config(config, _SCORINGS, "scoring")

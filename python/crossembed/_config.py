@@ -1,4 +1,5 @@
-"""The config of GEH's behaviour objects: what they were built with, read off the object."""
+"""Behaviour objects (GEH's rules and candidate sources, UEC's routing, mixing and scoring): their config
+read off the object, the object rebuilt from its config, and the check that an argument is such an object."""
 
 from __future__ import annotations
 
@@ -40,3 +41,17 @@ def check_plugin(obj, name: str, methods: Tuple[str, ...], example: str, *, opti
     what = ", ".join(f"{m}()" for m in methods)
     got = f"the class {obj.__name__} (pass an object)" if isinstance(obj, type) else type(obj).__name__
     raise TypeError(f"{name} must be an object with {what}, e.g. {example}; got {got}")
+
+
+def from_config(config: Dict[str, Any], registry: Dict[str, type], name: str):
+    """The object a ``get_config()`` dict describes: ``registry[config["kind"]](**arguments)``, an
+    argument that is itself a config of this registry built first. A config naming no kind of the
+    registry is a ``ValueError`` naming ``name``."""
+    if not isinstance(config, dict) or config.get("kind") not in registry:
+        raise ValueError(f"{name} config must name a kind in {sorted(registry)}, got {config!r}")
+    args = {
+        k: from_config(v, registry, name) if isinstance(v, dict) and v.get("kind") in registry else v
+        for k, v in config.items()
+        if k != "kind"
+    }
+    return registry[config["kind"]](**args)
