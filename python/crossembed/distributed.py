@@ -313,7 +313,8 @@ class DaskCandidates(PoolCandidates):
     def client(self):
         return self._client
 
-    def _bounds(self, n_b: int) -> np.ndarray:
+    def shard_bounds(self, n_b: int) -> np.ndarray:
+        """Row bounds of the shards of ``n_b`` rows of B (one shard per worker, or ``n_shards``)."""
         n = self.n_shards or max(1, len(self.client.scheduler_info()["workers"]))
         return np.linspace(0, n_b, max(1, min(n, n_b)) + 1).astype(np.int64)
 
@@ -321,7 +322,7 @@ class DaskCandidates(PoolCandidates):
         SA = np.ascontiguousarray(SA, dtype=np.float32)
         SB = np.ascontiguousarray(SB, dtype=np.float32)
         m = check_int(m, "m", low=1)
-        bounds = self._bounds(len(SB))
+        bounds = self.shard_bounds(len(SB))
         sa = self.client.scatter(SA, broadcast=True)
         parts = self.client.gather(
             [
@@ -344,7 +345,7 @@ class _ShardedCandidateProposer(Proposer):
     def __init__(self, backend: DaskCandidates, cand_a: np.ndarray, cand_b: np.ndarray):
         self.client = backend.client
         self.cand_a, self.cand_b = np.asarray(cand_a, np.int64), np.asarray(cand_b, np.int64)
-        self.bounds = backend._bounds(len(cand_b))
+        self.bounds = backend.shard_bounds(len(cand_b))
         self.in_shard, self.shards = [], []
         for lo, hi in zip(self.bounds[:-1], self.bounds[1:]):
             inside = (self.cand_a >= lo) & (self.cand_a < hi)
