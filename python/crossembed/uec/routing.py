@@ -201,7 +201,19 @@ class FixedRouting(Routing):
         return np.tile(self._pi, (len(components[0]), 1)), list(components)
 
 
-class LaplaceRouting(Routing):
+class _PosteriorRouting(Routing):
+    """Coefficients ``softmax_k(z_k / T)`` from per-model posterior logits ``z`` (:meth:`logits`)."""
+
+    temperature: float
+
+    def logits(self, components, heads: Sequence[ModelHeads]) -> np.ndarray:
+        raise NotImplementedError
+
+    def route(self, components, heads, *, role: str = "query", reference=None) -> Routed:
+        return rules.softmax_rows(self.logits(components, heads) / self.temperature), list(components)
+
+
+class LaplaceRouting(_PosteriorRouting):
     """The paper's coefficients ``softmax_k(-t_k(x) / T)`` from the Laplace posterior's traces.
 
     Parameters
@@ -228,11 +240,8 @@ class LaplaceRouting(Routing):
             traces = (traces - center[None, :]) / scale[None, :]
         return -traces
 
-    def route(self, components, heads, *, role: str = "query", reference=None) -> Routed:
-        return rules.softmax_rows(self.logits(components, heads) / self.temperature), list(components)
 
-
-class PrecisionSumRouting(Routing):
+class PrecisionSumRouting(_PosteriorRouting):
     """The official code's coefficients ``softmax_k(sum_d (1 / v_kd) / T)``.
 
     Parameters
@@ -249,9 +258,6 @@ class PrecisionSumRouting(Routing):
     def logits(self, components, heads: Sequence[ModelHeads]) -> np.ndarray:
         """``z`` (n, K) with ``pi = softmax(z / T)``: the precision sums."""
         return np.stack([rules.precision_sum(c.var) for c in components], axis=1)
-
-    def route(self, components, heads, *, role: str = "query", reference=None) -> Routed:
-        return rules.softmax_rows(self.logits(components, heads) / self.temperature), list(components)
 
 
 class RankRouting(Routing):
