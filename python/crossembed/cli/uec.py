@@ -71,20 +71,18 @@ def _fit_pairs(args) -> list:
 
 def _ensemble(args, embedders):
     """The ensemble ``--uncertainty``, ``--rules``, ``--temperature``, ``--mixing``, ``--hubness`` and ``--no-query-head`` name."""
-    from crossembed.uec import EmbeddingMixing, ScoreMixing, UECEnsemble
-    from crossembed.uec.presets import make_routing, make_scoring
+    from crossembed.experiments.uec_configs import build_ensemble
 
-    if args.mixing == "embedding":
-        if args.hubness:
-            raise ValueError("--hubness needs --mixing score (per-model scores)")
-        mixing = EmbeddingMixing()
-    else:
-        mixing = ScoreMixing(hubness=args.hubness, query_head=None if args.query_head else False)
-    return UECEnsemble(
+    if args.mixing == "embedding" and args.hubness:
+        raise ValueError("--hubness needs --mixing score (per-model scores)")
+    return build_ensemble(
         embedders,
-        routing=make_routing(args.uncertainty, args.rules, temperature=args.temperature),
-        mixing=mixing,
-        scoring=make_scoring(args.rules),
+        uncertainty=args.uncertainty,
+        rules=args.rules,
+        temperature=args.temperature,
+        mixing=args.mixing,
+        hubness=args.hubness,
+        query_head=None if args.query_head else False,
     )
 
 
