@@ -102,8 +102,8 @@ def test_bad_inputs(setup):
         UECIndex(docs[:5], texts=["a"])
     with pytest.raises(ValueError, match="k"):
         index.search(queries, 0)
-    with pytest.raises(ValueError, match="larger"):
-        index.search(queries, len(docs) + 1, exact=True)
+    with pytest.raises(ValueError, match="k=.* too large"):
+        index.search(queries, 1 << 28)
     with pytest.raises(ValueError, match="dimension"):
         index.search(GaussianEmbedding(np.ones((2, 5)), np.zeros((2, 5))), 3)
     with pytest.raises(ValueError, match="no ensemble"):

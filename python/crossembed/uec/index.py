@@ -16,12 +16,29 @@ slots and kept while all of them fit in
 per block for exact search, and for the ANN path only the candidate rows of
 each query batch.
 
-Updates: :meth:`UECIndex.add` and :meth:`UECIndex.remove`. hnswlib labels
-are store slots: ``remove`` is ``mark_deleted`` and frees the slot, ``add``
-re-adds freed slots first (hnswlib updates a deleted label in place and
-reconnects it) and appends the rest. hnswlib's own ``replace_deleted`` is not
-used: it gives the new label an arbitrary deleted node and can later erase a
-live label's lookup when labels come back.
+Updates: :meth:`UECIndex.add`, :meth:`UECIndex.remove` and
+:meth:`UECIndex.upsert`. hnswlib labels are store slots: ``remove`` is
+``mark_deleted`` and frees the slot, ``add`` re-adds freed slots first
+(hnswlib updates a deleted label in place and reconnects it) and appends the
+rest; ``upsert`` rewrites the rows of existing ids in place (hnswlib
+re-links an updated label). hnswlib's own ``replace_deleted`` is not used: it
+gives the new label an arbitrary deleted node and can later erase a live
+label's lookup when labels come back.
+
+Concurrency: any number of threads may search (and read contents) while
+others add, remove, upsert or save. A readers-writer lock guards the store
+and the graph: a search holds it shared for its whole call, so it sees one
+state of the index (never an id that was not in it at some moment during the
+call); an update holds it exclusively while it changes that state, in chunks
+of at most 1,024 documents, so a search waits for one chunk, not for a whole
+bulk add (a search during a large add may see some of its chunks). Updates
+run one at a time (each call is validated before its first chunk applies);
+:meth:`UECIndex.save` waits for updates, not for searches. Text queries are
+encoded before the lock is taken.
+
+Fewer than ``k`` documents: when the index (or the ``filter``) leaves fewer
+than ``k`` documents, each row holds them all and is padded with id ``-1``
+and score ``-inf``, as faiss pads.
 
 The file written by :meth:`UECIndex.save` is one checksummed
 :mod:`crossembed._io` raw container (atomic, streamed) of index format
@@ -42,10 +59,11 @@ import numpy as np
 
 from crossembed._config import check_plugin
 from crossembed._io import CorruptFileError, load_arrays, save_raw_arrays
-from crossembed._validation import as_int_matrix, check_int, check_k, check_num_threads
+from crossembed._validation import as_int_matrix, check_int, check_num_threads
 from crossembed.uec._random import int_seed
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
+from crossembed.uec.locking import ReadWriteLock
 from crossembed.uec.scoring import ProbitScoring, scoring_from_config
 from crossembed.uec.store import DocStore, check_ids
 
@@ -57,6 +75,8 @@ INDEX_VERSION = 3
 _BLOCK = 16384  # slots per block of prepared documents (exact search and the panel cache go block by block)
 _RERANK_ROWS = 32768  # candidate rows prepared per rerank batch when the panels are not cached
 _EXACT_FILTER_ROWS = 20000  # a filter allowing at most this many documents is searched exactly
+_WRITE_CHUNK = 1024  # documents an update applies per exclusive hold of the lock (searches wait at most this long)
+_MAX_RESULTS = 1 << 28  # queries x k: larger result arrays are refused (they would exhaust memory)
 # the panel budget is checked against the probit's packed panels (three float32 values per coordinate),
 # the largest prepared form, before any block exists
 _PANEL_BYTES_PER_VALUE = 12
@@ -110,6 +130,24 @@ def _write_graph_file(graph: np.ndarray) -> str:
         os.unlink(tmp)
         raise
     return tmp
+
+
+def _padded(scores: np.ndarray, ids: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+    """``(Q, j)`` results widened to ``k`` columns with score -inf and id -1 (faiss's padding)."""
+    if scores.shape[1] >= k:
+        return scores, ids
+    q, j = scores.shape
+    out_s = np.full((q, k), -np.inf, np.float32)
+    out_i = np.full((q, k), -1, np.int64)
+    out_s[:, :j], out_i[:, :j] = scores, ids
+    return out_s, out_i
+
+
+def _check_result_k(k, n_queries: int, name: str = "k") -> int:
+    k = check_int(k, name, low=1)
+    if n_queries * k > _MAX_RESULTS:
+        raise ValueError(f"{name}={k} is too large: {n_queries} queries x {name} results exceed {_MAX_RESULTS}")
+    return k
 
 
 def merge_topk(scores: np.ndarray, ids: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -195,7 +233,7 @@ class UECIndex:
         self._graph.init_index(
             max_elements=len(docs), ef_construction=self.ef_construction, M=self.M, random_seed=self.random_state
         )
-        self._insert(docs, ids, texts)
+        self._insert(docs, ids, texts, chunk=len(docs))  # one hnswlib call: nobody can search yet
 
     def _configure(self, ensemble, scoring, graph: Dict[str, Any], *, panel_cache_bytes, num_threads) -> None:
         """Check and set everything but the documents (shared by the constructor and :meth:`load`)."""
@@ -210,7 +248,9 @@ class UECIndex:
         self.random_state = int_seed(graph["random_state"])
         check_num_threads(num_threads)
         self.num_threads = num_threads
-        self._graph_lock = threading.Lock()  # set_ef + knn_query as one step; updates too
+        self._rw = ReadWriteLock()  # searches shared, changes to the store and graph exclusive
+        self._update_lock = threading.Lock()  # one update (or save) at a time, across its chunks
+        self._ef_lock = threading.Lock()  # set_ef + knn_query as one step: ef is the graph's shared state
         self._blocks: Dict[int, Tuple[Any, np.ndarray]] = {}  # block -> (prepared documents, their slots)
 
     @classmethod
@@ -266,7 +306,8 @@ class UECIndex:
 
     # ------------------------------------------------------------------ contents
     def __len__(self) -> int:
-        return len(self._store)
+        with self._rw.read():
+            return len(self._store)
 
     @property
     def dim(self) -> int:
@@ -279,67 +320,103 @@ class UECIndex:
     @property
     def ids(self) -> np.ndarray:
         """External ids of the documents, in storage order."""
-        return self._store.ids[self._store.live_slots()]
+        with self._rw.read():
+            return self._store.ids[self._store.live_slots()]
 
     @property
     def docs(self) -> GaussianEmbedding:
         """The documents (float32 copies, storage order; see :attr:`ids`)."""
-        return GaussianEmbedding(*self._store.rows(self._store.live_slots()))
+        with self._rw.read():
+            return GaussianEmbedding(*self._store.rows(self._store.live_slots()))
 
     @property
     def texts(self) -> Optional[List[str]]:
         """Document texts in storage order (None when the index keeps none)."""
-        if self._store.texts is None:
-            return None
-        return [self._store.texts[s] for s in self._store.live_slots()]
+        with self._rw.read():
+            if self._store.texts is None:
+                return None
+            return [self._store.texts[s] for s in self._store.live_slots()]
 
     def get_docs(self, ids) -> GaussianEmbedding:
         """The documents of ``ids`` (float32 copies, in the order given; ValueError for an unknown id)."""
         ids = as_int_matrix(np.asarray(ids).reshape(-1), "ids", ndim=1, low=0)
-        return GaussianEmbedding(*self._store.rows(self._store.slots_of(ids)))
+        with self._rw.read():
+            return GaussianEmbedding(*self._store.rows(self._store.slots_of(ids)))
 
     def contains(self, ids) -> np.ndarray:
         """Boolean mask over ``ids`` (int, any shape flattened): which are documents of the index."""
         ids = as_int_matrix(np.asarray(ids).reshape(-1), "ids", ndim=1, low=-(2**63))
-        return self._store.contains(ids)
+        with self._rw.read():
+            return self._store.contains(ids)
 
     def get_texts(self, ids) -> List[Optional[str]]:
-        """Texts of ``ids`` (``-1``, the padding of :meth:`search`, gives None)."""
+        """Texts of ``ids`` (``-1``, the padding of :meth:`search`, and ids not in the index give None)."""
         ids = as_int_matrix(np.asarray(ids).reshape(-1), "ids", ndim=1, low=-1)
-        if self._store.texts is None:
-            return [None] * len(ids)
-        real = ids >= 0
-        slots = np.full(len(ids), -1, np.int64)
-        slots[real] = self._store.slots_of(ids[real])
-        return [self._store.texts[s] if s >= 0 else None for s in slots]
+        with self._rw.read():
+            if self._store.texts is None:
+                return [None] * len(ids)
+            known = self._store.contains(ids)
+            slots = np.full(len(ids), -1, np.int64)
+            slots[known] = self._store.slots_of(ids[known])
+            return [self._store.texts[s] if s >= 0 else None for s in slots]
 
     def memory_usage(self) -> Dict[str, int]:
         """Bytes held: the store, hnswlib's graph (its means and links, estimated) and cached prepared blocks."""
-        n, d = self._graph.get_max_elements(), self.dim
-        # per node: the float32 mean, 2M level-0 links (+ ~1/(M-1) upper levels), label, level,
-        # a link-list mutex and the label map entry (~112 bytes of bookkeeping in all)
-        graph = n * (4 * d + 8 * self.M + 112)
-        blocks = sum(int(prepared.nbytes) for prepared, _ in self._blocks.values())
-        return {"store": self._store.nbytes(), "graph": graph, "panels": blocks}
+        with self._rw.read():
+            n, d = self._graph.get_max_elements(), self.dim
+            # per node: the float32 mean, 2M level-0 links (+ ~1/(M-1) upper levels), label, level,
+            # a link-list mutex and the label map entry (~112 bytes of bookkeeping in all)
+            graph = n * (4 * d + 8 * self.M + 112)
+            blocks = sum(int(prepared.nbytes) for prepared, _ in list(self._blocks.values()))
+            return {"store": self._store.nbytes(), "graph": graph, "panels": blocks}
 
     # ------------------------------------------------------------------ updates
-    def _insert(self, docs: GaussianEmbedding, ids: np.ndarray, texts) -> None:
-        with self._graph_lock:
-            slots = self._store.put(docs.mean, docs.var, ids, texts)
-            if self._store.capacity > self._graph.get_max_elements():
-                self._graph.resize_index(self._store.capacity)
-            threads = check_num_threads(self.num_threads) or -1
-            self._graph.add_items(docs.mean, slots, num_threads=threads)
-            self._forget_blocks(slots)
+    def _check_docs(self, docs, texts) -> Optional[List[str]]:
+        """Check documents to store (dimension, the store's range) and their texts; returns the texts."""
+        if not isinstance(docs, GaussianEmbedding):
+            raise TypeError(f"docs must be a GaussianEmbedding, got {type(docs).__name__}")
+        if docs.dim != self.dim:
+            raise ValueError(f"docs have dimension {docs.dim} but the index has {self.dim}")
+        self._store.check_rows(docs.mean, docs.var)
+        if (texts is None) != (self._store.texts is None):
+            raise ValueError("texts must be given exactly when the index keeps texts")
+        return _check_texts(texts, len(docs))
+
+    def _grow_graph(self) -> None:
+        if self._store.capacity > self._graph.get_max_elements():
+            self._graph.resize_index(self._store.capacity)
+
+    def _insert(self, docs: GaussianEmbedding, ids: np.ndarray, texts, chunk: int = _WRITE_CHUNK) -> None:
+        """Store and link new documents, ``chunk`` at a time under the exclusive lock."""
+        threads = check_num_threads(self.num_threads) or -1
+        for s in range(0, len(ids), chunk):
+            part = slice(s, s + chunk)
+            mean = docs.mean[part]
+            with self._rw.write():
+                slots = self._store.put(mean, docs.var[part], ids[part], None if texts is None else texts[part])
+                self._grow_graph()
+                self._graph.add_items(mean, slots, num_threads=threads)
+                self._forget_blocks(slots)
+
+    def _rewrite(self, docs: GaussianEmbedding, ids: np.ndarray, texts) -> None:
+        """Replace the rows of existing ``ids`` (hnswlib re-links an updated label), a chunk at a time."""
+        threads = check_num_threads(self.num_threads) or -1
+        for s in range(0, len(ids), _WRITE_CHUNK):
+            part = slice(s, s + _WRITE_CHUNK)
+            mean = docs.mean[part]
+            with self._rw.write():
+                slots = self._store.slots_of(ids[part])
+                self._store.replace(slots, mean, docs.var[part], None if texts is None else texts[part])
+                self._graph.add_items(mean, slots, num_threads=threads)
+                self._forget_blocks(slots)
 
     def reserve(self, capacity: int) -> None:
         """Make room for ``capacity`` documents in all (later :meth:`add` calls up to it then never
         reallocate the store or the graph); never shrinks."""
         capacity = check_int(capacity, "capacity", low=1)
-        with self._graph_lock:
+        with self._update_lock, self._rw.write():
             self._store.reserve(capacity)
-            if self._store.capacity > self._graph.get_max_elements():
-                self._graph.resize_index(self._store.capacity)
+            self._grow_graph()
 
     def add(self, docs: GaussianEmbedding, *, ids=None, texts: Optional[Sequence[str]] = None) -> np.ndarray:
         """Add documents; returns their ids.
@@ -352,33 +429,59 @@ class UECIndex:
             New distinct ids (default: after the largest id ever used).
         texts : sequence of str, optional
             Required when the index keeps texts (and refused otherwise).
+
+        Raises ValueError, and adds nothing, when an id is already in the index.
         """
-        if not isinstance(docs, GaussianEmbedding):
-            raise TypeError(f"docs must be a GaussianEmbedding, got {type(docs).__name__}")
-        if docs.dim != self.dim:
-            raise ValueError(f"docs have dimension {docs.dim} but the index has {self.dim}")
+        texts = self._check_docs(docs, texts)
         if len(docs) == 0:
             return np.zeros(0, np.int64)
-        ids = self._store.next_ids(len(docs)) if ids is None else check_ids(ids, len(docs))
-        present = self._store.contains(ids)
-        if present.any():
-            raise ValueError(f"ids {ids[present][:5].tolist()} are already in the index (remove them first)")
-        if (texts is None) != (self._store.texts is None):
-            raise ValueError("texts must be given exactly when the index keeps texts")
-        self._insert(docs, ids, _check_texts(texts, len(docs)))
+        with self._update_lock:
+            ids = self._store.next_ids(len(docs)) if ids is None else check_ids(ids, len(docs))
+            present = self._store.contains(ids)
+            if present.any():
+                raise ValueError(f"ids {ids[present][:5].tolist()} are already in the index (use upsert to replace)")
+            self._insert(docs, ids, texts)
+        return ids
+
+    def upsert(self, docs: GaussianEmbedding, *, ids, texts: Optional[Sequence[str]] = None) -> np.ndarray:
+        """Replace the documents (vectors and texts) of ``ids`` already in the index; add the others.
+
+        Parameters
+        ----------
+        docs : GaussianEmbedding
+            Passage Gaussians of the index's dimension.
+        ids : array_like of int
+            Distinct ids, one per document.
+        texts : sequence of str, optional
+            Required when the index keeps texts (and refused otherwise).
+
+        Returns the ids. A search sees each replaced document either before or after.
+        """
+        texts = self._check_docs(docs, texts)
+        ids = check_ids(ids, len(docs))
+        with self._update_lock:
+            present = self._store.contains(ids)
+            for rows, apply in ((np.flatnonzero(present), self._rewrite), (np.flatnonzero(~present), self._insert)):
+                if len(rows):
+                    part = GaussianEmbedding(docs.mean[rows], docs.var[rows])
+                    apply(part, ids[rows], None if texts is None else [texts[r] for r in rows])
         return ids
 
     def remove(self, ids) -> None:
-        """Remove documents by id (ValueError for an id not in the index; nothing is removed then)."""
+        """Remove documents by id (ValueError for an id not in the index; nothing is removed then).
+
+        Removing every document is allowed: searches then return only padding.
+        """
         ids = check_ids(ids, len(np.asarray(ids).reshape(-1)))
-        slots = self._store.slots_of(ids)
-        if len(slots) >= len(self):
-            raise ValueError("remove would empty the index")
-        with self._graph_lock:
-            for s in slots:
-                self._graph.mark_deleted(int(s))
-            self._store.drop(slots)
-            self._forget_blocks(slots)
+        with self._update_lock:
+            slots = self._store.slots_of(ids)
+            for s in range(0, len(slots), _WRITE_CHUNK):
+                part = slots[s : s + _WRITE_CHUNK]
+                with self._rw.write():
+                    for slot in part:
+                        self._graph.mark_deleted(int(slot))
+                    self._store.drop(part)
+                    self._forget_blocks(part)
 
     def _forget_blocks(self, slots: np.ndarray) -> None:
         for b in np.unique(slots // _BLOCK):
@@ -403,15 +506,11 @@ class UECIndex:
             raise ValueError(f"queries have dimension {q.dim} but the index has {self.dim}")
         return q
 
-    def _allowed(self, filter) -> Optional[np.ndarray]:
-        """Sorted slots of the live documents ``filter`` allows (ids not in the index are ignored)."""
-        if filter is None:
+    def _allowed(self, filter_ids: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        """Sorted slots of the live documents among ``filter_ids`` (others are ignored; may be empty)."""
+        if filter_ids is None:
             return None
-        ids = as_int_matrix(np.asarray(filter).reshape(-1), "filter", ndim=1, low=-(2**63))
-        ids = np.unique(ids)
-        ids = ids[self._store.contains(ids)]
-        if ids.size == 0:
-            raise ValueError("filter allows no document of the index")
+        ids = filter_ids[self._store.contains(filter_ids)]
         return np.sort(self._store.slots_of(ids))
 
     def _candidate_slots(self, mean: np.ndarray, m: int, ef: int, threads: int, allowed) -> np.ndarray:
@@ -422,7 +521,7 @@ class UECIndex:
         flt = None if mask is None else (lambda label: bool(mask[label]))
         if flt is not None:
             threads = 1  # the filter is a Python callable: hnswlib calls it under the GIL
-        with self._graph_lock:
+        with self._ef_lock:
             self._graph.set_ef(ef)
             try:
                 return self._graph.knn_query(mean, k=m, num_threads=threads, filter=flt)[0].astype(np.int64)
@@ -459,18 +558,36 @@ class UECIndex:
         many identical documents) get their candidates by exact inner product.
         """
         q = self._queries(queries)
-        m = min(check_int(m, "m", low=1), len(self))
+        m = _check_result_k(m, len(q), "m")
         ef = max(m, check_int(ef, "ef", low=1) if ef is not None else 2 * m)
         threads = check_num_threads(num_threads if num_threads is not None else self.num_threads) or -1
-        return self._to_ids(self._candidate_slots(q.mean, m, ef, threads, None))
+        with self._rw.read():
+            n = len(self._store)
+            if n == 0:
+                return np.full((len(q), m), -1, np.int64)
+            slots = self._candidate_slots(q.mean, min(m, n), max(ef, min(m, n)), threads, None)
+            ids = self._to_ids(slots)
+        return np.pad(ids, ((0, 0), (0, m - ids.shape[1])), constant_values=-1)
 
     def _to_ids(self, slots: np.ndarray) -> np.ndarray:
         return np.where(slots >= 0, self._store.ids[np.maximum(slots, 0)], -1)
 
     def _score_rows(self, q: GaussianEmbedding, rows: np.ndarray, k: int, candidates, nt, block=None):
-        """Top-``k`` of ``q`` over store ``rows`` (or among ``candidates``, positions in ``rows``) as slots."""
-        s, p = self._prepared(rows, block).top_k(q.mean, q.var, k, candidates=candidates, num_threads=nt)
-        return s, np.where(p >= 0, rows[np.maximum(p, 0)], -1)
+        """Top-``k`` of ``q`` over store ``rows`` (or among ``candidates``, positions in ``rows``) as slots,
+        widened past ``k`` while the ``k``-th score ties the last one returned.
+
+        The kernel breaks ties by position (slot order), the index by id; after updates the two differ,
+        so a tie across the cut must come back whole for :func:`merge_topk` to keep the lower ids.
+        """
+        prepared = self._prepared(rows, block)
+        width = len(rows) if candidates is None else candidates.shape[1]
+        take = min(k + 1, width)
+        while True:
+            s, p = prepared.top_k(q.mean, q.var, take, candidates=candidates, num_threads=nt)
+            cut = s[:, min(k, take) - 1]
+            if take >= width or not np.any(np.isfinite(cut) & (cut == s[:, -1])):
+                return s, np.where(p >= 0, rows[np.maximum(p, 0)], -1)
+            take = min(2 * take, width)
 
     def _prepared(self, rows: np.ndarray, block: Optional[int]):
         """The scoring's prepared documents of store ``rows`` (kept when ``block`` is named and all fit)."""
@@ -491,7 +608,7 @@ class UECIndex:
 
     def _panels_fit(self) -> bool:
         """Whether the prepared blocks of every live document fit ``panel_cache_bytes``."""
-        return _PANEL_BYTES_PER_VALUE * self.dim * len(self) <= self.panel_cache_bytes
+        return _PANEL_BYTES_PER_VALUE * self.dim * len(self._store) <= self.panel_cache_bytes
 
     def _rerank_cached(self, q: GaussianEmbedding, cand: np.ndarray, k: int, nt) -> Tuple[np.ndarray, np.ndarray]:
         """Rerank ``cand`` (slots) block by block on the cached panels: each block sees, per query,
@@ -554,15 +671,17 @@ class UECIndex:
 
         Thread-safe: any number of threads may search one index at once, with
         different ``k``/``rerank``/``ef``, and each gets exactly what the same
-        call alone would return (but not while :meth:`add`/:meth:`remove`
-        run). Deterministic for a fixed index.
+        call alone would return; updates in other threads wait for the search
+        or the search for one chunk of them (module docstring). Deterministic
+        for a fixed index.
 
         Parameters
         ----------
         queries : list of str or GaussianEmbedding
             Texts (encoded by the ensemble as queries) or query Gaussians.
         k : int
-            Results per query (default 10).
+            Results per query (default 10). With fewer than ``k`` documents live
+            (or allowed by ``filter``), rows end in id -1 with score -inf.
         exact : bool
             Score every document (brute force) instead of reranking ANN candidates (default False).
         rerank : int, optional
@@ -570,9 +689,9 @@ class UECIndex:
         ef : int, optional
             hnswlib search breadth (default ``2 * rerank``).
         filter : array_like of int, optional
-            Ids the results may come from (ids not in the index are ignored).
-            Up to 20,000 allowed documents are searched exactly; more go
-            through hnswlib's filtered search.
+            Ids the results may come from (ids not in the index are ignored;
+            none in it gives rows of padding). Up to 20,000 allowed documents
+            are searched exactly; more go through hnswlib's filtered search.
         num_threads : int, optional
             Threads for this call (default: the index's ``num_threads``).
 
@@ -582,20 +701,25 @@ class UECIndex:
         ids : ndarray (Q, k) int64
         """
         q = self._queries(queries)
-        allowed = self._allowed(filter)
-        n = len(self) if allowed is None else len(allowed)
-        k = check_k(k, n)
+        k = _check_result_k(k, len(q))
         nt = num_threads if num_threads is not None else self.num_threads
+        threads = check_num_threads(nt) or -1
         m = max(k, check_int(rerank, "rerank", low=1) if rerank is not None else self.rerank)
         ef = max(m, check_int(ef, "ef", low=1)) if ef is not None else 2 * m
-        if exact or (allowed is not None and len(allowed) <= _EXACT_FILTER_ROWS):
-            return self._exact(q, k, allowed, nt)
-        m = min(m, n)
-        threads = check_num_threads(nt) or -1
-        cand = self._candidate_slots(q.mean, m, max(ef, m), threads, allowed)
-        if self._panels_fit():
-            return self._rerank_cached(q, cand, k, nt)
-        return self._rerank_packed(q, cand, k, nt)
+        filter_ids = None
+        if filter is not None:
+            filter_ids = np.unique(as_int_matrix(np.asarray(filter).reshape(-1), "filter", ndim=1, low=-(2**63)))
+        with self._rw.read():  # one state of the index for the whole call
+            allowed = self._allowed(filter_ids)
+            n = len(self._store) if allowed is None else len(allowed)
+            if n == 0:
+                return _padded(np.zeros((len(q), 0), np.float32), np.zeros((len(q), 0), np.int64), k)
+            if exact or (allowed is not None and n <= _EXACT_FILTER_ROWS):
+                return _padded(*self._exact(q, min(k, n), allowed, nt), k)
+            m = min(m, n)
+            cand = self._candidate_slots(q.mean, m, max(ef, m), threads, allowed)
+            rerank_fn = self._rerank_cached if self._panels_fit() else self._rerank_packed
+            return _padded(*rerank_fn(q, cand, min(k, n), nt), k)
 
     # ------------------------------------------------------------------ persistence
     def _state(self, graph: np.ndarray) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
@@ -631,11 +755,11 @@ class UECIndex:
         fd, tmp = tempfile.mkstemp(suffix=".hnsw")
         os.close(fd)
         try:
-            with self._graph_lock:
+            with self._update_lock:  # no update while the file is written; searches go on
                 self._graph.save_index(tmp)
-            arrays, meta = self._state(np.memmap(tmp, dtype=np.uint8, mode="r"))
-            out = save_raw_arrays(path, _KIND, arrays, meta)
-            del arrays
+                arrays, meta = self._state(np.memmap(tmp, dtype=np.uint8, mode="r"))
+                out = save_raw_arrays(path, _KIND, arrays, meta)
+                del arrays
             return out
         finally:
             os.unlink(tmp)

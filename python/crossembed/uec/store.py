@@ -147,10 +147,14 @@ class DocStore:
         if capacity > self.capacity:
             self._grow(capacity)
 
-    def put(self, mean: np.ndarray, var: np.ndarray, ids: np.ndarray, texts: Optional[Sequence[str]]) -> np.ndarray:
-        """Store rows under ``ids`` (new to the store); returns their slots (free ones first, ascending)."""
+    def check_rows(self, mean: np.ndarray, var: np.ndarray) -> None:
+        """ValueError when rows cannot be stored in the store's dtype (beyond float16's range)."""
         if self.dtype == np.float16 and mean.size and max(np.abs(mean).max(), var.max()) > _FLOAT16_MAX:
             raise ValueError("docs have values beyond float16's range: use dtype='float32'")
+
+    def put(self, mean: np.ndarray, var: np.ndarray, ids: np.ndarray, texts: Optional[Sequence[str]]) -> np.ndarray:
+        """Store rows under ``ids`` (new to the store); returns their slots (free ones first, ascending)."""
+        self.check_rows(mean, var)
         self._materialize()
         n = len(ids)
         free = np.flatnonzero(~self.alive[: self.n_slots])[:n]
@@ -167,6 +171,15 @@ class DocStore:
                 self.texts[s] = t
         self._lookup = None
         return slots
+
+    def replace(self, slots: np.ndarray, mean: np.ndarray, var: np.ndarray, texts: Optional[Sequence[str]]) -> None:
+        """Overwrite the rows (and texts) of live ``slots``; their ids stay."""
+        self.check_rows(mean, var)
+        self._materialize()
+        self._mean[slots], self._var[slots] = mean, var
+        if self.texts is not None:
+            for s, t in zip(slots, texts):
+                self.texts[s] = t
 
     def drop(self, slots: np.ndarray) -> None:
         """Free ``slots``."""
