@@ -227,3 +227,22 @@ def test_readers_writer_lock_excludes_writers_and_prefers_them():
     for th in (r1, w, r2):
         th.join(5)
     assert log == ["r1 in", "r1 out", "w in", "w out", "r2 in", "r2 out"]
+
+
+def test_searches_after_an_update_rebuild_panels_only_once_they_pay(monkeypatch):
+    monkeypatch.setattr(index_mod, "_BLOCK", 256)  # 8 blocks
+    docs, q = _docs(2048, 16, 14), _docs(64, 16, 15)
+    index = UECIndex(docs, M=8, ef_construction=40, rerank=8)
+    expected = index.search(q, 5)
+    assert len(index._blocks) == 0  # 64 x 8 candidates < 2048 rows: nothing packed ahead of need
+    for s in range(0, 64, 2):  # the prepared rows add up to the index's: the blocks are built once
+        np.testing.assert_array_equal(index.search(q[s : s + 2], 5)[1], expected[1][s : s + 2])
+    assert len(index._blocks) == 0
+    for _ in range(4):
+        got = index.search(q, 5)
+    assert len(index._blocks) == 8
+    np.testing.assert_array_equal(got[1], expected[1])
+    index.remove([3])  # drops block 0 only
+    assert len(index._blocks) == 7
+    index.search(q[:1], 5)
+    assert len(index._blocks) == 7  # 8 candidate rows do not pay for packing 255

@@ -80,6 +80,9 @@ _MAX_RESULTS = 1 << 28  # queries x k: larger result arrays are refused (they wo
 # the panel budget is checked against the probit's packed panels (three float32 values per coordinate),
 # the largest prepared form, before any block exists
 _PANEL_BYTES_PER_VALUE = 12
+# the ANN rerank visits cached blocks only when it has this many candidate rows per block or more: below,
+# preparing just the candidate rows costs less than a Python step per block
+_ROWS_PER_CACHED_BLOCK = 16
 
 
 def _hnswlib():
@@ -252,6 +255,7 @@ class UECIndex:
         self._update_lock = threading.Lock()  # one update (or save) at a time, across its chunks
         self._ef_lock = threading.Lock()  # set_ef + knn_query as one step: ef is the graph's shared state
         self._blocks: Dict[int, Tuple[Any, np.ndarray]] = {}  # block -> (prepared documents, their slots)
+        self._rows_packed = 0  # candidate rows prepared per search since blocks were last rebuilt
 
     @classmethod
     def build(
@@ -606,6 +610,26 @@ class UECIndex:
         cuts = np.searchsorted(live, np.arange(0, self._store.n_slots + _BLOCK, _BLOCK))
         return [(b, live[lo:hi]) for b, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:])) if hi > lo]
 
+    def _rerank_on_cached_panels(self, n_candidates: int) -> bool:
+        """Whether to rerank ``n_candidates`` rows on the cached blocks (else prepare only those rows).
+
+        Missing blocks (never built, or dropped by an update) are rebuilt once the rows prepared
+        one search at a time since the last rebuild reach the rows the rebuild prepares (ski
+        rental: at most twice the cheaper choice in hindsight), so a stream of searches beside a
+        writer does not repack whole blocks per query, and a stable index ends up cached.
+        """
+        if not self._panels_fit():
+            return False
+        blocks = self._live_blocks()
+        missing = sum(len(rows) for b, rows in blocks if b not in self._blocks)
+        if missing == 0:
+            return n_candidates >= _ROWS_PER_CACHED_BLOCK * len(blocks)
+        if self._rows_packed + n_candidates >= missing:
+            self._rows_packed = 0
+            return True
+        self._rows_packed += n_candidates  # racy between searches: only a heuristic's counter
+        return False
+
     def _panels_fit(self) -> bool:
         """Whether the prepared blocks of every live document fit ``panel_cache_bytes``."""
         return _PANEL_BYTES_PER_VALUE * self.dim * len(self._store) <= self.panel_cache_bytes
@@ -718,7 +742,7 @@ class UECIndex:
                 return _padded(*self._exact(q, min(k, n), allowed, nt), k)
             m = min(m, n)
             cand = self._candidate_slots(q.mean, m, max(ef, m), threads, allowed)
-            rerank_fn = self._rerank_cached if self._panels_fit() else self._rerank_packed
+            rerank_fn = self._rerank_cached if self._rerank_on_cached_panels(cand.size) else self._rerank_packed
             return _padded(*rerank_fn(q, cand, min(k, n), nt), k)
 
     # ------------------------------------------------------------------ persistence
