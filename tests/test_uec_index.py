@@ -110,6 +110,8 @@ def test_bad_inputs(setup):
         index.search(["a text"], 3)
     with pytest.raises(TypeError, match="one string"):
         index.search("a text", 3)
+    with pytest.raises(TypeError, match="queries must be"):
+        index.search(None, 3)
     with pytest.raises(ValueError, match="rerank"):
         index.search(queries, 3, rerank=0)
 

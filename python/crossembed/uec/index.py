@@ -52,6 +52,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -498,6 +499,8 @@ class UECIndex:
         elif isinstance(queries, str):
             raise TypeError("queries must be a list of strings or a GaussianEmbedding, not one string")
         else:
+            if not isinstance(queries, Iterable):
+                raise TypeError(f"queries must be a list of strings or a GaussianEmbedding, got {type(queries).__name__}")
             queries = list(queries)
             if not queries:
                 raise ValueError("queries must not be empty")
