@@ -182,6 +182,15 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "crossembed C++ kernels (use crossembed.kernels: it validates inputs)";
   m.def("simd_level", []() { return std::string(simd::isa().name); });
   m.def("max_threads", &max_threads);
+  // At import: every process forked after `import crossembed` runs its kernels on one thread (parallel.hpp).
+  install_fork_guard();
+  m.def("single_threaded_after_fork", &single_threaded_after_fork);
+  // Whether parallel_for runs on OpenMP (else std::thread workers).
+#if defined(CROSSEMBED_HAVE_OPENMP)
+  m.attr("openmp") = true;
+#else
+  m.attr("openmp") = false;
+#endif
 
   bind_probit_docs<ProbitDocs>(m, "ProbitDocs");
   bind_probit_docs<ProbitDocsF16>(m, "ProbitDocsF16");

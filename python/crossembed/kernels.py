@@ -7,6 +7,15 @@ releases the GIL and runs multi-threaded (OpenMP, or std::thread where OpenMP
 is missing). Results are deterministic for a fixed input and independent of
 ``num_threads``; ties go to the lower index.
 
+In a process forked after ``import crossembed`` (the ``"fork"`` start
+method of :mod:`multiprocessing`, gunicorn ``--preload``, torch DataLoader
+workers) every kernel runs on one thread, whatever ``num_threads`` asks, with
+the same results: GNU OpenMP's thread pool does not survive ``fork()``, and
+the pool may be the parent's or another library's (torch shares the OpenMP
+runtime). :func:`single_threaded_after_fork` tells. For multi-threaded
+kernels in worker processes, use the ``"spawn"`` or ``"forkserver"`` start
+method (without crossembed in ``set_forkserver_preload``).
+
 Plain float64 numpy versions of every kernel live in :mod:`crossembed.reference`.
 """
 
@@ -51,6 +60,7 @@ __all__ = [
     "probit_topk",
     "signatures_from_cosines",
     "simd_level",
+    "single_threaded_after_fork",
     "topk_rows_and_columns",
 ]
 
@@ -77,6 +87,14 @@ def _core_module():
 def simd_level() -> str:
     """The instruction set the kernels picked at run time: ``avx512``, ``avx2`` or ``generic``."""
     return _core_module().simd_level()
+
+
+def single_threaded_after_fork() -> bool:
+    """Whether kernels run on one thread here: this process was forked from one that had imported crossembed.
+
+    A child of such a child is single-threaded too (see the module docstring).
+    """
+    return bool(_core_module().single_threaded_after_fork())
 
 
 def _check_magnitude(

@@ -3,6 +3,16 @@
 // OpenMP when the build found it (dynamic schedule), otherwise std::thread
 // workers pulling task ids from an atomic counter. Task bodies must not throw:
 // kernels validate everything before entering a parallel region.
+//
+// fork(): GNU libgomp keeps the bookkeeping of its thread pool across fork()
+// but not the pool's threads, so a forked child's first parallel region waits
+// forever for workers that do not exist. An atfork handler (install_fork_guard)
+// marks every forked child, and every process it forks in turn; there each
+// parallel_for runs on one thread, whatever num_threads asks, and never enters
+// a parallel region. Results are unchanged: no kernel's output depends on the
+// thread count. The mark does not depend on whether the parent ran a kernel:
+// the pool may be another library's (torch's bundled libgomp.so.1 and the
+// system's are one library by soname, whichever loads first).
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -10,11 +20,39 @@
 #include <thread>
 #include <vector>
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#define CROSSEMBED_HAVE_ATFORK 1
+#endif
+
 #if defined(CROSSEMBED_HAVE_OPENMP)
 #include <omp.h>
 #endif
 
 namespace crossembed {
+
+namespace detail {
+
+inline std::atomic<bool> forked_child{false};  // set by the atfork handler, inherited by later forks
+
+inline void mark_forked_child() { forked_child.store(true, std::memory_order_relaxed); }
+
+}  // namespace detail
+
+// Registers the atfork handler once (at module load, and at latest before the
+// first parallel region); false if that failed: then every kernel runs on one
+// thread, as a fork could not be recognised.
+inline bool install_fork_guard() {
+#if defined(CROSSEMBED_HAVE_ATFORK)
+  static const bool installed = ::pthread_atfork(nullptr, nullptr, &detail::mark_forked_child) == 0;
+  return installed;
+#else
+  return true;
+#endif
+}
+
+// True in a process forked after install_fork_guard ran in its parent: kernels run on one thread here.
+inline bool single_threaded_after_fork() { return detail::forked_child.load(std::memory_order_relaxed); }
 
 inline int max_threads() {
 #if defined(CROSSEMBED_HAVE_OPENMP)
@@ -25,8 +63,11 @@ inline int max_threads() {
 #endif
 }
 
-// 0 (or negative) means "all cores".
-inline int resolve_threads(int requested) { return requested > 0 ? requested : max_threads(); }
+// 0 (or negative) means "all cores". 1 after such a fork (see the top of this file).
+inline int resolve_threads(int requested) {
+  if (!install_fork_guard() || single_threaded_after_fork()) return 1;
+  return requested > 0 ? requested : max_threads();
+}
 
 // Calls fn(task, thread_id) for task in [0, n_tasks). thread_id < resolve_threads(num_threads).
 template <class Fn>
