@@ -47,21 +47,71 @@ def test_sharded_updates_and_files(client, tmp_path):
     for index in (local, sharded):
         index.remove(np.arange(0, 300, 4))
         index.add(extra, ids=np.arange(1000, 1040))
-    assert len(sharded) == len(local) == 300 - 75 + 40
+        index.upsert(extra[:10], ids=np.arange(5, 15))  # 8, 12 were removed: added back; the others replaced
+    assert len(sharded) == len(local) == 300 - 75 + 40 + 2
     np.testing.assert_array_equal(sharded.search(q, 8, exact=True)[1], local.search(q, 8, exact=True)[1])
     paths = sharded.save(str(tmp_path / "shard{shard}.uec"))
     back = ShardedUECIndex.load(client, paths)
     np.testing.assert_array_equal(back.search(q, 8, exact=True)[1], local.search(q, 8, exact=True)[1])
-    with pytest.raises(ValueError, match="larger"):
-        sharded.search(q, 1000, exact=True)
-    with pytest.raises(ValueError, match="filter"):
-        sharded.search(q, 3, filter=[5_000_000])
     with pytest.raises(ValueError, match="shard"):
         sharded.save(str(tmp_path / "x.uec"))
     with pytest.raises(TypeError, match="client"):
         ShardedUECIndex(object(), docs)
     with pytest.raises(ValueError, match="no ensemble"):
         sharded.search(["text"], 3)
+    with pytest.raises(ValueError, match="dimension"):
+        sharded.add(_docs(2, 5, 0), ids=[5000, 5001])
+
+
+def test_failed_updates_change_nothing(client):
+    """An update refused by one shard is refused before any shard applies it."""
+    docs, extra, q = _docs(200, 8, 10), _docs(4, 8, 11), _docs(5, 8, 12)
+    sharded = ShardedUECIndex(client, docs, n_shards=3, M=8)
+    before = sharded.search(q, 7, exact=True)
+    with pytest.raises(ValueError, match=r"ids \[150\] are already"):
+        sharded.add(extra, ids=[150, 500, 501, 502])  # 500..502 land on other shards than 150
+    with pytest.raises(ValueError, match=r"ids \[700\] are not in the index"):
+        sharded.remove([1, 2, 3, 700])
+    assert len(sharded) == 200
+    np.testing.assert_array_equal(sharded.search(q, 7, exact=True)[1], before[1])
+
+
+def test_k_above_the_live_count_pads(client):
+    docs, q = _docs(50, 8, 13), _docs(4, 8, 14)
+    local = UECIndex(docs, M=8)
+    sharded = ShardedUECIndex(client, docs, n_shards=3, M=8)
+    for kwargs in ({"exact": True}, {}):
+        s, i = sharded.search(q, 100, **kwargs)
+        assert s.shape == i.shape == (4, 100)
+        assert (i[:, 50:] == -1).all() and np.isneginf(s[:, 50:]).all()
+        np.testing.assert_array_equal(np.sort(i[:, :50], axis=1), np.tile(np.arange(50), (4, 1)))
+    np.testing.assert_array_equal(sharded.search(q, 100, exact=True)[0], local.search(q, 100, exact=True)[0])
+    s, i = sharded.search(q, 6, filter=[3, 4, 5_000_000], exact=True)  # two allowed documents, on any shards
+    assert (i[:, 2:] == -1).all() and np.isneginf(s[:, 2:]).all() and set(i[:, :2].ravel()) == {3, 4}
+    s, i = sharded.search(q, 3, filter=[5_000_000])  # allows nothing: all padding, no shard asked
+    assert (i == -1).all() and np.isneginf(s).all()
+    sharded.remove(np.arange(50))  # every document: allowed, searches pad
+    assert len(sharded) == 0 and (sharded.search(q, 2, exact=True)[1] == -1).all()
+
+
+def test_a_busy_shard_times_out_within_the_bound(client):
+    """A call never waits past its timeout: a shard stuck behind another task gives ShardTimeoutError."""
+    import time
+
+    from crossembed.uec.sharded import ShardTimeoutError
+
+    docs, q = _docs(100, 8, 15), _docs(3, 8, 16)
+    sharded = ShardedUECIndex(client, docs, n_shards=2, M=8)
+    busy = client.submit(time.sleep, 2, workers=[sharded.shard_workers()[1]], pure=False)  # one thread per worker
+    t0 = time.monotonic()
+    with pytest.raises(ShardTimeoutError, match=r"shards \[1\]") as err:
+        sharded.search(q, 5, timeout=0.5)
+    assert time.monotonic() - t0 < 2.0
+    assert isinstance(err.value, RuntimeError) and err.value.workers == [sharded.shard_workers()[1]]
+    busy.result()
+    assert sharded.search(q, 5)[1].shape == (3, 5)  # the shard answers again
+    with pytest.raises(ValueError, match="timeout"):
+        sharded.search(q, 5, timeout=0)
 
 
 def test_shards_score_with_the_given_scoring_or_the_ensembles(client, tmp_path):
@@ -99,7 +149,44 @@ def test_worker_processes_hold_their_own_shards():
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
     with cluster, distributed.Client(cluster) as c:
         sharded = ShardedUECIndex(c, docs, M=8)
-        assert len(set(sharded._workers)) == 2
+        assert len(set(sharded.shard_workers())) == 2
         np.testing.assert_array_equal(
             sharded.search(q, 6, exact=True)[1], UECIndex(docs, M=8).search(q, 6, exact=True)[1]
         )
+
+
+def test_searches_run_beside_updates(client):
+    """Threads search while another adds, upserts and removes: no error, only ids that were in the index."""
+    import threading
+
+    docs, extra, q = _docs(300, 8, 17), _docs(200, 8, 18), _docs(8, 8, 19)
+    sharded = ShardedUECIndex(client, docs, n_shards=3, M=8)
+    local = UECIndex(docs, M=8)
+    known = set(range(300)) | set(range(1000, 1200))
+    errors, stop = [], threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            try:
+                ids = sharded.search(q, 10, exact=True)[1]
+                assert set(ids.ravel().tolist()) <= known
+            except Exception as exc:  # collected for the assertion below
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for step in range(10):
+            block = np.arange(1000 + 20 * step, 1020 + 20 * step)
+            for index in (sharded, local):
+                index.add(extra[block - 1000], ids=block)
+                index.upsert(extra[np.arange(100, 105) + step], ids=np.arange(5 * step, 5 * step + 5))
+                index.remove([299 - step])
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert not errors, errors[:3]
+    np.testing.assert_array_equal(sharded.search(q, 10, exact=True)[1], local.search(q, 10, exact=True)[1])

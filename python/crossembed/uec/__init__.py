@@ -39,7 +39,7 @@ from crossembed.uec.routing import (
     UniformRouting,
 )
 from crossembed.uec.scoring import BetaCosineScoring, ProbitScoring
-from crossembed.uec.sharded import ShardedUECIndex
+from crossembed.uec.sharded import ShardedUECIndex, ShardError, ShardLostError, ShardTimeoutError
 
 __all__ = [
     "BetaCosineScoring",
@@ -59,6 +59,9 @@ __all__ = [
     "RetrievalReference",
     "Routing",
     "ScoreMixing",
+    "ShardError",
+    "ShardLostError",
+    "ShardTimeoutError",
     "ShardedUECIndex",
     "UECEnsemble",
     "UECIndex",

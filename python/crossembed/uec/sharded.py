@@ -1,14 +1,27 @@
-"""A UEC index sharded over Dask workers.
+"""A UEC index sharded over Dask workers, with bounded calls and recovery of lost shards.
 
 Document ``id`` lives in shard ``hash(id) % n_shards`` (a Fibonacci hash, so
 strided ids spread evenly too); each shard is a whole
 :class:`~crossembed.uec.UECIndex` (store + hnswlib graph) held in one
 worker's memory, pinned there (every task on it names that worker). A search
-sends the queries to every shard, each returns its own top-``k``, and the
-driver merges them exactly with :func:`~crossembed.uec.index.merge_topk`
-(score descending, ties to the lower id). A pair's score does not depend on
-which other documents share its block, so exact search over any sharding
-returns what one local index returns, bit for bit.
+sends the queries to every shard, each returns its own top-``k`` (padded with
+id -1 / score -inf), and the driver merges them exactly with
+:func:`~crossembed.uec.index.merge_topk` (score descending, ties to the lower
+id, padding last). A pair's score does not depend on which other documents
+share its block, so exact search over any sharding returns what one local
+index returns, bit for bit.
+
+Failures. Every call waits at most ``timeout`` seconds. While it waits, the
+driver asks the scheduler for the live workers every quarter second; a shard
+whose worker left is lost. A shard with a file (written by
+:meth:`ShardedUECIndex.save` or read by :meth:`ShardedUECIndex.load`) is
+reloaded from it on a surviving worker, the updates the driver sent to it
+since that file are replayed from the driver's per-shard log, and the
+interrupted call is retried once. A shard never saved cannot be recovered:
+:class:`ShardLostError`. Each shard counts the updates applied to it and
+every task names the count the driver expects, so a shard that Dask rebuilt
+from its original task (a worker restarted under the same address) is
+detected too, never served stale.
 
 The same code runs on a ``LocalCluster`` and on machines joined by
 ``dask scheduler`` / ``dask worker`` (docs/uec_index.md).
@@ -16,17 +29,23 @@ The same code runs on a ``LocalCluster`` and on machines joined by
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from crossembed._validation import as_int_matrix, check_int, check_k
+from crossembed._validation import as_int_matrix, check_int, check_positive
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.index import UECIndex, merge_topk
 from crossembed.uec.store import check_ids
 
-__all__ = ["ShardedUECIndex", "shard_of"]
+__all__ = ["ShardError", "ShardLostError", "ShardTimeoutError", "ShardedUECIndex", "shard_of"]
+
+_POLL_S = 0.25  # seconds between checks of the live workers while a call waits
+_DEFAULT_TIMEOUT_S = 60.0
 
 
 def shard_of(ids: np.ndarray, n_shards: int) -> np.ndarray:
@@ -35,14 +54,41 @@ def shard_of(ids: np.ndarray, n_shards: int) -> np.ndarray:
     return (mixed % np.uint64(n_shards)).astype(np.int64)
 
 
-def _workers(client) -> List[str]:
-    """The cluster's worker addresses, sorted (TypeError for something that is not a Dask client)."""
-    if not hasattr(client, "submit") or not hasattr(client, "scatter"):
+class ShardError(RuntimeError):
+    """Shards of a :class:`ShardedUECIndex` did not answer; ``shards`` (ints) and ``workers`` (addresses) name them."""
+
+    def __init__(self, message: str, shards: Sequence[int], workers: Sequence[str]):
+        super().__init__(message)
+        self.shards = [int(s) for s in shards]
+        self.workers = [str(w) for w in workers]
+
+
+class ShardLostError(ShardError):
+    """Shards lost with their worker and not recovered (never saved, unreadable file, no worker left)."""
+
+
+class ShardTimeoutError(ShardError, TimeoutError):
+    """Shards that did not answer within the call's ``timeout`` (their workers still listed as live)."""
+
+
+class _StaleShardError(RuntimeError):
+    """Raised on a worker by a shard whose update count is not the one the driver expects."""
+
+
+def _live_workers(client, timeout: float) -> List[str]:
+    """The addresses of the workers the scheduler lists now, sorted (a fresh scheduler call, not a cache)."""
+    return sorted(client.nthreads(callback_timeout=timeout))
+
+
+def _placement(client, n_shards: Optional[int], timeout: float) -> List[str]:
+    """The worker of each shard at the start: shard ``s`` on the ``s % n``-th live worker (sorted addresses)."""
+    if not hasattr(client, "submit") or not hasattr(client, "nthreads"):
         raise TypeError(f"client must be a dask.distributed.Client, got {type(client).__name__}")
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = _live_workers(client, timeout)
     if not workers:
         raise ValueError("the Dask cluster has no workers")
-    return workers
+    n_shards = len(workers) if n_shards is None else check_int(n_shards, "n_shards", low=1)
+    return [workers[s % len(workers)] for s in range(n_shards)]
 
 
 def _check_ensemble(ensemble) -> None:
@@ -50,59 +96,138 @@ def _check_ensemble(ensemble) -> None:
         raise TypeError(f"ensemble must be a UECEnsemble, got {type(ensemble).__name__}")
 
 
+def _check_docs(docs) -> GaussianEmbedding:
+    if not isinstance(docs, GaussianEmbedding):
+        raise TypeError(f"docs must be a GaussianEmbedding, got {type(docs).__name__}")
+    return docs
+
+
+def _pick(texts, rows: np.ndarray):
+    return None if texts is None else [texts[r] for r in rows]
+
+
 # --------------------------------------------------------------------------- worker-side tasks
-def _build(mean, var, ids, options) -> UECIndex:
-    return UECIndex(GaussianEmbedding(mean, var), ids=ids, **options)
+class _Shard:
+    """A shard as its worker holds it: the index and the number of updates applied to it."""
+
+    def __init__(self, index: UECIndex, version: int):
+        self.index = index
+        self.version = version
 
 
-def _load(path, num_threads) -> UECIndex:
-    return UECIndex.load(path, mmap=True, num_threads=num_threads)
+def _apply(index: UECIndex, op: tuple) -> None:
+    """One logged update: ``("add" | "upsert", mean, var, ids, texts)`` or ``("remove", ids)``."""
+    if op[0] == "remove":
+        index.remove(op[1])
+    else:
+        update = index.add if op[0] == "add" else index.upsert
+        update(GaussianEmbedding(op[1], op[2]), ids=op[3], texts=op[4])
 
 
-def _size(index: UECIndex) -> int:
-    return len(index)
+def _build(mean, var, ids, texts, options) -> _Shard:
+    return _Shard(UECIndex(GaussianEmbedding(mean, var), ids=ids, texts=texts, **options), 0)
 
 
-def _search(index: UECIndex, mean, var, k, allowed, options) -> Tuple[np.ndarray, np.ndarray]:
-    q = GaussianEmbedding(mean, var)
-    if allowed is not None:
-        allowed = allowed[index.contains(allowed)]
-    n = len(index) if allowed is None else len(allowed)
-    if n == 0:
-        return np.zeros((len(q), 0), np.float32), np.zeros((len(q), 0), np.int64)
-    return index.search(q, min(k, n), filter=allowed, **options)
+def _restore(path: str, log: List[tuple], version: int, num_threads) -> _Shard:
+    """The shard saved at ``path`` with the updates of ``log`` applied (its update count set to ``version``)."""
+    index = UECIndex.load(path, mmap=True, num_threads=num_threads)
+    for op in log:
+        _apply(index, op)
+    return _Shard(index, version)
 
 
-def _add(index: UECIndex, mean, var, ids) -> int:
-    index.add(GaussianEmbedding(mean, var), ids=ids)
-    return len(index)
+def _checked(shard: _Shard, version: int, *, at_least: bool) -> UECIndex:
+    stale = shard.version < version if at_least else shard.version != version
+    if stale:
+        raise _StaleShardError(
+            f"the shard holds {shard.version} updates, the driver expects {version}: its worker restarted "
+            "or an update that timed out completed later"
+        )
+    return shard.index
 
 
-def _remove(index: UECIndex, ids) -> int:
-    index.remove(ids)
-    return len(index)
+def _info(shard: _Shard, version: int) -> Tuple[int, int]:
+    index = _checked(shard, version, at_least=True)
+    return len(index), index.dim
 
 
-def _save(index: UECIndex, path) -> str:
-    return str(index.save(path))
+def _contains(shard: _Shard, version: int, ids) -> np.ndarray:
+    return _checked(shard, version, at_least=False).contains(ids)
+
+
+def _search(shard: _Shard, version: int, mean, var, k, allowed, options) -> Tuple[np.ndarray, np.ndarray]:
+    index = _checked(shard, version, at_least=True)
+    return index.search(GaussianEmbedding(mean, var), k, filter=allowed, **options)
+
+
+def _update(shard: _Shard, version: int, op: tuple) -> int:
+    _apply(_checked(shard, version, at_least=False), op)
+    shard.version += 1
+    return len(shard.index)
+
+
+def _save(shard: _Shard, version: int, path: str) -> str:
+    return str(_checked(shard, version, at_least=False).save(path))
+
+
+# --------------------------------------------------------------------------- driver
+class _Deadline:
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
 
 
 class ShardedUECIndex:
-    """A UEC index whose documents are partitioned across Dask workers.
+    """A UEC index whose documents are partitioned across Dask workers; no call waits forever.
+
+    Guarantees. Every call returns or raises within ``timeout`` seconds (its
+    own ``timeout=`` when given), recovery and retry included (a worker that
+    dies while its answer is being transferred shows as a timeout at that
+    bound). A worker that left is noticed within a quarter second of the
+    scheduler removing it (at once for a killed process; after the
+    scheduler's ``worker-ttl`` for an unreachable machine). Its shards are
+    then reloaded from their last file (the one :meth:`save` wrote or
+    :meth:`load` read) on the surviving worker holding the fewest shards, the
+    updates sent to them since that file are replayed in order, and the call
+    is retried once; shards that cannot be (never saved, file unreadable, no
+    worker left, lost again) raise :class:`ShardLostError` naming the shards
+    and workers. Files must be on storage every worker can read. An update is
+    validated on every shard before any applies (unknown or present ids,
+    dimension); one interrupted by an unrecoverable loss may have been applied
+    on the other shards.
+
+    Memory. For each shard with a file the driver keeps the updates sent
+    since: the float32 means and variances of every added or upserted
+    document (``8 D`` bytes each) plus 8 bytes per id (added, upserted or
+    removed) and the texts; :meth:`save` clears it, shards never saved keep
+    none. Recovery sends that log to the new worker.
+
+    Threads: any number may search while one updates; updates, saves and
+    recoveries run one at a time.
+
+    Attributes: ``client``, ``ensemble``, ``n_shards``, ``dim`` (the documents' dimension)
+    and ``timeout`` (seconds, the default of every call).
 
     Parameters
     ----------
     client : dask.distributed.Client
-        The cluster; shard ``s`` lives on worker ``s % n_workers`` (workers in sorted address order).
+        The cluster; shard ``s`` starts on worker ``s % n_workers`` (workers in sorted address order).
     docs : GaussianEmbedding
         Document Gaussians (``role="passage"``), at least one per shard.
     ids : array_like of int, optional
         Distinct non-negative ids (default ``0 .. n-1``), placed by :func:`shard_of`.
+    texts : sequence of str, optional
+        Document texts, kept by the shards (default none).
     n_shards : int, optional
         Number of shards (default: one per worker).
     ensemble : UECEnsemble, optional
         Encodes text queries on the driver; its ``scoring`` scores on every shard
         unless ``scoring`` is among ``index_options`` (default none: Gaussian queries).
+    timeout : float
+        Seconds any call may take (default 60); building the shards is bounded by it too.
     **index_options
         :class:`UECIndex` options for every shard (``scoring``, ``M``,
         ``ef_construction``, ``rerank``, ``dtype``, ``panel_cache_bytes``,
@@ -113,6 +238,7 @@ class ShardedUECIndex:
     >>> from dask.distributed import Client, LocalCluster  # doctest: +SKIP
     >>> with Client(LocalCluster(n_workers=2)) as client:  # doctest: +SKIP
     ...     index = ShardedUECIndex(client, docs, M=32)
+    ...     index.save("/shared/uec/shard{shard}.uec")  # makes the shards recoverable
     ...     scores, ids = index.search(queries, 10)
     """
 
@@ -122,105 +248,378 @@ class ShardedUECIndex:
         docs: GaussianEmbedding,
         *,
         ids=None,
+        texts: Optional[Sequence[str]] = None,
         n_shards: Optional[int] = None,
         ensemble: Optional[UECEnsemble] = None,
+        timeout: float = _DEFAULT_TIMEOUT_S,
         **index_options,
     ):
-        workers = _workers(client)
         _check_ensemble(ensemble)
-        if not isinstance(docs, GaussianEmbedding):
-            raise TypeError(f"docs must be a GaussianEmbedding, got {type(docs).__name__}")
-        if len(docs) == 0:
+        timeout = check_positive(timeout, "timeout")
+        placed = _placement(client, n_shards, timeout)
+        if len(_check_docs(docs)) == 0:
             raise ValueError("docs must not be empty")
         ids = np.arange(len(docs), dtype=np.int64) if ids is None else check_ids(ids, len(docs))
-        n_shards = len(workers) if n_shards is None else check_int(n_shards, "n_shards", low=1)
+        if texts is not None and len(texts) != len(docs):
+            raise ValueError(f"texts must hold {len(docs)} strings (one per document)")
+        n_shards = len(placed)
         rows = [np.flatnonzero(shard_of(ids, n_shards) == s) for s in range(n_shards)]
         if min(len(r) for r in rows) == 0:
             raise ValueError(f"n_shards={n_shards} leaves a shard without documents: use fewer shards")
         if ensemble is not None:
             index_options.setdefault("scoring", ensemble.scoring)
-        placed = [workers[s % len(workers)] for s in range(n_shards)]
         shards = [
-            client.submit(_build, docs.mean[r], docs.var[r], ids[r], index_options, workers=[w], pure=False)
+            client.submit(
+                _build, docs.mean[r], docs.var[r], ids[r], _pick(texts, r), index_options, workers=[w], pure=False
+            )
             for r, w in zip(rows, placed)
         ]
-        self._attach(client, ensemble, placed, shards)
+        self._num_threads = index_options.get("num_threads")
+        self._attach(client, ensemble, timeout, placed, shards, [None] * n_shards)
 
-    def _attach(self, client, ensemble: Optional[UECEnsemble], workers: List[str], shards: List) -> None:
-        """Hold the shard futures (shard ``s`` on ``workers[s]``) once every shard exists."""
+    def _attach(self, client, ensemble, timeout: float, workers: List[str], shards: List, sources: List) -> None:
+        """Hold the shard futures (shard ``s`` on ``workers[s]``, its file ``sources[s]``) once every shard exists."""
         self.client = client
         self.ensemble = ensemble
+        self.timeout = timeout
         self.n_shards = len(shards)
-        self._workers, self._shards = workers, shards
-        client.gather([client.submit(_size, f, workers=[w], pure=False) for f, w in zip(shards, workers)])
+        self._shards, self._workers, self._versions = list(shards), list(workers), [0] * len(shards)
+        self._sources: List[Optional[str]] = list(sources)
+        self._logs: List[List[tuple]] = [[] for _ in shards]
+        self._state_lock = threading.Lock()  # the shard table above: held for reads and swaps only
+        self._write_lock = threading.RLock()  # updates, saves and recoveries, one at a time
+        info = self._run(_info, dict.fromkeys(range(self.n_shards), ()), _Deadline(timeout))
+        dims = {d for _, d in info.values()}
+        if len(dims) != 1:
+            raise ValueError(f"the shards have different dimensions {sorted(dims)}")
+        self.dim = dims.pop()
 
     @classmethod
     def load(
-        cls, client, paths: Sequence, *, ensemble: Optional[UECEnsemble] = None, num_threads: Optional[int] = None
+        cls,
+        client,
+        paths: Sequence,
+        *,
+        ensemble: Optional[UECEnsemble] = None,
+        num_threads: Optional[int] = None,
+        timeout: float = _DEFAULT_TIMEOUT_S,
     ) -> ShardedUECIndex:
-        """Shards saved by :meth:`save` (``paths[s]`` is shard ``s``, read by its worker, memory-mapped).
+        """Shards saved by :meth:`save`: ``paths[s]`` is shard ``s``, read (memory-mapped) by its worker.
 
-        ``ensemble`` encodes text queries on the driver (default none); ``num_threads`` is each shard's.
+        Parameters
+        ----------
+        client : dask.distributed.Client
+            The cluster; shard ``s`` starts on worker ``s % n_workers`` (sorted addresses).
+        paths : sequence of str or Path
+            One file per shard, on storage every worker can read (a lost shard is reloaded from it).
+        ensemble : UECEnsemble, optional
+            Encodes text queries on the driver (default none).
+        num_threads : int, optional
+            Threads of each shard's searches (default: all cores of its worker).
+        timeout : float
+            Seconds any call may take, loading included (default 60).
         """
-        workers = _workers(client)
         _check_ensemble(ensemble)
+        timeout = check_positive(timeout, "timeout")
         paths = [str(p) for p in paths]
         if not paths:
             raise ValueError("paths must name at least one shard file")
-        placed = [workers[s % len(workers)] for s in range(len(paths))]
-        shards = [client.submit(_load, p, num_threads, workers=[w], pure=False) for p, w in zip(paths, placed)]
+        placed = _placement(client, len(paths), timeout)
+        shards = [
+            client.submit(_restore, p, [], 0, num_threads, workers=[w], pure=False) for p, w in zip(paths, placed)
+        ]
         self = cls.__new__(cls)
-        self._attach(client, ensemble, placed, shards)
+        self._num_threads = num_threads
+        self._attach(client, ensemble, timeout, placed, shards, paths)
         return self
 
-    def _each(self, fn, *args_per_shard) -> List:
-        futures = [
-            self.client.submit(fn, f, *args, workers=[w], pure=False)
-            for f, w, *args in zip(self._shards, self._workers, *args_per_shard)
-        ]
-        return self.client.gather(futures)
+    # ------------------------------------------------------------------ running tasks on shards
+    def _deadline(self, timeout) -> _Deadline:
+        return _Deadline(self.timeout if timeout is None else check_positive(timeout, "timeout"))
 
-    def __len__(self) -> int:
-        return int(sum(self._each(_size)))
+    def _run(self, fn, jobs: Dict[int, tuple], deadline: _Deadline, on_done: Optional[Callable] = None) -> Dict:
+        """``fn(shard, version, *jobs[s])`` on each shard ``s`` of ``jobs``; lost shards are recovered and
+        their part retried once. ``on_done(s, result)`` runs as each shard's part succeeds."""
+        results: Dict[int, Any] = {}
+        for attempt in range(2):
+            with self._state_lock:
+                table = {s: (self._shards[s], self._workers[s], self._versions[s]) for s in jobs}
+            futures = {
+                s: self.client.submit(fn, f, v, *jobs[s], workers=[w], pure=False) for s, (f, w, v) in table.items()
+            }
+            done, lost = self._collect(futures, {s: table[s][1] for s in table}, deadline, on_done)
+            results.update(done)
+            if not lost:
+                return results
+            workers = [table[s][1] for s in lost]
+            if attempt:
+                raise ShardLostError(f"shards {lost} were lost again (workers {workers}) after recovery", lost, workers)
+            self._recover({s: table[s][0] for s in lost}, workers, deadline)
+            jobs = {s: jobs[s] for s in lost}
+        raise AssertionError("unreachable")
 
-    def shard_sizes(self) -> List[int]:
-        return [int(n) for n in self._each(_size)]
+    def _collect(self, futures: Dict[int, Any], workers: Dict[int, str], deadline: _Deadline, on_done) -> Tuple:
+        """Results of per-shard futures and the shards found lost; waits for every part, then raises the
+        first task error, or :class:`ShardTimeoutError` past the deadline."""
+        pending, done, lost, error = dict(futures), {}, [], None
+        finished = threading.Condition()  # notified by Dask as each future finishes (no global client state)
 
-    def _split(self, ids: np.ndarray) -> List[np.ndarray]:
-        where = shard_of(ids, self.n_shards)
-        return [np.flatnonzero(where == s) for s in range(self.n_shards)]
+        def notify(_future) -> None:
+            with finished:
+                finished.notify_all()
 
-    def add(self, docs: GaussianEmbedding, *, ids) -> None:
-        """Add documents under new distinct ``ids`` (each to its shard)."""
-        if not isinstance(docs, GaussianEmbedding):
-            raise TypeError(f"docs must be a GaussianEmbedding, got {type(docs).__name__}")
-        ids = check_ids(ids, len(docs))
-        parts = self._split(ids)
-        live = [s for s, r in enumerate(parts) if len(r)]
-        futures = [
-            self.client.submit(
-                _add,
-                self._shards[s],
-                docs.mean[parts[s]],
-                docs.var[parts[s]],
-                ids[parts[s]],
-                workers=[self._workers[s]],
+        for f in futures.values():
+            f.add_done_callback(notify)
+        while pending:
+            left = deadline.left()
+            if left <= 0:
+                for f in pending.values():  # forget the parts still queued (no blocking call to the scheduler)
+                    f.release()
+                shards = sorted(pending)
+                where = [workers[s] for s in shards]
+                raise ShardTimeoutError(
+                    f"shards {shards} (workers {where}) did not answer within the timeout of {deadline.seconds:g} s",
+                    shards,
+                    where,
+                )
+            with finished:  # every part back, or a poll interval: then collect and ask which workers are live
+                finished.wait_for(lambda: all(f.done() for f in pending.values()), min(_POLL_S, left))
+            for s in [s for s, f in pending.items() if f.done()]:
+                try:
+                    done[s] = pending[s].result(timeout=max(deadline.left(), 1e-3))
+                except _StaleShardError:
+                    lost.append(s)
+                except TimeoutError:
+                    if pending[s].status != "error":
+                        continue  # the answer's worker left while sending it: checked below or timed out
+                    error = error or pending[s].exception()
+                except Exception as exc:  # the task's own error, raised once every part is back
+                    error = error or exc
+                else:
+                    if on_done is not None:
+                        on_done(s, done[s])
+                del pending[s]
+            if pending:
+                live = set(_live_workers(self.client, max(deadline.left(), _POLL_S)))
+                for s in [s for s in pending if workers[s] not in live]:
+                    lost.append(s)
+                    del pending[s]
+        if error is not None:
+            raise error
+        return done, sorted(lost)
+
+    def _recover(self, lost: Dict[int, Any], workers: List[str], deadline: _Deadline) -> None:
+        """Reload the ``lost`` shards (shard -> the future found lost) from their files on surviving
+        workers and replay their logs; shards another thread already recovered are left as they are."""
+        if not self._write_lock.acquire(timeout=max(deadline.left(), 0)):
+            shards = sorted(lost)
+            raise ShardTimeoutError(f"shards {shards} were not recovered within the timeout", shards, workers)
+        try:
+            with self._state_lock:
+                todo = [s for s in lost if self._shards[s] is lost[s]]
+            unsaved = [s for s in todo if self._sources[s] is None]
+            if unsaved:
+                where = [self._workers[s] for s in unsaved]
+                raise ShardLostError(
+                    f"shards {unsaved} were lost with their workers {where} and cannot be recovered: they were "
+                    "never saved (call save(pattern) with a path every worker can read to make shards recoverable)",
+                    unsaved,
+                    where,
+                )
+            if todo:
+                self._reload(todo, deadline)
+        finally:
+            self._write_lock.release()
+
+    def _reload(self, shards: List[int], deadline: _Deadline) -> None:
+        """Load each shard's file on a live worker, replay its log, and swap it in once every one answers."""
+        live = _live_workers(self.client, max(deadline.left(), _POLL_S))
+        if not live:
+            where = [self._workers[s] for s in shards]
+            raise ShardLostError(f"shards {shards} were lost and no worker is left to reload them", shards, where)
+        held = {w: sum(x == w for x in self._workers) for w in live}
+        target = {}
+        for s in shards:  # the surviving worker holding the fewest shards, then the lowest address
+            target[s] = min(live, key=lambda w: (held[w], w))
+            held[target[s]] += 1
+        new = {
+            s: self.client.submit(
+                _restore,
+                self._sources[s],
+                list(self._logs[s]),
+                self._versions[s],
+                self._num_threads,
+                workers=[target[s]],
                 pure=False,
             )
-            for s in live
-        ]
-        self.client.gather(futures)
+            for s in shards
+        }
+        checks = {s: self.client.submit(_info, new[s], self._versions[s], workers=[target[s]], pure=False) for s in new}
+        try:
+            _, lost = self._collect(checks, target, deadline, None)
+        except ShardError:
+            raise
+        except (OSError, ValueError) as exc:
+            where = [target[s] for s in shards]
+            raise ShardLostError(
+                f"shards {shards} could not be reloaded from {[self._sources[s] for s in shards]} on workers "
+                f"{where} ({type(exc).__name__}: {exc}); shard files must be on storage every worker can read",
+                shards,
+                where,
+            ) from exc
+        if lost:
+            raise ShardLostError(f"shards {lost} were lost again while being reloaded", lost, [target[s] for s in lost])
+        with self._state_lock:
+            for s in shards:
+                self._shards[s], self._workers[s] = new[s], target[s]
 
-    def remove(self, ids) -> None:
-        """Remove documents by id (each shard checks its own ids)."""
+    # ------------------------------------------------------------------ contents
+    def __len__(self) -> int:
+        return int(sum(self.shard_sizes()))
+
+    def shard_sizes(self, *, timeout: Optional[float] = None) -> List[int]:
+        """Live documents of each shard, in shard order.
+
+        ``timeout``: seconds this call may take (default the index's ``timeout``).
+        """
+        info = self._run(_info, dict.fromkeys(range(self.n_shards), ()), self._deadline(timeout))
+        return [int(info[s][0]) for s in range(self.n_shards)]
+
+    def shard_workers(self) -> List[str]:
+        """The address of the worker holding each shard now, in shard order (changes when a shard is recovered)."""
+        with self._state_lock:
+            return list(self._workers)
+
+    def _split(self, ids: np.ndarray) -> Dict[int, np.ndarray]:
+        """Rows of ``ids`` per shard, for the shards that get any."""
+        where = shard_of(ids, self.n_shards)
+        rows = {s: np.flatnonzero(where == s) for s in range(self.n_shards)}
+        return {s: r for s, r in rows.items() if len(r)}
+
+    # ------------------------------------------------------------------ updates
+    @contextmanager
+    def _writing(self, deadline: _Deadline) -> Iterator[None]:
+        if not self._write_lock.acquire(timeout=max(deadline.left(), 0)):
+            raise ShardTimeoutError(
+                f"another update, save or recovery held the index past the timeout of {deadline.seconds:g} s", [], []
+            )
+        try:
+            yield
+        finally:
+            self._write_lock.release()
+
+    def _update_shards(self, ops: Dict[int, tuple], deadline: _Deadline) -> None:
+        """Apply one update per shard; each part that succeeds is counted and logged (shards with a file)."""
+
+        def applied(s: int, _size) -> None:
+            with self._state_lock:
+                self._versions[s] += 1
+                if self._sources[s] is not None:
+                    self._logs[s].append(ops[s])
+
+        self._run(_update, {s: (op,) for s, op in ops.items()}, deadline, applied)
+
+    def _present(self, ids: np.ndarray, parts: Dict[int, np.ndarray], deadline: _Deadline) -> np.ndarray:
+        """Mask over ``ids``: which are in the index (asked of their shards)."""
+        masks = self._run(_contains, {s: (ids[r],) for s, r in parts.items()}, deadline)
+        present = np.zeros(len(ids), dtype=bool)
+        for s, r in parts.items():
+            present[r] = masks[s]
+        return present
+
+    def _doc_ops(self, kind: str, docs, ids, texts) -> Tuple[np.ndarray, Dict[int, tuple]]:
+        """Checked ``ids`` and the per-shard ``(kind, mean, var, ids, texts)`` updates of ``docs``."""
+        if _check_docs(docs).dim != self.dim:
+            raise ValueError(f"docs have dimension {docs.dim} but the index has {self.dim}")
+        ids = check_ids(ids, len(docs))
+        if texts is not None and (len(texts) != len(docs) or not all(isinstance(t, str) for t in texts)):
+            raise ValueError(f"texts must hold {len(docs)} strings (one per document)")
+        parts = self._split(ids)
+        return ids, {s: (kind, docs.mean[r], docs.var[r], ids[r], _pick(texts, r)) for s, r in parts.items()}
+
+    def add(
+        self, docs: GaussianEmbedding, *, ids, texts: Optional[Sequence[str]] = None, timeout: Optional[float] = None
+    ) -> np.ndarray:
+        """Add documents under new ids, each to its shard; returns the ids.
+
+        Parameters
+        ----------
+        docs : GaussianEmbedding
+            Passage Gaussians of the index's dimension.
+        ids : array_like of int
+            New distinct non-negative ids, one per document (ValueError naming those already
+            in the index; nothing is added then).
+        texts : sequence of str, optional
+            Required when the shards keep texts (and refused otherwise).
+        timeout : float, optional
+            Seconds this call may take (default the index's ``timeout``).
+        """
+        ids, ops = self._doc_ops("add", docs, ids, texts)
+        deadline = self._deadline(timeout)
+        with self._writing(deadline):
+            present = self._present(ids, self._split(ids), deadline)
+            if present.any():
+                raise ValueError(f"ids {ids[present][:5].tolist()} are already in the index (use upsert to replace)")
+            self._update_shards(ops, deadline)
+        return ids
+
+    def upsert(
+        self, docs: GaussianEmbedding, *, ids, texts: Optional[Sequence[str]] = None, timeout: Optional[float] = None
+    ) -> np.ndarray:
+        """Replace the documents of ``ids`` already in the index and add the others; returns the ids.
+
+        An id's shard is fixed by :func:`shard_of`, so each id is added or replaced on one shard.
+
+        Parameters
+        ----------
+        docs : GaussianEmbedding
+            Passage Gaussians of the index's dimension.
+        ids : array_like of int
+            Distinct non-negative ids, one per document.
+        texts : sequence of str, optional
+            Required when the shards keep texts (and refused otherwise).
+        timeout : float, optional
+            Seconds this call may take (default the index's ``timeout``).
+        """
+        ids, ops = self._doc_ops("upsert", docs, ids, texts)
+        deadline = self._deadline(timeout)
+        with self._writing(deadline):
+            self._update_shards(ops, deadline)
+        return ids
+
+    def remove(self, ids, *, timeout: Optional[float] = None) -> None:
+        """Remove documents by id, each from its shard.
+
+        Parameters
+        ----------
+        ids : array_like of int
+            Distinct ids in the index (ValueError naming those that are not; nothing is removed
+            then). Removing every document is allowed: searches then return only padding.
+        timeout : float, optional
+            Seconds this call may take (default the index's ``timeout``).
+        """
         ids = check_ids(ids, len(np.asarray(ids).reshape(-1)))
         parts = self._split(ids)
-        futures = [
-            self.client.submit(_remove, self._shards[s], ids[r], workers=[self._workers[s]], pure=False)
-            for s, r in enumerate(parts)
-            if len(r)
-        ]
-        self.client.gather(futures)
+        deadline = self._deadline(timeout)
+        with self._writing(deadline):
+            present = self._present(ids, parts, deadline)
+            if not present.all():
+                raise ValueError(f"ids {ids[~present][:5].tolist()} are not in the index (nothing was removed)")
+            self._update_shards({s: ("remove", ids[r]) for s, r in parts.items()}, deadline)
+
+    # ------------------------------------------------------------------ search
+    def _queries(self, queries) -> GaussianEmbedding:
+        if isinstance(queries, GaussianEmbedding):
+            q = queries
+        else:
+            if self.ensemble is None:
+                raise ValueError("this index has no ensemble: pass query GaussianEmbeddings")
+            if isinstance(queries, str):
+                raise TypeError("queries must be a list of strings or a GaussianEmbedding, not one string")
+            q = self.ensemble.encode(list(queries), role="query", show_progress_bar=False)
+        if q.dim != self.dim:
+            raise ValueError(f"queries have dimension {q.dim} but the index has {self.dim}")
+        return q
 
     def search(
         self,
@@ -231,46 +630,77 @@ class ShardedUECIndex:
         rerank: Optional[int] = None,
         ef: Optional[int] = None,
         filter=None,
+        timeout: Optional[float] = None,
     ) -> Tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` ids per query over all shards (see :meth:`UECIndex.search`)."""
-        if isinstance(queries, GaussianEmbedding):
-            q = queries
-        else:
-            if self.ensemble is None:
-                raise ValueError("this index has no ensemble: pass query GaussianEmbeddings")
-            if isinstance(queries, str):
-                raise TypeError("queries must be a list of strings or a GaussianEmbedding, not one string")
-            q = self.ensemble.encode(list(queries), role="query", show_progress_bar=False)
-        check_k(k, 2**62)
-        allowed = [None] * self.n_shards
+        """Top-``k`` ids per query over all shards, merged exactly (see :meth:`UECIndex.search`).
+
+        Parameters
+        ----------
+        queries : list of str or GaussianEmbedding
+            Texts (encoded on the driver by the ensemble) or query Gaussians.
+        k : int
+            Results per query (default 10). Rows with fewer than ``k`` live (or allowed)
+            documents are padded with id -1 and score -inf.
+        exact : bool
+            Score every document of every shard (default False: ANN candidates, reranked).
+        rerank : int, optional
+            ANN candidates per query and shard (default each shard's ``rerank``).
+        ef : int, optional
+            hnswlib search breadth per shard (default ``2 * rerank``).
+        filter : array_like of int, optional
+            Ids the results may come from (default all; ids not in the index are ignored,
+            shards with none of them are not asked).
+        timeout : float, optional
+            Seconds this call may take (default the index's ``timeout``).
+
+        Returns
+        -------
+        scores : ndarray (Q, k) float32, best first (ties: lower id; padding -inf)
+        ids : ndarray (Q, k) int64 (padding -1)
+        """
+        q = self._queries(queries)
+        k = check_int(k, "k", low=1)
+        deadline = self._deadline(timeout)
+        allowed: Dict[int, Optional[np.ndarray]] = dict.fromkeys(range(self.n_shards))
         if filter is not None:
             f = np.unique(as_int_matrix(np.asarray(filter).reshape(-1), "filter", ndim=1, low=-(2**63)))
             f = f[f >= 0]
-            allowed = [f[r] for r in self._split(f)]
-        mean, var = self.client.scatter(
-            [q.mean, q.var], broadcast=True, hash=False
-        )  # fresh keys: no race with a released twin
+            allowed = {s: f[r] for s, r in self._split(f).items()}
         options = {"exact": exact, "rerank": rerank, "ef": ef}
-        parts = self._each(
-            _search,
-            [mean] * self.n_shards,
-            [var] * self.n_shards,
-            [k] * self.n_shards,
-            allowed,
-            [options] * self.n_shards,
-        )
-        scores = np.concatenate([p[0] for p in parts], axis=1)
-        ids = np.concatenate([p[1] for p in parts], axis=1)
-        if scores.shape[1] == 0:
-            raise ValueError("filter allows no document of the index")
-        k = check_k(k, scores.shape[1])
+        parts = self._run(_search, {s: (q.mean, q.var, k, a, options) for s, a in allowed.items()}, deadline)
+        if not parts:  # the filter allows no id of any shard
+            return np.full((len(q), k), -np.inf, np.float32), np.full((len(q), k), -1, np.int64)
+        scores = np.concatenate([parts[s][0] for s in sorted(parts)], axis=1)
+        ids = np.concatenate([parts[s][1] for s in sorted(parts)], axis=1)
         return merge_topk(scores, ids, k)
 
-    def save(self, pattern: str) -> List[str]:
-        """Each worker saves its shard to ``pattern.format(shard=s)`` (a path it can write)."""
+    # ------------------------------------------------------------------ persistence
+    def save(self, pattern: str, *, timeout: Optional[float] = None) -> List[str]:
+        """Each worker saves its shard to ``pattern.format(shard=s)``; returns the paths, in shard order.
+
+        Each file is written atomically. The files become the shards' recovery points (their
+        update logs are cleared), so put them where every worker can read them (a shared file
+        system), as absolute paths.
+
+        Parameters
+        ----------
+        pattern : str
+            Path with a ``{shard}`` field, e.g. ``"/shared/uec/shard{shard}.uec"``.
+        timeout : float, optional
+            Seconds this call may take (default the index's ``timeout``).
+        """
         if "{shard" not in pattern:
             raise ValueError("pattern must contain '{shard}' (one file per shard)")
-        return [str(p) for p in self._each(_save, [pattern.format(shard=s) for s in range(self.n_shards)])]
+        paths = {s: pattern.format(shard=s) for s in range(self.n_shards)}
+        deadline = self._deadline(timeout)
+
+        def saved(s: int, path: str) -> None:
+            with self._state_lock:
+                self._sources[s], self._logs[s] = path, []
+
+        with self._writing(deadline):
+            out = self._run(_save, {s: (p,) for s, p in paths.items()}, deadline, saved)
+        return [out[s] for s in range(self.n_shards)]
 
     def __repr__(self) -> str:
-        return f"ShardedUECIndex(n_shards={self.n_shards}, workers={len(set(self._workers))})"
+        return f"ShardedUECIndex(n_shards={self.n_shards}, workers={len(set(self.shard_workers()))})"
