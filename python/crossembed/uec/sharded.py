@@ -1,27 +1,17 @@
-"""A UEC index sharded over Dask workers, with bounded calls and recovery of lost shards.
+"""A UEC index sharded over Dask workers.
 
 Document ``id`` lives in shard ``hash(id) % n_shards`` (a Fibonacci hash, so
 strided ids spread evenly too); each shard is a whole
 :class:`~crossembed.uec.UECIndex` (store + hnswlib graph) held in one
-worker's memory, pinned there (every task on it names that worker). A search
-sends the queries to every shard, each returns its own top-``k`` (padded with
-id -1 / score -inf), and the driver merges them exactly with
-:func:`~crossembed.uec.index.merge_topk` (score descending, ties to the lower
-id, padding last). A pair's score does not depend on which other documents
-share its block, so exact search over any sharding returns what one local
-index returns, bit for bit.
+worker's memory. A search sends the queries to every shard, each returns its
+own top-``k`` (padded with id -1 / score -inf), and the driver merges them
+exactly with :func:`~crossembed.uec.index.merge_topk` (score descending, ties
+to the lower id, padding last). A pair's score does not depend on which other
+documents share its block, so exact search over any sharding returns what one
+local index returns, bit for bit.
 
-Failures. Every call waits at most ``timeout`` seconds. While it waits, the
-driver asks the scheduler for the live workers every quarter second; a shard
-whose worker left is lost. A shard with a file (written by
-:meth:`ShardedUECIndex.save` or read by :meth:`ShardedUECIndex.load`) is
-reloaded from it on a surviving worker, the updates the driver sent to it
-since that file are replayed from the driver's per-shard log, and the
-interrupted call is retried once. A shard never saved cannot be recovered:
-:class:`ShardLostError`. Each shard counts the updates applied to it and
-every task names the count the driver expects, so a shard that Dask rebuilt
-from its original task (a worker restarted under the same address) is
-detected too, never served stale.
+Failures (bounded calls, lost workers, recovery from the shards' files and
+the driver's update log) are :class:`~crossembed.uec.shards.ShardSet`'s.
 
 The same code runs on a ``LocalCluster`` and on machines joined by
 ``dask scheduler`` / ``dask worker`` (docs/uec_index.md).
@@ -29,22 +19,33 @@ The same code runs on a ``LocalCluster`` and on machines joined by
 
 from __future__ import annotations
 
-import threading
-import time
-from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from crossembed._validation import as_int_matrix, check_int, check_positive
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
-from crossembed.uec.index import UECIndex, merge_topk
+from crossembed.uec.index import merge_topk
+from crossembed.uec.shards import (
+    Deadline,
+    ShardError,
+    ShardLostError,
+    ShardSet,
+    ShardTimeoutError,
+    build_shard,
+    placement,
+    restore_shard,
+    shard_contains,
+    shard_info,
+    shard_save,
+    shard_search,
+    shard_update,
+)
 from crossembed.uec.store import check_ids
 
 __all__ = ["ShardError", "ShardLostError", "ShardTimeoutError", "ShardedUECIndex", "shard_of"]
 
-_POLL_S = 0.25  # seconds between checks of the live workers while a call waits
 _DEFAULT_TIMEOUT_S = 60.0
 
 
@@ -54,130 +55,19 @@ def shard_of(ids: np.ndarray, n_shards: int) -> np.ndarray:
     return (mixed % np.uint64(n_shards)).astype(np.int64)
 
 
-class ShardError(RuntimeError):
-    """Shards of a :class:`ShardedUECIndex` did not answer; ``shards`` (ints) and ``workers`` (addresses) name them."""
-
-    def __init__(self, message: str, shards: Sequence[int], workers: Sequence[str]):
-        super().__init__(message)
-        self.shards = [int(s) for s in shards]
-        self.workers = [str(w) for w in workers]
-
-
-class ShardLostError(ShardError):
-    """Shards lost with their worker and not recovered (never saved, unreadable file, no worker left)."""
-
-
-class ShardTimeoutError(ShardError, TimeoutError):
-    """Shards that did not answer within the call's ``timeout`` (their workers still listed as live)."""
-
-
-class _StaleShardError(RuntimeError):
-    """Raised on a worker by a shard whose update count is not the one the driver expects."""
-
-
-def _live_workers(client, timeout: float) -> List[str]:
-    """The addresses of the workers the scheduler lists now, sorted (a fresh scheduler call, not a cache)."""
-    return sorted(client.nthreads(callback_timeout=timeout))
-
-
-def _placement(client, n_shards: Optional[int], timeout: float) -> List[str]:
-    """The worker of each shard at the start: shard ``s`` on the ``s % n``-th live worker (sorted addresses)."""
-    if not hasattr(client, "submit") or not hasattr(client, "nthreads"):
-        raise TypeError(f"client must be a dask.distributed.Client, got {type(client).__name__}")
-    workers = _live_workers(client, timeout)
-    if not workers:
-        raise ValueError("the Dask cluster has no workers")
-    n_shards = len(workers) if n_shards is None else check_int(n_shards, "n_shards", low=1)
-    return [workers[s % len(workers)] for s in range(n_shards)]
-
-
 def _check_ensemble(ensemble) -> None:
     if ensemble is not None and not isinstance(ensemble, UECEnsemble):
         raise TypeError(f"ensemble must be a UECEnsemble, got {type(ensemble).__name__}")
-
-
-def _check_docs(docs) -> GaussianEmbedding:
-    if not isinstance(docs, GaussianEmbedding):
-        raise TypeError(f"docs must be a GaussianEmbedding, got {type(docs).__name__}")
-    return docs
 
 
 def _pick(texts, rows: np.ndarray):
     return None if texts is None else [texts[r] for r in rows]
 
 
-# --------------------------------------------------------------------------- worker-side tasks
-class _Shard:
-    """A shard as its worker holds it: the index and the number of updates applied to it."""
-
-    def __init__(self, index: UECIndex, version: int):
-        self.index = index
-        self.version = version
-
-
-def _apply(index: UECIndex, op: tuple) -> None:
-    """One logged update: ``("add" | "upsert", mean, var, ids, texts)`` or ``("remove", ids)``."""
-    if op[0] == "remove":
-        index.remove(op[1])
-    else:
-        update = index.add if op[0] == "add" else index.upsert
-        update(GaussianEmbedding(op[1], op[2]), ids=op[3], texts=op[4])
-
-
-def _build(mean, var, ids, texts, options) -> _Shard:
-    return _Shard(UECIndex(GaussianEmbedding(mean, var), ids=ids, texts=texts, **options), 0)
-
-
-def _restore(path: str, log: List[tuple], version: int, num_threads) -> _Shard:
-    """The shard saved at ``path`` with the updates of ``log`` applied (its update count set to ``version``)."""
-    index = UECIndex.load(path, mmap=True, num_threads=num_threads)
-    for op in log:
-        _apply(index, op)
-    return _Shard(index, version)
-
-
-def _checked(shard: _Shard, version: int, *, at_least: bool) -> UECIndex:
-    stale = shard.version < version if at_least else shard.version != version
-    if stale:
-        raise _StaleShardError(
-            f"the shard holds {shard.version} updates, the driver expects {version}: its worker restarted "
-            "or an update that timed out completed later"
-        )
-    return shard.index
-
-
-def _info(shard: _Shard, version: int) -> Tuple[int, int]:
-    index = _checked(shard, version, at_least=True)
-    return len(index), index.dim
-
-
-def _contains(shard: _Shard, version: int, ids) -> np.ndarray:
-    return _checked(shard, version, at_least=False).contains(ids)
-
-
-def _search(shard: _Shard, version: int, mean, var, k, allowed, options) -> Tuple[np.ndarray, np.ndarray]:
-    index = _checked(shard, version, at_least=True)
-    return index.search(GaussianEmbedding(mean, var), k, filter=allowed, **options)
-
-
-def _update(shard: _Shard, version: int, op: tuple) -> int:
-    _apply(_checked(shard, version, at_least=False), op)
-    shard.version += 1
-    return len(shard.index)
-
-
-def _save(shard: _Shard, version: int, path: str) -> str:
-    return str(_checked(shard, version, at_least=False).save(path))
-
-
-# --------------------------------------------------------------------------- driver
-class _Deadline:
-    def __init__(self, seconds: float):
-        self.seconds = seconds
-        self.end = time.monotonic() + seconds
-
-    def left(self) -> float:
-        return self.end - time.monotonic()
+def _check_docs(docs) -> GaussianEmbedding:
+    if not isinstance(docs, GaussianEmbedding):
+        raise TypeError(f"docs must be a GaussianEmbedding, got {type(docs).__name__}")
+    return docs
 
 
 class ShardedUECIndex:
@@ -256,7 +146,7 @@ class ShardedUECIndex:
     ):
         _check_ensemble(ensemble)
         timeout = check_positive(timeout, "timeout")
-        placed = _placement(client, n_shards, timeout)
+        placed = placement(client, n_shards, timeout)
         if len(_check_docs(docs)) == 0:
             raise ValueError("docs must not be empty")
         ids = np.arange(len(docs), dtype=np.int64) if ids is None else check_ids(ids, len(docs))
@@ -270,25 +160,21 @@ class ShardedUECIndex:
             index_options.setdefault("scoring", ensemble.scoring)
         shards = [
             client.submit(
-                _build, docs.mean[r], docs.var[r], ids[r], _pick(texts, r), index_options, workers=[w], pure=False
+                build_shard, docs.mean[r], docs.var[r], ids[r], _pick(texts, r), index_options, workers=[w], pure=False
             )
             for r, w in zip(rows, placed)
         ]
-        self._num_threads = index_options.get("num_threads")
-        self._attach(client, ensemble, timeout, placed, shards, [None] * n_shards)
+        shard_set = ShardSet(client, shards, placed, [None] * n_shards, index_options.get("num_threads"))
+        self._attach(client, ensemble, timeout, shard_set)
 
-    def _attach(self, client, ensemble, timeout: float, workers: List[str], shards: List, sources: List) -> None:
-        """Hold the shard futures (shard ``s`` on ``workers[s]``, its file ``sources[s]``) once every shard exists."""
+    def _attach(self, client, ensemble, timeout: float, shards: ShardSet) -> None:
+        """Hold the shards once every one exists."""
         self.client = client
         self.ensemble = ensemble
         self.timeout = timeout
         self.n_shards = len(shards)
-        self._shards, self._workers, self._versions = list(shards), list(workers), [0] * len(shards)
-        self._sources: List[Optional[str]] = list(sources)
-        self._logs: List[List[tuple]] = [[] for _ in shards]
-        self._state_lock = threading.Lock()  # the shard table above: held for reads and swaps only
-        self._write_lock = threading.RLock()  # updates, saves and recoveries, one at a time
-        info = self._run(_info, dict.fromkeys(range(self.n_shards), ()), _Deadline(timeout))
+        self._shards = shards
+        info = shards.run(shard_info, dict.fromkeys(range(self.n_shards), ()), Deadline(timeout))
         dims = {d for _, d in info.values()}
         if len(dims) != 1:
             raise ValueError(f"the shards have different dimensions {sorted(dims)}")
@@ -324,154 +210,13 @@ class ShardedUECIndex:
         paths = [str(p) for p in paths]
         if not paths:
             raise ValueError("paths must name at least one shard file")
-        placed = _placement(client, len(paths), timeout)
+        placed = placement(client, len(paths), timeout)
         shards = [
-            client.submit(_restore, p, [], 0, num_threads, workers=[w], pure=False) for p, w in zip(paths, placed)
+            client.submit(restore_shard, p, [], 0, num_threads, workers=[w], pure=False) for p, w in zip(paths, placed)
         ]
         self = cls.__new__(cls)
-        self._num_threads = num_threads
-        self._attach(client, ensemble, timeout, placed, shards, paths)
+        self._attach(client, ensemble, timeout, ShardSet(client, shards, placed, paths, num_threads))
         return self
-
-    # ------------------------------------------------------------------ running tasks on shards
-    def _deadline(self, timeout) -> _Deadline:
-        return _Deadline(self.timeout if timeout is None else check_positive(timeout, "timeout"))
-
-    def _run(self, fn, jobs: Dict[int, tuple], deadline: _Deadline, on_done: Optional[Callable] = None) -> Dict:
-        """``fn(shard, version, *jobs[s])`` on each shard ``s`` of ``jobs``; lost shards are recovered and
-        their part retried once. ``on_done(s, result)`` runs as each shard's part succeeds."""
-        results: Dict[int, Any] = {}
-        for attempt in range(2):
-            with self._state_lock:
-                table = {s: (self._shards[s], self._workers[s], self._versions[s]) for s in jobs}
-            futures = {
-                s: self.client.submit(fn, f, v, *jobs[s], workers=[w], pure=False) for s, (f, w, v) in table.items()
-            }
-            done, lost = self._collect(futures, {s: table[s][1] for s in table}, deadline, on_done)
-            results.update(done)
-            if not lost:
-                return results
-            workers = [table[s][1] for s in lost]
-            if attempt:
-                raise ShardLostError(f"shards {lost} were lost again (workers {workers}) after recovery", lost, workers)
-            self._recover({s: table[s][0] for s in lost}, workers, deadline)
-            jobs = {s: jobs[s] for s in lost}
-        raise AssertionError("unreachable")
-
-    def _collect(self, futures: Dict[int, Any], workers: Dict[int, str], deadline: _Deadline, on_done) -> Tuple:
-        """Results of per-shard futures and the shards found lost; waits for every part, then raises the
-        first task error, or :class:`ShardTimeoutError` past the deadline."""
-        pending, done, lost, error = dict(futures), {}, [], None
-        finished = threading.Condition()  # notified by Dask as each future finishes (no global client state)
-
-        def notify(_future) -> None:
-            with finished:
-                finished.notify_all()
-
-        for f in futures.values():
-            f.add_done_callback(notify)
-        while pending:
-            left = deadline.left()
-            if left <= 0:
-                for f in pending.values():  # forget the parts still queued (no blocking call to the scheduler)
-                    f.release()
-                shards = sorted(pending)
-                where = [workers[s] for s in shards]
-                raise ShardTimeoutError(
-                    f"shards {shards} (workers {where}) did not answer within the timeout of {deadline.seconds:g} s",
-                    shards,
-                    where,
-                )
-            with finished:  # every part back, or a poll interval: then collect and ask which workers are live
-                finished.wait_for(lambda: all(f.done() for f in pending.values()), min(_POLL_S, left))
-            for s in [s for s, f in pending.items() if f.done()]:
-                try:
-                    done[s] = pending[s].result(timeout=max(deadline.left(), 1e-3))
-                except _StaleShardError:
-                    lost.append(s)
-                except TimeoutError:
-                    if pending[s].status != "error":
-                        continue  # the answer's worker left while sending it: checked below or timed out
-                    error = error or pending[s].exception()
-                except Exception as exc:  # the task's own error, raised once every part is back
-                    error = error or exc
-                else:
-                    if on_done is not None:
-                        on_done(s, done[s])
-                del pending[s]
-            if pending:
-                live = set(_live_workers(self.client, max(deadline.left(), _POLL_S)))
-                for s in [s for s in pending if workers[s] not in live]:
-                    lost.append(s)
-                    del pending[s]
-        if error is not None:
-            raise error
-        return done, sorted(lost)
-
-    def _recover(self, lost: Dict[int, Any], workers: List[str], deadline: _Deadline) -> None:
-        """Reload the ``lost`` shards (shard -> the future found lost) from their files on surviving
-        workers and replay their logs; shards another thread already recovered are left as they are."""
-        if not self._write_lock.acquire(timeout=max(deadline.left(), 0)):
-            shards = sorted(lost)
-            raise ShardTimeoutError(f"shards {shards} were not recovered within the timeout", shards, workers)
-        try:
-            with self._state_lock:
-                todo = [s for s in lost if self._shards[s] is lost[s]]
-            unsaved = [s for s in todo if self._sources[s] is None]
-            if unsaved:
-                where = [self._workers[s] for s in unsaved]
-                raise ShardLostError(
-                    f"shards {unsaved} were lost with their workers {where} and cannot be recovered: they were "
-                    "never saved (call save(pattern) with a path every worker can read to make shards recoverable)",
-                    unsaved,
-                    where,
-                )
-            if todo:
-                self._reload(todo, deadline)
-        finally:
-            self._write_lock.release()
-
-    def _reload(self, shards: List[int], deadline: _Deadline) -> None:
-        """Load each shard's file on a live worker, replay its log, and swap it in once every one answers."""
-        live = _live_workers(self.client, max(deadline.left(), _POLL_S))
-        if not live:
-            where = [self._workers[s] for s in shards]
-            raise ShardLostError(f"shards {shards} were lost and no worker is left to reload them", shards, where)
-        held = {w: sum(x == w for x in self._workers) for w in live}
-        target = {}
-        for s in shards:  # the surviving worker holding the fewest shards, then the lowest address
-            target[s] = min(live, key=lambda w: (held[w], w))
-            held[target[s]] += 1
-        new = {
-            s: self.client.submit(
-                _restore,
-                self._sources[s],
-                list(self._logs[s]),
-                self._versions[s],
-                self._num_threads,
-                workers=[target[s]],
-                pure=False,
-            )
-            for s in shards
-        }
-        checks = {s: self.client.submit(_info, new[s], self._versions[s], workers=[target[s]], pure=False) for s in new}
-        try:
-            _, lost = self._collect(checks, target, deadline, None)
-        except ShardError:
-            raise
-        except (OSError, ValueError) as exc:
-            where = [target[s] for s in shards]
-            raise ShardLostError(
-                f"shards {shards} could not be reloaded from {[self._sources[s] for s in shards]} on workers "
-                f"{where} ({type(exc).__name__}: {exc}); shard files must be on storage every worker can read",
-                shards,
-                where,
-            ) from exc
-        if lost:
-            raise ShardLostError(f"shards {lost} were lost again while being reloaded", lost, [target[s] for s in lost])
-        with self._state_lock:
-            for s in shards:
-                self._shards[s], self._workers[s] = new[s], target[s]
 
     # ------------------------------------------------------------------ contents
     def __len__(self) -> int:
@@ -482,13 +227,12 @@ class ShardedUECIndex:
 
         ``timeout``: seconds this call may take (default the index's ``timeout``).
         """
-        info = self._run(_info, dict.fromkeys(range(self.n_shards), ()), self._deadline(timeout))
+        info = self._shards.run(shard_info, dict.fromkeys(range(self.n_shards), ()), self._deadline(timeout))
         return [int(info[s][0]) for s in range(self.n_shards)]
 
     def shard_workers(self) -> List[str]:
         """The address of the worker holding each shard now, in shard order (changes when a shard is recovered)."""
-        with self._state_lock:
-            return list(self._workers)
+        return self._shards.workers()
 
     def _split(self, ids: np.ndarray) -> Dict[int, np.ndarray]:
         """Rows of ``ids`` per shard, for the shards that get any."""
@@ -497,31 +241,20 @@ class ShardedUECIndex:
         return {s: r for s, r in rows.items() if len(r)}
 
     # ------------------------------------------------------------------ updates
-    @contextmanager
-    def _writing(self, deadline: _Deadline) -> Iterator[None]:
-        if not self._write_lock.acquire(timeout=max(deadline.left(), 0)):
-            raise ShardTimeoutError(
-                f"another update, save or recovery held the index past the timeout of {deadline.seconds:g} s", [], []
-            )
-        try:
-            yield
-        finally:
-            self._write_lock.release()
+    def _deadline(self, timeout) -> Deadline:
+        return Deadline(self.timeout if timeout is None else check_positive(timeout, "timeout"))
 
-    def _update_shards(self, ops: Dict[int, tuple], deadline: _Deadline) -> None:
+    def _update_shards(self, ops: Dict[int, tuple], deadline: Deadline) -> None:
         """Apply one update per shard; each part that succeeds is counted and logged (shards with a file)."""
 
         def applied(s: int, _size) -> None:
-            with self._state_lock:
-                self._versions[s] += 1
-                if self._sources[s] is not None:
-                    self._logs[s].append(ops[s])
+            self._shards.applied(s, ops[s])
 
-        self._run(_update, {s: (op,) for s, op in ops.items()}, deadline, applied)
+        self._shards.run(shard_update, {s: (op,) for s, op in ops.items()}, deadline, applied)
 
-    def _present(self, ids: np.ndarray, parts: Dict[int, np.ndarray], deadline: _Deadline) -> np.ndarray:
+    def _present(self, ids: np.ndarray, parts: Dict[int, np.ndarray], deadline: Deadline) -> np.ndarray:
         """Mask over ``ids``: which are in the index (asked of their shards)."""
-        masks = self._run(_contains, {s: (ids[r],) for s, r in parts.items()}, deadline)
+        masks = self._shards.run(shard_contains, {s: (ids[r],) for s, r in parts.items()}, deadline)
         present = np.zeros(len(ids), dtype=bool)
         for s, r in parts.items():
             present[r] = masks[s]
@@ -556,7 +289,7 @@ class ShardedUECIndex:
         """
         ids, ops = self._doc_ops("add", docs, ids, texts)
         deadline = self._deadline(timeout)
-        with self._writing(deadline):
+        with self._shards.updating(deadline):
             present = self._present(ids, self._split(ids), deadline)
             if present.any():
                 raise ValueError(f"ids {ids[present][:5].tolist()} are already in the index (use upsert to replace)")
@@ -583,7 +316,7 @@ class ShardedUECIndex:
         """
         ids, ops = self._doc_ops("upsert", docs, ids, texts)
         deadline = self._deadline(timeout)
-        with self._writing(deadline):
+        with self._shards.updating(deadline):
             self._update_shards(ops, deadline)
         return ids
 
@@ -601,7 +334,7 @@ class ShardedUECIndex:
         ids = check_ids(ids, len(np.asarray(ids).reshape(-1)))
         parts = self._split(ids)
         deadline = self._deadline(timeout)
-        with self._writing(deadline):
+        with self._shards.updating(deadline):
             present = self._present(ids, parts, deadline)
             if not present.all():
                 raise ValueError(f"ids {ids[~present][:5].tolist()} are not in the index (nothing was removed)")
@@ -667,7 +400,9 @@ class ShardedUECIndex:
             f = f[f >= 0]
             allowed = {s: f[r] for s, r in self._split(f).items()}
         options = {"exact": exact, "rerank": rerank, "ef": ef}
-        parts = self._run(_search, {s: (q.mean, q.var, k, a, options) for s, a in allowed.items()}, deadline)
+        parts = self._shards.run(
+            shard_search, {s: (q.mean, q.var, k, a, options) for s, a in allowed.items()}, deadline
+        )
         if not parts:  # the filter allows no id of any shard
             return np.full((len(q), k), -np.inf, np.float32), np.full((len(q), k), -1, np.int64)
         scores = np.concatenate([parts[s][0] for s in sorted(parts)], axis=1)
@@ -695,11 +430,10 @@ class ShardedUECIndex:
         deadline = self._deadline(timeout)
 
         def saved(s: int, path: str) -> None:
-            with self._state_lock:
-                self._sources[s], self._logs[s] = path, []
+            self._shards.saved(s, path)
 
-        with self._writing(deadline):
-            out = self._run(_save, {s: (p,) for s, p in paths.items()}, deadline, saved)
+        with self._shards.updating(deadline):
+            out = self._shards.run(shard_save, {s: (p,) for s, p in paths.items()}, deadline, saved)
         return [out[s] for s in range(self.n_shards)]
 
     def __repr__(self) -> str:
