@@ -59,3 +59,44 @@ def test_unknown_option_is_one_line(capsys):
         main(["link", "a.npy", "b.npy", "--seeds", "s.csv", "--bogus"])
     assert info.value.code == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_a_number_out_of_range_returns_2_before_any_work(capsys):
+    """Option values are range-checked as they are parsed: main returns 2 (argparse's own errors still exit 2)."""
+    assert main(["link", "a.npy", "b.npy", "--seeds", "s.csv", "--max-iter", str(2**64)]) == 2
+    assert (
+        capsys.readouterr().err.strip()
+        == "crossembed link: error: --max-iter must be <= 2147483647, got 18446744073709551616"
+    )
+    assert main(["index", "build", "docs.txt", "-o", "i.uec", "--temperature=nan"]) == 2
+    assert capsys.readouterr().err.strip() == "crossembed index build: error: --temperature must be finite, got 'nan'"
+    assert main(["eval-uncha", "ckpt", "--num-threads", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "crossembed eval-uncha: error: num_threads must be >= 1, got 0"
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["link", "{strings}", "{good}", "--seeds", "{seeds}"], "holds <U1 values; a numeric (int or float) array"),
+        (["link", "{good}", "{good}", "--seeds", "{binary}"], "--seeds: {binary} is not UTF-8 text"),
+        (["link-table", "--render-only", "--results", "{binary}"], "is not UTF-8 text"),
+        (["link-table", "--render-only", "--results", "{seeds}"], "is not JSON"),
+        (["link-table", "--render-only", "--results", "{shape}"], "[0] must be an object, got int"),
+        (["uec-eval", "--from-json", "{seeds}"], "is not JSON"),
+        (["uec-eval", "--from-json", "{shape}"], "[0] must be an object, got int"),
+        (["uec-perf", "--sizes", "abc"], "--sizes: 'abc' is not NxD"),
+        (["uec-perf", "--sizes", "0x16"], "--sizes: '0x16' needs 10 <= N"),
+    ],
+)
+def test_the_reported_cli_inputs_are_one_line_errors(tmp_path, capsys, argv, message):
+    paths = {"good": tmp_path / "good.npy", "strings": tmp_path / "s.npy", "seeds": tmp_path / "seeds.csv"}
+    paths.update(binary=tmp_path / "bin.dat", shape=tmp_path / "shape.json")
+    np.save(paths["good"], np.ones((8, 3), np.float32))
+    np.save(paths["strings"], np.array([["a", "b"], ["c", "d"]]))
+    paths["seeds"].write_text("0,0\n1,1\n")
+    paths["binary"].write_bytes(bytes(range(256)))
+    paths["shape"].write_text("[1, 2, 3]")
+    assert main([a.format(**paths) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and message.format(**paths) in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in paths.values())

@@ -62,6 +62,20 @@ def test_otsu_threshold_is_scale_free(scale, sign):
     assert ce.otsu_threshold(v * scale) == ref.otsu_threshold(v * scale)
 
 
+def test_otsu_threshold_on_subnormals_is_exact():
+    """0, 1e-310, 2e-310, 5e-310 are 0, m, 2m, 5m units of 2**-1074: 2e-310 starts bin 40 of 100, so the
+    threshold is the upper edge of that bin, 41/100 of 5e-310, rounded once (not via a subnormal bin width)."""
+    from fractions import Fraction
+
+    v = np.array([0.0, 1e-310, 2e-310, 5e-310])
+    exact = float(Fraction(5e-310) * 41 / 100)
+    assert ce.otsu_threshold(v) == exact == ref.otsu_threshold(v)
+    for e in (60, 600, 1000):  # thresholds that are normal numbers, divided back: one rounding
+        assert ce.otsu_threshold(v * 2.0**e) / 2.0**e == exact
+    v = np.array([0.0, 1e-321])  # 202 units: a width of 2.02 units was rounded to 2 (1% off per bin)
+    assert ce.otsu_threshold(v, bins=3) == float(Fraction(1e-321) / 3) == ref.otsu_threshold(v, bins=3)
+
+
 def test_otsu_threshold_full_double_range():
     v = np.array([-1.7e308, -1e308, 1e308, 1.7e308])
     t = ce.otsu_threshold(v)
@@ -162,6 +176,23 @@ def test_torch_maps_at_huge_norms():
     assert torch.isfinite(z.grad).all()
 
 
+def test_time_component_does_not_overflow_when_representable():
+    torch = pytest.importorskip("torch")
+    from crossembed.hyperbolic import lorentz as L
+
+    assert float(L.time_component(torch.full((1, 4), 1e20))[0]) == pytest.approx(2e20, rel=1e-6)
+    assert float(L.time_component(torch.full((1, 4), 1e200, dtype=torch.float64))[0]) == pytest.approx(2e200, rel=1e-14)
+    assert float(L.time_component(torch.tensor([[3e38, 0.0]]), 0.5)[0]) == pytest.approx(3e38, rel=1e-6)
+    for x in (torch.full((1, 4), 3e38), torch.full((1, 2), 1.7e308, dtype=torch.float64)):
+        with pytest.raises(ValueError, match="time component"):
+            L.time_component(x)
+    x = torch.tensor([[0.0, 0.0], [3.0, 4.0]], dtype=torch.float64, requires_grad=True)
+    xt = L.time_component(x, 0.25)
+    assert xt.tolist() == pytest.approx([2.0, math.sqrt(29.0)], rel=1e-15)
+    xt.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [[0, 0], [3 / math.sqrt(29), 4 / math.sqrt(29)]], rtol=1e-14)
+
+
 @pytest.mark.parametrize("c", [0.0, -1.0, float("nan"), float("inf")])
 def test_torch_nonpositive_curvature_raises(c):
     torch = pytest.importorskip("torch")
@@ -198,3 +229,14 @@ def test_messages_name_the_argument():
         ce.lorentz_pairwise(A, None)
     with pytest.raises(TypeError, match="^pairs must be an integer array, got None"):
         ce.VoteTable().votes(None)
+
+
+@pytest.mark.parametrize("max_pairs,exc", [(-1, ValueError), ("x", TypeError), (1.5, TypeError), (True, TypeError)])
+def test_bootstrap_procrustes_max_pairs_is_checked(max_pairs, exc):
+    from crossembed.linking import bootstrap_procrustes_link
+
+    X = np.random.default_rng(5).normal(size=(20, 4))
+    seeds = np.stack([np.arange(5), np.arange(5)], axis=1)
+    with pytest.raises(exc, match="^max_pairs"):
+        bootstrap_procrustes_link(X, X, seeds, max_pairs=max_pairs)
+    assert len(bootstrap_procrustes_link(X, X, seeds, max_pairs=2**70, n_iter=1)) > 0  # more than there are: all

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import crossembed as ce
+from crossembed import kernels
 from crossembed import reference as ref
 from crossembed._io import CorruptFileError, load_arrays, save_arrays
 
@@ -57,8 +58,36 @@ def counted(fn):
 
 
 # --------------------------------------------------------------------------- strategies
-_SPECIAL = [0.0, -0.0, 1e-45, -1e-42, 1e-30, 1e-20, 1e-8, 1.0, -1.0, 1e8, 1e16, 1e18, 1e30, 3e38, -3e38]
+# float32 subnormals (1e-45, -1e-42), its smallest normal, near-overflow magnitudes (3e38, 3.4e38)
+_SPECIAL = [0.0, -0.0, 1e-45, -1e-42, 1.2e-38, 1e-30, 1e-20, 1e-8, 1.0, -1.0, 1e8, 1e16, 1e18, 1e30, 3e38, -3.4e38]
 _BAD = [math.nan, math.inf, -math.inf]
+# integers at and beyond the C types' limits, negative ones, and far beyond any of them
+_EDGE_INTS = [-1, 0, 2**31 - 1, 2**31, 2**32, 2**63 - 1, 2**63, 2**64, 2**70, -(2**63) - 1, -(2**64), 10**30]
+# float64 subnormals and magnitudes near overflow
+_EDGE_FLOATS = [5e-324, -1e-310, 2.2e-308, 1e-300, 1e300, 1.7e308, -1.7e308, 3.4e38, 1e-45]
+
+
+def big_ints():
+    """Any integer an int argument could be handed: small, at the C limits, negative, or huge."""
+    return st.one_of(st.integers(-3, 8), st.sampled_from(_EDGE_INTS), st.integers(-(2**80), 2**80))
+
+
+def edge_floats():
+    """Floats for float arguments: ordinary, subnormal, near overflow, NaN and inf."""
+    return st.one_of(st.floats(-10, 10), st.sampled_from(_EDGE_FLOATS + _BAD), st.floats(allow_nan=True))
+
+
+def ragged():
+    """Array-likes numpy cannot make rectangular: rows of unequal length, rows nesting further, mixed sequences."""
+    row = st.lists(st.integers(0, 3), min_size=1, max_size=3)
+    return st.one_of(
+        st.lists(row, min_size=2, max_size=4).filter(lambda rows: len({len(r) for r in rows}) > 1),
+        st.just([[0, [1]], [2, 3]]),
+        st.just([[0, 1], [2, [3, 4]]]),
+        st.just([np.zeros(2), np.zeros(3)]),
+        st.just([[0.5, 1.0], [1.0]]),
+        st.just([[[0, 1], [2, 3]], [[4, 5]]]),
+    )
 
 
 def values(bad: bool = True):
@@ -87,8 +116,9 @@ def junk():
         st.none(),
         st.booleans(),
         st.text(max_size=3),
-        st.floats(allow_nan=True),
-        st.integers(-(2**70), 2**70),
+        edge_floats(),
+        big_ints(),
+        ragged(),
         st.lists(st.lists(st.integers(-3, 3), max_size=3), max_size=3),  # often ragged
         st.just(np.array([[1, 2]], dtype=object)),
         st.just(np.array(["a", "b"])),
@@ -583,6 +613,184 @@ def test_torch_lorentz_ops_finite_and_right(x, y, c):
         d = L.distance(xt.double(), yt.double(), c).numpy()
         expect = np.diagonal(ref.lorentz_pairwise(x[:n].astype(np.float64), y[:n].astype(np.float64), curvature=c))
         close(d, expect, 1e-9 * expect + 1e-300)
+
+
+# --------------------------------------------------------------------------- ints, floats and array-likes at the edges
+_RNG = np.random.default_rng(7)
+_S = (_RNG.integers(0, 9, size=(6, 3)) / 8).astype(np.float32)
+_CAND = np.tile(np.arange(6), (6, 1))
+_PAIRS, _SCORES = np.array([[0, 1], [2, 3], [0, 3]]), np.array([0.9, 0.5, 0.7])
+_LINK_A = _RNG.normal(size=(24, 4))
+_SEEDS = np.stack([np.arange(6), np.arange(6)], axis=1)
+
+
+def _int_calls():
+    """(name of the int argument, call with it); each kernel with an int argument, and the linkers'."""
+    from crossembed.linking import bootstrap_procrustes_link, make_partial_overlap
+    from crossembed.linking.proposers import pool_candidate_lists
+
+    z = np.zeros_like(_S)
+    return {
+        "k": lambda v: ce.csls_mutual_topk(_S, _S, k=v, csls_k=2),
+        "csls_k": lambda v: ce.csls_mutual_topk(_S, _S, k=2, csls_k=v),
+        "k ": lambda v: ce.csls_mutual_topk_candidates(_S, _S, _CAND, _CAND, k=v),
+        "csls_k ": lambda v: kernels.csls_mutual_topk_lists(_S, _S, kernels.CandidateLists(_CAND, _CAND), csls_k=v),
+        "k_row": lambda v: ce.topk_rows_and_columns(_S, _S, v),
+        "k_col": lambda v: ce.topk_rows_and_columns(_S, _S, 2, v),
+        "bins": lambda v: ce.otsu_threshold(_SCORES, bins=v),
+        "limit": lambda v: ce.VoteTable().promote(_PAIRS, _SCORES, threshold=0.0, limit=v),
+        "limit ": lambda v: ce.greedy_one_to_one(_PAIRS, _SCORES, limit=v),
+        "k  ": lambda v: ce.probit_topk(_S, z, _S, z, v),
+        "k   ": lambda v: ce.ProbitDocs(_S, z).top_k(_S, z, v, candidates=_CAND),
+        "k    ": lambda v: ce.lorentz_topk(_S, _S, v),
+        "num_threads": lambda v: ce.anchor_signatures(_S, _S, num_threads=v),
+        "max_pairs": lambda v: bootstrap_procrustes_link(_LINK_A, _LINK_A, _SEEDS, n_iter=1, max_pairs=v),
+        "n_seeds": lambda v: make_partial_overlap(40, n_seeds=v, random_state=0),
+        "random_state": lambda v: make_partial_overlap(100, random_state=v),
+        "m": lambda v: pool_candidate_lists(_S, _S, v),
+    }
+
+
+@fuzz(300)
+@given(name=st.sampled_from(sorted(_int_calls())), value=big_ints())
+@counted
+def test_int_arguments_are_named_with_their_range(name, value):
+    """An int of any size is used (a count larger than the rows means all of them) or refused naming the argument."""
+    call = _int_calls()[name]
+    try:
+        got = call(value)
+    except CLEAR as exc:
+        assert name.strip() in str(exc) and "incompatible function arguments" not in str(exc), str(exc)
+        return
+    assert value >= 0
+    if value > 6 and name.strip() in ("k", "csls_k", "k_row", "k_col", "limit", "max_pairs", "m"):
+        same = call(6 if name.strip() != "limit" else len(_PAIRS))  # beyond the rows is the same as all rows
+        for a, b in zip(got if isinstance(got, tuple) else (got,), same if isinstance(same, tuple) else (same,)):
+            if isinstance(a, np.ndarray):
+                np.testing.assert_array_equal(a, b)
+
+
+def _array_calls():
+    """(name of the array argument, call with it in that place)."""
+    from crossembed.linking import evaluate_links, procrustes_link
+
+    z = np.zeros_like(_S)
+    return [
+        ("mu_q", lambda a: ce.probit_scores(a, z, _S, z)),
+        ("v_c", lambda a: ce.probit_topk(_S, z, _S, a, 1)),
+        ("candidates", lambda a: ce.probit_topk(_S, z, _S, z, 1, candidates=a)),
+        ("X", lambda a: ce.anchor_signatures(a, _S)),
+        ("anchors", lambda a: ce.median_anchor_distance(a)),
+        ("C", lambda a: ce.signatures_from_cosines(a, [0], sigma=1.0)),
+        ("cols", lambda a: ce.signatures_from_cosines(_S, a, sigma=1.0)),
+        ("SB", lambda a: ce.csls_mutual_topk(_S, a)),
+        ("exclude_a", lambda a: ce.csls_mutual_topk(_S, _S, exclude_a=a)),
+        ("cand_b", lambda a: ce.csls_mutual_topk_candidates(_S, _S, _CAND, a)),
+        ("cand_a", lambda a: kernels.CandidateLists(a, _CAND)),
+        ("cand", lambda a: kernels.candidate_dots(_S, _S, a)),
+        ("values", lambda a: ce.otsu_threshold(a)),
+        ("pairs", lambda a: ce.VoteTable().add(a)),
+        ("pairs", lambda a: ce.VoteTable().votes(a)),
+        ("pairs", lambda a: ce.greedy_one_to_one(a, [0.5, 0.5])),
+        ("scores", lambda a: ce.greedy_one_to_one(_PAIRS, a)),
+        ("exclude_b", lambda a: ce.VoteTable().promote(_PAIRS, _SCORES, threshold=0.0, exclude_b=a)),
+        ("Y", lambda a: ce.lorentz_pairwise(_S, a)),
+        ("links", lambda a: evaluate_links(a, _PAIRS)),
+        ("truth", lambda a: evaluate_links(_PAIRS, a)),
+        ("seeds", lambda a: procrustes_link(_LINK_A, _LINK_A, a)),
+        ("B", lambda a: procrustes_link(_LINK_A, a, _SEEDS)),
+    ]
+
+
+@fuzz(200)
+@given(which=st.integers(0, len(_array_calls()) - 1), arr=ragged())
+@counted
+def test_ragged_and_nested_arrays_are_named(which, arr):
+    name, call = _array_calls()[which]
+    with pytest.raises(CLEAR) as info:
+        call(arr)
+    msg = str(info.value)
+    assert msg.startswith(name) and "inhomogeneous" not in msg, msg
+
+
+@fuzz(150)
+@given(
+    v=hnp.arrays(
+        np.float64,
+        st.integers(2, 12),
+        elements=st.one_of(
+            st.sampled_from([0.0, 5e-324, 1e-323, 1e-320, 1e-315, 1e-310, 2e-310, 5e-310, 2.2e-308]),
+            st.integers(-(2**52), 2**52).map(lambda m: m * 5e-324),  # any subnormal (exact multiples of 2**-1074)
+            st.integers(-(2**20), 2**20).map(lambda m: m * 5e-324),  # subnormals with few significant bits
+            st.floats(-1.0, 1.0),
+        ),
+    ),
+    e=st.integers(1, 900),
+    bins=st.sampled_from([2, 3, 10, 100, 1000]),
+)
+@counted
+def test_otsu_scales_by_powers_of_two_subnormals_included(v, e, bins):
+    """otsu(v * 2**e) = otsu(v) * 2**e: a threshold among subnormals is as exact as one among normal numbers."""
+    if np.abs(v).max() * 2.0**e > 1e300:
+        return
+    got, scaled = ce.otsu_threshold(v, bins=bins), ce.otsu_threshold(v * 2.0**e, bins=bins)
+    if scaled == 0 or abs(scaled) >= np.finfo(np.float64).tiny:  # a subnormal divided by 2**e would round twice
+        assert got == scaled / 2.0**e
+    assert got == ref.otsu_threshold(v, bins=bins)
+    assert v.min() <= got <= v.max()
+
+
+@fuzz(150)
+@given(
+    dtype=st.sampled_from(["float32", "float64"]),
+    log_scale=st.floats(-40, 310),
+    d=st.integers(1, 6),
+    c=st.sampled_from([0.1, 1.0, 4.0]),
+    data=st.data(),
+)
+@counted
+def test_time_component_near_overflow(dtype, log_scale, d, c, data):
+    """x_t = sqrt(1/c + |x|^2) is finite and right whenever it is representable, else a clear ValueError."""
+    torch = pytest.importorskip("torch")
+    from crossembed.hyperbolic import lorentz as L
+
+    top = 38.5 if dtype == "float32" else 308.2
+    u = data.draw(hnp.arrays(np.float64, d, elements=st.floats(-1, 1)))
+    x = np.clip(u * 10.0 ** min(log_scale, top), -np.finfo(dtype).max, np.finfo(dtype).max).astype(dtype)
+    expect = math.hypot(1 / math.sqrt(c), *map(float, x))
+    try:
+        got = float(L.time_component(torch.from_numpy(x[None]), c)[0])
+    except ValueError as exc:
+        assert expect > float(np.finfo(dtype).max) * (1 - 1e-6) and "time component" in str(exc)
+        return
+    assert math.isfinite(got) and got == pytest.approx(expect, rel=4 * float(np.finfo(dtype).eps))
+
+
+def _float_calls():
+    """(name of the float argument, call with it)."""
+    from crossembed.linking import make_partial_overlap
+
+    return {
+        "sigma": lambda v: ce.anchor_signatures(_S, _S, sigma=v),
+        "curvature": lambda v: ce.lorentz_pairwise(_S.astype(np.float64), _S.astype(np.float64), curvature=v),
+        "threshold": lambda v: ce.greedy_one_to_one(_PAIRS, _SCORES, threshold=v),
+        "alpha": lambda v: make_partial_overlap(200, alpha=v, n_seeds=1, random_state=0),
+    }
+
+
+@fuzz(150)
+@given(name=st.sampled_from(sorted(_float_calls())), value=edge_floats())
+@counted
+def test_float_arguments_at_the_edges(name, value):
+    """Subnormal, huge, NaN or inf: a finite answer or a clear error naming the argument."""
+    try:
+        got = _float_calls()[name](value)
+    except CLEAR as exc:
+        assert name in str(exc), str(exc)
+        return
+    for part in got if isinstance(got, tuple) else (got,):
+        if isinstance(part, np.ndarray) and part.dtype.kind == "f":
+            assert np.isfinite(part).all()
 
 
 def test_zz_fuzz_volume(request):

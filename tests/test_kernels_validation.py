@@ -252,7 +252,7 @@ def test_votes_bad_arguments():
         ([0.1, np.nan], 100, ValueError, "values"),
         ([[0.1, 0.2]], 100, ValueError, "values"),
         ([0.1, 0.2], 1, ValueError, "bins"),
-        ([0.1, 0.2], 2.5, ValueError, "bins"),
+        ([0.1, 0.2], 2.5, TypeError, "bins"),
         (np.array([True, False]), 10, TypeError, "values"),
     ],
 )
@@ -282,3 +282,81 @@ def test_lorentz_bad_arguments():
         ce.lorentz_topk(np.ones((2, 6), bool), MU, 1)
     with pytest.raises(ValueError, match="X"):
         ce.lorentz_pairwise(np.full((2, 6), 1e18, np.float32), MU)
+
+
+# --------------------------------------------------------------------------- integers too large for C, ragged arrays
+SIG = (np.random.default_rng(4).integers(0, 9, size=(7, 3)) / 8).astype(np.float32)
+CAND = np.tile(np.arange(7), (7, 1))
+
+
+@pytest.mark.parametrize("big", [2**63, 2**64, 2**70, 10**40])
+def test_counts_beyond_c_mean_all_rows(big):
+    """k, csls_k, k_row, k_col and limit are clipped like any count above the rows, not refused by pybind11."""
+    for call in (
+        lambda k: ce.csls_mutual_topk(SIG, SIG, k=k, csls_k=3),
+        lambda k: ce.csls_mutual_topk(SIG, SIG, k=2, csls_k=k),
+        lambda k: ce.csls_mutual_topk_candidates(SIG, SIG, CAND, CAND, k=k),
+        lambda k: ce.csls_mutual_topk_candidates(SIG, SIG, CAND, CAND, csls_k=k),
+        lambda k: ce.topk_rows_and_columns(SIG, SIG, k, k),
+    ):
+        for got, same in zip(call(big), call(7)):
+            np.testing.assert_array_equal(got, same)
+    pairs, scores = np.array([[0, 1], [2, 3], [0, 3]]), np.array([0.9, 0.5, 0.7])
+    expect = ce.greedy_one_to_one(pairs, scores)
+    np.testing.assert_array_equal(ce.VoteTable().promote(pairs, scores, threshold=-1.0, limit=big), expect)
+    np.testing.assert_array_equal(ce.greedy_one_to_one(pairs, scores, limit=big), expect)
+
+
+@pytest.mark.parametrize(
+    "call,name",
+    [
+        (lambda v: ce.csls_mutual_topk(SIG, SIG, k=v), "k"),
+        (lambda v: ce.csls_mutual_topk(SIG, SIG, csls_k=v), "csls_k"),
+        (lambda v: ce.csls_mutual_topk_candidates(SIG, SIG, CAND, CAND, k=v), "k"),
+        (lambda v: ce.topk_rows_and_columns(SIG, SIG, 2, v), "k_col"),
+        (lambda v: ce.greedy_one_to_one([[0, 1]], [0.5], limit=v), "limit"),
+        (lambda v: ce.otsu_threshold([0.1, 0.2], bins=v), "bins"),
+        (lambda v: ce.lorentz_topk(SIG, SIG, v), "k"),
+        (lambda v: ce.probit_topk(SIG, SIG * 0, SIG, SIG * 0, v), "k"),
+    ],
+)
+@pytest.mark.parametrize("value", [-(2**64), -1, -(2**70)])
+def test_negative_counts_name_the_argument(call, name, value):
+    with pytest.raises(ValueError, match=rf"^{name}\b.*>= ") as info:
+        call(value)
+    assert "incompatible" not in str(info.value)
+
+
+@pytest.mark.parametrize("bins", [2**24 + 1, 2**31, 2**40, 2**64])
+def test_otsu_bins_beyond_its_range(bins):
+    with pytest.raises(ValueError, match=r"^bins must be <= 16777216, got "):
+        ce.otsu_threshold([0.1, 0.2, 0.9], bins=bins)
+    assert ce.otsu_threshold([0.1, 0.2, 0.9], bins=2**10) == pytest.approx(0.2, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    "pairs",
+    [
+        [[0, 1], [2]],
+        [[0, [1, 2]], [2, 3]],
+        [np.zeros(2, np.int64), np.zeros(3, np.int64)],
+        [[[0, 1]], [[2, 3], [4, 5]]],
+    ],
+)
+def test_ragged_pairs_name_the_argument(pairs):
+    table = ce.VoteTable()
+    for call in (table.add, table.votes, lambda p: ce.greedy_one_to_one(p, [0.5, 0.5])):
+        with pytest.raises(ValueError, match=r"^pairs must be a rectangular array") as info:
+            call(pairs)
+        assert "inhomogeneous" not in str(info.value)
+    assert table.n_views == 0
+
+
+def test_ids_beyond_int64_are_out_of_range_not_wrapped():
+    table = ce.VoteTable()
+    with pytest.raises(ValueError, match=r"^pairs has an entry out of the int64 range"):
+        table.add([[0, 2**70]])
+    with pytest.raises(ValueError, match=r"^pairs has an entry out of the int64 range"):
+        table.add(np.array([[0, 2**63]], np.uint64))  # would wrap to -2**63 in int64
+    table.add(np.array([[1, 2]], dtype=object))  # Python ints in an object array are ints
+    assert table.votes([[1, 2]]).tolist() == [1]

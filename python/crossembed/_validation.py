@@ -14,6 +14,9 @@ from typing import Optional
 import numpy as np
 
 __all__ = [
+    "INT64_MAX",
+    "INT_MAX",
+    "as_array",
     "as_matrix",
     "as_int_matrix",
     "check_choice",
@@ -26,19 +29,62 @@ __all__ = [
     "check_split_fractions",
     "default_num_threads",
     "resolve_num_threads",
+    "show_int",
 ]
 
-_FLOAT_KINDS = "fiu"
-MAX_THREADS = 2**31 - 1  # the C++ side takes an int  # float, signed and unsigned int convert losslessly enough
+_FLOAT_KINDS = "fiu"  # float, signed and unsigned int convert losslessly enough
+#: The largest value of a C ``int`` (thread counts, bins) and of ``std::int64_t`` (ids, counts).
+INT_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+MAX_THREADS = INT_MAX  # the C++ side takes an int
 
 
-def _asarray(x, name: str) -> np.ndarray:
-    """``np.asarray(x)``, with numpy's complaint about ragged nested lists naming the argument."""
+def show_int(value: int) -> str:
+    """``value`` for an error message: its digits, or its size when it has more than 20 of them
+    (printing a huge int costs quadratic time and fails past 4,300 digits)."""
+    if abs(value) < 10**20:
+        return str(value)
+    return f"{'-' if value < 0 else ''}an integer of {abs(value).bit_length()} bits"
+
+
+def as_array(x, name: str) -> np.ndarray:
+    """``np.asarray(x)``, with ragged or nested sequences a ValueError naming ``name``.
+
+    numpy refuses lists whose rows differ in length (or mix numbers with
+    sequences) with a message about "an inhomogeneous shape"; this says
+    which argument it was.
+    """
     try:
         return np.asarray(x)
-    except (ValueError, TypeError) as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ValueError(f"{name} must be a rectangular array (rows of equal length): {msg}") from None
+    except (ValueError, TypeError, OverflowError):
+        raise ValueError(f"{name} must be a rectangular array (rows of equal length, no nested sequences)") from None
+
+
+def _numbers_only(arr: np.ndarray, name: str, kind: type, dtype) -> np.ndarray:
+    """An object array holding only Python numbers of ``kind`` (never bools) as ``dtype``.
+
+    numpy falls back to dtype object for Python ints beyond int64 (and for
+    arrays built with ``dtype=object``): such entries are out of range, a
+    ValueError naming ``name``; anything else is left to the dtype check.
+    """
+    if arr.dtype != object or not all(isinstance(v, kind) and not isinstance(v, bool) for v in arr.flat):
+        return arr
+    try:
+        return arr.astype(dtype)
+    except (OverflowError, ValueError, TypeError):
+        big = max(arr.flat, key=abs)
+        shown = show_int(int(big)) if isinstance(big, numbers.Integral) else repr(big)
+        raise ValueError(f"{name} has an entry out of the {np.dtype(dtype).name} range ({shown})") from None
+
+
+def _integer_dtype(arr: np.ndarray, name: str) -> np.ndarray:
+    """An integer array that converts to int64 without wrapping, or the error saying why not."""
+    arr = _numbers_only(arr, name, numbers.Integral, np.int64)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > INT64_MAX:
+        raise ValueError(f"{name} has an entry out of the int64 range ({show_int(int(arr.max()))})")
+    return arr
 
 
 def as_matrix(
@@ -62,7 +108,7 @@ def as_matrix(
         raise TypeError(f"{name} must be an array, got None")
     if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch tensor without importing torch
         x = x.detach().cpu().numpy()
-    arr = _asarray(x, name)
+    arr = _numbers_only(as_array(x, name), name, numbers.Real, np.float64)
     if arr.dtype.kind not in _FLOAT_KINDS or arr.dtype == np.bool_:
         raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
     if arr.ndim != ndim:
@@ -89,11 +135,10 @@ def as_int_matrix(
     """
     if x is None:
         raise TypeError(f"{name} must be an integer array, got None")
-    arr = _asarray(x, name)
+    arr = as_array(x, name)
     if arr.size == 0:
         arr = arr.astype(np.int64)
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    arr = _integer_dtype(arr, name)
     if arr.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-dimensional, got shape {arr.shape}")
     arr = np.array(arr, dtype=np.int64, order="C", copy=True) if copy else np.ascontiguousarray(arr, dtype=np.int64)
@@ -107,25 +152,27 @@ def as_int_matrix(
 
 def check_k(k, n: int, name: str = "k") -> int:
     """``k`` must be an integer with ``1 <= k <= n``."""
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {type(k).__name__}")
-    k = int(k)
-    if k < 1:
-        raise ValueError(f"{name} must be >= 1, got {k}")
+    k = check_int(k, name, low=1)
     if k > n:
-        raise ValueError(f"{name}={k} is larger than the number of candidates ({n})")
+        raise ValueError(f"{name}={show_int(k)} is larger than the number of candidates ({n})")
     return k
 
 
 def check_int(value, name: str, *, low: Optional[int] = None, high: Optional[int] = None) -> int:
-    """An integer (not a bool) with ``low <= value <= high`` where those are given."""
+    """An integer (not a bool) with ``low <= value <= high`` where those are given.
+
+    The one check every integer argument goes through before it reaches C++
+    (``high`` is then the C type's limit, e.g. :data:`INT_MAX`), so a Python
+    int too large for C is a ValueError naming the argument and its range,
+    never pybind11's "incompatible function arguments".
+    """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
     value = int(value)
     if low is not None and value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
+        raise ValueError(f"{name} must be >= {low}, got {show_int(value)}")
     if high is not None and value > high:
-        raise ValueError(f"{name} must be <= {high}, got {value}")
+        raise ValueError(f"{name} must be <= {high}, got {show_int(value)}")
     return value
 
 
@@ -171,11 +218,7 @@ def resolve_num_threads(num_threads) -> int:
         return default_num_threads()
     if isinstance(num_threads, bool) or not isinstance(num_threads, numbers.Integral):
         raise TypeError(f"num_threads must be an integer or None, got {type(num_threads).__name__}")
-    if num_threads < 1:
-        raise ValueError(f"num_threads must be >= 1, got {num_threads}")
-    if num_threads > MAX_THREADS:
-        raise ValueError(f"num_threads must be <= {MAX_THREADS}, got {num_threads}")
-    return int(num_threads)
+    return check_int(num_threads, "num_threads", low=1, high=MAX_THREADS)
 
 
 def check_num_threads(num_threads) -> int:
@@ -198,6 +241,8 @@ def check_positive(value, name: str, *, allow_zero: bool = False) -> float:
 
 def check_random_state(random_state) -> np.random.Generator:
     """Like scikit-learn: None, an int seed, or a Generator."""
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool) and random_state < 0:
+        raise ValueError(f"random_state must be a non-negative seed, got {show_int(int(random_state))}")
     if random_state is None or isinstance(random_state, numbers.Integral):
         return np.random.default_rng(random_state)
     if isinstance(random_state, np.random.Generator):

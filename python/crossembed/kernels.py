@@ -27,6 +27,8 @@ from typing import Optional, Tuple
 import numpy as np
 
 from crossembed._validation import (
+    INT64_MAX,
+    as_array,
     as_int_matrix,
     as_matrix,
     check_int,
@@ -73,6 +75,10 @@ _FLOAT32_MOMENT_LIMIT = 1e36
 _FLOAT16_MAX = 65504.0
 # ProbitDocs storage -> the C++ class holding the documents.
 _PROBIT_STORAGE = {"float32": "ProbitDocs", "float16": "ProbitDocsF16"}
+# otsu_threshold: the most bins (8 bytes each in C++), and the inputs so small that bin widths
+# would be subnormal (they are scaled by a power of two into the normal range first).
+_OTSU_MAX_BINS = 2**24
+_OTSU_TINY, _OTSU_SCALE = 2.0**-900, 2.0**1000
 
 
 def _core_module():
@@ -85,7 +91,8 @@ def _core_module():
 
 
 def simd_level() -> str:
-    """The instruction set the kernels picked at run time: ``avx512``, ``avx2`` or ``generic``."""
+    """The instruction set the kernels picked at run time: ``avx512``, ``avx2`` or ``generic`` on x86-64, ``neon`` or
+    ``generic`` on AArch64 (``CROSSEMBED_SIMD=generic`` selects ``generic``)."""
     return _core_module().simd_level()
 
 
@@ -422,25 +429,26 @@ class AnchorCosines:
 def _exclusion_mask(exclude, n: int, name: str) -> np.ndarray:
     mask = np.zeros(n, dtype=np.uint8)
     if exclude is not None:
-        idx = as_int_matrix(np.asarray(exclude).reshape(-1), name, ndim=1, high=n)
+        idx = as_int_matrix(as_array(exclude, name).reshape(-1), name, ndim=1, high=n)
         mask[idx] = 1
     return mask
 
 
-def _signature_pair(SA, SB, k, csls_k, k_name="k", csls_k_name="csls_k") -> Tuple[np.ndarray, np.ndarray]:
-    """Validated float32 signature matrices of the CSLS kernels (and their k arguments)."""
+def _signature_pair(SA, SB, k, csls_k, k_name="k", csls_k_name="csls_k"):
+    """Validated float32 signature matrices of the CSLS kernels and their two neighbourhood sizes.
+
+    The sizes are integers >= 1, clipped to ``2**63 - 1`` (the kernels clip
+    them to the available rows anyway): any larger Python int means "all".
+    """
     SA = as_matrix(SA, "SA", allow_empty=True)
     SB = as_matrix(SB, "SB", allow_empty=True)
     if SA.shape[1] != SB.shape[1]:
         raise ValueError(f"SA has {SA.shape[1]} columns but SB has {SB.shape[1]}")
-    for val, name in ((k, k_name), (csls_k, csls_k_name)):
-        if isinstance(val, bool) or not isinstance(val, (int, np.integer)):
-            raise TypeError(f"{name} must be an integer, got {type(val).__name__}")
-        if val < 1:
-            raise ValueError(f"{name} must be >= 1, got {val}")
+    k = min(check_int(k, k_name, low=1), INT64_MAX)
+    csls_k = min(check_int(csls_k, csls_k_name, low=1), INT64_MAX)
     _check_magnitude(SA, "SA", 1e15)
     _check_magnitude(SB, "SB", 1e15)
-    return SA, SB
+    return SA, SB, k, csls_k
 
 
 def csls_mutual_topk(
@@ -471,10 +479,10 @@ def csls_mutual_topk(
     pairs : ndarray, shape (P, 2), int64, sorted by descending score
     scores : ndarray, shape (P,), float32 (CSLS)
     """
-    SA, SB = _signature_pair(SA, SB, k, csls_k)
+    SA, SB, k, csls_k = _signature_pair(SA, SB, k, csls_k)
     mask_a = _exclusion_mask(exclude_a, SA.shape[0], "exclude_a")
     mask_b = _exclusion_mask(exclude_b, SB.shape[0], "exclude_b")
-    return _core_module().csls_mutual_topk(SA, SB, int(k), int(csls_k), mask_a, mask_b, check_num_threads(num_threads))
+    return _core_module().csls_mutual_topk(SA, SB, k, csls_k, mask_a, mask_b, check_num_threads(num_threads))
 
 
 def topk_rows_and_columns(SA, SB, k_row: int, k_col: Optional[int] = None, *, num_threads: Optional[int] = None):
@@ -503,8 +511,8 @@ def topk_rows_and_columns(SA, SB, k_row: int, k_col: Optional[int] = None, *, nu
     col_idx : ndarray, same shape, int64
     """
     k_col = k_row if k_col is None else k_col
-    SA, SB = _signature_pair(SA, SB, k_row, k_col, "k_row", "k_col")
-    k_row, k_col = min(int(k_row), SB.shape[0]), min(int(k_col), SA.shape[0])
+    SA, SB, k_row, k_col = _signature_pair(SA, SB, k_row, k_col, "k_row", "k_col")
+    k_row, k_col = min(k_row, SB.shape[0]), min(k_col, SA.shape[0])
     if SA.shape[0] == 0 or SB.shape[0] == 0:
         return (
             np.zeros((SA.shape[0], k_row), np.float32),
@@ -553,7 +561,7 @@ class CandidateLists:
 
 
 def _row_count(cand, name: str) -> int:
-    shape = () if cand is None else np.shape(cand)
+    shape = () if cand is None else as_array(cand, name).shape
     if len(shape) != 2:
         as_int_matrix(cand, name, low=-1)  # raises the usual TypeError/ValueError naming it
         raise ValueError(f"{name} must be 2-D, got shape {shape}")
@@ -606,7 +614,7 @@ def csls_mutual_topk_candidates(
     pairs : ndarray, shape (P, 2), int64, sorted by descending score
     scores : ndarray, shape (P,), float32 (CSLS)
     """
-    SA, SB = _signature_pair(SA, SB, k, csls_k)
+    SA, SB, k, csls_k = _signature_pair(SA, SB, k, csls_k)
     lists = CandidateLists(cand_a, cand_b)
     lists.check_rows(SA.shape[0], SB.shape[0])
     return _csls_candidates_core(SA, SB, lists, k, csls_k, exclude_a, exclude_b, num_threads)
@@ -631,7 +639,7 @@ def csls_mutual_topk_lists(
     """
     if not isinstance(lists, CandidateLists):
         raise TypeError(f"lists must be a CandidateLists, got {type(lists).__name__}")
-    SA, SB = _signature_pair(SA, SB, k, csls_k)
+    SA, SB, k, csls_k = _signature_pair(SA, SB, k, csls_k)
     lists.check_rows(SA.shape[0], SB.shape[0])
     return _csls_candidates_core(SA, SB, lists, k, csls_k, exclude_a, exclude_b, num_threads)
 
@@ -641,7 +649,7 @@ def _csls_candidates_core(SA, SB, lists: CandidateLists, k, csls_k, exclude_a, e
     mask_a = _exclusion_mask(exclude_a, SA.shape[0], "exclude_a")
     mask_b = _exclusion_mask(exclude_b, SB.shape[0], "exclude_b")
     return _core_module().csls_mutual_topk_candidates(
-        SA, SB, lists.cand_a, lists.cand_b, int(k), int(csls_k), mask_a, mask_b, check_num_threads(num_threads)
+        SA, SB, lists.cand_a, lists.cand_b, k, csls_k, mask_a, mask_b, check_num_threads(num_threads)
     )
 
 
@@ -679,12 +687,16 @@ def otsu_threshold(values, *, bins: int = 100) -> float:
 
     Returns the upper edge of the bin that maximises the between-class
     variance (first maximum), i.e. values ``> threshold`` form the upper class.
-    A constant input returns that constant.
+    A constant input returns that constant. ``2 <= bins <= 2**24``. Scaling
+    ``values`` by a power of two scales the threshold by it, subnormal inputs
+    included (they are binned at ``2**1000`` times their size, where bin
+    widths are normal numbers, and the threshold is rounded once on the way
+    back).
     """
     v = as_matrix(values, "values", ndim=1, dtype=np.float64)
-    if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 2:
-        raise ValueError(f"bins must be an integer >= 2, got {bins!r}")
-    return float(_core_module().otsu_threshold(v, int(bins)))
+    bins = check_int(bins, "bins", low=2, high=_OTSU_MAX_BINS)
+    scale = _OTSU_SCALE if float(np.abs(v).max()) < _OTSU_TINY else 1.0
+    return float(_core_module().otsu_threshold(v * scale, bins)) / scale
 
 
 # VoteTable keys a pair as (i << 32) | j: larger ids would alias other pairs.
@@ -704,12 +716,7 @@ class VoteTable:
 
     def add(self, pairs) -> None:
         """Record one view's proposals (``(P, 2)`` int64 ids in ``[0, 2**32)``, P may be 0)."""
-        pairs = as_int_matrix(
-            np.asarray(pairs).reshape(-1, 2) if np.size(pairs) == 0 else pairs, "pairs", high=_ID_LIMIT
-        )
-        if pairs.shape[1] != 2:
-            raise ValueError(f"pairs must have shape (P, 2), got {pairs.shape}")
-        self._t.add(pairs)
+        self._t.add(_vote_pairs(pairs))
 
     @property
     def n_views(self) -> int:
@@ -724,12 +731,7 @@ class VoteTable:
 
     def votes(self, pairs) -> np.ndarray:
         """Vote counts of the given pairs (0 for unseen)."""
-        pairs = as_int_matrix(
-            np.asarray(pairs).reshape(-1, 2) if np.size(pairs) == 0 else pairs, "pairs", high=_ID_LIMIT
-        )
-        if pairs.shape[1] != 2:
-            raise ValueError(f"pairs must have shape (P, 2), got {pairs.shape}")
-        return self._t.votes(pairs)
+        return self._t.votes(_vote_pairs(pairs))
 
     def posterior_mean(self, pairs=None) -> np.ndarray:
         """``(1 + v) / (2 + n)`` for ``pairs`` (default: all pairs in :meth:`items` order)."""
@@ -747,10 +749,21 @@ class VoteTable:
         )
 
 
+def _vote_pairs(pairs) -> np.ndarray:
+    """``pairs`` as checked ``(P, 2)`` int64 ids in ``[0, 2**32)`` (an empty input is zero pairs)."""
+    if pairs is None:
+        raise TypeError("pairs must be an integer array, got None")
+    arr = as_array(pairs, "pairs")
+    pairs = as_int_matrix(arr.reshape(-1, 2) if arr.size == 0 else arr, "pairs", high=_ID_LIMIT)
+    if pairs.shape[1] != 2:
+        raise ValueError(f"pairs must have shape (P, 2), got {pairs.shape}")
+    return pairs
+
+
 def _row_set(rows, name: str) -> np.ndarray:
     if rows is None:
         return np.zeros(0, np.int64)
-    rows = np.asarray(rows)  # no dtype here: 1.7 must be rejected, not truncated to 1
+    rows = as_array(rows, name)  # no dtype here: 1.7 must be rejected, not truncated to 1
     return np.unique(as_int_matrix(rows.reshape(-1), name, ndim=1))
 
 
@@ -774,7 +787,7 @@ def greedy_one_to_one(
         raise ValueError("pairs must be (P, 2) and scores (P,)")
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or np.isnan(threshold):
         raise ValueError(f"threshold must be a real number (not NaN), got {threshold!r}")
-    lim = -1 if limit is None else check_int(limit, "limit", low=0)
+    lim = -1 if limit is None else min(check_int(limit, "limit", low=0), INT64_MAX)  # larger: no cap either
     ex_a, ex_b = _row_set(exclude_a, "exclude_a"), _row_set(exclude_b, "exclude_b")
     return _core_module().greedy_one_to_one(pairs.reshape(-1, 2), scores, float(threshold), ex_a, ex_b, lim)
 

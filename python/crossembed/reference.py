@@ -303,9 +303,11 @@ def otsu_threshold(values, *, bins: int = 100) -> float:
     lo, hi = float(v.min()), float(v.max())
     if hi == lo:
         return lo
-    # scale-free: v * s (s = 1/2 near the top of the range, so hi - lo stays finite),
-    # class means in bin units (centre of bin b is b + 1/2), exact sums
-    s = 0.5 if max(abs(lo), abs(hi)) > 1e300 else 1.0
+    # scale-free: v * s (s = 1/2 near the top of the range, so hi - lo stays finite; 2**1000
+    # below 2**-900, so the bin width span / bins is never subnormal), class means in bin
+    # units (centre of bin b is b + 1/2), exact sums
+    top = max(abs(lo), abs(hi))
+    s = 0.5 if top > 1e300 else (2.0**1000 if top < 2.0**-900 else 1.0)
     los, span = lo * s, hi * s - lo * s
     index = np.clip(np.floor((v * s - los) / span * bins), 0, bins - 1).astype(np.int64)
     counts = np.bincount(index, minlength=bins).astype(np.float64)

@@ -14,7 +14,7 @@ import importlib
 import sys
 from typing import List, Optional
 
-from crossembed.cli._common import Parser, check_output_paths, is_user_error
+from crossembed.cli._common import OptionValueError, Parser, check_output_paths, is_user_error
 
 _COMMAND_MODULES = (
     "crossembed.cli.demo",
@@ -42,7 +42,11 @@ def _version() -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except OptionValueError as exc:  # a number out of its option's range: before any work
+        print(f"{exc.prog}: error: {exc}", file=sys.stderr)
+        return 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

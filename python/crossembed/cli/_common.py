@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 import shlex
 import sys
 import traceback
@@ -14,15 +16,83 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import numpy as np
 
 import crossembed
+from crossembed._validation import INT64_MAX, INT_MAX, show_int
 
 _PACKAGE_DIR = str(Path(crossembed.__file__).resolve().parent)
+
+
+class OptionValueError(ValueError):
+    """A value that an option's ``type`` (:func:`int_arg`, :func:`float_arg`) refused: ``main``
+    prints it as one line and returns 2, like any other user error."""
+
+    def __init__(self, prog: str, message: str):
+        super().__init__(message)
+        self.prog = prog
 
 
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors and exit status 2 (argparse's own convention)."""
 
     def error(self, message):
+        # "argument -k/--top-k: must be >= 1, got 0" from a typed option reads "--top-k must be >= 1, got 0"
+        # (or "<name> must be ..." where the type names the value itself)
+        m = re.fullmatch(r"argument ([^:\s]+): ([\w.]+ )?(must be .*)", message, flags=re.DOTALL)
+        if m:
+            what = (m.group(2) or "").strip() or m.group(1).split("/")[-1]
+            raise OptionValueError(self.prog, " ".join(f"{what} {m.group(3)}".split()))
+        message = " ".join(message.split())  # one line, whatever the value held
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+# --------------------------------------------------------------------------- number options
+#: The range of ``--seed``: what numpy, torch and hnswlib all take.
+SEED_MAX = 2**32 - 1
+
+
+def int_arg(low: Optional[int] = None, high: int = INT_MAX, *, name: str = "") -> Callable[[str], int]:
+    """An argparse ``type``: an integer in ``[low, high]`` (default top: a C ``int``).
+
+    Every integer option goes through one of these, so a bad number is one
+    line and exit status 2 (:class:`OptionValueError`) before any work starts
+    or any file is written. Errors name the option, or ``name`` when given
+    (the library's name of the value, e.g. ``num_threads``).
+    """
+    what = f"{name} " if name else ""
+
+    def integer(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what}must be an integer, got {text[:40]!r}") from None
+        if low is not None and value < low:
+            raise argparse.ArgumentTypeError(f"{what}must be >= {low}, got {show_int(value)}")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"{what}must be <= {high}, got {show_int(value)}")
+        return value
+
+    integer.low, integer.high = low, high  # the range, for help and tests
+    return integer
+
+
+def float_arg(low: Optional[float] = None, high: Optional[float] = None, *, above: bool = False, below: bool = False):
+    """An argparse ``type``: a finite number ``>= low`` (``> low`` with ``above``) and ``<= high``
+    (``< high`` with ``below``)."""
+
+    def number(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, got {text[:40]!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be finite, got {text[:40]!r}")
+        if low is not None and (value < low or (above and value == low)):
+            raise argparse.ArgumentTypeError(f"must be {'>' if above else '>='} {low:g}, got {value:g}")
+        if high is not None and (value > high or (below and value == high)):
+            raise argparse.ArgumentTypeError(f"must be {'<' if below else '<='} {high:g}, got {value:g}")
+        return value
+
+    number.low, number.high, number.above, number.below = low, high, above, below
+    return number
 
 
 # --------------------------------------------------------------------------- errors
@@ -94,6 +164,12 @@ def check_output_paths(args: argparse.Namespace) -> None:
 
 
 # --------------------------------------------------------------------------- input arrays
+def check_real_dtype(dtype: np.dtype, name: str, path) -> None:
+    """Raise ValueError unless ``dtype`` holds real numbers (ints or floats: not bools, strings, complex)."""
+    if dtype.kind not in "fiu":
+        raise ValueError(f"{name} file {str(path)!r} holds {dtype} values; a numeric (int or float) array is needed")
+
+
 def load_npy(path: str, name: str) -> np.ndarray:
     """A ``.npy`` array whose header is checked against the file before anything is allocated.
 
@@ -116,6 +192,7 @@ def load_npy(path: str, name: str) -> np.ndarray:
         raise ValueError(f"{name} file {path!r} is not a readable .npy array ({msg})") from None
     if dtype.hasobject:
         raise ValueError(f"{name} file {path!r} holds Python objects; only numeric arrays are read")
+    check_real_dtype(dtype, name, path)
     count = 1
     for dim in shape:
         count *= int(dim)
@@ -133,13 +210,16 @@ def load_npy(path: str, name: str) -> np.ndarray:
 
 # --------------------------------------------------------------------------- common options
 def add_seed(p: argparse.ArgumentParser, help: str = "random seed (makes the run reproducible)") -> None:
-    p.add_argument("--seed", type=int, default=0, help=f"{help} (default 0)")
+    p.add_argument("--seed", type=int_arg(0, SEED_MAX), default=0, help=f"{help} (default 0)")
 
 
 def add_num_threads(p: argparse.ArgumentParser, default: Optional[int] = None) -> None:
     what = "all cores" if default is None else str(default)
     p.add_argument(
-        "--num-threads", type=int, default=default, help=f"threads for kernels and encoders (default {what})"
+        "--num-threads",
+        type=int_arg(1, name="num_threads"),
+        default=default,
+        help=f"threads for kernels and encoders (default {what})",
     )
 
 
@@ -172,12 +252,27 @@ def command_line() -> str:
 
 
 # --------------------------------------------------------------------------- input parsing
-def read_lines(path: str, name: str) -> List[str]:
-    """Non-empty lines of a UTF-8 text file (``name`` is the option, for the error)."""
+def read_text(path: str, name: str) -> str:
+    """The text of a UTF-8 file: a missing file is FileNotFoundError, a directory, binary data
+    (NUL bytes) or another encoding a ValueError (``name`` is the option, for the error)."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"--{name} file {path!r} does not exist")
+    if p.is_dir():
+        raise ValueError(f"--{name}: {path!r} is a directory, not a file")
+    data = p.read_bytes()
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError(f"--{name}: {path} is not UTF-8 text") from None
+    if "\x00" in text:
+        raise ValueError(f"--{name}: {path} is binary data (it holds NUL bytes), not text")
+    return text
+
+
+def read_lines(path: str, name: str) -> List[str]:
+    """Non-empty lines of a UTF-8 text file (``name`` is the option, for the error)."""
+    text = read_text(path, name)
     lines = [line.rstrip("\r") for line in text.split("\n") if line.strip()]
     if not lines:
         raise ValueError(f"--{name}: {path} holds no non-empty line")
@@ -192,16 +287,16 @@ def split_list(text: str, name: str) -> List[str]:
     return items
 
 
-def parse_ints(text: str, name: str, *, low: int = 1) -> List[int]:
-    """A comma list of integers >= ``low``."""
+def parse_ints(text: str, name: str, *, low: int = 1, high: int = INT64_MAX) -> List[int]:
+    """A comma list of integers in ``[low, high]``."""
     out = []
     for item in split_list(text, name):
         try:
             value = int(item)
         except ValueError:
             raise ValueError(f"--{name}: {item!r} is not an integer") from None
-        if value < low:
-            raise ValueError(f"--{name}: {value} is below {low}")
+        if not low <= value <= high:
+            raise ValueError(f"--{name}: {show_int(value)} is out of range [{low}, {high}]")
         out.append(value)
     return out
 

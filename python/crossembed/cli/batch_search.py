@@ -14,13 +14,14 @@ failed run leaves any previous ``OUT`` as it was):
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 from typing import BinaryIO, Iterator, Tuple
 
 import numpy as np
 
 from crossembed._io import atomic_open
-from crossembed.cli._common import load_npy, read_lines
+from crossembed.cli._common import check_real_dtype, load_npy, read_lines
 
 __all__ = ["RESULT_DTYPE", "query_batches", "stream_search"]
 
@@ -34,8 +35,11 @@ def _gaussian_queries(path: Path):
         try:
             with np.load(path, allow_pickle=False) as z:
                 mean, var = z["mean"], z["var"]
-        except (KeyError, ValueError, OSError) as exc:
-            raise ValueError(f"--queries: {path} must be an .npz with 'mean' and 'var' ({exc})") from None
+        except (KeyError, ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ValueError(f"--queries: {path} must be an .npz with 'mean' and 'var' ({msg})") from None
+        check_real_dtype(mean.dtype, "--queries", path)
+        check_real_dtype(var.dtype, "--queries", path)
     else:
         stacked = load_npy(str(path), "--queries")
         if stacked.ndim != 3 or stacked.shape[0] != 2:

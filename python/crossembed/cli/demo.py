@@ -25,7 +25,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from crossembed.cli._common import add_num_threads, add_output_flags, add_seed, print_result
+from crossembed.cli._common import add_num_threads, add_output_flags, add_seed, float_arg, print_result
 
 _DEFAULT_MODELS = "minilm,minilm-l3,e5"
 
@@ -37,7 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n\n")[0],
     )
     p.add_argument("--models", default=_DEFAULT_MODELS, help=f"comma-separated encoders (default {_DEFAULT_MODELS})")
-    p.add_argument("--fit-fraction", type=float, default=0.4, help="share of synsets used to fit the posteriors")
+    p.add_argument(
+        "--fit-fraction",
+        type=float_arg(0, 1, above=True, below=True),
+        default=0.4,
+        help="share of synsets used to fit the posteriors",
+    )
     add_seed(p, "random seed (splits, seeds, linking)")
     add_num_threads(p)
     add_output_flags(p)

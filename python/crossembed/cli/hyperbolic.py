@@ -18,6 +18,8 @@ from crossembed.cli._common import (
     add_output_flags,
     add_seed,
     command_line,
+    float_arg,
+    int_arg,
     print_result,
     split_list,
 )
@@ -59,11 +61,11 @@ def _train_config(args, **overrides):
 
 
 def _add_train_options(p) -> None:
-    p.add_argument("--steps", type=int, default=500, help="optimisation steps (default 500)")
-    p.add_argument("--batch-size", type=int, default=64, help="scenes per batch (default 64)")
-    p.add_argument("--n-train", type=int, default=6000, help="generated training scenes (default 6000)")
-    p.add_argument("--dim", type=int, default=64, help="embedding dimension (default 64)")
-    p.add_argument("--lr", type=float, default=5e-4, help="AdamW learning rate (default 5e-4)")
+    p.add_argument("--steps", type=int_arg(1), default=500, help="optimisation steps (default 500)")
+    p.add_argument("--batch-size", type=int_arg(1), default=64, help="scenes per batch (default 64)")
+    p.add_argument("--n-train", type=int_arg(1), default=6000, help="generated training scenes (default 6000)")
+    p.add_argument("--dim", type=int_arg(1), default=64, help="embedding dimension (default 64)")
+    p.add_argument("--lr", type=float_arg(0), default=5e-4, help="AdamW learning rate (default 5e-4)")
 
 
 def _add_common(p) -> None:
@@ -225,7 +227,9 @@ def _add_train_parser(subparsers) -> None:
     add_seed(p)
     p.add_argument("--out", required=True, help="output directory (checkpoint, loss plot)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.cemb")
-    p.add_argument("--lam", type=float, default=None, help="entailment weight lambda (default: the model's, 0.2)")
+    p.add_argument(
+        "--lam", type=float_arg(0), default=None, help="entailment weight lambda (default: the model's, 0.2)"
+    )
     p.add_argument("--plot", help="also save the loss curve to this PNG")
     _add_train_options(p)
     _add_common(p)
@@ -240,8 +244,8 @@ def _add_eval_parser(subparsers) -> None:
         epilog=_THREADS_NOTE,
     )
     p.add_argument("checkpoint", help="checkpoint.cemb or the directory holding it")
-    p.add_argument("--n-test", type=int, default=1000, help="test scenes (default 1000)")
-    p.add_argument("--n-items", type=int, default=2000, help="test items for zero-shot (default 2000)")
+    p.add_argument("--n-test", type=int_arg(1), default=1000, help="test scenes (default 1000)")
+    p.add_argument("--n-items", type=int_arg(1), default=2000, help="test items for zero-shot (default 2000)")
     p.add_argument("--plot", help="save the embedding radius distribution to this PNG")
     _add_common(p)
     p.set_defaults(func=_cmd_eval)
@@ -257,11 +261,11 @@ def _add_curve_parser(subparsers) -> None:
     )
     p.add_argument("--models", help=f"comma-separated subset of {','.join(MODEL_NAMES)} (default clip,hycoclip,uncha)")
     add_seed(p)
-    p.add_argument("--every", type=int, default=250, help="evaluate every this many steps (default 250)")
+    p.add_argument("--every", type=int_arg(1), default=250, help="evaluate every this many steps (default 250)")
     p.add_argument("--out", default=None, help="markdown file whose uncha-curve block is replaced")
     p.add_argument("--work", help="directory for the runs' checkpoints (default: a temporary one)")
-    p.add_argument("--n-test", type=int, default=500, help="test scenes (default 500)")
-    p.add_argument("--n-items", type=int, default=1000, help="test items for zero-shot (default 1000)")
+    p.add_argument("--n-test", type=int_arg(1), default=500, help="test scenes (default 500)")
+    p.add_argument("--n-items", type=int_arg(1), default=1000, help="test items for zero-shot (default 1000)")
     _add_train_options(p)
     _add_common(p)
     p.set_defaults(func=_cmd_curve)
@@ -275,7 +279,7 @@ def _add_table_parser(subparsers) -> None:
         "(or writes it into --out with plots next to it).",
         epilog=_THREADS_NOTE,
     )
-    p.add_argument("--seeds", type=int, default=3, help="number of seeds (default 3)")
+    p.add_argument("--seeds", type=int_arg(1), default=3, help="number of seeds (default 3)")
     add_seed(p, help="first seed")
     p.add_argument("--models", help=f"comma-separated subset of {','.join(MODEL_NAMES)}")
     p.add_argument(
@@ -285,8 +289,8 @@ def _add_table_parser(subparsers) -> None:
         "Without it the table is printed and no plot is drawn",
     )
     p.add_argument("--work", help="directory for per-run checkpoints; finished runs are reused (resumable table)")
-    p.add_argument("--n-test", type=int, default=1000, help="test scenes (default 1000)")
-    p.add_argument("--n-items", type=int, default=2000, help="test items for zero-shot (default 2000)")
+    p.add_argument("--n-test", type=int_arg(1), default=1000, help="test scenes (default 1000)")
+    p.add_argument("--n-items", type=int_arg(1), default=2000, help="test items for zero-shot (default 2000)")
     _add_train_options(p)
     _add_common(p)
     p.set_defaults(func=_cmd_table)
@@ -304,17 +308,19 @@ def _add_wordnet_parser(subparsers) -> None:
         default="mammal.n.01",
         help="subtree root as lemma.n.NN, or 'all' for every noun (default mammal.n.01)",
     )
-    p.add_argument("--dim", type=int, default=10, help="embedding dimension (default 10)")
-    p.add_argument("--epochs", type=int, default=300, help="passes over the closure (default 300)")
-    p.add_argument("--negatives", type=int, default=50, help="sampled negatives per pair (default 50)")
-    p.add_argument("--lr", type=float, default=0.1, help="Adam learning rate (default 0.1)")
+    p.add_argument("--dim", type=int_arg(1), default=10, help="embedding dimension (default 10)")
+    p.add_argument("--epochs", type=int_arg(1), default=300, help="passes over the closure (default 300)")
+    p.add_argument("--negatives", type=int_arg(1), default=50, help="sampled negatives per pair (default 50)")
+    p.add_argument("--lr", type=float_arg(0, above=True), default=0.1, help="Adam learning rate (default 0.1)")
     p.add_argument(
         "--entailment-weight",
-        type=float,
+        type=float_arg(0),
         default=0.0,
         help="weight of the entailment-cone term (default 0: it lowered reconstruction on mammals, see docs/uncha.md)",
     )
-    p.add_argument("--max-nodes", type=int, default=None, help="cap on nodes (largest first by BFS from the root)")
+    p.add_argument(
+        "--max-nodes", type=int_arg(2), default=None, help="cap on nodes (largest first by BFS from the root)"
+    )
     add_seed(p)
     p.add_argument("--plot", help="save radius-by-depth plot to this PNG")
     _add_common(p)

@@ -8,20 +8,22 @@ on synthetic data. Nothing is written unless a path is given.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from crossembed._validation import INT64_MAX, check_fraction, check_int
 from crossembed.cli._common import (
     add_num_threads,
     add_output_flags,
     add_seed,
+    int_arg,
     load_npy,
     parse_ints,
     parse_tuples,
     print_result,
+    read_text,
     split_list,
 )
 
@@ -40,10 +42,10 @@ def register(subparsers) -> None:
     p.add_argument("--out", help="write links as CSV (a,b,posterior,votes)")
     p.add_argument("--method", default="geh", choices=_METHODS)
     p.add_argument("--promotion", default="validated", choices=sorted(PROMOTIONS))
-    p.add_argument("--max-iter", type=int, default=100)
+    p.add_argument("--max-iter", type=int_arg(1), default=100)
     p.add_argument(
         "--sample-rows",
-        type=int,
+        type=int_arg(0),
         default=None,
         help="GEH rounds on this many sampled rows a side, the map pass on all (default 20000; 0: every row)",
     )
@@ -66,9 +68,9 @@ def register(subparsers) -> None:
     )
     t.add_argument("--settings", default="0.3:15", help="comma list of alpha:n_seeds")
     t.add_argument("--methods", default=None, help="comma list (default: baselines, paper, capped, validated)")
-    t.add_argument("--draws", type=int, default=5)
-    t.add_argument("--n-objects", type=int, default=10_000, help="glosses sampled per draw")
-    t.add_argument("--max-iter", type=int, default=30)
+    t.add_argument("--draws", type=int_arg(1), default=5)
+    t.add_argument("--n-objects", type=int_arg(2), default=10_000, help="glosses sampled per draw")
+    t.add_argument("--max-iter", type=int_arg(1), default=30)
     t.add_argument("--results", default=None, help="resumable JSON of every run (default: in the cache directory)")
     t.add_argument(
         "--out", default=None, help="markdown file whose link-table block is replaced (e.g. docs/linking.md)"
@@ -81,7 +83,7 @@ def register(subparsers) -> None:
     c = subparsers.add_parser("link-scale", help="time GEH fits and single views on synthetic data of growing N")
     c.add_argument("--sizes", default="1000,3000,10000", help="rows per side for full fits (comma list)")
     c.add_argument("--view-sizes", default="3000,10000", help="rows per side for single-view timings")
-    c.add_argument("--max-iter", type=int, default=10)
+    c.add_argument("--max-iter", type=int_arg(1), default=10)
     c.add_argument("--candidates", default="pool", choices=["exact", "pool", "ann"])
     c.add_argument("--results", default=None, help="write the records as JSON here")
     c.add_argument("--plot", default=None, help="write the log-log growth curve PNG here")
@@ -97,13 +99,10 @@ def _load_matrix(path: str, name: str) -> np.ndarray:
 
 
 def read_seeds(path: str) -> np.ndarray:
-    """Two integer columns ``row_in_A,row_in_B``; one optional header line."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"seeds file {path!r} does not exist")
+    """Two integer columns ``row_in_A,row_in_B``, each in ``[0, 2**63)``; one optional header line."""
     rows = []
     header_allowed = True
-    for n, line in enumerate(p.read_text().splitlines(), 1):
+    for n, line in enumerate(read_text(path, "seeds").splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
@@ -111,11 +110,16 @@ def read_seeds(path: str) -> np.ndarray:
         if len(parts) != 2:
             raise ValueError(f"seeds file {path!r} line {n}: expected 2 comma-separated columns, got {len(parts)}")
         try:
-            rows.append((int(parts[0]), int(parts[1])))
+            pair = (int(parts[0]), int(parts[1]))
         except ValueError:
             if not header_allowed:
-                raise ValueError(f"seeds file {path!r} line {n}: {line!r} is not two integers") from None
+                raise ValueError(f"seeds file {path!r} line {n}: {line[:60]!r} is not two integers") from None
+            pair = None
         header_allowed = False
+        if pair is not None:
+            if not all(0 <= v <= INT64_MAX for v in pair):
+                raise ValueError(f"seeds file {path!r} line {n}: row numbers must be in [0, {INT64_MAX}]")
+            rows.append(pair)
     if not rows:
         raise ValueError(f"seeds file {path!r} holds no pairs")
     return np.asarray(rows, dtype=np.int64)
@@ -176,18 +180,23 @@ def _default_results(name: str) -> Path:
 
 def _link_table(args) -> int:
     from crossembed.experiments._report import replace_block
-    from crossembed.experiments.link_table import DEFAULT_PAIRS, SUMMARY, render_markdown, run_table
+    from crossembed.experiments.link_table import DEFAULT_PAIRS, SUMMARY, load_records, render_markdown, run_table
 
     results = Path(args.results) if args.results else _default_results("link_table.json")
     if args.render_only:
-        if not results.is_file():
-            raise FileNotFoundError(f"results file {str(results)!r} does not exist")
-        records = json.loads(results.read_text())
+        records = load_records(results, "--results")
     else:
         methods = tuple(split_list(args.methods, "methods")) if args.methods else SUMMARY
+        pairs = parse_tuples(args.pairs, "pairs", (str, str, int)) if args.pairs else DEFAULT_PAIRS
+        settings = parse_tuples(args.settings, "settings", (float, int))
+        for _, _, corpus in pairs:
+            check_int(corpus, "--pairs corpus size", low=2)
+        for alpha, n_seeds in settings:  # checked here, not after the corpora are embedded
+            check_fraction(alpha, "--settings alpha")
+            check_int(n_seeds, "--settings n_seeds", low=1)
         records = run_table(
-            pairs=parse_tuples(args.pairs, "pairs", (str, str, int)) if args.pairs else DEFAULT_PAIRS,
-            settings=parse_tuples(args.settings, "settings", (float, int)),
+            pairs=pairs,
+            settings=settings,
             methods=methods,
             n_draws=args.draws,
             n_objects=args.n_objects,
@@ -204,12 +213,12 @@ def _link_table(args) -> int:
 
 
 def _link_scale(args) -> int:
-    from crossembed.experiments.link_scale import plot_scaling, time_scaling
+    from crossembed.experiments.link_scale import MIN_FIT_ROWS, VIEW_ANCHORS, plot_scaling, time_scaling
 
     records = time_scaling(
-        parse_ints(args.sizes, "sizes") if args.sizes.strip() else [],
+        parse_ints(args.sizes, "sizes", low=MIN_FIT_ROWS) if args.sizes.strip() else [],
         max_iter=args.max_iter,
-        view_sizes=parse_ints(args.view_sizes, "view-sizes") if args.view_sizes.strip() else [],
+        view_sizes=parse_ints(args.view_sizes, "view-sizes", low=VIEW_ANCHORS) if args.view_sizes.strip() else [],
         results_path=args.results,
         candidates=args.candidates,
         log=lambda s: print(s, file=sys.stderr, flush=True),

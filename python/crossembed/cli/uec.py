@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
+import math
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from crossembed._validation import INT_MAX
 from crossembed.cli._common import (
     add_num_threads,
     add_output_flags,
     add_seed,
     command_line,
+    float_arg,
+    int_arg,
     parse_ints,
     print_result,
     read_lines,
@@ -24,12 +29,16 @@ __all__ = ["register"]
 
 
 def _prior(text: str):
+    """The argparse ``type`` of ``--prior-precision``: ``marglik``, ``nll`` or a finite number > 0."""
     if text in ("marglik", "nll"):
         return text
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
-        raise ValueError(f"--prior-precision must be 'marglik', 'nll' or a number, got {text!r}") from None
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be 'marglik', 'nll' or a number > 0, got {text[:40]!r}")
+    return value
 
 
 def _load_encoder(name: str, num_threads):
@@ -99,7 +108,7 @@ def _fit_embedders(args, models, pairs) -> list:
         lap = LaplaceEmbedder(
             enc,
             hessian=args.hessian,
-            prior_precision=_prior(args.prior_precision),
+            prior_precision=args.prior_precision,
             random_state=args.seed,
             query_head=args.query_head,
         ).fit_embeddings(A, P, show_progress_bar=not args.quiet)
@@ -189,7 +198,13 @@ def _render_hits(out) -> str:
 def _uec_eval(args) -> int:
     from crossembed._io import atomic_write
     from crossembed.experiments.tasks import freedict_task, wordnet_task
-    from crossembed.experiments.uec_eval import embed_task, evaluate_task, plot_coefficients, render_markdown
+    from crossembed.experiments.uec_eval import (
+        embed_task,
+        evaluate_task,
+        load_results,
+        plot_coefficients,
+        render_markdown,
+    )
 
     models = split_list(args.models, "models")
     tasks = split_list(args.tasks, "tasks")
@@ -198,10 +213,7 @@ def _uec_eval(args) -> int:
             raise ValueError(f"--tasks takes 'wordnet', 'wordnet-verb' and/or 'freedict', got {t!r}")
     results = []
     for path in args.from_json:  # results of earlier runs (e.g. one task per process), rendered together
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"--from-json file {path!r} does not exist")
-        loaded = json.loads(Path(path).read_text())
-        results.extend(loaded if isinstance(loaded, list) else [loaded])
+        results.extend(load_results(path, "--from-json"))
     if args.from_json:
         tasks = []
     for name in tasks:
@@ -219,7 +231,7 @@ def _uec_eval(args) -> int:
                 models=models,
                 n_draws=args.draws,
                 seed=args.seed,
-                prior_precision=_prior(args.prior_precision),
+                prior_precision=args.prior_precision,
                 row_set=args.row_set,
                 last_dense=not args.no_last_dense,
                 show_progress_bar=not args.quiet,
@@ -239,21 +251,29 @@ def _uec_eval(args) -> int:
 
 def _uec_perf(args) -> int:
     from crossembed._io import atomic_write
-    from crossembed.experiments.uec_perf import benchmark_encode, benchmark_fit, benchmark_search, render_perf_markdown
+    from crossembed.experiments.uec_perf import (
+        benchmark_encode,
+        benchmark_fit,
+        benchmark_search,
+        load_runs,
+        parse_sizes,
+        render_perf_markdown,
+    )
 
-    reranks = parse_ints(args.reranks, "reranks")
-    efs = parse_ints(args.efs, "efs") if args.efs else None
+    reranks = parse_ints(args.reranks, "reranks", high=INT_MAX)
+    efs = parse_ints(args.efs, "efs", high=INT_MAX) if args.efs else None
+    if efs is not None and len(efs) != len(reranks):
+        raise ValueError(f"--efs must give one value per --reranks value ({len(reranks)}), got {len(efs)}")
+    sizes = parse_sizes(args.sizes, "--sizes")
+    models = split_list(args.encode_models, "encode-models") if args.encode_models else None
     runs = []
     for path in args.from_json:  # earlier sizes, each run in its own process (per-size peak memory)
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"--from-json file {path!r} does not exist")
-        runs.extend(json.loads(Path(path).read_text())["search"])
-    for spec in [s for s in args.sizes.split(",") if s.strip()]:
-        n, _, d = spec.partition("x")
+        runs.extend(load_runs(path, "--from-json"))
+    for n, d in sizes:
         runs.append(
             benchmark_search(
-                int(float(n)),
-                int(d or 384),
+                n,
+                d,
                 n_queries=args.queries,
                 reranks=reranks,
                 efs=efs,
@@ -267,7 +287,6 @@ def _uec_perf(args) -> int:
         )
         if not args.quiet:  # partial results as they come (the big sizes take minutes)
             print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
-    models = split_list(args.encode_models, "encode-models") if args.encode_models else None
     enc = benchmark_encode(models, num_threads=args.num_threads) if models else None
     fits = benchmark_fit(args.fit_pairs) if args.fit_pairs else []
     md = render_perf_markdown(runs, enc, fits=fits, command=command_line())
@@ -296,7 +315,7 @@ def _add_encode(subparsers) -> None:
     p.add_argument("-o", "--output", required=True, help="output .npy path (written atomically)")
     p.add_argument("--model", default="minilm", help="encoder name or local model path (default: minilm)")
     p.add_argument("--role", choices=("query", "passage"), default="query")
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=int_arg(1), default=32)
     add_num_threads(p)
     add_output_flags(p)
     p.set_defaults(func=_encode)
@@ -314,7 +333,7 @@ def _add_index_build(isub) -> None:
     b.add_argument("--mixing", choices=("score", "embedding"), default="score")
     b.add_argument(
         "--temperature",
-        type=float,
+        type=float_arg(0, above=True),
         default=None,
         help="T of the coefficients (default: chosen on dev for the rules/uncertainty, docs/uec.md)",
     )
@@ -328,7 +347,7 @@ def _add_index_build(isub) -> None:
     )
     b.add_argument(
         "--hubness",
-        type=float,
+        type=float_arg(0),
         default=None,
         help="weight of each document's hubness taken off its per-model scores (default 0.5, CSLS, for score "
         "mixing under the paper's rules; 0 turns it off)",
@@ -340,10 +359,10 @@ def _add_index_build(isub) -> None:
         help="fit no query heads (a linear map of each model's queries, fitted on the pairs and used by default "
         "for score mixing under the paper's rules; docs/uec.md)",
     )
-    b.add_argument("--prior-precision", default="marglik", help="'marglik', 'nll' or a number")
-    b.add_argument("--M", type=int, default=32)
-    b.add_argument("--ef-construction", type=int, default=200)
-    b.add_argument("--rerank", type=int, default=100)
+    b.add_argument("--prior-precision", type=_prior, default="marglik", help="'marglik', 'nll' or a number")
+    b.add_argument("--M", type=int_arg(2), default=32)
+    b.add_argument("--ef-construction", type=int_arg(1), default=200)
+    b.add_argument("--rerank", type=int_arg(1), default=100)
     b.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="document store precision")
     add_num_threads(b)
     add_seed(b, "random seed (batches, default fit split, hnswlib graph)")
@@ -363,11 +382,11 @@ def _add_index_search(isub) -> None:
     s.add_argument(
         "-o", "--output", default=None, help="stream the results of --queries to .npy (id, score fields) or .jsonl"
     )
-    s.add_argument("--batch-size", type=int, default=1024, help="queries per search call with --output")
-    s.add_argument("-k", type=int, default=10)
+    s.add_argument("--batch-size", type=int_arg(1), default=1024, help="queries per search call with --output")
+    s.add_argument("-k", type=int_arg(1), default=10)
     s.add_argument("--exact", action="store_true", help="brute-force probit search instead of hnswlib + rerank")
-    s.add_argument("--rerank", type=int, default=None, help="ANN candidates reranked per query")
-    s.add_argument("--ef", type=int, default=None, help="hnswlib search breadth (default 2 x rerank)")
+    s.add_argument("--rerank", type=int_arg(1), default=None, help="ANN candidates reranked per query")
+    s.add_argument("--ef", type=int_arg(1), default=None, help="hnswlib search breadth (default 2 x rerank)")
     add_num_threads(s)
     add_output_flags(s)
     s.set_defaults(func=_index_search)
@@ -382,9 +401,9 @@ def _add_uec_eval(subparsers) -> None:
         "chosen on them)",
     )
     e.add_argument("--models", default="minilm,minilm-l3,e5")
-    e.add_argument("--draws", type=int, default=3, help="random dev/test halves")
-    e.add_argument("--n-per-language", type=int, default=400, help="FreeDict queries per language")
-    e.add_argument("--prior-precision", default="marglik", help="'marglik', 'nll' or a number")
+    e.add_argument("--draws", type=int_arg(1), default=3, help="random dev/test halves")
+    e.add_argument("--n-per-language", type=int_arg(1), default=400, help="FreeDict queries per language")
+    e.add_argument("--prior-precision", type=_prior, default="marglik", help="'marglik', 'nll' or a number")
     e.add_argument("--cache-dir", default=None, help="embedding cache (default ~/.cache/crossembed)")
     e.add_argument(
         "--row-set",
@@ -414,15 +433,17 @@ def _add_uec_eval(subparsers) -> None:
 def _add_uec_perf(subparsers) -> None:
     f = subparsers.add_parser("uec-perf", help="UEC search throughput: exact vs hnswlib + rerank")
     f.add_argument("--sizes", default="100000x1152,1000000x384", help="comma-separated NxD of synthetic documents")
-    f.add_argument("--queries", type=int, default=500)
+    f.add_argument("--queries", type=int_arg(1), default=500)
     f.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="document store")
-    f.add_argument("--M", type=int, default=32, help="hnswlib M")
-    f.add_argument("--ef-construction", type=int, default=200)
+    f.add_argument("--M", type=int_arg(2), default=32, help="hnswlib M")
+    f.add_argument("--ef-construction", type=int_arg(1), default=200)
     f.add_argument("--reranks", default="50,100,200", help="comma-separated ANN candidates reranked per query")
     f.add_argument("--efs", default=None, help="hnswlib ef per rerank value (default 2 x rerank)")
     f.add_argument("--from-json", action="append", default=[], help="also render the runs of an earlier --json output")
     f.add_argument("--encode-models", default="", help="also time ensemble encoding with these models")
-    f.add_argument("--fit-pairs", type=int, default=10000, help="also time Laplace fits on this many pairs (0: skip)")
+    f.add_argument(
+        "--fit-pairs", type=int_arg(0), default=10000, help="also time Laplace fits on this many pairs (0: skip)"
+    )
     add_num_threads(f)
     f.add_argument("--out", default=None, help="markdown table")
     add_seed(f, "random seed (synthetic documents)")

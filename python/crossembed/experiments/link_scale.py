@@ -13,10 +13,16 @@ import numpy as np
 
 from crossembed import kernels
 from crossembed._io import atomic_write
+from crossembed._validation import check_int
 from crossembed.linking.candidates import CANDIDATE_SOURCES
 from crossembed.linking.geh import GEHLinker
 
-__all__ = ["plot_scaling", "synthetic_pair", "time_scaling"]
+__all__ = ["MIN_FIT_ROWS", "VIEW_ANCHORS", "plot_scaling", "synthetic_pair", "time_scaling"]
+
+
+#: A timed fit starts from this many seeds and needs rows beyond them; a timed view has this many anchors.
+SEEDS, VIEW_ANCHORS = 15, 256
+MIN_FIT_ROWS = SEEDS + 1
 
 
 def synthetic_pair(n: int, *, latent: int = 32, dim_a: int = 384, dim_b: int = 512, noise: float = 0.05, seed: int = 0):
@@ -49,6 +55,10 @@ def time_scaling(
     """
     if candidates not in CANDIDATE_SOURCES:
         raise ValueError(f"candidates must be one of {sorted(CANDIDATE_SOURCES)}, got {candidates!r}")
+    for n in sizes:
+        check_int(n, "sizes", low=MIN_FIT_ROWS)
+    for n in view_sizes:
+        check_int(n, "view_sizes", low=VIEW_ANCHORS)
     records = [_time_fit(n, max_iter, candidates, log) for n in sizes]
     records += [_time_view(n, log) for n in view_sizes]
     if results_path is not None:
@@ -58,7 +68,7 @@ def time_scaling(
 
 def _time_fit(n: int, max_iter: int, candidates: str, log: Callable[[str], None]) -> dict:
     A, B = synthetic_pair(n)
-    seeds = np.stack([np.arange(15), np.arange(15)], axis=1)
+    seeds = np.stack([np.arange(SEEDS), np.arange(SEEDS)], axis=1)
     linker = GEHLinker(
         candidates=CANDIDATE_SOURCES[candidates](), max_iter=max_iter, show_progress_bar=False, random_state=0
     )
@@ -84,7 +94,7 @@ def _time_fit(n: int, max_iter: int, candidates: str, log: Callable[[str], None]
 
 def _time_view(n: int, log: Callable[[str], None]) -> dict:
     A, B = synthetic_pair(n)
-    idx = np.arange(256)
+    idx = np.arange(VIEW_ANCHORS)
     tic = time.perf_counter()
     SA = kernels.anchor_signatures(A, A[idx])
     SB = kernels.anchor_signatures(B, B[idx])

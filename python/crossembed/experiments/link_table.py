@@ -17,6 +17,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence
 import numpy as np
 
 from crossembed._io import atomic_write
+from crossembed.experiments._records import read_checked
 from crossembed.linking import (
     CappedPromotion,
     CellCandidates,
@@ -37,7 +38,16 @@ from crossembed.linking import (
     relative_link,
 )
 
-__all__ = ["DEFAULT_PAIRS", "METHODS", "SUMMARY", "render_markdown", "run_method", "run_table"]
+__all__ = [
+    "DEFAULT_PAIRS",
+    "METHODS",
+    "RECORD_SHAPE",
+    "SUMMARY",
+    "load_records",
+    "render_markdown",
+    "run_method",
+    "run_table",
+]
 
 # (encoder A, encoder B, corpus size): each draw samples n_objects of the corpus's mixed-POS glosses
 DEFAULT_PAIRS = (
@@ -91,6 +101,30 @@ def run_method(name: str, A, B, seeds, *, random_state: int = 0, max_iter: int =
     return METHODS[name](A, B, seeds, random_state=random_state, max_iter=max_iter)
 
 
+#: What :func:`render_markdown` and a resumed :func:`run_table` read of each record (see ``_records``).
+RECORD_SHAPE = [
+    {
+        "key": "str",
+        "a": "str",
+        "b": "str",
+        "corpus": "int",
+        "n_objects": "int",
+        "alpha": "number",
+        "n_seeds": "int",
+        "method": "str",
+        "seconds": "number",
+        "precision": "number",
+        "recall": "number",
+        "f1": "number",
+    }
+]
+
+
+def load_records(path, source: str = "results_path") -> List[dict]:
+    """The records of an earlier :func:`run_table`, shape-checked (``source`` names the file in errors)."""
+    return read_checked(path, source, RECORD_SHAPE)
+
+
 def _key(pair, alpha, n_seeds, method, draw) -> str:
     return f"{pair[0]}|{pair[1]}|{alpha}|{n_seeds}|{method}|{draw}"
 
@@ -127,7 +161,7 @@ def run_table(
         if m not in METHODS:
             raise ValueError(f"unknown method {m!r}; choose from {sorted(METHODS)}")
     path = Path(results_path)
-    records: List[dict] = json.loads(path.read_text()) if path.is_file() else []
+    records: List[dict] = load_records(path) if path.is_file() else []
     done = {r["key"] for r in records}
     settings = list(settings)
     for pair in pairs:

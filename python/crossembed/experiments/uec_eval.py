@@ -27,6 +27,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 import crossembed.uec.rules as _rules
+from crossembed.experiments._records import check_loaded, read_json
 from crossembed.experiments.tasks import UECTask, dev_test_draws
 from crossembed.experiments.uec_configs import build_ensemble
 from crossembed.uec.ensemble import UECEnsemble
@@ -42,10 +43,12 @@ from crossembed.uec.metrics import (
 
 __all__ = [
     "DEFAULT_MODELS",
+    "RESULT_SHAPE",
     "TEMPERATURES",
     "TaskEmbeddings",
     "embed_task",
     "evaluate_task",
+    "load_results",
 ]
 
 DEFAULT_MODELS = ("minilm", "minilm-l3", "e5")
@@ -735,6 +738,85 @@ English test queries. AUC@10 = ROC AUC of -sig2_s of the top-1 pair for "a
 relevant document is in the top 10". ECE: 15 bins, top-1 confidence =
 softmax of the top-100 scores / tau with tau fitted on dev.
 """
+
+
+_PAIR = ("number", "number")
+#: What :func:`render_markdown` reads of one :func:`evaluate_task` result (see ``_records``);
+#: :func:`load_results` also checks the rows the report compares are there.
+RESULT_SHAPE = {
+    "task": "str",
+    "models": ["str"],
+    "languages": ["str"],
+    "n_queries_eval": "int",
+    "n_documents": "int",
+    "n_fit_pairs": "int",
+    "n_draws": "int",
+    "best_dev_variant": "str",
+    "multilingual_model?": "str",
+    "command?": "str",
+    "skipped?": {},
+    "notes?": {},
+    "rows": {
+        "*": {
+            **{key: _PAIR for key, _ in _MAIN_METRICS},
+            "w_multi[foreign]?": _PAIR,
+            "w_multi[en]?": _PAIR,
+            "chosen?": [{"*": "number"}],
+        }
+    },
+    "coefficients": {"*": {"*": ["number"]}},
+    "posteriors": {
+        "*": {
+            "prior_precision": "number",
+            "fit_seconds": "number",
+            "n_pairs": "int",
+            "trace_mean": "number",
+            "trace_std": "number",
+            "query_head_penalty?": "number?",
+        }
+    },
+}
+
+
+def load_results(path, source: str = "--from-json") -> List[Dict[str, Any]]:
+    """The results saved next to an earlier report (one result or a list), checked for what the report reads."""
+    loaded = read_json(path, source)
+    results = check_loaded(loaded, [RESULT_SHAPE] if isinstance(loaded, list) else RESULT_SHAPE, path, source)
+    results = results if isinstance(results, list) else [results]
+    for i, res in enumerate(results):
+        missing = _uncompared(res)
+        if missing:
+            raise ValueError(
+                f"{source} file {str(path)!r}: result {i} lacks what the report compares: {', '.join(missing[:3])}"
+            )
+    return results
+
+
+def _uncompared(res: Dict[str, Any]) -> List[str]:
+    """The rows and fields of a result (of :data:`RESULT_SHAPE`) that the report reads and it lacks."""
+    rows, langs = res["rows"], res["languages"]
+    need = [DEFAULT_ROW, res["best_dev_variant"]] + (res["models"] if len(langs) > 1 else [])
+    if res["task"] == "freedict-multilingual":
+        need.append(res.get("multilingual_model", "e5"))
+    missing = [f"row {name!r}" for name in dict.fromkeys(need) if name not in rows]
+    if not any(m in rows for m in res["models"]):
+        missing.append("a row of a single model")
+    for name, per_lang in res["coefficients"].items():
+        if any(len(w) != len(res["models"]) for w in per_lang.values()):
+            missing.append(f"coefficients {name!r}: one weight per model")
+    default = rows.get(DEFAULT_ROW, {})
+    if res["task"] == "freedict-multilingual" and "w_multi[foreign]" in default and "w_multi[en]" not in default:
+        missing.append(f"row {DEFAULT_ROW!r}: w_multi[en] beside w_multi[foreign]")
+    for name, row in rows.items():
+        for lang in langs if len(langs) > 1 else ():
+            value = row.get(f"ndcg@10[{lang}]")
+            if not (isinstance(value, list) and len(value) == 2 and all(_is_number(v) for v in value)):
+                missing.append(f"row {name!r}: ndcg@10[{lang}] as [mean, std]")
+    return missing
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _verdicts(res: Dict[str, Any]) -> List[str]:

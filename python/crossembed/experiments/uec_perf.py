@@ -16,6 +16,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from crossembed import kernels
+from crossembed.experiments._records import read_checked
 from crossembed.experiments.uec_eval import DEFAULT_MODELS
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
@@ -23,13 +24,83 @@ from crossembed.uec.index import UECIndex, merge_topk
 from crossembed.uec.laplace import LaplaceEmbedder
 
 __all__ = [
+    "RUNS_SHAPE",
     "benchmark_encode",
     "benchmark_fit",
     "benchmark_search",
+    "load_runs",
+    "parse_sizes",
     "render_perf_markdown",
     "synthetic_chunks",
     "synthetic_gaussians",
 ]
+
+
+# --------------------------------------------------------------------------- inputs
+#: What :func:`render_perf_markdown` reads of a saved ``--json`` output (see ``_records``).
+RUNS_SHAPE = {
+    "search": [
+        {
+            "n_docs": "int",
+            "dim": "int",
+            "dtype": "str",
+            "M": "int",
+            "ef_construction": "int",
+            "build_seconds": "number",
+            "build_peak_rss_bytes": "number",
+            "store_bytes_per_doc": "number",
+            "graph_bytes_per_doc": "number",
+            "exact_qps": "number",
+            "exact_cold_qps": "number",
+            "search_peak_rss_bytes": "number",
+            "float16_exact_recall@10?": "number",
+            "ann": [
+                {"rerank": "int", "ef": "int", "qps": "number", "speedup": "number", "recall@10_vs_exact": "number"}
+            ],
+        }
+    ]
+}
+
+
+def load_runs(path, source: str = "--from-json") -> List[Dict[str, Any]]:
+    """The search runs of an earlier ``--json`` output, shape-checked (``source`` names the file in errors)."""
+    return read_checked(path, source, RUNS_SHAPE)["search"]
+
+
+_MAX_DOCS, _MAX_DIM = 2**40, 65536
+
+
+def _whole_number(text: str) -> Optional[int]:
+    """``"1000"`` or ``"1e5"`` as an int; None for anything else (fractions, nan, inf, words)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return int(value) if math.isfinite(value) and value.is_integer() else None
+
+
+def parse_sizes(text: str, source: str = "--sizes", *, min_docs: int = 10) -> List[Tuple[int, int]]:
+    """``"100000x1152,1e6"`` -> ``[(100000, 1152), (1000000, 384)]``: documents x dimension (default 384).
+
+    ``min_docs <= N <= 2**40`` (the k of the benchmark up to what any machine could index) and
+    ``1 <= D <= 65536``; an empty list is allowed.
+    """
+    out = []
+    for spec in (item.strip() for item in text.split(",")):
+        if not spec:
+            continue
+        n_text, _, d_text = spec.partition("x")
+        n, d = _whole_number(n_text.strip()), _whole_number(d_text.strip() or "384")
+        if n is None or d is None:
+            raise ValueError(f"{source}: {spec!r} is not NxD with whole numbers (e.g. 100000x384)")
+        if not min_docs <= n <= _MAX_DOCS or not 1 <= d <= _MAX_DIM:
+            raise ValueError(f"{source}: {spec!r} needs {min_docs} <= N <= 2**40 and 1 <= D <= {_MAX_DIM}")
+        out.append((n, d))
+    return out
 
 
 # --------------------------------------------------------------------------- throughput

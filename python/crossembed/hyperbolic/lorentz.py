@@ -96,9 +96,27 @@ def _norm0(x: torch.Tensor) -> torch.Tensor:
 
 
 def time_component(x: torch.Tensor, curvature: Curvature = 1.0) -> torch.Tensor:
-    """``x_t = sqrt(1/c + |x|^2)`` for space components ``x`` of shape (..., n)."""
+    """``x_t = sqrt(1/c + |x|^2)`` for space components ``x`` of shape (..., n).
+
+    Where ``|x|^2`` would overflow (and on other devices than the CPU, where
+    checking would synchronise) it is taken as ``hypot(1/sqrt(c), |x|)`` with
+    ``|x|`` from rows scaled by their largest entry: ``x_t`` is finite
+    whenever it is representable (``|x| ~ 1e20`` in float32, ``1e200`` in
+    float64). A finite CPU ``x`` whose ``x_t`` is beyond the dtype's range
+    raises ``ValueError`` (use float64); other devices are not read back.
+    """
     c = _c(curvature, x)
-    return torch.sqrt(1.0 / c + _sq_norm(x))
+    if x.device.type == "cpu":
+        sq = _sq_norm(x)
+        if bool(torch.isfinite(sq).all()):  # the common case, in one pass
+            return torch.sqrt(1.0 / c + sq)
+    norm = _norm_dir(x)[0] if x.shape[-1] else x.new_zeros(x.shape[:-1])
+    xt = torch.hypot(torch.rsqrt(c), norm)
+    if xt.device.type == "cpu" and not bool(torch.isfinite(xt).all()) and bool(torch.isfinite(x).all()):
+        raise ValueError(
+            f"x is too far from the origin: its time component sqrt(1/c + |x|^2) exceeds the {x.dtype} range"
+        )
+    return xt
 
 
 def inner(x: torch.Tensor, y: torch.Tensor, curvature: Curvature = 1.0) -> torch.Tensor:

@@ -13,7 +13,6 @@ def check_link_inputs(A, B, seeds, *, min_seeds: int = 2) -> Tuple[np.ndarray, n
     """Validate ``A`` (N_A, D_A), ``B`` (N_B, D_B) and one-to-one ``seeds`` (s, 2)."""
     A = as_matrix(A, "A")
     B = as_matrix(B, "B")
-    seeds = np.asarray(seeds) if seeds is not None else seeds
     seeds = as_int_matrix(seeds, "seeds")
     if seeds.shape[1] != 2:
         raise ValueError(f"seeds must have shape (s, 2), got {seeds.shape}")

@@ -88,6 +88,7 @@ def bootstrap_procrustes_link(A, B, seeds, *, n_iter: int = 10, max_pairs: Optio
     """
     A, B, seeds = check_link_inputs(A, B, seeds)
     n_iter = check_int(n_iter, "n_iter", low=1)
+    max_pairs = None if max_pairs is None else check_int(max_pairs, "max_pairs", low=0)
     dim = max(A.shape[1], B.shape[1])
     An, Bn = _pad(unit_rows(A), dim), _pad(unit_rows(B), dim)
     train = seeds

@@ -13,7 +13,7 @@ from typing import Dict
 
 import numpy as np
 
-from crossembed._validation import as_int_matrix, check_fraction, check_int, check_random_state
+from crossembed._validation import as_array, as_int_matrix, check_fraction, check_int, check_random_state
 
 __all__ = ["OverlapSplit", "make_partial_overlap", "evaluate_links"]
 
@@ -60,7 +60,7 @@ def make_partial_overlap(n_objects: int, *, alpha: float = 0.3, n_seeds: int = 1
     n_seeds = check_int(n_seeds, "n_seeds", low=1)
     n_overlap = int(round(alpha * n_objects))
     if n_overlap <= n_seeds:
-        raise ValueError(f"the overlap ({n_overlap} objects) must be larger than n_seeds ({n_seeds})")
+        raise ValueError(f"the overlap round(alpha * n_objects) = {n_overlap} must be larger than n_seeds ({n_seeds})")
     rng = check_random_state(random_state)
     perm = rng.permutation(n_objects)
     overlap = perm[:n_overlap]
@@ -90,7 +90,8 @@ def evaluate_links(links, truth) -> Dict[str, float]:
     (the truth already excludes the seeds), F1 their harmonic mean; 0 when
     undefined. Both are taken as sets: a duplicated link counts once.
     """
-    links = as_int_matrix(np.asarray(links).reshape(-1, 2) if np.size(links) == 0 else links, "links")
+    links = as_array(links, "links")
+    links = as_int_matrix(links.reshape(-1, 2) if links.size == 0 else links, "links")
     truth = as_int_matrix(truth, "truth")
     if links.shape[1] != 2 or truth.shape[1] != 2:
         raise ValueError("links and truth must have shape (n, 2)")
