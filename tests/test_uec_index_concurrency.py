@@ -246,3 +246,21 @@ def test_searches_after_an_update_rebuild_panels_only_once_they_pay(monkeypatch)
     assert len(index._blocks) == 7
     index.search(q[:1], 5)
     assert len(index._blocks) == 7  # 8 candidate rows do not pay for packing 255
+
+
+def test_ids_filters_and_candidate_counts_are_named_when_malformed():
+    docs, q = _docs(40, 8, 16), _docs(2, 8, 17)
+    index = UECIndex(docs, M=8)
+    for bad in ([[1, 2], [3]], [1, [2, 3]]):
+        with pytest.raises(ValueError, match="filter must be a rectangular"):
+            index.search(q, 3, filter=bad)
+        with pytest.raises(ValueError, match="ids must be a rectangular"):
+            index.remove(bad)
+    for name in ("rerank", "ef"):
+        with pytest.raises(ValueError, match=f"{name} must be <="):
+            index.search(q, 3, **{name: 2**64})
+    with pytest.raises(ValueError, match="M must be <="):
+        UECIndex(docs, M=2**64)
+    with pytest.raises(ValueError, match="k=.* too large"):
+        index.search(q, 2**70)
+    assert len(index) == 40

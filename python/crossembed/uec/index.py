@@ -60,13 +60,13 @@ import numpy as np
 
 from crossembed._config import check_plugin
 from crossembed._io import CorruptFileError, load_arrays, save_raw_arrays
-from crossembed._validation import as_int_matrix, check_int, check_num_threads
+from crossembed._validation import INT_MAX, check_int, check_num_threads
 from crossembed.uec._random import int_seed
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.locking import ReadWriteLock
 from crossembed.uec.scoring import ProbitScoring, scoring_from_config
-from crossembed.uec.store import DocStore, check_ids
+from crossembed.uec.store import DocStore, as_ids, check_ids
 
 __all__ = ["INDEX_VERSION", "UECIndex", "merge_topk"]
 
@@ -245,9 +245,9 @@ class UECIndex:
             raise TypeError(f"ensemble must be a UECEnsemble, got {type(ensemble).__name__}")
         self.ensemble = ensemble
         self.scoring = _check_scoring(scoring, ensemble)
-        self.M = check_int(graph["M"], "M", low=2)
-        self.ef_construction = check_int(graph["ef_construction"], "ef_construction", low=1)
-        self.rerank = check_int(graph["rerank"], "rerank", low=1)
+        self.M = check_int(graph["M"], "M", low=2, high=INT_MAX)
+        self.ef_construction = check_int(graph["ef_construction"], "ef_construction", low=1, high=INT_MAX)
+        self.rerank = check_int(graph["rerank"], "rerank", low=1, high=INT_MAX)
         self.panel_cache_bytes = check_int(panel_cache_bytes, "panel_cache_bytes", low=0)
         self.random_state = int_seed(graph["random_state"])
         check_num_threads(num_threads)
@@ -344,19 +344,19 @@ class UECIndex:
 
     def get_docs(self, ids) -> GaussianEmbedding:
         """The documents of ``ids`` (float32 copies, in the order given; ValueError for an unknown id)."""
-        ids = as_int_matrix(np.asarray(ids).reshape(-1), "ids", ndim=1, low=0)
+        ids = as_ids(ids)
         with self._rw.read():
             return GaussianEmbedding(*self._store.rows(self._store.slots_of(ids)))
 
     def contains(self, ids) -> np.ndarray:
         """Boolean mask over ``ids`` (int, any shape flattened): which are documents of the index."""
-        ids = as_int_matrix(np.asarray(ids).reshape(-1), "ids", ndim=1, low=-(2**63))
+        ids = as_ids(ids, low=-(2**63))
         with self._rw.read():
             return self._store.contains(ids)
 
     def get_texts(self, ids) -> List[Optional[str]]:
         """Texts of ``ids`` (``-1``, the padding of :meth:`search`, and ids not in the index give None)."""
-        ids = as_int_matrix(np.asarray(ids).reshape(-1), "ids", ndim=1, low=-1)
+        ids = as_ids(ids, low=-1)
         with self._rw.read():
             if self._store.texts is None:
                 return [None] * len(ids)
@@ -477,7 +477,7 @@ class UECIndex:
 
         Removing every document is allowed: searches then return only padding.
         """
-        ids = check_ids(ids, len(np.asarray(ids).reshape(-1)))
+        ids = check_ids(ids)
         with self._update_lock:
             slots = self._store.slots_of(ids)
             for s in range(0, len(slots), _WRITE_CHUNK):
@@ -500,7 +500,9 @@ class UECIndex:
             raise TypeError("queries must be a list of strings or a GaussianEmbedding, not one string")
         else:
             if not isinstance(queries, Iterable):
-                raise TypeError(f"queries must be a list of strings or a GaussianEmbedding, got {type(queries).__name__}")
+                raise TypeError(
+                    f"queries must be a list of strings or a GaussianEmbedding, got {type(queries).__name__}"
+                )
             queries = list(queries)
             if not queries:
                 raise ValueError("queries must not be empty")
@@ -566,7 +568,7 @@ class UECIndex:
         """
         q = self._queries(queries)
         m = _check_result_k(m, len(q), "m")
-        ef = max(m, check_int(ef, "ef", low=1) if ef is not None else 2 * m)
+        ef = max(m, check_int(ef, "ef", low=1, high=INT_MAX) if ef is not None else 2 * m)
         threads = check_num_threads(num_threads if num_threads is not None else self.num_threads) or -1
         with self._rw.read():
             n = len(self._store)
@@ -731,11 +733,11 @@ class UECIndex:
         k = _check_result_k(k, len(q))
         nt = num_threads if num_threads is not None else self.num_threads
         threads = check_num_threads(nt) or -1
-        m = max(k, check_int(rerank, "rerank", low=1) if rerank is not None else self.rerank)
-        ef = max(m, check_int(ef, "ef", low=1)) if ef is not None else 2 * m
+        m = max(k, check_int(rerank, "rerank", low=1, high=INT_MAX) if rerank is not None else self.rerank)
+        ef = max(m, check_int(ef, "ef", low=1, high=INT_MAX)) if ef is not None else 2 * m
         filter_ids = None
         if filter is not None:
-            filter_ids = np.unique(as_int_matrix(np.asarray(filter).reshape(-1), "filter", ndim=1, low=-(2**63)))
+            filter_ids = np.unique(as_ids(filter, "filter", low=-(2**63)))
         with self._rw.read():  # one state of the index for the whole call
             allowed = self._allowed(filter_ids)
             n = len(self._store) if allowed is None else len(allowed)

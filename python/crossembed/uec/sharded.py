@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from crossembed._validation import as_int_matrix, check_int, check_positive
+from crossembed._validation import check_int, check_positive
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.index import merge_topk
@@ -42,7 +42,7 @@ from crossembed.uec.shards import (
     shard_search,
     shard_update,
 )
-from crossembed.uec.store import check_ids
+from crossembed.uec.store import as_ids, check_ids
 
 __all__ = ["ShardError", "ShardLostError", "ShardTimeoutError", "ShardedUECIndex", "shard_of"]
 
@@ -331,7 +331,7 @@ class ShardedUECIndex:
         timeout : float, optional
             Seconds this call may take (default the index's ``timeout``).
         """
-        ids = check_ids(ids, len(np.asarray(ids).reshape(-1)))
+        ids = check_ids(ids)
         parts = self._split(ids)
         deadline = self._deadline(timeout)
         with self._shards.updating(deadline):
@@ -396,7 +396,7 @@ class ShardedUECIndex:
         deadline = self._deadline(timeout)
         allowed: Dict[int, Optional[np.ndarray]] = dict.fromkeys(range(self.n_shards))
         if filter is not None:
-            f = np.unique(as_int_matrix(np.asarray(filter).reshape(-1), "filter", ndim=1, low=-(2**63)))
+            f = np.unique(as_ids(filter, "filter", low=-(2**63)))
             f = f[f >= 0]
             allowed = {s: f[r] for s, r in self._split(f).items()}
         options = {"exact": exact, "rerank": rerank, "ef": ef}

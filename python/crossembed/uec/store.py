@@ -14,9 +14,9 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from crossembed._validation import as_int_matrix
+from crossembed._validation import as_array, as_int_matrix
 
-__all__ = ["DocStore", "STORE_DTYPES"]
+__all__ = ["DocStore", "STORE_DTYPES", "as_ids", "check_ids"]
 
 STORE_DTYPES = {"float32": np.float32, "float16": np.float16}
 _FLOAT16_MAX = 65504.0
@@ -191,9 +191,15 @@ class DocStore:
         self._lookup = None
 
 
-def check_ids(ids, n: int, name: str = "ids") -> np.ndarray:
-    """``n`` distinct non-negative int64 ids (``-1`` is the padding of search results, as in faiss)."""
-    arr = as_int_matrix(np.asarray(ids).reshape(-1) if np.ndim(ids) == 0 else ids, name, ndim=1, low=0)
+def as_ids(ids, name: str = "ids", *, low: int = 0) -> np.ndarray:
+    """``ids`` (an int, or array_like of ints of any shape) as a flat int64 vector of entries >= ``low``."""
+    return as_int_matrix(as_array(ids, name).reshape(-1), name, ndim=1, low=low)
+
+
+def check_ids(ids, n: Optional[int] = None, name: str = "ids") -> np.ndarray:
+    """``n`` (default: any number of) distinct non-negative int64 ids (``-1`` is the padding of search results)."""
+    arr = as_ids(ids, name)
+    n = len(arr) if n is None else n
     if len(arr) != n:
         raise ValueError(f"{name} must hold {n} ids (one per document), got {len(arr)}")
     if len(np.unique(arr)) != n:
