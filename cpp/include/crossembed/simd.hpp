@@ -8,8 +8,21 @@
 // target attribute cannot depend on a template parameter, and an intrinsic
 // cannot be inlined into code compiled without its target.) Only the innermost loops
 // live there; all kernel logic (tiling, heaps, threading) is ISA-free.
+//
+// AArch64 has two tables, both on the base ISA (Advanced SIMD is part of every
+// AArch64 CPU, so nothing is checked at run time): neon (fused multiply-adds,
+// hardware float16 widening, a larger register block; the default) and generic
+// (multiply, round, add: on AArch64 the build passes -ffp-contract=off, so the
+// compiler fuses nothing the source does not). Other processors get generic,
+// in GCC vector extensions.
 #pragma once
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define CROSSEMBED_X86 1
 #include <immintrin.h>
+#elif defined(__GNUC__) && defined(__aarch64__)
+#define CROSSEMBED_AARCH64 1
+#include <arm_neon.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -21,10 +34,6 @@
 #include <vector>
 
 #include "parallel.hpp"
-
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#define CROSSEMBED_X86 1
-#endif
 
 namespace crossembed {
 namespace simd {
@@ -108,25 +117,71 @@ static inline VF load_half(const half_t* p) {  // 8 halves (F16C)
 #pragma GCC pop_options
 #endif
 
-// Generic: SSE2 on x86-64 (no FMA: multiply, round, add).
+#if defined(CROSSEMBED_AARCH64)
+// AArch64 Advanced SIMD: 4 float / 2 double lanes, 32 registers (room for an
+// 8 x 2-vector GEMM block), FMLA for vfma (explicit: the build does not contract).
+namespace neon {
+constexpr const char* kName = "neon";
+typedef float VF __attribute__((vector_size(16)));
+typedef double VD __attribute__((vector_size(16)));
+constexpr int kMR = 8, kNRV = 2, kPR = 4, kPC = 4;
+static inline VF vfma(VF a, VF b, VF c) { return (VF)vfmaq_f32((float32x4_t)c, (float32x4_t)a, (float32x4_t)b); }
+static inline VD vfma(VD a, VD b, VD c) { return (VD)vfmaq_f64((float64x2_t)c, (float64x2_t)a, (float64x2_t)b); }
+static inline VF vsqrt(VF a) { return (VF)vsqrtq_f32((float32x4_t)a); }
+static inline VD vsqrt(VD a) { return (VD)vsqrtq_f64((float64x2_t)a); }
+// 4 halves widened by FCVTL: exact, subnormal halves included (FPCR.FZ16, which
+// would flush them, is clear under Linux and crossembed never sets it).
+static inline VF load_half(const half_t* p) { return (VF)vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+#include "detail/isa_impl.hpp"
+}  // namespace neon
+#endif
+
+// Generic: SSE2 on x86-64, Advanced SIMD on AArch64, GCC vector extensions
+// elsewhere; no FMA: multiply, round, add.
 namespace generic {
 constexpr const char* kName = "generic";
+#if defined(CROSSEMBED_X86)
 using VF = __m128;
 using VD = __m128d;
+#else
+typedef float VF __attribute__((vector_size(16)));
+typedef double VD __attribute__((vector_size(16)));
+#endif
 constexpr int kMR = 4, kNRV = 2, kPR = 2, kPC = 3;
 static inline VF vfma(VF a, VF b, VF c) { return a * b + c; }
 static inline VD vfma(VD a, VD b, VD c) { return a * b + c; }
+#if defined(CROSSEMBED_X86)
 static inline VF vsqrt(VF a) { return _mm_sqrt_ps(a); }
 static inline VD vsqrt(VD a) { return _mm_sqrt_pd(a); }
-// 4 halves without F16C, in integer arithmetic (exact, and unaffected by the
+#elif defined(CROSSEMBED_AARCH64)
+static inline VF vsqrt(VF a) { return (VF)vsqrtq_f32((float32x4_t)a); }
+static inline VD vsqrt(VD a) { return (VD)vsqrtq_f64((float64x2_t)a); }
+#else
+static inline VF vsqrt(VF a) {  // correctly rounded per lane, as the vector instructions are
+  for (int l = 0; l < 4; ++l) a[l] = std::sqrt(a[l]);
+  return a;
+}
+static inline VD vsqrt(VD a) {
+  for (int l = 0; l < 2; ++l) a[l] = std::sqrt(a[l]);
+  return a;
+}
+#endif
+// 4 halves in integer arithmetic (exact, and unaffected by the
 // denormals-are-zero flag): a normal half moves its exponent and mantissa
 // into float position and rebiases (+112 = 127 - 15); a subnormal (or zero)
 // is its 10-bit mantissa times 2^-24.
 static inline VF load_half(const half_t* p) {
   typedef std::uint32_t U4 __attribute__((vector_size(16)));
+#if defined(CROSSEMBED_X86)
   // 4 halves into the low 64 bits (an unaligned, may-alias load), zero-extended to 32-bit lanes
   const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
   const U4 h = (U4)_mm_unpacklo_epi16(raw, _mm_setzero_si128());
+#else
+  typedef std::uint16_t H4 __attribute__((vector_size(8)));
+  H4 raw;
+  std::memcpy(&raw, p, sizeof(raw));
+  const U4 h = __builtin_convertvector(raw, U4);
+#endif
   const U4 mag = h & 0x7fffu;
   const U4 normal = (mag << 13) + (112u << 23);
   const VF sub = __builtin_convertvector(mag, VF) * (1.0f / 16777216.0f);
@@ -149,6 +204,10 @@ inline Isa select_isa() {
   if (cap_level >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
       __builtin_cpu_supports("f16c"))
     return avx2::table();
+#elif defined(CROSSEMBED_AARCH64)
+  // CROSSEMBED_SIMD=generic selects generic; anything else, neon.
+  const char* cap = std::getenv("CROSSEMBED_SIMD");
+  if (!cap || std::strcmp(cap, "generic") != 0) return neon::table();
 #endif
   return generic::table();
 }
