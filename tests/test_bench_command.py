@@ -14,7 +14,7 @@ def test_bench_lorentz_json(capsys):
     assert main(["bench", "--scale", "small", "--kernels", "lorentz", "--json", "--repeat", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["scale"] == "small" and out["repeat"] == 1 and out["ok"] is True
-    assert out["simd"] in ("avx512", "avx2", "generic")
+    assert out["simd"] in ("avx512", "avx2", "neon", "generic")
     ops = [(r["op"], r["baseline"]) for r in out["cases"]]
     expected = [("lorentz_pairwise", "numpy float32"), ("lorentz_topk", "numpy float32")]
     assert [c for c in ops if c[1] == "numpy float32"] == expected

@@ -231,11 +231,12 @@ _ISA_CHECK = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("level", ["generic", "avx2", "avx512"])
+@pytest.mark.parametrize("level", ["generic", "avx2", "avx512", "neon"])
 def test_every_isa_widens_halves_exactly(level):
-    """Each ISA's load_half (F16C, AVX-512, the integer fallback) against float32 storage of the same values."""
-    order = ["generic", "avx2", "avx512"]
-    if order.index(level) > order.index(ce.simd_level()):
+    """Each ISA's load_half (F16C, AVX-512, NEON, the integer fallback) against float32 storage of the same values."""
+    # the tables this CPU can run: the generic one, then its family's in order of width
+    family = ["generic", "neon"] if ce.simd_level() == "neon" else ["generic", "avx2", "avx512"]
+    if level not in family or family.index(level) > family.index(ce.simd_level()):
         pytest.skip(f"this CPU runs {ce.simd_level()}")
     env = dict(os.environ, CROSSEMBED_SIMD=level)
     subprocess.run([sys.executable, "-c", _ISA_CHECK, level], env=env, check=True, timeout=120)
