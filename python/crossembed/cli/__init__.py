@@ -22,6 +22,7 @@ _COMMAND_MODULES = (
     "crossembed.cli.uec",
     "crossembed.cli.linking",
     "crossembed.cli.hyperbolic",
+    "crossembed.cli.serve",
 )
 
 

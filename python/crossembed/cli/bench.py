@@ -1,10 +1,11 @@
-"""``crossembed bench``: each C++ kernel against its numpy (and torch) baseline on this machine."""
+"""``crossembed bench``: each C++ kernel against its numpy (and torch) baseline on this machine;
+``crossembed bench serve``: the HTTP service under load next to in-process search."""
 
 from __future__ import annotations
 
 import sys
 
-from crossembed.cli._common import add_num_threads, add_seed, print_result
+from crossembed.cli._common import add_num_threads, add_seed, parse_ints, print_result
 
 __all__ = ["register"]
 
@@ -14,7 +15,7 @@ def register(sub) -> None:
 
     p = sub.add_parser(
         "bench",
-        help="time the C++ kernels against numpy/torch baselines on this machine",
+        help="time the C++ kernels against numpy/torch baselines on this machine (bench serve: the HTTP service)",
         description=kernel_bench.__doc__.split("\n\n")[0],
     )
     p.add_argument(
@@ -34,6 +35,72 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_run)
+    targets = p.add_subparsers(dest="bench_target", metavar="{serve}", parser_class=type(p))
+    _register_serve(targets)
+
+
+def _register_serve(targets) -> None:
+    # serve_bench is imported when the command runs: it pulls in the whole UEC stack
+    s = targets.add_parser(
+        "serve",
+        help="load-test `crossembed serve` on loopback next to in-process search",
+        description="Start `crossembed serve` on a synthetic index and drive it with single-query requests at "
+        "several concurrencies (with and without a concurrent writer), next to in-process search.",
+    )
+    s.add_argument("--size", choices=("small", "full"), default="full", help="small: seconds (CI); full: 100k x 384")
+    s.add_argument("--docs", type=int, help="documents (default: the size's)")
+    s.add_argument("--dim", type=int, help="dimension (default: the size's)")
+    s.add_argument("--queries", type=int, help="distinct queries sent in turn (default: the size's)")
+    s.add_argument("--duration", type=float, help="measured seconds per row (default: the size's)")
+    s.add_argument("--concurrency", default="1,8,64", help="comma-separated connection counts (default 1,8,64)")
+    s.add_argument("--k", type=int, default=10, help="results per query (default 10)")
+    s.add_argument("--rerank", type=int, default=20, help="ANN candidates per query (default 20)")
+    s.add_argument("--ef", type=int, help="hnswlib breadth (default 2 x rerank)")
+    s.add_argument("--M", type=int, default=16, help="hnswlib links per node of the built index (default 16)")
+    s.add_argument("--ef-construction", type=int, default=100, help="hnswlib build breadth (default 100)")
+    s.add_argument("--write-rate", type=float, default=20.0, help="writer's requests/s (0: no writer; default 20)")
+    s.add_argument("--index", help="index file to reuse when it holds the same documents (else built and saved there)")
+    s.add_argument("--server-threads", type=int, help="the server's --num-threads (default all cores)")
+    add_seed(s, "seed of the generated documents and queries")
+    s.add_argument("--json", action="store_true", help="print the results as JSON")
+    s.set_defaults(func=_run_serve)
+
+
+def _run_serve(args) -> int:
+    from crossembed.experiments import serve_bench
+
+    size = serve_bench.SIZES[args.size]
+    if args.write_rate < 0:
+        raise ValueError(f"--write-rate must be >= 0, got {args.write_rate}")
+    duration = size["duration_s"] if args.duration is None else args.duration
+    if duration <= 0:
+        raise ValueError(f"--duration must be > 0, got {duration}")
+    result = serve_bench.benchmark_serve(
+        args.docs or size["n_docs"],
+        args.dim or size["dim"],
+        n_queries=args.queries or size["n_queries"],
+        k=args.k,
+        rerank=args.rerank,
+        ef=args.ef,
+        concurrencies=parse_ints(args.concurrency, "concurrency"),
+        duration_s=duration,
+        warmup_s=size["warmup_s"],
+        write_rate=args.write_rate,
+        M=args.M,
+        ef_construction=args.ef_construction,
+        index_path=args.index,
+        server_threads=args.server_threads,
+        seed=args.seed,
+    )
+    print_result(result, args.json, serve_bench.render)
+    failed = result["served_mismatches"] or result["server_exit_code"] != 0
+    failed = failed or any(r["errors"] or r.get("write_errors") for r in result["rows"])
+    if failed:
+        print(
+            "crossembed bench serve: error: the server answered differently, failed or did not exit 0", file=sys.stderr
+        )
+        return 1
+    return 0
 
 
 def _run(args) -> int:

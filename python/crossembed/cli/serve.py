@@ -1,0 +1,94 @@
+"""``crossembed serve INDEX``: the HTTP/JSON service of :mod:`crossembed.serve` on one saved index."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from crossembed.cli._common import add_num_threads
+
+__all__ = ["register"]
+
+_LEVELS = ("debug", "info", "warning", "error")
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve a saved index over HTTP/JSON (search, add, upsert, remove, save, metrics)",
+        description="Serve a UECIndex file (from `crossembed index build` or UECIndex.save) with FastAPI and "
+        "uvicorn until SIGTERM/Ctrl+C, which stops gracefully (and saves with --save-on-exit). "
+        'Needs pip install "crossembed[serve]"; the API is in docs/serve.md.',
+    )
+    p.add_argument("index", help="the index file")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000; 0: any free port)")
+    p.add_argument("--save-on-exit", action="store_true", help="save the index atomically when stopped")
+    p.add_argument("--save-path", help="where POST /save and --save-on-exit write (default: the index file itself)")
+    p.add_argument(
+        "--allow-save-path", action="store_true", help="let POST /save name its own path (default: refused, 403)"
+    )
+    p.add_argument("--max-batch", type=int, default=256, help="queries per coalesced index call (default 256)")
+    p.add_argument(
+        "--batch-wait-ms",
+        type=float,
+        default=0.0,
+        help="wait this long for more requests before a search call (default 0: batch what queued meanwhile)",
+    )
+    p.add_argument("--max-k", type=int, default=1000, help="largest k a search may ask for (default 1000)")
+    p.add_argument("--max-body-mb", type=float, default=64.0, help="largest request body, MiB (default 64; 413)")
+    p.add_argument(
+        "--graceful-timeout", type=int, help="seconds to let requests in flight finish when stopped (default: all)"
+    )
+    p.add_argument(
+        "--search-threads", type=int, help="threads of one search call (default: every core but one, at least one)"
+    )
+    p.add_argument("--mmap", action="store_true", help="memory-map the document store instead of reading it")
+    p.add_argument("--log-level", choices=_LEVELS, default="info", help="log level (debug: a line per request)")
+    add_num_threads(p)
+    p.set_defaults(func=_run)
+
+
+def _config(args):
+    from crossembed.serve import ServeConfig
+
+    save_path = Path(args.save_path if args.save_path else args.index)
+    if args.save_on_exit and not save_path.parent.is_dir():
+        raise ValueError(f"--save-path: directory {str(save_path.parent)!r} does not exist")
+    if args.max_body_mb <= 0:
+        raise ValueError(f"--max-body-mb must be > 0, got {args.max_body_mb}")
+    return ServeConfig(
+        max_body_bytes=int(args.max_body_mb * (1 << 20)),
+        max_batch=args.max_batch,
+        batch_wait_ms=args.batch_wait_ms,
+        max_k=args.max_k,
+        search_threads=args.search_threads,
+        save_path=save_path,
+        save_on_exit=args.save_on_exit,
+        allow_save_path=args.allow_save_path,
+    )
+
+
+def _run(args) -> int:
+    from crossembed.serve import run_server
+    from crossembed.serve.server import bind_socket
+    from crossembed.uec import UECIndex
+
+    level = getattr(logging, args.log_level.upper())
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in ("crossembed", "uvicorn"):
+        logging.getLogger(name).setLevel(level)
+    config = _config(args)
+    if args.graceful_timeout is not None and args.graceful_timeout < 0:
+        raise ValueError(f"--graceful-timeout must be >= 0, got {args.graceful_timeout}")
+    try:
+        sock = bind_socket(args.host, args.port)
+    except OSError as exc:
+        raise ValueError(f"--host/--port: cannot listen on {args.host}:{args.port} ({exc.strerror or exc})") from None
+    try:
+        index = UECIndex.load(args.index, mmap=args.mmap, num_threads=args.num_threads)
+    except BaseException:
+        sock.close()
+        raise
+    run_server(index, config=config, graceful_timeout=args.graceful_timeout, sock=sock)
+    return 0

@@ -1,0 +1,284 @@
+"""The operations of the service on one :class:`~crossembed.uec.UECIndex`, HTTP aside.
+
+Each method takes a request body (JSON bytes) and returns the JSON-ready
+answer, or raises :class:`~crossembed.serve.errors.RequestError` (4xx).
+Index calls run in worker threads, never on the event loop (the index's
+lock may make a call wait for an update). Every search goes through the
+:class:`~crossembed.serve.batcher.SearchBatcher`: one search thread, whose
+OpenMP parallel regions use ``search_threads`` threads (the default leaves a
+core to the event loop; an OpenMP team larger than the free cores waits on
+its busiest member, which made small prepared-document builds 80 times
+slower here), and requests whose rows cannot depend on each other share a call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from crossembed.serve.batcher import SearchBatcher, SearchKey
+from crossembed.serve.config import ServeConfig
+from crossembed.serve.errors import RequestError
+from crossembed.serve.metrics import ServeMetrics
+from crossembed.serve.schema import (
+    AddBody,
+    RemoveBody,
+    SaveBody,
+    SearchBody,
+    UpsertBody,
+    ids_array,
+    matrix,
+    parse,
+)
+from crossembed.uec.gaussian import GaussianEmbedding
+from crossembed.uec.index import UECIndex
+
+__all__ = ["IndexService", "limit_openmp_threads"]
+
+logger = logging.getLogger("crossembed.serve")
+
+_INLINE_BODY_BYTES = 256 << 10  # bodies up to this size are parsed on the event loop (a 384-d query is ~16 KB)
+
+
+def _index_call(fn, *args, **kwargs):
+    """``fn(...)``, its ValueError/TypeError (the index refusing the request) as a 400."""
+    try:
+        return fn(*args, **kwargs)
+    except (ValueError, TypeError) as exc:
+        raise RequestError(400, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+
+
+def limit_openmp_threads(n: int) -> bool:
+    """Make OpenMP parallel regions started from the calling thread use at most ``n`` threads.
+
+    ``omp_set_num_threads`` is per thread, so the rest of the process keeps its
+    setting. Through threadpoolctl (False, and nothing changes, when it is not
+    installed).
+    """
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return False
+    threadpool_limits(limits=n, user_api="openmp")
+    return True
+
+
+async def _off_loop_if_large(body: bytes, fn, *args):
+    """``fn(*args)``, in a worker thread when ``body`` is large (parsing it would stall the event loop)."""
+    if len(body) <= _INLINE_BODY_BYTES:
+        return fn(*args)
+    return await asyncio.to_thread(fn, *args)
+
+
+def _scores_json(scores: np.ndarray) -> List[List[Optional[float]]]:
+    """Scores as lists of floats; the ``-inf`` of padding (id -1) as ``null`` (JSON has no infinity)."""
+    rows = scores.tolist()
+    if np.isfinite(scores).all():
+        return rows
+    return [[x if math.isfinite(x) else None for x in row] for row in rows]
+
+
+class IndexService:
+    """Search, add, upsert, remove and save on ``index`` within the limits of ``config``."""
+
+    def __init__(self, index: UECIndex, config: ServeConfig):
+        if not isinstance(index, UECIndex):
+            raise TypeError(f"index must be a UECIndex, got {type(index).__name__}")
+        self.index = index
+        self.config = config
+        self.keeps_texts = index.texts is not None
+        self.search_threads = config.resolved_search_threads()
+        self.metrics = ServeMetrics(documents=lambda: len(index), queued=lambda: self.batcher.queued)
+        self.batcher = SearchBatcher(
+            self._run_batch,
+            max_batch=config.max_batch,
+            wait_s=config.batch_wait_ms / 1e3,
+            on_batch=self.metrics.observe_batch,
+            thread_init=lambda: limit_openmp_threads(self.search_threads),
+        )
+        self._encode_lock = threading.Lock()  # one encoding at a time: encoders need not be thread-safe
+        self.save_error: Optional[BaseException] = None  # set when the save at shutdown failed
+
+    # ------------------------------------------------------------------ search
+    def _encode(self, texts: List[str], role: str) -> GaussianEmbedding:
+        with self._encode_lock:
+            return _index_call(self.index.ensemble.encode, texts, role=role, show_progress_bar=False)
+
+    def search_key(
+        self, k: int, exact: bool, rerank: Optional[int], ef: Optional[int], filter: Optional[List[int]] = None
+    ) -> SearchKey:
+        """The settings of a search that decide its rows: the candidate count and graph breadth
+        :meth:`UECIndex.search` derives from these, and the set of allowed ids."""
+        allowed = None if filter is None else np.unique(np.asarray(filter, dtype=np.int64)).tobytes()
+        if exact:
+            return SearchKey(True, 0, 0, allowed)
+        m = max(k, rerank if rerank is not None else self.index.rerank)
+        return SearchKey(False, m, max(m, ef) if ef is not None else 2 * m, allowed)
+
+    def _run_batch(self, mean: np.ndarray, var: np.ndarray, k: int, key: SearchKey):
+        q = GaussianEmbedding(mean, var)
+        options = {"num_threads": self.search_threads}
+        if key.filter is not None:
+            options["filter"] = np.frombuffer(key.filter, dtype=np.int64)
+        if key.exact:
+            return _index_call(self.index.search, q, k, exact=True, **options)
+        return _index_call(self.index.search, q, k, rerank=key.rerank, ef=key.ef, **options)
+
+    def _check_search(self, req: SearchBody) -> None:
+        limit = self.config.max_candidates
+        if req.k > self.config.max_k:
+            raise RequestError(400, f"k: {req.k} is above this server's limit of {self.config.max_k}")
+        for name in ("rerank", "ef"):
+            value = getattr(req, name)
+            if value is not None and value > limit:
+                raise RequestError(400, f"{name}: {value} is above this server's limit of {limit}")
+
+    def _vectors(self, body: bytes) -> Tuple[SearchBody, Optional[np.ndarray], Optional[np.ndarray]]:
+        """The parsed search body and its query means and variances (None for text queries)."""
+        req = parse(SearchBody, body)
+        self._check_search(req)
+        if req.queries is not None:
+            if req.mean is not None or req.var is not None:
+                raise RequestError(400, "queries: give queries (texts) or mean (and var), not both")
+            if self.index.ensemble is None:
+                raise RequestError(400, "queries: this index has no ensemble to encode texts; send mean (and var)")
+            if not req.queries:
+                raise RequestError(400, "queries: must hold at least one text")
+            return req, None, None
+        if req.mean is None:
+            raise RequestError(400, "mean: give queries (texts) or mean (and var)")
+        mean = matrix(req.mean, "mean", self.index.dim)
+        if req.var is None:
+            return req, mean, np.zeros_like(mean)
+        if len(req.var) != len(mean):
+            raise RequestError(400, f"var: has {len(req.var)} rows but mean has {len(mean)}")
+        return req, mean, matrix(req.var, "var", self.index.dim, nonnegative=True)
+
+    async def search(self, body: bytes) -> Dict[str, Any]:
+        req, mean, var = await _off_loop_if_large(body, self._vectors, body)
+        if mean is None:
+            q = await asyncio.to_thread(self._encode, req.queries, "query")
+            mean, var = q.mean, q.var
+        key = self.search_key(req.k, req.exact, req.rerank, req.ef, req.filter)
+        scores, ids = await self.batcher.search(mean, var, req.k, key)
+        return {"ids": ids.tolist(), "scores": _scores_json(scores)}
+
+    async def warm_up(self) -> None:
+        """One exact search on the search thread, so the index prepares (and, within its budget,
+        caches) its scoring blocks before the first request rather than during it."""
+        start = time.perf_counter()
+        try:
+            ids = (await asyncio.to_thread(lambda: self.index.ids[:1])).tolist()
+            if ids:
+                doc = await asyncio.to_thread(self.index.get_docs, ids)
+                await self.batcher.search(doc.mean, doc.var, 1, SearchKey(True, 0, 0))
+                logger.info("warmed up in %.2f s", time.perf_counter() - start)
+        except Exception as exc:  # only an optimisation: serve anyway (the requests will tell)
+            logger.warning("warm-up search failed (%s: %s)", type(exc).__name__, exc)
+
+    # ------------------------------------------------------------------ updates
+    def _documents(self, model, body: bytes) -> Tuple[AddBody, Optional[GaussianEmbedding]]:
+        """The parsed add/upsert body and its documents (None when they are texts to encode)."""
+        req = parse(model, body)
+        if req.mean is None and req.var is None:
+            if req.texts is None:
+                raise RequestError(400, "mean: give texts, or mean and var")
+            if self.index.ensemble is None:
+                raise RequestError(400, "texts: this index has no ensemble to encode texts; send mean and var")
+            if not req.texts:
+                raise RequestError(400, "texts: must hold at least one text")
+            return req, None
+        if req.mean is None:
+            raise RequestError(400, "mean: var needs mean")
+        if req.var is None:
+            raise RequestError(400, "var: required with mean (variances >= 0, the shape of mean)")
+        mean = matrix(req.mean, "mean", self.index.dim)
+        if len(req.var) != len(mean):
+            raise RequestError(400, f"var: has {len(req.var)} rows but mean has {len(mean)}")
+        var = matrix(req.var, "var", self.index.dim, nonnegative=True)
+        if req.texts is not None and len(req.texts) != len(mean):
+            raise RequestError(400, f"texts: {len(req.texts)} texts for {len(mean)} documents")
+        return req, GaussianEmbedding(mean, var)
+
+    def _write(self, docs: GaussianEmbedding, ids: Optional[np.ndarray], texts, upsert: bool) -> np.ndarray:
+        if ids is not None:
+            if len(ids) != len(docs):
+                raise RequestError(400, f"ids: {len(ids)} ids for {len(docs)} documents")
+            if len(np.unique(ids)) != len(ids):
+                raise RequestError(400, "ids: an id is repeated")
+        if upsert:
+            return _index_call(self.index.upsert, docs, ids=ids, texts=texts)
+        if ids is not None:
+            present = ids[self.index.contains(ids)]
+            if len(present):
+                raise RequestError(409, f"ids: {present[:5].tolist()} are already in the index (use /upsert)")
+        return _index_call(self.index.add, docs, ids=ids, texts=texts)
+
+    async def add(self, body: bytes, *, upsert: bool = False) -> Dict[str, Any]:
+        req, docs = await _off_loop_if_large(body, self._documents, UpsertBody if upsert else AddBody, body)
+        texts = req.texts
+        if docs is None:  # texts, encoded as passages (kept when the index keeps texts)
+            docs = await asyncio.to_thread(self._encode, req.texts, "passage")
+            texts = req.texts if self.keeps_texts else None
+        ids = None if req.ids is None else ids_array(req.ids)
+        new_ids = await asyncio.to_thread(self._write, docs, ids, texts, upsert)
+        return {"ids": np.asarray(new_ids).tolist()}
+
+    def _remove(self, ids: np.ndarray) -> None:
+        if len(np.unique(ids)) != len(ids):
+            raise RequestError(400, "ids: an id is repeated")
+        unknown = ids[~self.index.contains(ids)]
+        if len(unknown):
+            raise RequestError(404, f"ids: {unknown[:5].tolist()} are not in the index (nothing was removed)")
+        _index_call(self.index.remove, ids)
+
+    async def remove(self, body: bytes) -> Dict[str, Any]:
+        ids = ids_array(parse(RemoveBody, body).ids)
+        if len(ids):
+            await asyncio.to_thread(self._remove, ids)
+        return {"removed": len(ids)}
+
+    # ------------------------------------------------------------------ persistence and health
+    def _save_path(self, requested: Optional[str]) -> Path:
+        if requested is not None:
+            if not self.config.allow_save_path:
+                raise RequestError(403, "path: this server does not let clients choose where it writes")
+            return Path(requested)
+        if self.config.save_path is None:
+            raise RequestError(409, "path: the server has no save path; start it with one (or allow paths)")
+        return Path(self.config.save_path)
+
+    def save_to(self, path: Path) -> Dict[str, Any]:
+        """Save the index to ``path`` atomically (blocking)."""
+        start = time.perf_counter()
+        out = self.index.save(path)
+        seconds = time.perf_counter() - start
+        logger.info("saved %d documents to %s in %.2f s", len(self.index), out, seconds)
+        return {"path": str(out), "documents": len(self.index), "seconds": seconds}
+
+    async def save(self, body: bytes) -> Dict[str, Any]:
+        req = parse(SaveBody, body)
+        path = self._save_path(req.path)
+        if req.path is None:
+            return await asyncio.to_thread(self.save_to, path)
+        try:
+            return await asyncio.to_thread(self.save_to, path)
+        except OSError as exc:  # the client's path: its fault
+            raise RequestError(400, f"path: cannot write {str(path)!r} ({exc.strerror or exc})") from None
+
+    async def health(self) -> Dict[str, Any]:
+        documents = await asyncio.to_thread(len, self.index)
+        return {
+            "status": "ok",
+            "documents": documents,
+            "dim": self.index.dim,
+            "ensemble": self.index.ensemble is not None,
+            "queued": self.batcher.queued,
+        }
