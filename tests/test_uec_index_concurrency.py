@@ -117,7 +117,7 @@ def _hammer(index, q, k, n_readers, writer, seconds_cap=60.0):
 
 
 def test_searches_during_adds_removes_and_upserts_see_consistent_states(monkeypatch):
-    monkeypatch.setattr(index_mod, "_WRITE_CHUNK", 64)  # many chunks: searches interleave with each update
+    monkeypatch.setattr(index_mod, "_WRITE_CHUNK_MAX", 64)  # many chunks: searches interleave with each update
     base, q = _docs(2000, 16, 8), _docs(16, 16, 9)
     pool = _docs(3000, 16, 10)
     index = UECIndex(base, M=8, ef_construction=40, num_threads=1)
@@ -231,15 +231,18 @@ def test_readers_writer_lock_excludes_writers_and_prefers_them():
 
 def test_searches_after_an_update_rebuild_panels_only_once_they_pay(monkeypatch):
     monkeypatch.setattr(index_mod, "_BLOCK", 256)  # 8 blocks
+    monkeypatch.setattr(index_mod, "_ROWS_PER_CACHED_BLOCK", 16)  # blocks pay from 8 x 16 = 128 candidate rows
     docs, q = _docs(2048, 16, 14), _docs(64, 16, 15)
     index = UECIndex(docs, M=8, ef_construction=40, rerank=8)
     expected = index.search(q, 5)
     assert len(index._blocks) == 0  # 64 x 8 candidates < 2048 rows: nothing packed ahead of need
-    for s in range(0, 64, 2):  # the prepared rows add up to the index's: the blocks are built once
+    for s in range(0, 64, 2):  # 16 rows a search: too few for blocks to pay, so they never count
         np.testing.assert_array_equal(index.search(q[s : s + 2], 5)[1], expected[1][s : s + 2])
     assert len(index._blocks) == 0
-    for _ in range(4):
-        got = index.search(q, 5)
+    for _ in range(2):
+        index.search(q, 5)
+    assert len(index._blocks) == 0  # 3 x 512 rows packed so far, fewer than the index's 2048
+    got = index.search(q, 5)  # the fourth: the packing has paid for the blocks
     assert len(index._blocks) == 8
     np.testing.assert_array_equal(got[1], expected[1])
     index.remove([3])  # drops block 0 only
@@ -264,3 +267,33 @@ def test_ids_filters_and_candidate_counts_are_named_when_malformed():
     with pytest.raises(ValueError, match="k=.* too large"):
         index.search(q, 2**70)
     assert len(index) == 40
+
+
+def test_readers_waiting_at_a_writers_release_go_before_its_next_hold():
+    lock, log = ReadWriteLock(), []
+    holding = threading.Event()
+    go = threading.Event()
+
+    def writer():
+        for chunk in range(3):  # one update in three chunks, each taking the lock again at once
+            with lock.write():
+                log.append(f"w{chunk}")
+                if chunk == 0:
+                    holding.set()
+                    go.wait(5)
+
+    def reader(name):
+        with lock.read():
+            log.append(name)
+
+    w = threading.Thread(target=writer)
+    w.start()
+    holding.wait(5)
+    readers = [threading.Thread(target=reader, args=(f"r{i}",)) for i in range(2)]
+    for th in readers:
+        th.start()
+    time.sleep(0.1)  # both readers now wait behind the first chunk
+    go.set()
+    for th in [w, *readers]:
+        th.join(5)
+    assert log[0] == "w0" and sorted(log[1:3]) == ["r0", "r1"] and log[3:] == ["w1", "w2"]

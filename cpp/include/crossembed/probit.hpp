@@ -231,13 +231,17 @@ class ProbitDocsT {
   static constexpr std::size_t kQueryBlock = 64, kDocTile = 256;  // kDocTile: a multiple of every panel width
 
   static simd::Panels<S> pack_means(const float* mu_c, std::size_t n, std::size_t d) {
+    // A few thousand rows copy in well under a millisecond: a thread team there costs more than it saves,
+    // and on a busy machine (a server's search thread beside its event loop) waits for a core.
+    constexpr std::size_t kParallelRows = 8192;
+    const int threads = n >= kParallelRows ? 0 : 1;
     if constexpr (kHalf) {
       const auto row = [mu_c, d](std::size_t j, S* dst) {
         for (std::size_t t = 0; t < d; ++t) dst[t] = simd::half_bits(mu_c[j * d + t]);
       };
-      return simd::Panels<S>(n, d, row, 0);
+      return simd::Panels<S>(n, d, row, threads);
     } else {
-      return simd::Panels<S>(mu_c, n, d, 0);
+      return simd::Panels<S>(mu_c, n, d, threads);
     }
   }
 

@@ -30,8 +30,8 @@ others add, remove, upsert or save. A readers-writer lock guards the store
 and the graph: a search holds it shared for its whole call, so it sees one
 state of the index (never an id that was not in it at some moment during the
 call); an update holds it exclusively while it changes that state, in chunks
-of at most 1,024 documents, so a search waits for one chunk, not for a whole
-bulk add (a search during a large add may see some of its chunks). Updates
+sized to hold it about 20 ms each, so a search waits for one chunk, not for a
+whole bulk add (a search during a large add may see some of its chunks). Updates
 run one at a time (each call is validated before its first chunk applies);
 :meth:`UECIndex.save` waits for updates, not for searches. Text queries are
 encoded before the lock is taken.
@@ -52,6 +52,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -76,14 +77,19 @@ INDEX_VERSION = 3
 _BLOCK = 16384  # slots per block of prepared documents (exact search and the panel cache go block by block)
 _RERANK_ROWS = 32768  # candidate rows prepared per rerank batch when the panels are not cached
 _EXACT_FILTER_ROWS = 20000  # a filter allowing at most this many documents is searched exactly
-_WRITE_CHUNK = 1024  # documents an update applies per exclusive hold of the lock (searches wait at most this long)
+# An update applies its documents in chunks, one exclusive hold of the lock each, sized so that a hold
+# lasts about _WRITE_HOLD_S (a waiting search waits about that long): hnswlib links a new slot several
+# times faster than it re-links a reused or updated one, so a fixed count would not bound the wait.
+_WRITE_HOLD_S = 0.02
+_WRITE_CHUNK_FIRST = 32
+_WRITE_CHUNK_MAX = 4096
 _MAX_RESULTS = 1 << 28  # queries x k: larger result arrays are refused (they would exhaust memory)
 # the panel budget is checked against the probit's packed panels (three float32 values per coordinate),
 # the largest prepared form, before any block exists
 _PANEL_BYTES_PER_VALUE = 12
 # the ANN rerank visits cached blocks only when it has this many candidate rows per block or more: below,
-# preparing just the candidate rows costs less than a Python step per block
-_ROWS_PER_CACHED_BLOCK = 16
+# preparing just the candidate rows costs less than a step per block (crossover: docs/uec_index.md)
+_ROWS_PER_CACHED_BLOCK = 256
 
 
 def _hnswlib():
@@ -391,29 +397,45 @@ class UECIndex:
         if self._store.capacity > self._graph.get_max_elements():
             self._graph.resize_index(self._store.capacity)
 
-    def _insert(self, docs: GaussianEmbedding, ids: np.ndarray, texts, chunk: int = _WRITE_CHUNK) -> None:
-        """Store and link new documents, ``chunk`` at a time under the exclusive lock."""
-        threads = check_num_threads(self.num_threads) or -1
-        for s in range(0, len(ids), chunk):
-            part = slice(s, s + chunk)
-            mean = docs.mean[part]
+    def _chunked(self, n: int, apply, chunk: Optional[int] = None) -> None:
+        """``apply(rows)`` over consecutive slices of ``range(n)``, each under the exclusive lock; chunks
+        are sized from the last one's time so a hold lasts about ``_WRITE_HOLD_S`` (``chunk`` fixes them)."""
+        size, start = chunk or _WRITE_CHUNK_FIRST, 0
+        while start < n:
+            part = slice(start, min(n, start + size))
+            began = time.perf_counter()
             with self._rw.write():
-                slots = self._store.put(mean, docs.var[part], ids[part], None if texts is None else texts[part])
-                self._grow_graph()
-                self._graph.add_items(mean, slots, num_threads=threads)
-                self._forget_blocks(slots)
+                apply(part)
+            if chunk is None:
+                per_row = max(time.perf_counter() - began, 1e-9) / (part.stop - part.start)
+                size = int(min(_WRITE_CHUNK_MAX, max(1, _WRITE_HOLD_S / per_row)))
+            start = part.stop
+
+    def _insert(self, docs: GaussianEmbedding, ids: np.ndarray, texts, chunk: Optional[int] = None) -> None:
+        """Store and link new documents (in chunks, see :meth:`_chunked`)."""
+        threads = check_num_threads(self.num_threads) or -1
+
+        def apply(part: slice) -> None:
+            mean = docs.mean[part]
+            slots = self._store.put(mean, docs.var[part], ids[part], None if texts is None else texts[part])
+            self._grow_graph()
+            self._graph.add_items(mean, slots, num_threads=threads)
+            self._forget_blocks(slots)
+
+        self._chunked(len(ids), apply, chunk)
 
     def _rewrite(self, docs: GaussianEmbedding, ids: np.ndarray, texts) -> None:
-        """Replace the rows of existing ``ids`` (hnswlib re-links an updated label), a chunk at a time."""
+        """Replace the rows of existing ``ids`` (hnswlib re-links an updated label), in chunks."""
         threads = check_num_threads(self.num_threads) or -1
-        for s in range(0, len(ids), _WRITE_CHUNK):
-            part = slice(s, s + _WRITE_CHUNK)
+
+        def apply(part: slice) -> None:
             mean = docs.mean[part]
-            with self._rw.write():
-                slots = self._store.slots_of(ids[part])
-                self._store.replace(slots, mean, docs.var[part], None if texts is None else texts[part])
-                self._graph.add_items(mean, slots, num_threads=threads)
-                self._forget_blocks(slots)
+            slots = self._store.slots_of(ids[part])
+            self._store.replace(slots, mean, docs.var[part], None if texts is None else texts[part])
+            self._graph.add_items(mean, slots, num_threads=threads)
+            self._forget_blocks(slots)
+
+        self._chunked(len(ids), apply)
 
     def reserve(self, capacity: int) -> None:
         """Make room for ``capacity`` documents in all (later :meth:`add` calls up to it then never
@@ -480,13 +502,14 @@ class UECIndex:
         ids = check_ids(ids)
         with self._update_lock:
             slots = self._store.slots_of(ids)
-            for s in range(0, len(slots), _WRITE_CHUNK):
-                part = slots[s : s + _WRITE_CHUNK]
-                with self._rw.write():
-                    for slot in part:
-                        self._graph.mark_deleted(int(slot))
-                    self._store.drop(part)
-                    self._forget_blocks(part)
+
+            def apply(part: slice) -> None:
+                for slot in slots[part]:
+                    self._graph.mark_deleted(int(slot))
+                self._store.drop(slots[part])
+                self._forget_blocks(slots[part])
+
+            self._chunked(len(slots), apply)
 
     def _forget_blocks(self, slots: np.ndarray) -> None:
         for b in np.unique(slots // _BLOCK):
@@ -626,9 +649,11 @@ class UECIndex:
         if not self._panels_fit():
             return False
         blocks = self._live_blocks()
+        if n_candidates < _ROWS_PER_CACHED_BLOCK * len(blocks):
+            return False  # too few rows to gain from the blocks even when they are all cached
         missing = sum(len(rows) for b, rows in blocks if b not in self._blocks)
         if missing == 0:
-            return n_candidates >= _ROWS_PER_CACHED_BLOCK * len(blocks)
+            return True
         if self._rows_packed + n_candidates >= missing:
             self._rows_packed = 0
             return True
