@@ -23,9 +23,6 @@ from crossembed.cli import build_parser, main
 
 pytest.importorskip("hnswlib")
 
-# commands whose options other work owns and checks separately
-_NOT_HERE = {"bench", "serve"}
-
 
 # --------------------------------------------------------------------------- the files
 def _bad_files(d: Path) -> dict:
@@ -187,8 +184,7 @@ def _commands(parser: argparse.ArgumentParser, prefix=()):
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
-                if name not in _NOT_HERE:
-                    yield from _commands(sub, (*prefix, name))
+                yield from _commands(sub, (*prefix, name))
     if prefix:
         yield prefix, parser
 

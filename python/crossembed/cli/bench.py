@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from crossembed.cli._common import add_num_threads, add_seed, parse_ints, print_result
+from crossembed.cli._common import add_num_threads, add_seed, float_arg, int_arg, parse_ints, print_result
 
 __all__ = ["register"]
 
@@ -29,7 +29,9 @@ def register(sub) -> None:
         default="small",
         help="problem sizes: small (seconds), medium (~1/10 of full), full (the issue's sizes)",
     )
-    p.add_argument("--repeat", type=int, default=3, help="timed calls per function; the best one counts (default 3)")
+    p.add_argument(
+        "--repeat", type=int_arg(1, 1000), default=3, help="timed calls per function; the best one counts (default 3)"
+    )
     add_num_threads(p)
     add_seed(p, "seed of the generated data")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -48,19 +50,27 @@ def _register_serve(targets) -> None:
         "several concurrencies (with and without a concurrent writer), next to in-process search.",
     )
     s.add_argument("--size", choices=("small", "full"), default="full", help="small: seconds (CI); full: 100k x 384")
-    s.add_argument("--docs", type=int, help="documents (default: the size's)")
-    s.add_argument("--dim", type=int, help="dimension (default: the size's)")
-    s.add_argument("--queries", type=int, help="distinct queries sent in turn (default: the size's)")
-    s.add_argument("--duration", type=float, help="measured seconds per row (default: the size's)")
+    s.add_argument("--docs", type=int_arg(1, 10_000_000), help="documents (default: the size's)")
+    s.add_argument("--dim", type=int_arg(1, 8192), help="dimension (default: the size's)")
+    s.add_argument("--queries", type=int_arg(1, 1_000_000), help="distinct queries sent in turn (default: the size's)")
+    s.add_argument(
+        "--duration", type=float_arg(0, 3600, above=True), help="measured seconds per row (default: the size's)"
+    )
     s.add_argument("--concurrency", default="1,8,64", help="comma-separated connection counts (default 1,8,64)")
-    s.add_argument("--k", type=int, default=10, help="results per query (default 10)")
-    s.add_argument("--rerank", type=int, default=20, help="ANN candidates per query (default 20)")
-    s.add_argument("--ef", type=int, help="hnswlib breadth (default 2 x rerank)")
-    s.add_argument("--M", type=int, default=16, help="hnswlib links per node of the built index (default 16)")
-    s.add_argument("--ef-construction", type=int, default=100, help="hnswlib build breadth (default 100)")
-    s.add_argument("--write-rate", type=float, default=20.0, help="writer's requests/s (0: no writer; default 20)")
+    s.add_argument("--k", type=int_arg(1, 1000), default=10, help="results per query (default 10)")
+    s.add_argument("--rerank", type=int_arg(1, 10_000), default=20, help="ANN candidates per query (default 20)")
+    s.add_argument("--ef", type=int_arg(1, 10_000), help="hnswlib breadth (default 2 x rerank)")
+    s.add_argument(
+        "--M", type=int_arg(2, 1024), default=16, help="hnswlib links per node of the built index (default 16)"
+    )
+    s.add_argument(
+        "--ef-construction", type=int_arg(1, 10_000), default=100, help="hnswlib build breadth (default 100)"
+    )
+    s.add_argument(
+        "--write-rate", type=float_arg(0, 10_000), default=20.0, help="writer's requests/s (0: no writer; default 20)"
+    )
     s.add_argument("--index", help="index file to reuse when it holds the same documents (else built and saved there)")
-    s.add_argument("--server-threads", type=int, help="the server's --num-threads (default all cores)")
+    s.add_argument("--server-threads", type=int_arg(1), help="the server's --num-threads (default all cores)")
     add_seed(s, "seed of the generated documents and queries")
     s.add_argument("--json", action="store_true", help="print the results as JSON")
     s.set_defaults(func=_run_serve)
@@ -82,7 +92,7 @@ def _run_serve(args) -> int:
         k=args.k,
         rerank=args.rerank,
         ef=args.ef,
-        concurrencies=parse_ints(args.concurrency, "concurrency"),
+        concurrencies=parse_ints(args.concurrency, "concurrency", high=4096),
         duration_s=duration,
         warmup_s=size["warmup_s"],
         write_rate=args.write_rate,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from crossembed.cli._common import add_num_threads
+from crossembed.cli._common import add_num_threads, float_arg, int_arg
 
 __all__ = ["register"]
 
@@ -22,26 +22,41 @@ def register(sub) -> None:
     )
     p.add_argument("index", help="the index file")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000; 0: any free port)")
+    p.add_argument(
+        "--port", type=int_arg(0, 65535), default=8000, help="port to listen on (default 8000; 0: any free port)"
+    )
     p.add_argument("--save-on-exit", action="store_true", help="save the index atomically when stopped")
     p.add_argument("--save-path", help="where POST /save and --save-on-exit write (default: the index file itself)")
     p.add_argument(
         "--allow-save-path", action="store_true", help="let POST /save name its own path (default: refused, 403)"
     )
-    p.add_argument("--max-batch", type=int, default=256, help="queries per coalesced index call (default 256)")
+    p.add_argument(
+        "--max-batch", type=int_arg(1, 1 << 20), default=256, help="queries per coalesced index call (default 256)"
+    )
     p.add_argument(
         "--batch-wait-ms",
-        type=float,
+        type=float_arg(0, 1000),
         default=0.0,
         help="wait this long for more requests before a search call (default 0: batch what queued meanwhile)",
     )
-    p.add_argument("--max-k", type=int, default=1000, help="largest k a search may ask for (default 1000)")
-    p.add_argument("--max-body-mb", type=float, default=64.0, help="largest request body, MiB (default 64; 413)")
     p.add_argument(
-        "--graceful-timeout", type=int, help="seconds to let requests in flight finish when stopped (default: all)"
+        "--max-k", type=int_arg(1, 1 << 24), default=1000, help="largest k a search may ask for (default 1000)"
     )
     p.add_argument(
-        "--search-threads", type=int, help="threads of one search call (default: every core but one, at least one)"
+        "--max-body-mb",
+        type=float_arg(0, 1 << 20, above=True),
+        default=64.0,
+        help="largest request body, MiB (default 64; 413)",
+    )
+    p.add_argument(
+        "--graceful-timeout",
+        type=int_arg(0),
+        help="seconds to let requests in flight finish when stopped (default: all)",
+    )
+    p.add_argument(
+        "--search-threads",
+        type=int_arg(1),
+        help="threads of one search call (default: every core but one, at least one)",
     )
     p.add_argument("--mmap", action="store_true", help="memory-map the document store instead of reading it")
     p.add_argument("--log-level", choices=_LEVELS, default="info", help="log level (debug: a line per request)")

@@ -6,9 +6,9 @@ Index calls run in worker threads, never on the event loop (the index's
 lock may make a call wait for an update). Every search goes through the
 :class:`~crossembed.serve.batcher.SearchBatcher`: one search thread, whose
 OpenMP parallel regions use ``search_threads`` threads (the default leaves a
-core to the event loop; an OpenMP team larger than the free cores waits on
-its busiest member, which made small prepared-document builds 80 times
-slower here), and requests whose rows cannot depend on each other share a call.
+core to the event loop: an OpenMP team larger than the free cores waits on
+its busiest member), and requests whose rows cannot depend on each other
+share a call.
 """
 
 from __future__ import annotations
