@@ -19,6 +19,7 @@ pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("hnswlib")
 
+from _word_encoder import WordEncoder  # noqa: E402
 from crossembed import reference  # noqa: E402
 from crossembed.serve import ServeConfig, create_app  # noqa: E402
 from crossembed.serve.server import BackgroundServer  # noqa: E402
@@ -124,22 +125,11 @@ def test_multi_query_filter_and_padding(served):
     _assert_same(r.json(), index.search(many, 3))
 
 
-class _WordEncoder:
-    """A deterministic bag-of-characters encoder (16-d) with the encode() protocol."""
-
-    def encode(self, texts, *, batch_size=64, show_progress_bar=False, role="query"):
-        out = np.full((len(texts), 16), 0.1, dtype=np.float32)
-        for i, t in enumerate(texts):
-            for ch in t:
-                out[i, ord(ch) % 16] += 1.0
-        return out
-
-
 def _text_index():
     rng = np.random.default_rng(3)
     A = normalize_rows(rng.normal(size=(40, 16)))
     P = normalize_rows(A + 0.3 * rng.normal(size=(40, 16)))
-    ens = UECEnsemble([LaplaceEmbedder(_WordEncoder(), batch_size=10).fit_embeddings(A, P)])
+    ens = UECEnsemble([LaplaceEmbedder(WordEncoder(), batch_size=10).fit_embeddings(A, P)])
     texts = [f"{w} {i}" for i, w in enumerate(["apple pie", "banana split", "cherry tart", "date loaf"] * 10)]
     return UECIndex.build(ens, texts, show_progress_bar=False, M=8, rerank=10), texts
 

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from _word_encoder import WordEncoder
 from crossembed import reference
 from crossembed._io import CorruptFileError
 from crossembed.uec import GaussianEmbedding, LaplaceEmbedder, UECEnsemble, UECIndex
@@ -116,22 +117,11 @@ def test_bad_inputs(setup):
         index.search(queries, 3, rerank=0)
 
 
-class _WordEncoder:
-    """A deterministic bag-of-characters encoder (16-d) with the encode() protocol."""
-
-    def encode(self, texts, *, batch_size=64, show_progress_bar=False, role="query"):
-        out = np.full((len(texts), 16), 0.1, dtype=np.float32)
-        for i, t in enumerate(texts):
-            for ch in t:
-                out[i, ord(ch) % 16] += 1.0
-        return out
-
-
 def test_build_encodes_texts_as_passages_and_keeps_them():
     rng = np.random.default_rng(3)
     A = normalize_rows(rng.normal(size=(40, 16)))
     P = normalize_rows(A + 0.3 * rng.normal(size=(40, 16)))
-    ens = UECEnsemble([LaplaceEmbedder(_WordEncoder(), batch_size=10).fit_embeddings(A, P)])
+    ens = UECEnsemble([LaplaceEmbedder(WordEncoder(), batch_size=10).fit_embeddings(A, P)])
     texts = ["apple pie", "banana split", "cherry tart", "date loaf", "elderberry jam"] * 4
     index = UECIndex.build(ens, texts, show_progress_bar=False, M=8, rerank=10)
     assert index.texts == texts and index.ensemble is ens
@@ -167,7 +157,7 @@ def test_confidence_reference_comes_from_the_documents_and_the_ensemble_is_not_c
 
     def make():
         return UECEnsemble(
-            [LaplaceEmbedder(_WordEncoder(), batch_size=10).fit_embeddings(A, P)] * 2, routing=ConfidenceRouting()
+            [LaplaceEmbedder(WordEncoder(), batch_size=10).fit_embeddings(A, P)] * 2, routing=ConfidenceRouting()
         )
 
     built = make()
@@ -184,7 +174,7 @@ def test_confidence_reference_comes_from_the_documents_and_the_ensemble_is_not_c
         np.testing.assert_array_equal(after_arrays[name], value)
     assert texts[index.search(["cherry tart"], 1, exact=True)[1][0, 0]] == "cherry tart"
     # the copy (with its reference) is what the index saves and loads
-    back = UECIndex.load(index.save(tmp_path / "conf.uec"), encoders=[_WordEncoder(), _WordEncoder()])
+    back = UECIndex.load(index.save(tmp_path / "conf.uec"), encoders=[WordEncoder(), WordEncoder()])
     assert back.ensemble.has_reference
     np.testing.assert_array_equal(
         back.search(["cherry tart"], 3, exact=True)[1], index.search(["cherry tart"], 3, exact=True)[1]
@@ -236,6 +226,6 @@ def test_an_ensemble_index_scores_with_the_ensembles_scoring():
     P = normalize_rows(A + 0.3 * rng.normal(size=(40, 16)))
     official = {"routing": PrecisionSumRouting(), "mixing": EmbeddingMixing(), "scoring": BetaCosineScoring()}
     for options in ({}, {"scoring": ProbitScoring(use_variance=False)}, official):
-        ens = UECEnsemble([LaplaceEmbedder(_WordEncoder(), batch_size=10).fit_embeddings(A, P)], **options)
+        ens = UECEnsemble([LaplaceEmbedder(WordEncoder(), batch_size=10).fit_embeddings(A, P)], **options)
         index = UECIndex.build(ens, ["apple pie", "banana split", "cherry tart"] * 3, show_progress_bar=False, M=8)
         assert index.scoring.get_config() == ens.scoring.get_config()
