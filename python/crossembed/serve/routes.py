@@ -6,9 +6,10 @@ body (at most ``max_body_bytes``, else 413), hands the bytes to
 :class:`~crossembed.serve.service.IndexService` and writes the JSON answer,
 or ``{"error": ...}`` for a :class:`~crossembed.serve.errors.RequestError`.
 Every other request (``/docs``, ``/openapi.json``, routes a user adds, 404s)
-goes on to the app. Going through FastAPI's routing, dependency and response
-machinery costs about 0.1 ms per request, a third of a single-query search's
-HTTP cost; an unexpected exception still propagates to the app's 500 handler.
+goes on to the app. FastAPI's routing, dependency and response machinery
+would cost a large share of a single-query search's time over HTTP
+(docs/serve.md, "Design"); an unexpected exception still propagates to the
+app's 500 handler.
 """
 
 from __future__ import annotations
