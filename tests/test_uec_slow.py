@@ -51,3 +51,29 @@ def test_real_uec_index_finds_glosses(real, tmp_path):
     back = UECIndex.load(tmp_path / "real.uec")
     _, again = back.search(task.queries[200:210], 10, exact=True)
     np.testing.assert_array_equal(again, exact[:10])
+
+
+def test_real_index_served_over_http_answers_texts_as_in_process(real, tmp_path):
+    pytest.importorskip("fastapi")
+    httpx = pytest.importorskip("httpx")
+    from crossembed.serve import create_app
+    from crossembed.serve.server import BackgroundServer
+    from crossembed.uec import UECIndex
+
+    task, ens = real
+    UECIndex.build(ens, task.documents[200:400], show_progress_bar=False, M=16, rerank=50).save(tmp_path / "r.uec")
+    index = UECIndex.load(tmp_path / "r.uec")  # as `crossembed serve` loads it: the saved minilm + e5 ensemble
+    local = UECIndex.load(tmp_path / "r.uec")
+    queries = task.queries[200:216]
+    with BackgroundServer(create_app(index)) as server:
+        with httpx.Client(base_url=server.url, timeout=120) as client:
+            r = client.post("/search", json={"queries": queries, "k": 5})
+            assert r.status_code == 200, r.text
+            scores, ids = local.search(queries, 5)
+            assert r.json()["ids"] == ids.tolist()
+            np.testing.assert_array_equal(np.asarray(r.json()["scores"], np.float32), scores)
+            # a new gloss added as text is found by its own example
+            r = client.post("/add", json={"texts": [task.documents[0]], "ids": [10_000]})
+            assert r.status_code == 200, r.text
+            top = client.post("/search", json={"queries": [task.queries[0]], "k": 3}).json()["ids"][0]
+            assert 10_000 in top
