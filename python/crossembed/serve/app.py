@@ -91,8 +91,9 @@ def create_app(index: UECIndex, *, config: Optional[ServeConfig] = None) -> Fast
     """An ASGI app serving ``index`` (run it with uvicorn, or mount it in another app); ``config``
     defaults to ``ServeConfig()``.
 
-    Searches of up to ``config.max_batch`` queries without a ``filter`` are
-    micro-batched; everything that touches the index runs in worker threads.
+    Concurrent searches with the same settings (``exact``, candidates, ``ef``,
+    ``filter``) share index calls of up to ``config.max_batch`` queries;
+    everything that touches the index runs in worker threads.
     The lifespan's shutdown finishes queued searches and, with
     ``config.save_on_exit``, saves the index atomically to ``config.save_path``.
     """
