@@ -257,3 +257,19 @@ def test_exterior_angle_has_a_finite_gradient_at_coincident_points(dtype):
     # away from coincidence the gradient is untouched (the formula above, checked by gradcheck)
     far = torch.tensor([[0.3, -1.2, 0.9]], dtype=dtype)
     assert L.exterior_angle(x.detach(), far).item() != pytest.approx(math.pi / 2)
+
+
+@pytest.mark.parametrize("stable", [True, False])
+def test_distances_far_from_the_origin_do_not_overflow_to_zero(stable):
+    # |x| ~ 1e20 in float32: the time components fit, the squared chord does not (it used to give 0)
+    x = torch.tensor([[1e20, 0.0]], dtype=torch.float32)
+    y = torch.tensor([[0.0, 1e20], [2e20, 0.0]], dtype=torch.float32)
+    expected = L.pairwise_distance(x.double(), y.double()).float()
+    got = L.pairwise_distance(x, y, stable=stable)
+    assert got.dtype == torch.float32
+    assert torch.allclose(got[0, 0], expected[0, 0], rtol=1e-6)  # orthogonal: no cancellation either way
+    if stable:
+        assert torch.allclose(got, expected, rtol=1e-6)
+        assert torch.allclose(L.distance(x.expand(2, 2), y), expected[0], rtol=1e-6)
+    with pytest.raises(ValueError, match="too far from the origin"):
+        L.distance(torch.tensor([[1e200, 0.0]], dtype=torch.float64), torch.tensor([[0.0, 1e200]], dtype=torch.float64))

@@ -15,6 +15,7 @@ on *safe* inputs so the unused branch never produces inf/NaN.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Union
 
@@ -171,17 +172,31 @@ def _dist_from_chord(q: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     return (2.0 / sc) * torch.asinh(sc * root / 2.0)
 
 
+def _dist_checked(q: torch.Tensor, c: torch.Tensor, x: torch.Tensor, y: torch.Tensor, again) -> torch.Tensor:
+    """Distances from the chord ``q`` of ``x`` and ``y``. On the CPU, where ``q`` overflowed although
+    ``x`` and ``y`` are finite (norms near the square root of the dtype's range, ~1e19 in float32):
+    ``again(x, y)`` in float64, cast back, or ValueError when float64 overflows too (other devices
+    are not read back, as in :func:`time_component`)."""
+    if q.device.type == "cpu" and not bool(torch.isfinite(q).all()):
+        if bool(torch.isfinite(x).all()) and bool(torch.isfinite(y).all()):
+            if x.dtype != torch.float64:
+                return again(x.to(torch.float64), y.to(torch.float64)).to(x.dtype)
+            raise ValueError("x and y are too far from the origin: their squared chord exceeds float64's range")
+    return _dist_from_chord(q, c)
+
+
 def distance(x: torch.Tensor, y: torch.Tensor, curvature: Curvature = 1.0) -> torch.Tensor:
     """Geodesic distance between matching rows of ``x`` and ``y`` (broadcasting).
 
     ``d = (2/sqrt(c)) asinh(sqrt(c) sqrt(|x-y|^2 - (x_t-y_t)^2) / 2)``, which
     equals ``acosh(-c <x,y>_L) / sqrt(c)`` but does not lose the small
-    distances to cancellation.
+    distances to cancellation. Points too far out for the dtype's squares
+    are measured in float64 (see :func:`_dist_checked`).
     """
     c = _c(curvature, x)
     xt = time_component(x, c)
     yt = time_component(y, c)
-    return _dist_from_chord(_chord_sq(x, y, xt, yt, c), c)
+    return _dist_checked(_chord_sq(x, y, xt, yt, c), c, x, y, lambda a, b: distance(a, b, curvature))
 
 
 def pairwise_distance(
@@ -206,12 +221,14 @@ def pairwise_distance(
     yt = time_component(y, c)
     if not stable:
         q = 2.0 * (xt.unsqueeze(-1) * yt.unsqueeze(-2) - x @ y.T - 1.0 / c)
-        return _dist_from_chord(q.clamp_min(0.0), c)
+        return _dist_checked(q.clamp_min(0.0), c, x, y, lambda a, b: pairwise_distance(a, b, curvature, stable=False))
     rows = max(1, chunk_elements // max(1, y.shape[0] * y.shape[1]))
     out = []
     for s in range(0, x.shape[0], rows):
         xs, xts = x[s : s + rows].unsqueeze(1), xt[s : s + rows].unsqueeze(1)
-        out.append(_dist_from_chord(_chord_sq(xs, y.unsqueeze(0), xts, yt.unsqueeze(0), c), c))
+        q = _chord_sq(xs, y.unsqueeze(0), xts, yt.unsqueeze(0), c)
+        again = functools.partial(pairwise_distance, curvature=curvature, chunk_elements=chunk_elements)
+        out.append(_dist_checked(q, c, x[s : s + rows], y, again))
     if not out:
         return x.new_zeros((0, y.shape[0]))
     return torch.cat(out, 0)
