@@ -648,6 +648,9 @@ class UECIndex:
         """
         if not self._panels_fit():
             return False
+        # a block holds at most _BLOCK documents: this many blocks are live at least (no slot scan needed)
+        if n_candidates < _ROWS_PER_CACHED_BLOCK * -(-len(self._store) // _BLOCK):
+            return False
         blocks = self._live_blocks()
         if n_candidates < _ROWS_PER_CACHED_BLOCK * len(blocks):
             return False  # too few rows to gain from the blocks even when they are all cached

@@ -57,6 +57,7 @@ class DocStore:
         self._var = var if var.dtype == self.dtype else var.astype(self.dtype)
         self.ids = np.asarray(ids, dtype=np.int64)
         self.alive = np.asarray(alive, dtype=bool)
+        self._live = int(self.alive[: self.n_slots].sum())  # kept by put/drop: len() is on every search's path
         self.texts: Optional[List[Optional[str]]] = None if texts is None else list(texts)
         self._lookup: Optional[Tuple[np.ndarray, np.ndarray]] = None
         if capacity is not None and capacity > self.n_slots:
@@ -83,7 +84,7 @@ class DocStore:
         return int(self._mean.shape[0])
 
     def __len__(self) -> int:
-        return int(self.alive[: self.n_slots].sum())
+        return self._live
 
     def live_slots(self) -> np.ndarray:
         return np.flatnonzero(self.alive[: self.n_slots])
@@ -165,6 +166,7 @@ class DocStore:
         self.n_slots += len(fresh)
         self._mean[slots], self._var[slots] = mean, var
         self.ids[slots], self.alive[slots] = ids, True
+        self._live += len(slots)
         if self.texts is not None:
             self.texts.extend([None] * len(fresh))
             for s, t in zip(slots, texts):
@@ -182,9 +184,10 @@ class DocStore:
                 self.texts[s] = t
 
     def drop(self, slots: np.ndarray) -> None:
-        """Free ``slots``."""
+        """Free ``slots`` (distinct live slots)."""
         self._materialize()
         self.alive[slots] = False
+        self._live -= len(slots)
         if self.texts is not None:
             for s in slots:
                 self.texts[s] = None
