@@ -411,31 +411,38 @@ class UECIndex:
                 size = int(min(_WRITE_CHUNK_MAX, max(1, _WRITE_HOLD_S / per_row)))
             start = part.stop
 
-    def _insert(self, docs: GaussianEmbedding, ids: np.ndarray, texts, chunk: Optional[int] = None) -> None:
-        """Store and link new documents (in chunks, see :meth:`_chunked`)."""
+    def _write(self, docs: GaussianEmbedding, ids: np.ndarray, texts, place, chunk: Optional[int] = None) -> None:
+        """Store ``docs`` under ``ids`` in the slots ``place(mean, var, ids, texts)`` writes them to, and
+        link them in the graph (hnswlib adds a new label, re-links a reused or existing one), in chunks."""
         threads = check_num_threads(self.num_threads) or -1
 
         def apply(part: slice) -> None:
             mean = docs.mean[part]
-            slots = self._store.put(mean, docs.var[part], ids[part], None if texts is None else texts[part])
-            self._grow_graph()
+            slots = place(mean, docs.var[part], ids[part], None if texts is None else texts[part])
             self._graph.add_items(mean, slots, num_threads=threads)
             self._forget_blocks(slots)
 
         self._chunked(len(ids), apply, chunk)
 
+    def _insert(self, docs: GaussianEmbedding, ids: np.ndarray, texts, chunk: Optional[int] = None) -> None:
+        """Store and link documents under new ``ids`` (freed slots first)."""
+
+        def place(mean, var, part_ids, part_texts) -> np.ndarray:
+            slots = self._store.put(mean, var, part_ids, part_texts)
+            self._grow_graph()
+            return slots
+
+        self._write(docs, ids, texts, place, chunk)
+
     def _rewrite(self, docs: GaussianEmbedding, ids: np.ndarray, texts) -> None:
-        """Replace the rows of existing ``ids`` (hnswlib re-links an updated label), in chunks."""
-        threads = check_num_threads(self.num_threads) or -1
+        """Replace the rows of existing ``ids`` in their slots."""
 
-        def apply(part: slice) -> None:
-            mean = docs.mean[part]
-            slots = self._store.slots_of(ids[part])
-            self._store.replace(slots, mean, docs.var[part], None if texts is None else texts[part])
-            self._graph.add_items(mean, slots, num_threads=threads)
-            self._forget_blocks(slots)
+        def place(mean, var, part_ids, part_texts) -> np.ndarray:
+            slots = self._store.slots_of(part_ids)
+            self._store.replace(slots, mean, var, part_texts)
+            return slots
 
-        self._chunked(len(ids), apply)
+        self._write(docs, ids, texts, place)
 
     def reserve(self, capacity: int) -> None:
         """Make room for ``capacity`` documents in all (later :meth:`add` calls up to it then never
