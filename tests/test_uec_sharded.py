@@ -59,6 +59,9 @@ def test_sharded_updates_and_files(client, tmp_path):
         ShardedUECIndex(object(), docs)
     with pytest.raises(ValueError, match="no ensemble"):
         sharded.search(["text"], 3)
+    for bad in (None, "one text"):  # the same query checks as UECIndex.search
+        with pytest.raises(TypeError, match="queries must be"):
+            sharded.search(bad, 3)
     with pytest.raises(ValueError, match="dimension"):
         sharded.add(_docs(2, 5, 0), ids=[5000, 5001])
 

@@ -69,7 +69,7 @@ from crossembed.uec.locking import ReadWriteLock
 from crossembed.uec.scoring import ProbitScoring, scoring_from_config
 from crossembed.uec.store import DocStore, as_ids, check_ids
 
-__all__ = ["INDEX_VERSION", "UECIndex", "merge_topk"]
+__all__ = ["INDEX_VERSION", "UECIndex", "merge_topk", "query_gaussians"]
 
 _KIND = "crossembed.uec.UECIndex"
 #: Version of the index file layout written by :meth:`UECIndex.save` (the only one :meth:`UECIndex.load` reads).
@@ -158,6 +158,29 @@ def _check_result_k(k, n_queries: int, name: str = "k") -> int:
     if n_queries * k > _MAX_RESULTS:
         raise ValueError(f"{name}={k} is too large: {n_queries} queries x {name} results exceed {_MAX_RESULTS}")
     return k
+
+
+def query_gaussians(queries, ensemble: Optional[UECEnsemble], dim: int) -> GaussianEmbedding:
+    """``queries`` as query Gaussians of dimension ``dim``: given as a :class:`GaussianEmbedding`, or texts
+    encoded by ``ensemble`` (TypeError/ValueError naming ``queries`` for anything else)."""
+    if isinstance(queries, GaussianEmbedding):
+        q = queries
+    elif isinstance(queries, str):
+        raise TypeError("queries must be a list of strings or a GaussianEmbedding, not one string")
+    else:
+        if not isinstance(queries, Iterable):
+            raise TypeError(f"queries must be a list of strings or a GaussianEmbedding, got {type(queries).__name__}")
+        queries = list(queries)
+        if not queries:
+            raise ValueError("queries must not be empty")
+        if not all(isinstance(t, str) for t in queries):
+            raise TypeError("queries must be a list of strings or a GaussianEmbedding")
+        if ensemble is None:
+            raise ValueError("this index has no ensemble: pass query GaussianEmbeddings, or build/load it with one")
+        q = ensemble.encode(queries, role="query", show_progress_bar=False)
+    if q.dim != dim:
+        raise ValueError(f"queries have dimension {q.dim} but the index has {dim}")
+    return q
 
 
 def merge_topk(scores: np.ndarray, ids: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -523,28 +546,6 @@ class UECIndex:
             self._blocks.pop(int(b), None)
 
     # ------------------------------------------------------------------ search
-    def _queries(self, queries) -> GaussianEmbedding:
-        if isinstance(queries, GaussianEmbedding):
-            q = queries
-        elif isinstance(queries, str):
-            raise TypeError("queries must be a list of strings or a GaussianEmbedding, not one string")
-        else:
-            if not isinstance(queries, Iterable):
-                raise TypeError(
-                    f"queries must be a list of strings or a GaussianEmbedding, got {type(queries).__name__}"
-                )
-            queries = list(queries)
-            if not queries:
-                raise ValueError("queries must not be empty")
-            if not all(isinstance(t, str) for t in queries):
-                raise TypeError("queries must be a list of strings or a GaussianEmbedding")
-            if self.ensemble is None:
-                raise ValueError("this index has no ensemble: pass query GaussianEmbeddings, or build/load it with one")
-            q = self.ensemble.encode(queries, role="query", show_progress_bar=False)
-        if q.dim != self.dim:
-            raise ValueError(f"queries have dimension {q.dim} but the index has {self.dim}")
-        return q
-
     def _allowed(self, filter_ids: Optional[np.ndarray]) -> Optional[np.ndarray]:
         """Sorted slots of the live documents among ``filter_ids`` (others are ignored; may be empty)."""
         if filter_ids is None:
@@ -596,7 +597,7 @@ class UECIndex:
         Queries for which hnswlib cannot return ``m`` neighbours (a sparse graph,
         many identical documents) get their candidates by exact inner product.
         """
-        q = self._queries(queries)
+        q = query_gaussians(queries, self.ensemble, self.dim)
         m = _check_result_k(m, len(q), "m")
         ef = max(m, check_int(ef, "ef", low=1, high=INT_MAX) if ef is not None else 2 * m)
         threads = check_num_threads(num_threads if num_threads is not None else self.num_threads) or -1
@@ -764,7 +765,7 @@ class UECIndex:
         scores : ndarray (Q, k) float32, best first (ties: lower id)
         ids : ndarray (Q, k) int64
         """
-        q = self._queries(queries)
+        q = query_gaussians(queries, self.ensemble, self.dim)
         k = _check_result_k(k, len(q))
         nt = num_threads if num_threads is not None else self.num_threads
         threads = check_num_threads(nt) or -1

@@ -26,7 +26,7 @@ import numpy as np
 from crossembed._validation import check_int, check_positive
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
-from crossembed.uec.index import merge_topk
+from crossembed.uec.index import merge_topk, query_gaussians
 from crossembed.uec.shards import (
     Deadline,
     ShardError,
@@ -341,19 +341,6 @@ class ShardedUECIndex:
             self._update_shards({s: ("remove", ids[r]) for s, r in parts.items()}, deadline)
 
     # ------------------------------------------------------------------ search
-    def _queries(self, queries) -> GaussianEmbedding:
-        if isinstance(queries, GaussianEmbedding):
-            q = queries
-        else:
-            if self.ensemble is None:
-                raise ValueError("this index has no ensemble: pass query GaussianEmbeddings")
-            if isinstance(queries, str):
-                raise TypeError("queries must be a list of strings or a GaussianEmbedding, not one string")
-            q = self.ensemble.encode(list(queries), role="query", show_progress_bar=False)
-        if q.dim != self.dim:
-            raise ValueError(f"queries have dimension {q.dim} but the index has {self.dim}")
-        return q
-
     def search(
         self,
         queries,
@@ -391,7 +378,7 @@ class ShardedUECIndex:
         scores : ndarray (Q, k) float32, best first (ties: lower id; padding -inf)
         ids : ndarray (Q, k) int64 (padding -1)
         """
-        q = self._queries(queries)
+        q = query_gaussians(queries, self.ensemble, self.dim)
         k = check_int(k, "k", low=1)
         deadline = self._deadline(timeout)
         allowed: Dict[int, Optional[np.ndarray]] = dict.fromkeys(range(self.n_shards))
