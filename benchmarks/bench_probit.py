@@ -2,8 +2,10 @@
 
 Two variance regimes at the sizes of docs/kernel_benchmarks.md (Q=1000, N=100k, D=384, k=10):
 ``kron`` - variances like real Kronecker-factored posteriors, 0.016 U(0.5, 1.5)
-(the realistic regime), and ``wide`` - U(0, 0.5), where the score bound is
-loose and pruning cannot skip the variance term. Baselines: the stacked
+(the realistic regime), ``wide`` - U(0, 0.5), where the score bound is
+loose and pruning cannot skip the variance term, and ``zero`` - no variance on
+either side (the default ensemble's deterministic embeddings: the score is the
+inner product, so faiss ``IndexFlatIP`` does exactly the same work). Baselines: the stacked
 layout the kernel also uses, as two float32 GEMMs per query block,
 mu_s = mu_q @ mu_c^T and sig2_s = [mu_q^2 | v_q] @ [v_c | mu_c^2 + v_c]^T
 (3D multiply-adds per pair), then argpartition + sort (numpy) or topk
@@ -33,7 +35,7 @@ from crossembed.baselines import faiss_flat_topk, numpy_probit_docs, numpy_probi
 Q, N, D, K = size("probit_q", 1000, 64), size("probit_n", 100_000, 5000), size("probit_d", 384, 384), 10
 FQ, FN = size("probit_fn_q", 256, 32), size("probit_fn_n", 50_000, 3000)
 FLOPS = 2.0 * Q * N * 3 * D
-REGIMES = {"kron": (0.016 * 0.5, 0.016 * 1.5), "wide": (0.0, 0.5)}
+REGIMES = {"kron": (0.016 * 0.5, 0.016 * 1.5), "wide": (0.0, 0.5), "zero": (0.0, 0.0)}
 
 
 def _gaussians(rng, n, lo, hi):

@@ -34,6 +34,42 @@ def test_tile_and_pair_paths_agree_bitwise(rng, D, variances):
     np.testing.assert_allclose(scores, -np.sort(-exact, axis=1)[:, :k], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("storage", ["float32", "float16"])
+@pytest.mark.parametrize("D", [3, 17, 384])
+def test_docs_without_variance_score_as_stored_zero_rows(rng, storage, D):
+    """Docs whose variances are all 0 keep no stacked rows: a query with variance gets rows rebuilt
+    from the means, bit for bit what stored zero rows give (compared on docs where one extra row has
+    a variance, so the stacked rows are stored), and a query without variance scores mu_s exactly."""
+    mu_c, _ = _docs(rng, 600, D, 0.0, 0.0)
+    none = np.zeros_like(mu_c)
+    stored = none.copy()
+    stored[-1] = 0.25  # one doc with a variance: every row is stored
+    mu_q, v_q = _docs(rng, 40, D, 0.0, 0.5)
+    v_q[::3] = 0.0  # a mixed batch: plain queries among queries with variance
+    lean = ce.ProbitDocs(mu_c, none, storage=storage)
+    full = ce.ProbitDocs(mu_c, stored, storage=storage)
+    assert lean.nbytes < full.nbytes / 2
+    dense = lean.scores(mu_q, v_q)
+    np.testing.assert_array_equal(dense[:, :-1], full.scores(mu_q, v_q)[:, :-1])
+    np.testing.assert_array_equal(dense[::3], lean.scores(mu_q[::3], v_q[::3], return_moments=True)[1])
+    scores, idx, _ = assert_paths_agree(lean, mu_q, v_q, 7)
+    exact = ref.probit_scores(mu_q, v_q, mu_c, none)
+    tol = 1e-5 if storage == "float32" else 2e-3
+    np.testing.assert_allclose(scores, -np.sort(-exact, axis=1)[:, :7], rtol=tol, atol=tol)
+
+
+def test_plain_inner_product_top_k_keeps_ties_to_the_lower_index(rng):
+    mu = np.repeat(_docs(rng, 50, 16, 0.0, 0.0)[0], 4, axis=0)  # every doc four times: ties everywhere
+    docs = ce.ProbitDocs(mu, np.zeros_like(mu))
+    mu_q = _docs(rng, 9, 16, 0.0, 0.0)[0]
+    scores, idx, _ = assert_paths_agree(docs, mu_q, np.zeros_like(mu_q), 10)
+    exact = ref.probit_scores(mu_q, np.zeros_like(mu_q), mu, np.zeros_like(mu)).astype(np.float32)
+    np.testing.assert_allclose(scores, np.take_along_axis(exact, idx, axis=1), rtol=1e-6, atol=1e-6)
+    order = np.lexsort((np.broadcast_to(np.arange(len(mu)), exact.shape), -exact), axis=1)[:, :10]
+    np.testing.assert_array_equal(idx // 4, order // 4)
+    assert (np.diff(idx, axis=1)[np.diff(scores, axis=1) == 0] > 0).all()
+
+
 def test_k_equals_n_and_n_equals_one_on_the_tile_path(rng):
     mu_c, v_c = _docs(rng, 300, 17, 0.0, 0.5)
     mu_q, v_q = _docs(rng, 5, 17, 0.0, 0.5)

@@ -165,6 +165,12 @@ class ProbitDocs:
         are stored as 0. Top-10 recall against float32 on unit means with
         Kronecker-like variances: see ``benchmarks/recall_probit_float16.py``.
 
+    Documents without variance (every ``v_c`` 0, as a deterministic embedder
+    gives) keep only the mean panels (``4 D`` bytes a document in float32,
+    ``2 D`` in float16), and a query without variance scores ``mu_s`` exactly:
+    its top-k is an inner-product top-k. A query with variance against them
+    gets the same bits as against stored zero variances.
+
     Attributes
     ----------
     n, dim : int
@@ -199,7 +205,8 @@ class ProbitDocs:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the prepared documents (about ``12 D`` a document in float32, ``6 D`` in float16)."""
+        """Bytes held by the prepared documents (about ``12 D`` a document in float32, ``6 D`` in float16;
+        a third of that without variances)."""
         return int(self._handle.nbytes)
 
     def __len__(self) -> int:

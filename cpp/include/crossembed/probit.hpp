@@ -17,6 +17,13 @@
 // (detail/isa_impl.hpp), so top_k, rerank and the dense scores agree bit for
 // bit, whichever path a tile took, for any tiling and thread count.
 //
+// No variance (a deterministic embedder): when every v_c is 0 the stacked rows
+// are not stored (4 D bytes a doc instead of 12 D), and a query with v_q = 0
+// scores mu_s exactly (sig2_s = 0, the denominator is 1): its top-k is the
+// inner-product top-k, a SIMD threshold scan of each GEMM tile. A query with
+// variance against such docs rebuilds the stacked rows [0 | mu_c^2] it needs
+// from the mean panels: the values the stored rows would hold.
+//
 // Storage: float32 (ProbitDocs, 12 D bytes a doc) or IEEE float16
 // (ProbitDocsF16, 6 D bytes). float16 rounds every stored value once, at
 // packing, to nearest (ties to even): mu_h = fp16(mu_c), v_h = fp16(v_c), and
@@ -89,8 +96,8 @@ class ProbitDocsT {
 
  public:
   ProbitDocsT(const float* mu_c, const float* v_c, std::size_t n, std::size_t d)
-      : n_(n), d_(d), len_(probit_stacked_len(d)), means_(pack_means(mu_c, n, d)), stacked_(n * len_), mass_(n),
-        vmin_(n), vmax_(n) {
+      : n_(n), d_(d), len_(probit_stacked_len(d)), means_only_(std::all_of(v_c, v_c + n * d, is_zero)),
+        means_(pack_means(mu_c, n, d)), stacked_(means_only_ ? 0 : n * len_), mass_(n), vmin_(n), vmax_(n) {
     constexpr std::size_t kBlock = 1024;
     const std::size_t n_blocks = (n + kBlock - 1) / kBlock;
     std::vector<double> block_max(n_blocks, 0.0);
@@ -99,7 +106,7 @@ class ProbitDocsT {
       for (std::size_t i = std::size_t(b) * kBlock; i < std::min(n, std::size_t(b + 1) * kBlock); ++i) {
         const float* m = mu_c + i * d;
         const float* v = v_c + i * d;
-        S* s = stacked_.data() + i * len_;
+        S* s = means_only_ ? nullptr : stacked_.data() + i * len_;
         double mass = 0, lo = INFINITY, hi = 0;
         for (std::size_t j = 0; j < d; ++j) {
           if constexpr (kHalf) {
@@ -107,15 +114,19 @@ class ProbitDocsT {
             const simd::half_t vh = simd::half_bits(v[j]);
             const double vd = simd::half_to_float(vh), second = mh * mh + vd;
             const simd::half_t sh = simd::half_bits(second);
-            s[j] = vh;
-            s[d + j] = sh;
+            if (s) {
+              s[j] = vh;
+              s[d + j] = sh;
+            }
             mass += simd::half_to_float(sh);
             lo = std::min(lo, vd);
             hi = std::max(hi, vd);
             top = std::max(top, second);
           } else {
-            s[j] = v[j];
-            s[d + j] = m[j] * m[j] + v[j];
+            if (s) {
+              s[j] = v[j];
+              s[d + j] = m[j] * m[j] + v[j];
+            }
             const double second = double(m[j]) * m[j] + v[j];
             mass += second;
             lo = std::min<double>(lo, v[j]);
@@ -134,7 +145,30 @@ class ProbitDocsT {
 
   std::size_t size() const { return n_; }
   std::size_t dim() const { return d_; }
+  // Whether every stored variance is 0 (no stacked rows are kept).
+  bool means_only() const { return means_only_; }
   const S* stacked(std::size_t i) const { return stacked_.data() + i * len_; }
+  // Stacked rows [first, first + count) into out ((count, len_)): stored, or rebuilt from the mean
+  // panels for means-only docs exactly as the constructor would have stored them ([0 | mu^2 | 0]).
+  const S* stacked_rows(std::size_t first, std::size_t count, std::vector<S>& out) const {
+    if (!means_only_) return stacked(first);
+    out.assign(count * len_, S(0));
+    for (std::size_t r = 0; r < count; ++r) {
+      S* s = out.data() + r * len_;
+      for (std::size_t j = 0; j < d_; ++j) {
+        const S m = means_.get(first + r, j);
+        if constexpr (kHalf) {
+          const double mh = simd::half_to_float(m);
+          s[d_ + j] = simd::half_bits(mh * mh);
+        } else {
+          s[d_ + j] = m * m;
+        }
+      }
+    }
+    return out.data();
+  }
+  // Whether query qi scores mu_s exactly against these docs (no variance on either side).
+  bool plain(const ProbitQueries& Q, std::size_t qi) const { return means_only_ && Q.vmax[qi] == 0; }
   // Bytes held: mean panels, stacked rows and the per-doc bounds.
   std::size_t nbytes() const {
     return (means_.data.size() + stacked_.size()) * sizeof(S) + 3 * n_ * sizeof(double);
@@ -161,7 +195,10 @@ class ProbitDocsT {
   }
 
   float sig2(const ProbitQueries& Q, std::size_t qi, std::size_t ci) const {
-    return simd::dot_tree(Q.vrows[qi], stacked(ci), len_);
+    if (!means_only_) return simd::dot_tree(Q.vrows[qi], stacked(ci), len_);
+    if (Q.vmax[qi] == 0) return 0.0f;  // every product of the tree dot is +0
+    std::vector<S> row;
+    return simd::dot_tree(Q.vrows[qi], stacked_rows(ci, 1, row), len_);
   }
 
   // Fused top-k over all docs. scores/indices are (q, k), best first.
@@ -203,6 +240,7 @@ class ProbitDocsT {
       std::sort(ids.begin(), ids.end());
       std::vector<float> lanes(w);
       std::size_t panel_first = n_;  // none computed yet
+      const bool no_var = plain(Q, i);
       TopK heap(k);
       for (const std::int64_t id : ids) {
         const std::size_t j = std::size_t(id), first = j - j % w;
@@ -210,7 +248,8 @@ class ProbitDocsT {
           simd::gemm(&Q.rows[i], 1, means_, first, std::min(w, n_ - first), lanes.data(), w);
           panel_first = first;
         }
-        heap.push(score_from(lanes[j - first], sig2(Q, i, j)), id);
+        const float mu_s = lanes[j - first];
+        heap.push(no_var ? mu_s : score_from(mu_s, sig2(Q, i, j)), id);
       }
       write_topk(heap, k, out_scores + i * k, out_idx + i * k);
     });
@@ -248,9 +287,17 @@ class ProbitDocsT {
   // sig2 of the block's rows against a whole doc tile, kPR x kPC pairs at a time.
   struct VarianceTile {
     std::vector<float> values;  // (rows, kDocTile)
+    std::vector<S> rebuilt;     // the tile's stacked rows, for means-only docs
     explicit VarianceTile(const Block& b) : values((b.r1 - b.r0) * kDocTile) {}
     void compute(const ProbitDocsT& D, const ProbitQueries& Q, const Block& b, std::size_t t0, std::size_t t1) {
-      simd::pair_dots(Q.vrows.data() + b.r0, b.r1 - b.r0, D.stacked(t0), t1 - t0, D.len_, values.data(), kDocTile);
+      const bool all_plain = D.means_only_ && std::all_of(Q.vmax.begin() + std::ptrdiff_t(b.r0),
+                                                          Q.vmax.begin() + std::ptrdiff_t(b.r1), is_zero);
+      if (all_plain) {  // what pair_dots would give: sums of +0
+        std::fill(values.begin(), values.end(), 0.0f);
+        return;
+      }
+      const S* rows = D.stacked_rows(t0, t1 - t0, rebuilt);
+      simd::pair_dots(Q.vrows.data() + b.r0, b.r1 - b.r0, rows, t1 - t0, D.len_, values.data(), kDocTile);
     }
     float at(const Block& b, std::size_t i, std::size_t j) const { return values[(i - b.r0) * kDocTile + j]; }
   };
@@ -258,6 +305,12 @@ class ProbitDocsT {
   // The cheap test: the denominator is >= 1, so a positive score is <= mu_s,
   // and a score with mu_s <= 0 is <= 0.
   static bool below(float mu_s, float thr) { return mu_s > 0 ? double(mu_s) * (1.0 + 1e-6) < thr : thr > 0; }
+  // A float every mu_s that passes the cheap test reaches (the SIMD scan's bar; a little lower is safe).
+  static float scan_bar(float thr) {
+    if (!(thr > 0)) return -INFINITY;
+    return std::nextafter(static_cast<float>(double(thr) / (1.0 + 1e-6)), -INFINITY);
+  }
+  static bool is_zero(double v) { return v == 0; }
 
   // top_k: one heap per (query, doc chunk). The cheap test and the exact
   // bound (score_upper_bound) skip the variance term of candidates that cannot
@@ -272,34 +325,42 @@ class ProbitDocsT {
       const TopKHandler& h;
       Block b;
       VarianceTile var;
-      OnBlock(const TopKHandler& h_, const Block& b_) : h(h_), b(b_), var(b_) {
+      std::vector<std::uint32_t> hits;  // positions in the tile the scan passed
+      OnBlock(const TopKHandler& h_, const Block& b_) : h(h_), b(b_), var(b_), hits(kDocTile) {
         for (std::size_t i = b.r0; i < b.r1; ++i) h.partial[i * h.n_chunks + b.chunk].reset(h.k);
       }
       bool skip(const TopK& heap, std::size_t i, std::size_t ci, float mu_s, float thr) const {
         return below(mu_s, thr) || (heap.full() && h.D.score_upper_bound(h.Q, i, ci, mu_s) < thr);
       }
       void add_tile(std::size_t t0, std::size_t t1, const float* tile, std::size_t ld) {
-        // Share of candidates passing the cheap test against the heaps as they
-        // are now (thresholds only rise during the walk), on every 8th row:
-        // it only picks the faster path, both give the same values. A lone
-        // tree dot is one FMA chain (latency-bound) on a doc row that is
-        // rarely in cache; measured on wide variances (U(0, 0.5), ~9% live),
-        // the whole tile through pair_dots was faster already, so past 1/32
-        // live the tile is computed whole.
+        // Each row's tile goes through a SIMD scan first: only the entries that can pass the
+        // cheap test (usually a few of the tile) reach the scalar tests and the heap.
+        const std::size_t w = t1 - t0;
+        // Share of candidates passing the scan against the heaps as they are now (thresholds
+        // only rise during the walk), on every 8th row: it only picks the faster path, both
+        // give the same values. A lone tree dot is one FMA chain (latency-bound) on a doc row
+        // that is rarely in cache; measured on wide variances (U(0, 0.5), ~9% live), the whole
+        // tile through pair_dots was faster already, so past 1/32 live the tile is computed whole.
         std::size_t live = 0, seen = 0;
-        for (std::size_t i = b.r0; i < b.r1; i += 8, seen += t1 - t0) {
-          const float* row = tile + (i - b.r0) * ld;
+        for (std::size_t i = b.r0; i < b.r1; i += 8, seen += w) {
+          if (h.D.plain(h.Q, i)) continue;
           const float thr = h.partial[i * h.n_chunks + b.chunk].threshold();
-          for (std::size_t j = 0; j < t1 - t0; ++j) live += !below(row[j], thr);
+          live += simd::select_at_least(tile + (i - b.r0) * ld, w, scan_bar(thr), hits.data());
         }
-        const bool dense = 32 * live >= seen;
+        const bool dense = seen > 0 && 32 * live >= seen;
         if (dense) var.compute(h.D, h.Q, b, t0, t1);
         for (std::size_t i = b.r0; i < b.r1; ++i) {
           TopK& heap = h.partial[i * h.n_chunks + b.chunk];
           const float* row = tile + (i - b.r0) * ld;
+          if (h.D.plain(h.Q, i)) {  // score = mu_s: an inner-product top-k
+            const std::size_t m = simd::select_at_least(row, w, heap.threshold(), hits.data());
+            for (std::size_t r = 0; r < m; ++r) heap.push(row[hits[r]], std::int64_t(t0 + hits[r]));
+            continue;
+          }
           float thr = heap.threshold();
-          for (std::size_t j = 0; j < t1 - t0; ++j) {
-            const std::size_t ci = t0 + j;
+          const std::size_t m = simd::select_at_least(row, w, scan_bar(thr), hits.data());
+          for (std::size_t r = 0; r < m; ++r) {
+            const std::size_t j = hits[r], ci = t0 + j;
             if (skip(heap, i, ci, row[j], thr)) continue;
             const float s2 = dense ? var.at(b, i, j) : h.D.sig2(h.Q, i, ci);
             heap.push(score_from(row[j], s2), std::int64_t(ci));
@@ -339,6 +400,7 @@ class ProbitDocsT {
   };
 
   std::size_t n_, d_, len_;
+  bool means_only_;         // every v_c is 0: stacked_ is empty
   simd::Panels<S> means_;   // mu_c packed for the GEMM micro-kernel
   std::vector<S> stacked_;  // (n, len_): [v_c | mu_c^2 + v_c | 0]
   std::vector<double> mass_, vmin_, vmax_;  // sum of the stored mu_c^2 + v_c; min / max stored v_c

@@ -61,6 +61,8 @@ struct Isa {
   float (*dot_tree_f16)(const float*, const half_t*, std::size_t);
   void (*pair_dots_f16)(const float* const*, std::size_t, const half_t*, std::size_t, std::size_t, float*, std::size_t);
   void (*signature_rows)(float*, std::size_t, std::size_t, const float*, float);
+  // Positions j < n with x[j] >= bar, ascending, written to out; returns how many.
+  std::size_t (*select_at_least)(const float* x, std::size_t n, float bar, std::uint32_t* out);
   void (*lorentz_row_from_dots)(const float*, std::size_t, float, float, float, const float*, const float*,
                                 const float*, float, float*);
   void (*lorentz_row_from_dots_f64)(const double*, std::size_t, double, double, double, const double*,
@@ -92,6 +94,7 @@ static inline VF load_half(const half_t* p) {  // 16 halves, unaligned, widened 
   std::memcpy(&h, p, sizeof(h));
   return _mm512_maskz_cvtph_ps(__mmask16(-1), h);  // masked, for the reason vsqrt is
 }
+static inline std::uint32_t mask_ge(VF a, VF b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
 #include "detail/isa_impl.hpp"
 }  // namespace avx512
 #pragma GCC pop_options
@@ -111,6 +114,9 @@ static inline VF load_half(const half_t* p) {  // 8 halves (F16C)
   __m128i h;
   std::memcpy(&h, p, sizeof(h));
   return _mm256_cvtph_ps(h);
+}
+static inline std::uint32_t mask_ge(VF a, VF b) {
+  return std::uint32_t(_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_GE_OQ)));
 }
 #include "detail/isa_impl.hpp"
 }  // namespace avx2
@@ -132,6 +138,11 @@ static inline VD vsqrt(VD a) { return (VD)vsqrtq_f64((float64x2_t)a); }
 // 4 halves widened by FCVTL: exact, subnormal halves included (FPCR.FZ16, which
 // would flush them, is clear under Linux and crossembed never sets it).
 static inline VF load_half(const half_t* p) { return (VF)vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+static inline std::uint32_t mask_ge(VF a, VF b) {
+  const uint32x4_t ge = vcgeq_f32((float32x4_t)a, (float32x4_t)b);
+  return (vgetq_lane_u32(ge, 0) & 1) | (vgetq_lane_u32(ge, 1) & 2) | (vgetq_lane_u32(ge, 2) & 4) |
+         (vgetq_lane_u32(ge, 3) & 8);
+}
 #include "detail/isa_impl.hpp"
 }  // namespace neon
 #endif
@@ -187,6 +198,11 @@ static inline VF load_half(const half_t* p) {
   const VF sub = __builtin_convertvector(mag, VF) * (1.0f / 16777216.0f);
   const U4 bits = mag < 0x400u ? (U4)sub : normal;
   return (VF)(bits | ((h & 0x8000u) << 16));
+}
+static inline std::uint32_t mask_ge(VF a, VF b) {  // bit l: a[l] >= b[l] (false for NaN)
+  std::uint32_t m = 0;
+  for (int l = 0; l < 4; ++l) m |= std::uint32_t(a[l] >= b[l]) << l;
+  return m;
 }
 #include "detail/isa_impl.hpp"
 }  // namespace generic
@@ -278,6 +294,11 @@ inline void gemm(const double* const* q, std::size_t nq, const Panels<double>& p
 inline void gemm(const float* const* q, std::size_t nq, const Panels<half_t>& p, std::size_t first, std::size_t nc,
                  float* out, std::size_t ld) {
   isa().gemm_f16(q, nq, p.at(first), nc, p.d, out, ld);
+}
+
+// Positions j < n with x[j] >= bar (ascending) into out; returns how many.
+inline std::size_t select_at_least(const float* x, std::size_t n, float bar, std::uint32_t* out) {
+  return isa().select_at_least(x, n, bar, out);
 }
 
 // Tree dots (see detail/isa_impl.hpp) against float32 or float16 right-hand rows.

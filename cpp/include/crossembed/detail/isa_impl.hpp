@@ -4,7 +4,8 @@
 //   kName, VF / VD (float / double vectors), kMR x kNRV (GEMM micro-kernel shape),
 //   kPR x kPC (pair_dots block),
 //   vfma(a, b, c) = a * b + c (one rounding where the ISA has FMA), vsqrt(VF), vsqrt(VD),
-//   load_half(p) = WF float16 values (half_t bits) widened to a VF (exact).
+//   load_half(p) = WF float16 values (half_t bits) widened to a VF (exact),
+//   mask_ge(a, b) = lane mask, bit l set when a[l] >= b[l] (false for NaN).
 // Everything below - templates too - is defined inside the region, so every
 // instantiation carries that ISA's target flags (GCC refuses to build an
 // intrinsic or a wide vector operation into a function without them, so a
@@ -443,6 +444,21 @@ static void lorentz_row_from_dots_f64(const double* dots, std::size_t n, double 
   }
 }
 
+// ----------------------------------------------------------------- selection
+// Positions of the entries that reach a bar: the top-k handlers' scan of a
+// score tile, where few entries pass, one compare per vector.
+static std::size_t select_at_least(const float* x, std::size_t n, float bar, std::uint32_t* out) {
+  const VF b = splatf(bar);
+  std::size_t m = 0, i = 0;
+  for (; i + WF <= n; i += WF) {
+    for (std::uint32_t bits = mask_ge(load<VF>(x + i), b); bits; bits &= bits - 1)
+      out[m++] = std::uint32_t(i + std::size_t(__builtin_ctz(bits)));
+  }
+  for (; i < n; ++i)
+    if (x[i] >= bar) out[m++] = std::uint32_t(i);
+  return m;
+}
+
 // This ISA's entry points. Its code may use the ISA's instructions: call it
 // only once the CPU is known to support them (select_isa).
 static Isa table() {
@@ -460,6 +476,7 @@ static Isa table() {
              &dot_tree<half_t>,
              &pair_dots<half_t>,
              &signature_rows,
+             &select_at_least,
              &lorentz_row_from_dots,
              &lorentz_row_from_dots_f64};
 }
