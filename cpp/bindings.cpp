@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "crossembed/csls.hpp"
+#include "crossembed/graph.hpp"
 #include "crossembed/greedy.hpp"
 #include "crossembed/hash.hpp"
 #include "crossembed/lorentz.hpp"
@@ -378,4 +379,130 @@ PYBIND11_MODULE(_core, m) {
   m.def("lorentz_pairwise", &lorentz_pairwise_py<double>);
   m.def("lorentz_topk", &lorentz_topk_py<float>);
   m.def("lorentz_topk", &lorentz_topk_py<double>);
+
+  // MeanGraph (graph.hpp): the HNSW graph whose stored vectors are the document
+  // means. crossembed.ann validates the arguments; here: shapes, the label
+  // copies the C++ side reads after the GIL is released, and the output buffers.
+  {
+    using G = MeanGraph;
+    const auto is_half = [](const std::string& storage) {
+      if (storage != "float32" && storage != "float16") throw py::value_error("storage must be 'float32' or 'float16'");
+      return storage == "float16";
+    };
+    const auto labels_copy = [](const CArray<std::int64_t>& labels) {
+      if (labels.ndim() != 1) throw py::value_error("labels must be 1-dimensional");
+      return std::vector<std::int64_t>(labels.data(), labels.data() + labels.size());
+    };
+    py::class_<G>(m, "MeanGraph")
+        .def(py::init([is_half](std::size_t dim, const std::string& storage, std::size_t max_elements, std::size_t M,
+                                std::size_t ef_construction, std::size_t random_seed) {
+               const bool half = is_half(storage);
+               py::gil_scoped_release release;
+               return std::make_unique<G>(dim, half, max_elements, M, ef_construction, random_seed);
+             }),
+             py::arg("dim"), py::arg("storage"), py::arg("max_elements"), py::arg("M"), py::arg("ef_construction"),
+             py::arg("random_seed"))
+        .def_static(
+            "load",
+            [is_half](const std::string& path, std::size_t dim, const std::string& storage, std::size_t max_elements) {
+              const bool half = is_half(storage);
+              py::gil_scoped_release release;
+              return G::load(path, dim, half, max_elements);
+            },
+            py::arg("path"), py::arg("dim"), py::arg("storage"), py::arg("max_elements"))
+        .def(
+            "add",
+            [labels_copy](G& g, const CArray<float>& data, const CArray<std::int64_t>& labels, int nt) {
+              require_2d(data, "data");
+              if (std::size_t(data.shape(1)) != g.dim()) throw py::value_error("data has the wrong number of columns");
+              const std::vector<std::int64_t> lv = labels_copy(labels);
+              if (lv.size() != std::size_t(data.shape(0)))
+                throw py::value_error("labels must have one entry per row of data");
+              const float* x = data.data();
+              py::gil_scoped_release release;
+              g.add(x, lv.data(), lv.size(), nt);
+            },
+            py::arg("data"), py::arg("labels"), py::arg("num_threads"))
+        .def(
+            "mark_deleted",
+            [labels_copy](G& g, const CArray<std::int64_t>& labels) {
+              const std::vector<std::int64_t> lv = labels_copy(labels);
+              py::gil_scoped_release release;
+              g.mark_deleted(lv.data(), lv.size());
+            },
+            py::arg("labels"))
+        .def(
+            "resize",
+            [](G& g, std::size_t max_elements) {
+              py::gil_scoped_release release;
+              g.resize(max_elements);
+            },
+            py::arg("max_elements"))
+        .def(
+            "knn",
+            [](const G& g, const CArray<float>& queries, std::size_t k, std::size_t ef,
+               const std::optional<CArray<bool>>& allowed, int nt) {
+              require_2d(queries, "queries");
+              if (std::size_t(queries.shape(1)) != g.dim())
+                throw py::value_error("queries has the wrong number of columns");
+              if (k < 1 || ef < 1) throw py::value_error("k and ef must be >= 1");
+              if (allowed && allowed->ndim() != 1) throw py::value_error("allowed must be 1-dimensional");
+              const bool* ap = allowed ? allowed->data() : nullptr;
+              const std::size_t na = allowed ? std::size_t(allowed->size()) : 0;
+              const auto q = queries.shape(0);
+              py::array_t<std::int64_t> labels({q, py::ssize_t(k)});
+              auto dist = new_f32(q, py::ssize_t(k));
+              std::int64_t* lp = labels.mutable_data();
+              float* dp = dist.mutable_data();
+              {
+                py::gil_scoped_release release;
+                g.knn(queries.data(), std::size_t(q), k, ef, ap, na, lp, dp, nt);
+              }
+              return py::make_tuple(labels, dist);
+            },
+            py::arg("queries"), py::arg("k"), py::arg("ef"), py::arg("allowed"), py::arg("num_threads"))
+        .def(
+            "rows",
+            [labels_copy](const G& g, const CArray<std::int64_t>& labels, int nt) {
+              const std::vector<std::int64_t> lv = labels_copy(labels);
+              auto out = new_f32(py::ssize_t(lv.size()), py::ssize_t(g.dim()));
+              float* op = out.mutable_data();
+              {
+                py::gil_scoped_release release;
+                g.rows(lv.data(), lv.size(), op, nt);
+              }
+              return out;
+            },
+            py::arg("labels"), py::arg("num_threads"))
+        .def(
+            "rows_into",
+            [labels_copy](const G& g, const CArray<std::int64_t>& labels, py::array out, int nt) {
+              const std::vector<std::int64_t> lv = labels_copy(labels);
+              if (!out.dtype().is(py::dtype::of<float>()) || !(out.flags() & py::array::c_style) || !out.writeable())
+                throw py::type_error("out must be a writeable C-contiguous float32 array");
+              if (out.ndim() != 2 || std::size_t(out.shape(0)) != lv.size() || std::size_t(out.shape(1)) != g.dim())
+                throw py::value_error("out must have shape (len(labels), dim)");
+              float* op = static_cast<float*>(out.mutable_data());
+              py::gil_scoped_release release;
+              g.rows(lv.data(), lv.size(), op, nt);
+            },
+            py::arg("labels"), py::arg("out"), py::arg("num_threads"))
+        .def(
+            "save",
+            [](const G& g, const std::string& path) {
+              py::gil_scoped_release release;
+              g.save(path);
+            },
+            py::arg("path"))
+        .def_property_readonly("dim", &G::dim)
+        .def_property_readonly("storage", [](const G& g) { return std::string(g.half() ? "float16" : "float32"); })
+        .def_property_readonly("count", &G::count)
+        .def_property_readonly("deleted_count", &G::deleted)
+        // these two wait for a running add/resize: without the GIL
+        .def_property_readonly("max_elements",
+                               py::cpp_function(&G::max_elements, py::call_guard<py::gil_scoped_release>()))
+        .def_property_readonly("M", &G::M)
+        .def_property_readonly("ef_construction", &G::ef_construction)
+        .def_property_readonly("nbytes", py::cpp_function(&G::nbytes, py::call_guard<py::gil_scoped_release>()));
+  }
 }

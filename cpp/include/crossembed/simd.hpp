@@ -67,6 +67,11 @@ struct Isa {
                                 const float*, float, float*);
   void (*lorentz_row_from_dots_f64)(const double*, std::size_t, double, double, double, const double*,
                                     const double*, const double*, double, double*);
+  // The ANN graph's distance 1 - <a, b> in hnswlib's signature (rows a, b; a pointer to their size_t
+  // length), on float32 or float16 rows (widened exactly, float32 accumulation); float16 rows widened.
+  float (*ip_distance_f32)(const void*, const void*, const void*);
+  float (*ip_distance_f16)(const void*, const void*, const void*);
+  void (*widen_f16)(const half_t*, std::size_t, float*);
 };
 
 // Tree dots (dot_tree_f32, pair_dots_f32) take lengths that are a multiple of

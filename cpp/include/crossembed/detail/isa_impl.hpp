@@ -101,6 +101,21 @@ static void gather_dots(const float* x, const float* Y, std::size_t d, const std
   for (; t0 < m; ++t0) out[t0] = dot<float>(x, Y + std::size_t(rows[t0]) * d, d);
 }
 
+// dst[i] = the float32 value of the float16 src[i], i < n (exact).
+static void widen_f16(const half_t* src, std::size_t n, float* dst) {
+  const std::size_t nv = n - n % WF;
+  for (std::size_t i = 0; i < nv; i += WF) {
+    const VF v = load_half(src + i);
+    __builtin_memcpy(dst + i, &v, sizeof(VF));
+  }
+  if (nv < n) {
+    half_t t[WF] = {};
+    __builtin_memcpy(t, src + nv, (n - nv) * sizeof(half_t));
+    const VF v = load_half(t);
+    __builtin_memcpy(dst + nv, &v, (n - nv) * sizeof(float));
+  }
+}
+
 // ----------------------------------------------------------------- panel GEMM
 // The right-hand rows of a product are packed once into column panels of
 // NR = kNRV vectors: panel p stores, for each k, the k-th entries of rows
@@ -224,6 +239,36 @@ static void pair_dots(const float* const* q, std::size_t nq, const R* c, std::si
         for (int b = 0; b < kPC && j0 + b < nc; ++b) out[(i0 + a) * ld + j0 + b] = hsum_tree(acc[a][b]);
     }
   }
+}
+
+// ----------------------------------------------------------------- graph distance
+// 1 - <a, b> in hnswlib's distance signature (graph.hpp): a and b are rows of
+// *dim values (size_t), float32 or float16 (T = half_t, widened exactly).
+// Four float32 FMA chains over blocks of 4 WF values (their latencies
+// overlap), the rest in the first two (the last partial vector from
+// zero-padded copies: the padding adds 0 * 0), then (c0 + c1) + (c2 + c3)
+// and the lanes by halving. A fixed order: the value depends only on a, b.
+template <class T>
+static float ip_distance(const void* pa, const void* pb, const void* pdim) {
+  const T* a = static_cast<const T*>(pa);
+  const T* b = static_cast<const T*>(pb);
+  const std::size_t d = *static_cast<const std::size_t*>(pdim);
+  VF c0 = zerof(), c1 = zerof(), c2 = zerof(), c3 = zerof();
+  std::size_t i = 0;
+  for (; i + 4 * WF <= d; i += 4 * WF) {
+    c0 = vfma(load_rhs<VF>(a + i), load_rhs<VF>(b + i), c0);
+    c1 = vfma(load_rhs<VF>(a + i + WF), load_rhs<VF>(b + i + WF), c1);
+    c2 = vfma(load_rhs<VF>(a + i + 2 * WF), load_rhs<VF>(b + i + 2 * WF), c2);
+    c3 = vfma(load_rhs<VF>(a + i + 3 * WF), load_rhs<VF>(b + i + 3 * WF), c3);
+  }
+  for (; i + WF <= d; i += WF) c0 = vfma(load_rhs<VF>(a + i), load_rhs<VF>(b + i), c0);
+  if (i < d) {
+    T ta[WF] = {}, tb[WF] = {};
+    __builtin_memcpy(ta, a + i, (d - i) * sizeof(T));
+    __builtin_memcpy(tb, b + i, (d - i) * sizeof(T));
+    c1 = vfma(load_rhs<VF>(ta), load_rhs<VF>(tb), c1);
+  }
+  return 1.0f - hsum_tree((c0 + c1) + (c2 + c3));
 }
 
 // ----------------------------------------------------------------- vector math
@@ -478,5 +523,8 @@ static Isa table() {
              &signature_rows,
              &select_at_least,
              &lorentz_row_from_dots,
-             &lorentz_row_from_dots_f64};
+             &lorentz_row_from_dots_f64,
+             &ip_distance<float>,
+             &ip_distance<half_t>,
+             &widen_f16};
 }

@@ -1,0 +1,233 @@
+"""Approximate nearest neighbours by inner product: an HNSW graph whose stored vectors are the only copy.
+
+:class:`MeanGraph` is hnswlib's HNSW algorithm (v0.8.0, vendored in the C++
+core) over float32 or float16 vectors with the distance ``1 - <x, y>``,
+computed with the instruction set picked at run time (:func:`crossembed.kernels.simd_level`).
+Its stored vectors can be read back (:meth:`MeanGraph.rows`), so an index needs
+no second copy of its means for the exact rerank. Labels are the caller's
+integers (>= 0); adding a label already present rewrites its vector in place
+and undeletes it.
+
+Searches (:meth:`MeanGraph.knn`, :meth:`MeanGraph.rows`) may run from any
+number of threads at once, each with its own ``ef``; ``add``,
+``mark_deleted`` and ``resize`` wait for them and run alone.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Tuple
+
+import numpy as np
+
+from crossembed._validation import (
+    INT64_MAX,
+    INT_MAX,
+    as_int_matrix,
+    as_matrix,
+    check_choice,
+    check_int,
+    check_num_threads,
+)
+
+try:  # a source checkout without a build still imports; calls then explain what to do
+    from crossembed import _core
+except ImportError as _exc:  # pragma: no cover - only without a build
+    _core = None
+    _CORE_ERROR = str(_exc)
+
+__all__ = ["MeanGraph"]
+
+_STORAGES = ("float32", "float16")
+_FLOAT16_MAX = 65504.0  # largest finite float16
+_MAX_ELEMENTS = INT_MAX  # hnswlib's ids are 32-bit and its visited lists are sized by an int
+_MAX_DIM = 2**20
+_MAX_M = 10000  # hnswlib caps M here
+
+
+def _core_module():
+    if _core is None:  # pragma: no cover
+        raise ImportError(
+            f"crossembed._core (the C++ extension) is not built: run `pip install .` from the source tree ({_CORE_ERROR})"
+        )
+    return _core
+
+
+class MeanGraph:
+    """An HNSW graph on vectors by inner product (distance ``1 - <x, y>``), holding the vectors once.
+
+    Parameters
+    ----------
+    dim : int
+        Values per vector (1 to 2**20).
+    storage : {"float32", "float16"}
+        How vectors are held: float32 (``4 dim`` bytes each) or IEEE float16 (``2 dim`` bytes, an odd ``dim``
+        padded by one; each value rounded once to nearest, ties to even; ``|x| <= 65504``). A float16 graph
+        rounds queries to float16 before searching: its results are candidates to rerank exactly. Default
+        "float32". Each label also holds ``(2 M + 1) * 4 + 8`` bytes of bottom-layer links and its label.
+    max_elements : int
+        Capacity in labels, deleted ones included (1 to 2**31 - 1); grow it with :meth:`resize`. Default 1024.
+    M : int
+        Links per node on the upper layers (2 M on the bottom one), 2 to 10000. Default 16.
+    ef_construction : int
+        Candidate list size while inserting (>= 1; at least M is used). Default 200.
+    random_seed : int
+        Seed of the level draws (>= 0). Default 100, as hnswlib's.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        storage: str = "float32",
+        max_elements: int = 1024,
+        M: int = 16,
+        ef_construction: int = 200,
+        random_seed: int = 100,
+    ):
+        dim = check_int(dim, "dim", low=1, high=_MAX_DIM)
+        storage = check_choice(storage, "storage", _STORAGES)
+        max_elements = check_int(max_elements, "max_elements", low=1, high=_MAX_ELEMENTS)
+        M = check_int(M, "M", low=2, high=_MAX_M)
+        ef_construction = check_int(ef_construction, "ef_construction", low=1, high=INT_MAX)
+        random_seed = check_int(random_seed, "random_seed", low=0, high=INT64_MAX)
+        self._handle = _core_module().MeanGraph(dim, storage, max_elements, M, ef_construction, random_seed)
+
+    @classmethod
+    def load(cls, path, *, dim: int, storage: str = "float32", max_elements: Optional[int] = None) -> MeanGraph:
+        """The graph :meth:`save` wrote to ``path``.
+
+        ``dim`` and ``storage`` must be the saved graph's: a file whose vectors have another size in bytes is a
+        ValueError (the file records only that size: the caller keeps ``dim`` and ``storage``). ``max_elements``
+        is the new capacity (default: the labels held). A truncated or corrupt file raises RuntimeError.
+        """
+        path = os.fspath(path)
+        dim = check_int(dim, "dim", low=1, high=_MAX_DIM)
+        storage = check_choice(storage, "storage", _STORAGES)
+        max_elements = 1 if max_elements is None else check_int(max_elements, "max_elements", low=1, high=_MAX_ELEMENTS)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no graph file at {path}")
+        graph = cls.__new__(cls)
+        graph._handle = _core_module().MeanGraph.load(path, dim, storage, max_elements)
+        return graph
+
+    @property
+    def dim(self) -> int:
+        """Values per vector."""
+        return int(self._handle.dim)
+
+    @property
+    def storage(self) -> str:
+        """``"float32"`` or ``"float16"``."""
+        return str(self._handle.storage)
+
+    @property
+    def count(self) -> int:
+        """Labels held, deleted ones included."""
+        return int(self._handle.count)
+
+    @property
+    def deleted_count(self) -> int:
+        """Labels held and marked deleted."""
+        return int(self._handle.deleted_count)
+
+    @property
+    def max_elements(self) -> int:
+        """Capacity in labels (see :meth:`resize`)."""
+        return int(self._handle.max_elements)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: vectors, links, labels, locks; each concurrent search holds ``2 max_elements`` more while it runs."""
+        return int(self._handle.nbytes)
+
+    def __repr__(self) -> str:
+        return f"MeanGraph(dim={self.dim}, storage={self.storage!r}, count={self.count}, deleted={self.deleted_count})"
+
+    def _rows(self, x, name: str, *, allow_empty: bool) -> np.ndarray:
+        x = as_matrix(x, name, allow_empty=allow_empty)
+        if x.shape[1] != self.dim:
+            raise ValueError(f"{name} has {x.shape[1]} columns but the graph holds {self.dim}-dimensional vectors")
+        if self.storage == "float16" and x.size and float(np.abs(x).max()) > _FLOAT16_MAX:
+            raise ValueError(f"{name} has entries beyond float16's range (|x| <= {_FLOAT16_MAX:g})")
+        return x
+
+    def add(self, data, labels, *, num_threads: Optional[int] = None) -> None:
+        """Adds rows of ``data`` (float32, (n, dim), finite) under ``labels`` ((n,) distinct ints >= 0).
+
+        A label already held (deleted or not) gets the new vector in place, is re-linked and undeleted. New labels
+        need room: ``count`` plus their number must not exceed ``max_elements`` (ValueError; see :meth:`resize`).
+        ``num_threads``: threads inserting (default: every core). With more than one thread the graph depends on
+        their timing; with one it is determined by the seed and the order of the rows.
+        """
+        data = self._rows(data, "data", allow_empty=True)
+        labels = as_int_matrix(labels, "labels", ndim=1, low=0, copy=True)
+        if labels.shape[0] != data.shape[0]:
+            raise ValueError(f"labels has {labels.shape[0]} entries but data has {data.shape[0]} rows")
+        if np.unique(labels).size != labels.size:
+            raise ValueError("labels has a repeated entry")
+        self._handle.add(data, labels, check_num_threads(num_threads))
+
+    def mark_deleted(self, labels) -> None:
+        """Marks ``labels`` ((n,) ints, held, not yet deleted, distinct) deleted: :meth:`knn` skips them from now on.
+
+        Any label missing or already deleted is a ValueError and nothing changes.
+        """
+        self._handle.mark_deleted(as_int_matrix(labels, "labels", ndim=1, low=0, copy=True))
+
+    def resize(self, max_elements: int) -> None:
+        """Sets the capacity to ``max_elements`` labels (>= :attr:`count`, <= 2**31 - 1)."""
+        max_elements = check_int(max_elements, "max_elements", low=max(1, self.count), high=_MAX_ELEMENTS)
+        self._handle.resize(max_elements)
+
+    def knn(
+        self, queries, k: int, *, ef: Optional[int] = None, allowed=None, num_threads: Optional[int] = None
+    ) -> Tuple[np.ndarray, np.ndarray]:
+        """The ``k`` nearest live labels of each query, best first: ``(labels (q, k) int64, distances (q, k) float32)``.
+
+        Parameters
+        ----------
+        queries : array_like, shape (q, dim)
+            Finite float32 vectors (rounded to float16 first in a float16 graph).
+        k : int
+            Neighbours per query (>= 1). Rows with fewer found end in label -1, distance +inf.
+        ef : int, optional
+            Search breadth: candidates kept while searching (>= 1; at least ``k`` is used). Default 10, as hnswlib's.
+            Larger is slower and finds more of the true neighbours.
+        allowed : array_like of bool, optional
+            A mask indexed by label: only labels ``l < len(allowed)`` with ``allowed[l]`` are returned. Default: all.
+        num_threads : int, optional
+            Threads searching (default: every core).
+
+        Distances are ``1 - <q, x>`` of the stored vectors, ties to the lower label; deleted labels never appear.
+        """
+        queries = self._rows(queries, "queries", allow_empty=True)
+        k = check_int(k, "k", low=1, high=INT_MAX)
+        ef = 10 if ef is None else check_int(ef, "ef", low=1, high=INT_MAX)
+        if allowed is not None:
+            allowed = np.asarray(allowed)
+            if allowed.dtype != np.bool_:
+                raise TypeError(f"allowed must be a boolean mask, got dtype {allowed.dtype}")
+            if allowed.ndim != 1:
+                raise ValueError(f"allowed must be 1-dimensional, got shape {allowed.shape}")
+            allowed = np.ascontiguousarray(allowed)
+        return self._handle.knn(queries, k, ef, allowed, check_num_threads(num_threads))
+
+    def rows(self, labels, *, out=None, num_threads: Optional[int] = None) -> np.ndarray:
+        """The stored vectors of ``labels`` ((n,) ints of live labels) as float32 (n, dim); float16 widened exactly.
+
+        ``out``: an optional writeable C-contiguous float32 (n, dim) array to fill and return. A label missing or
+        deleted is a ValueError, raised before anything is written. ``num_threads``: threads copying (large reads).
+        """
+        labels = as_int_matrix(labels, "labels", ndim=1, low=0, copy=True)
+        nt = check_num_threads(num_threads)
+        if out is None:
+            return self._handle.rows(labels, nt)
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
+        self._handle.rows_into(labels, out, nt)
+        return out
+
+    def save(self, path) -> None:
+        """Writes the graph (hnswlib's file format) to ``path``; read it back with :meth:`load`."""
+        self._handle.save(os.fspath(path))
