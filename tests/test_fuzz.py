@@ -446,7 +446,6 @@ def test_mutated_files_are_detected(tmp_path_factory, blob, edits):
 @given(pos=st.integers(0, 10**6), byte=st.integers(1, 255))
 @counted
 def test_mutated_index_files_are_detected(tmp_path_factory, pos, byte):
-    pytest.importorskip("hnswlib")
     from crossembed.uec import GaussianEmbedding, UECIndex
 
     d = tmp_path_factory.mktemp("idx", numbered=True)

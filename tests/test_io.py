@@ -192,7 +192,6 @@ def test_atomic_write_rejects_directories_and_paths_under_files(tmp_path):
 
 
 def test_index_and_checkpoint_header_edits_are_detected(tmp_path):
-    pytest.importorskip("hnswlib")
     from crossembed.uec import GaussianEmbedding, UECIndex
 
     rng = np.random.default_rng(0)

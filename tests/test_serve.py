@@ -17,7 +17,6 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
-pytest.importorskip("hnswlib")
 
 from _word_encoder import WordEncoder  # noqa: E402
 from crossembed import reference  # noqa: E402

@@ -103,7 +103,6 @@ def test_on_batch_sees_every_call_and_the_batcher_restarts_after_close():
 def test_requests_with_one_key_get_what_their_own_call_returns():
     """Truncating the group's call (k = the largest) equals each request's own call, also where a
     different candidate count would change the answer (few candidates, a narrow graph search)."""
-    pytest.importorskip("hnswlib")
     from crossembed.serve import ServeConfig
     from crossembed.serve.service import IndexService
     from crossembed.uec import GaussianEmbedding, UECIndex

@@ -6,7 +6,6 @@ import pytest
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
-pytest.importorskip("hnswlib")
 
 from crossembed.cli import main
 from crossembed.experiments import serve_bench

@@ -16,7 +16,6 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
-pytest.importorskip("hnswlib")
 
 import crossembed  # noqa: E402
 from crossembed.cli import main  # noqa: E402

@@ -9,8 +9,6 @@ import pytest
 from crossembed.cli import main
 from crossembed.encoders import load_encoder, register_encoder
 
-pytest.importorskip("hnswlib")
-
 
 def _toy(texts):
     out = np.zeros((len(texts), 16), dtype=np.float32)

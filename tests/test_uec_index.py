@@ -12,8 +12,6 @@ from crossembed.uec.mixing import EmbeddingMixing
 from crossembed.uec.routing import ConfidenceRouting, LaplaceRouting, PrecisionSumRouting
 from crossembed.uec.scoring import BetaCosineScoring, ProbitScoring
 
-pytest.importorskip("hnswlib")
-
 
 def _clustered(n, d, seed):
     rng = np.random.default_rng(seed)

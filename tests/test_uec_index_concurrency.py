@@ -11,8 +11,6 @@ from crossembed.uec import index as index_mod
 from crossembed.uec.laplace import normalize_rows
 from crossembed.uec.locking import ReadWriteLock
 
-pytest.importorskip("hnswlib")
-
 
 def _docs(n, d, seed):
     rng = np.random.default_rng(seed)

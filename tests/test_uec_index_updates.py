@@ -9,8 +9,6 @@ from crossembed.uec import GaussianEmbedding, UECIndex
 from crossembed.uec import index as index_mod
 from crossembed.uec.laplace import normalize_rows
 
-hnswlib = pytest.importorskip("hnswlib")
-
 
 def _docs(n, d, seed):
     rng = np.random.default_rng(seed)
@@ -95,7 +93,7 @@ def test_update_errors_name_the_argument():
         UECIndex(docs, dtype="int8")
 
 
-def test_filter_restricts_results_exactly_or_through_hnswlib(monkeypatch):
+def test_filter_restricts_results_exactly_or_through_the_graph(monkeypatch):
     docs, q = _docs(600, 16, 6), _docs(10, 16, 7)
     ids = np.arange(600, dtype=np.int64) + 10_000
     index = UECIndex(docs, ids=ids, M=8, ef_construction=60)
@@ -106,7 +104,7 @@ def test_filter_restricts_results_exactly_or_through_hnswlib(monkeypatch):
         np.testing.assert_array_equal(
             index.search(q, 5, exact=exact, filter=np.concatenate([allowed, [-5, 99]]))[1], expected
         )
-    monkeypatch.setattr(index_mod, "_EXACT_FILTER_ROWS", 0)  # force hnswlib's filtered search
+    monkeypatch.setattr(index_mod, "_EXACT_FILTER_ROWS", 0)  # force the graph's filtered search
     _, ann = index.search(q, 5, filter=allowed, rerank=50)
     assert np.isin(ann, allowed).all()
     assert np.mean([len(set(a) & set(e)) / 5 for a, e in zip(ann, expected)]) >= 0.9
@@ -122,7 +120,9 @@ def test_float16_store_halves_memory_and_keeps_the_ranking():
     docs, q = _docs(500, 32, 8), _docs(20, 32, 9)
     f32 = UECIndex(docs, M=8)
     f16 = UECIndex(docs, M=8, dtype="float16")
-    assert f16.dtype == "float16" and f16.memory_usage()["store"] < 0.6 * f32.memory_usage()["store"]
+    mem16, mem32 = f16.memory_usage(), f32.memory_usage()
+    saved = mem32["store"] + mem32["graph"] - mem16["store"] - mem16["graph"]
+    assert f16.dtype == "float16" and saved == 2 * 500 * 32 * 2  # means (in the graph) and variances halved
     _, a = f32.search(q, 10, exact=True)
     _, b = f16.search(q, 10, exact=True)
     assert np.mean([len(set(x) & set(y)) / 10 for x, y in zip(a, b)]) >= 0.95
@@ -154,7 +154,7 @@ def test_save_load_keeps_ids_removals_and_texts(tmp_path, mmap):
     path = index.save(tmp_path / "i.uec")
     back = UECIndex.load(path, mmap=mmap)
     assert len(back) == 197 and back.dtype == "float16"
-    assert isinstance(back._store.mean, np.memmap) == mmap
+    assert isinstance(back._store.var, np.memmap) == mmap
     for exact in (True, False):
         np.testing.assert_array_equal(back.search(q, 5, exact=exact)[1], index.search(q, 5, exact=exact)[1])
     assert back.get_texts([7, -1]) == ["doc 2", None]
@@ -172,7 +172,7 @@ def test_save_load_keeps_ids_removals_and_texts(tmp_path, mmap):
         UECIndex.load(tmp_path / "t.uec", mmap=mmap)
 
 
-@pytest.mark.parametrize("version", [1, 2, 4, None])
+@pytest.mark.parametrize("version", [1, 2, 3, 5, None])
 def test_index_files_of_another_version_are_refused(tmp_path, version):
     path = UECIndex(_docs(40, 8, 14), M=8).save(tmp_path / "now.uec")
     arrays, meta = load_arrays(path, index_mod._KIND)
@@ -191,7 +191,8 @@ def test_reserve_makes_room_without_changing_results():
     docs, q = _docs(300, 12, 18), _docs(8, 12, 19)
     grown = UECIndex(docs[:100], M=8, num_threads=1)
     grown.reserve(300)
-    assert grown.memory_usage()["store"] == UECIndex(docs, M=8).memory_usage()["store"]
+    grown_mem, whole_mem = grown.memory_usage(), UECIndex(docs, M=8).memory_usage()
+    assert grown_mem["store"] == whole_mem["store"] and grown._graph.max_elements == 300
     grown.add(docs[100:])
     whole = UECIndex(docs, M=8, num_threads=1)
     for exact in (True, False):

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 distributed = pytest.importorskip("dask.distributed")
-pytest.importorskip("hnswlib")
 
 from crossembed.uec import GaussianEmbedding, UECIndex  # noqa: E402
 from crossembed.uec.laplace import normalize_rows  # noqa: E402

@@ -45,7 +45,7 @@ class Parser(argparse.ArgumentParser):
 
 
 # --------------------------------------------------------------------------- number options
-#: The range of ``--seed``: what numpy, torch and hnswlib all take.
+#: The range of ``--seed``: what numpy, torch and the HNSW graph all take.
 SEED_MAX = 2**32 - 1
 
 

@@ -59,13 +59,9 @@ def _register_serve(targets) -> None:
     s.add_argument("--concurrency", default="1,8,64", help="comma-separated connection counts (default 1,8,64)")
     s.add_argument("--k", type=int_arg(1, 1000), default=10, help="results per query (default 10)")
     s.add_argument("--rerank", type=int_arg(1, 10_000), default=20, help="ANN candidates per query (default 20)")
-    s.add_argument("--ef", type=int_arg(1, 10_000), help="hnswlib breadth (default 2 x rerank)")
-    s.add_argument(
-        "--M", type=int_arg(2, 1024), default=16, help="hnswlib links per node of the built index (default 16)"
-    )
-    s.add_argument(
-        "--ef-construction", type=int_arg(1, 10_000), default=100, help="hnswlib build breadth (default 100)"
-    )
+    s.add_argument("--ef", type=int_arg(1, 10_000), help="HNSW search breadth (default 2 x rerank)")
+    s.add_argument("--M", type=int_arg(2, 1024), default=16, help="HNSW links per node of the built index (default 16)")
+    s.add_argument("--ef-construction", type=int_arg(1, 10_000), default=100, help="HNSW build breadth (default 100)")
     s.add_argument(
         "--write-rate", type=float_arg(0, 10_000), default=20.0, help="writer's requests/s (0: no writer; default 20)"
     )

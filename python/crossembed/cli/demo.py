@@ -2,7 +2,7 @@
 
 1. UEC: three offline encoders become Gaussian embedders (head Laplace fitted
    on example/gloss and word/gloss pairs of a fit split), are combined per
-   query by their uncertainty, and serve an index (hnswlib candidates + exact
+   query by their uncertainty, and serve an index (HNSW candidates + exact
    probit rerank). Two held-out query sets: English example sentences, and
    words in English, German, French and Spanish (the bundled FreeDict word
    list), where only e5 is multilingual - the task on which routing matters.
@@ -65,7 +65,7 @@ def _ranked(ens, q_comps, d_comps, n_top: int = 100, *, index_threads=None):
     if ens.needs_reference:
         ens = ens.with_reference(d_comps)  # retrieval confidence over the searched collection
     q, d = ens.combine(q_comps, role="query"), ens.combine(d_comps, role="passage")
-    if index_threads is not False:  # the served path: hnswlib candidates + exact rerank
+    if index_threads is not False:  # the served path: HNSW candidates + exact rerank
         index = UECIndex(d, ensemble=ens, num_threads=index_threads)
         t0 = time.perf_counter()
         _, top = index.search(q, n_top)
@@ -290,7 +290,7 @@ def _report(out: Dict, data: _Split, multi: str) -> None:
             f"mean UEC weights ({task}): "
             + "; ".join(f"{lang}: " + ", ".join(f"{m} {v:.2f}" for m, v in w.items()) for lang, w in per_lang.items())
         )
-    print(f"UEC index search (hnswlib + exact probit rerank): {out['uec_index_qps']:,.0f} queries/s\n")
+    print(f"UEC index search (HNSW + exact probit rerank): {out['uec_index_qps']:,.0f} queries/s\n")
     print(f"GEH linking {out['linking_pair']}: overlap {out['overlap']} of {n_syn} objects, 15 seeds\n")
     print(_table(out["linking"], ["method", "precision", "recall", "f1", "links", "seconds"]))
     print(f"total {out['seconds']:.1f} s")

@@ -239,7 +239,7 @@ def _uec_eval(args) -> int:
         )
         results[-1]["command"] = command_line()
     if args.out:
-        note = "Search throughput (exact vs hnswlib + rerank) is in [uec_perf.md](uec_perf.md) (`crossembed uec-perf`)."
+        note = "Search throughput (exact vs HNSW + rerank) is in [uec_perf.md](uec_perf.md) (`crossembed uec-perf`)."
         atomic_write(args.out, render_markdown(results, command=command_line(), perf_note=note).encode())
         atomic_write(Path(args.out).with_suffix(".json"), json.dumps(results, indent=1, default=float).encode())
     if args.plot:
@@ -280,6 +280,7 @@ def _uec_perf(args) -> int:
                 M=args.M,
                 ef_construction=args.ef_construction,
                 dtype=args.dtype,
+                var_scale=args.var_scale,
                 seed=args.seed,
                 num_threads=args.num_threads,
                 show_progress_bar=not args.quiet,
@@ -300,7 +301,7 @@ def _uec_perf(args) -> int:
 def register(subparsers) -> None:
     """Add the UEC sub-commands to the ``crossembed`` CLI."""
     _add_encode(subparsers)
-    idx = subparsers.add_parser("index", help="build or search a UEC index (hnswlib + exact probit rerank)")
+    idx = subparsers.add_parser("index", help="build or search a UEC index (HNSW + exact probit rerank)")
     isub = idx.add_subparsers(dest="index_command", metavar="{build,search}", parser_class=type(idx))
     _add_index_build(isub)
     _add_index_search(isub)
@@ -365,7 +366,7 @@ def _add_index_build(isub) -> None:
     b.add_argument("--rerank", type=int_arg(1), default=100)
     b.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="document store precision")
     add_num_threads(b)
-    add_seed(b, "random seed (batches, default fit split, hnswlib graph)")
+    add_seed(b, "random seed (batches, default fit split, HNSW graph)")
     add_output_flags(b)
     b.set_defaults(func=_index_build)
 
@@ -384,9 +385,9 @@ def _add_index_search(isub) -> None:
     )
     s.add_argument("--batch-size", type=int_arg(1), default=1024, help="queries per search call with --output")
     s.add_argument("-k", type=int_arg(1), default=10)
-    s.add_argument("--exact", action="store_true", help="brute-force probit search instead of hnswlib + rerank")
+    s.add_argument("--exact", action="store_true", help="brute-force probit search instead of HNSW + rerank")
     s.add_argument("--rerank", type=int_arg(1), default=None, help="ANN candidates reranked per query")
-    s.add_argument("--ef", type=int_arg(1), default=None, help="hnswlib search breadth (default 2 x rerank)")
+    s.add_argument("--ef", type=int_arg(1), default=None, help="HNSW search breadth (default 2 x rerank)")
     add_num_threads(s)
     add_output_flags(s)
     s.set_defaults(func=_index_search)
@@ -431,14 +432,20 @@ def _add_uec_eval(subparsers) -> None:
 
 
 def _add_uec_perf(subparsers) -> None:
-    f = subparsers.add_parser("uec-perf", help="UEC search throughput: exact vs hnswlib + rerank")
+    f = subparsers.add_parser("uec-perf", help="UEC search throughput: exact vs HNSW + rerank")
     f.add_argument("--sizes", default="100000x1152,1000000x384", help="comma-separated NxD of synthetic documents")
     f.add_argument("--queries", type=int_arg(1), default=500)
     f.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="document store")
-    f.add_argument("--M", type=int_arg(2), default=32, help="hnswlib M")
+    f.add_argument("--M", type=int_arg(2), default=32, help="HNSW links per node")
+    f.add_argument(
+        "--var-scale",
+        type=float_arg(0.0, 1000.0),
+        default=0.0,
+        help="document and query variances var_scale x U(0.5, 1.5) (default 0: none, as the default ensemble)",
+    )
     f.add_argument("--ef-construction", type=int_arg(1), default=200)
     f.add_argument("--reranks", default="50,100,200", help="comma-separated ANN candidates reranked per query")
-    f.add_argument("--efs", default=None, help="hnswlib ef per rerank value (default 2 x rerank)")
+    f.add_argument("--efs", default=None, help="HNSW ef per rerank value (default 2 x rerank)")
     f.add_argument("--from-json", action="append", default=[], help="also render the runs of an earlier --json output")
     f.add_argument("--encode-models", default="", help="also time ensemble encoding with these models")
     f.add_argument(

@@ -1,4 +1,4 @@
-"""UEC throughput: exact vs hnswlib + rerank search, ensemble encoding, Laplace fits.
+"""UEC throughput: exact vs HNSW + rerank search, ensemble encoding, Laplace fits.
 
 Behind ``crossembed uec-perf`` and ``docs/uec_perf.md``; the documents are
 synthetic Gaussians of the size of real kron posteriors
@@ -7,9 +7,13 @@ synthetic Gaussians of the size of real kron posteriors
 
 from __future__ import annotations
 
+import gc
 import math
+import os
 import resource
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -44,6 +48,7 @@ RUNS_SHAPE = {
             "n_docs": "int",
             "dim": "int",
             "dtype": "str",
+            "var_scale": "number",
             "M": "int",
             "ef_construction": "int",
             "build_seconds": "number",
@@ -53,6 +58,9 @@ RUNS_SHAPE = {
             "exact_qps": "number",
             "exact_cold_qps": "number",
             "search_peak_rss_bytes": "number",
+            "index_rss_bytes?": "number",
+            "raw_mean_bytes?": "number",
+            "file_bytes?": "number",
             "float16_exact_recall@10?": "number",
             "ann": [
                 {"rerank": "int", "ef": "int", "qps": "number", "speedup": "number", "recall@10_vs_exact": "number"}
@@ -139,6 +147,21 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def _rss() -> int:
+    """Resident memory of this process now, bytes (0 where /proc is missing)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _file_bytes(index: UECIndex) -> int:
+    """Size of the index's saved file (written to a temporary directory and deleted)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return index.save(Path(tmp) / "index.uec").stat().st_size
+
+
 def _recall(got: np.ndarray, expected: np.ndarray) -> float:
     k = expected.shape[1]
     return float(np.mean([len(set(a) & set(e)) / k for a, e in zip(got, expected)]))
@@ -183,6 +206,17 @@ def _index_in_chunks(
     return index, q
 
 
+def _memory_record(index: UECIndex, n_docs: int, dim: int) -> Dict[str, Any]:
+    """The index's own account of its memory, per document, and the raw float32 means it holds."""
+    mem = index.memory_usage()
+    return {
+        "store_bytes_per_doc": mem["store"] / n_docs,
+        "graph_bytes_per_doc": mem["graph"] / n_docs,
+        "panel_bytes": mem["panels"],
+        "raw_mean_bytes": 4 * n_docs * dim,
+    }
+
+
 def _time_exact(index: UECIndex, q: GaussianEmbedding, k: int, num_threads) -> Tuple[np.ndarray, float, float]:
     """Exact top-``k`` ids, the first call's seconds, and a second call's when blocks are cached (else the first)."""
     t0 = time.perf_counter()
@@ -216,16 +250,17 @@ def benchmark_search(
     M: int = 32,
     ef_construction: int = 200,
     dtype: str = "float32",
+    var_scale: float = 0.0,
     panel_cache_bytes: int = 6 << 30,
     seed: int = 0,
     num_threads: Optional[int] = None,
     show_progress_bar: bool = True,
 ) -> Dict[str, Any]:
-    """Exact vs hnswlib+rerank probit search on synthetic Gaussians: build time, QPS, recall@k, memory.
+    """Exact vs HNSW + rerank probit search on synthetic Gaussians: build time, QPS, recall@k, memory.
 
     Documents are generated and indexed in chunks of 25,000 (room for all of
     them reserved once), so only the store and the graph ever hold all of them.
-    ``efs[i]`` is the hnswlib breadth for ``reranks[i]`` (default ``2 * rerank``).
+    ``efs[i]`` is the HNSW breadth for ``reranks[i]`` (default ``2 * rerank``).
     With the prepared blocks of all documents within ``panel_cache_bytes``
     they are kept (both paths score on them) and exact QPS is that of a second
     call (the kernel's throughput); else both paths prepare per call and exact
@@ -235,20 +270,23 @@ def benchmark_search(
     efs = [2 * m for m in reranks] if efs is None else list(efs)
     if len(efs) != len(reranks):
         raise ValueError(f"efs must have one value per rerank ({len(reranks)}), got {len(efs)}")
-    chunks = synthetic_chunks(n_docs + n_queries, dim, seed=seed, chunk=25_000)  # bounded float64 per step
+    # bounded float64 per step
+    chunks = synthetic_chunks(n_docs + n_queries, dim, var_scale=var_scale, seed=seed, chunk=25_000)
     options = {"M": M, "ef_construction": ef_construction, "rerank": max(reranks), "dtype": dtype}
     options.update(panel_cache_bytes=panel_cache_bytes, num_threads=num_threads)
-    rss0 = _peak_rss()
+    rss0, now0 = _peak_rss(), _rss()
     t0 = time.perf_counter()
     index, q = _index_in_chunks(chunks, n_docs, options, show_progress_bar)
     build_s = time.perf_counter() - t0
     build_peak = _peak_rss()
+    gc.collect()
+    index_rss = _rss() - now0 - q.mean.nbytes - q.var.nbytes  # what building left resident: the index
     exact, exact_cold_s, exact_s = _time_exact(index, q, k, num_threads)
-    mem = index.memory_usage()
     out: Dict[str, Any] = {
         "n_docs": n_docs,
         "dim": dim,
         "dtype": dtype,
+        "var_scale": var_scale,
         "n_queries": n_queries,
         "k": k,
         "M": M,
@@ -256,17 +294,18 @@ def benchmark_search(
         "build_seconds": build_s,
         "exact_qps": n_queries / exact_s,
         "exact_cold_qps": n_queries / exact_cold_s,
-        "store_bytes_per_doc": mem["store"] / n_docs,
-        "graph_bytes_per_doc": mem["graph"] / n_docs,
-        "panel_bytes": mem["panels"],
+        **_memory_record(index, n_docs, dim),
         "build_peak_rss_bytes": build_peak,
         "start_peak_rss_bytes": rss0,
+        "index_rss_bytes": index_rss,
         "ann": [],
     }
     for setting in tqdm(list(zip(reranks, efs)), desc=f"ANN N={n_docs}", disable=not show_progress_bar):
         row = _time_ann(index, q, exact, setting, num_threads)
         out["ann"].append({**row, "speedup": row["qps"] / out["exact_qps"]})
     out["search_peak_rss_bytes"] = _peak_rss()
+    if n_docs <= 200_000:
+        out["file_bytes"] = _file_bytes(index)
     if dtype == "float32" and n_docs <= 200_000:
         out["float16_exact_recall@10"] = _recall(_float16_exact(index, q, k), exact)
     return out
@@ -319,6 +358,25 @@ def benchmark_fit(n_pairs: int = 10_000, dim: int = 384, *, seed: int = 0) -> Li
     return out
 
 
+def _memory_note(r: Dict[str, Any]) -> str:
+    """One run's memory figures for the note under the table."""
+    gb = 1 << 30
+    note = (
+        f"{r['n_docs']:,} x {r['dim']} ({r['dtype']}, var {r['var_scale']:g}): "
+        f"search peak RSS {r['search_peak_rss_bytes'] / gb:.1f} GiB"
+    )
+    if "index_rss_bytes" in r:
+        note += (
+            f", index resident {r['index_rss_bytes'] / gb:.2f} GiB = "
+            f"{r['index_rss_bytes'] / r['raw_mean_bytes']:.2f}x the raw float32 means"
+        )
+    if "file_bytes" in r:
+        note += f", saved file {r['file_bytes'] / r['raw_mean_bytes']:.2f}x"
+    if "float16_exact_recall@10" in r:
+        note += f", float16 store keeps exact recall@10 {r['float16_exact_recall@10']:.4f}"
+    return note
+
+
 def render_perf_markdown(
     runs: Sequence[Dict[str, Any]],
     encode: Optional[Dict[str, Any]] = None,
@@ -332,36 +390,30 @@ def render_perf_markdown(
         "# UEC throughput",
         "",
         "Synthetic documents, stated as such: clustered unit-norm means (1,000 random centres plus a 48-dimensional "
-        "spread) with per-dimension variances 0.016 * U(0.5, 1.5), the size of real kron posteriors "
+        "spread) with per-dimension variances `var` * U(0.5, 1.5) (0.016 is the size of real kron posteriors; "
+        "*none*: no variances, as the default ensemble gives) "
         "(`crossembed.experiments.uec_perf.synthetic_chunks`); queries are more rows of the same distribution, "
-        "searched in one batch. Recall@10 is that of the hnswlib + exact-rerank path against the exact probit "
+        "searched in one batch. Recall@10 is that of the HNSW + exact-rerank path against the exact probit "
         "top-10. Exact q/s is the fused kernel over packed blocks (cached when they fit, else packed per call: "
         "*cold*).",
         "",
-        "| N docs | D | store | M / ef_c | build s | build peak RSS GiB | bytes/doc store + graph | exact q/s "
+        "| N docs | D | store | var | M / ef_c | build s | build peak RSS GiB | bytes/doc store + graph | exact q/s "
         "| rerank | ef | ANN q/s | speed-up | recall@10 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         per_doc = f"{r['store_bytes_per_doc']:,.0f} + {r['graph_bytes_per_doc']:,.0f}"
         cold = "" if r["exact_qps"] != r["exact_cold_qps"] else " (cold)"
+        var = "none" if r["var_scale"] == 0 else f"{r['var_scale']:g}"
         for a in r["ann"]:
             lines.append(
-                f"| {r['n_docs']:,} | {r['dim']} | {r['dtype']} | {r['M']} / {r['ef_construction']} | "
+                f"| {r['n_docs']:,} | {r['dim']} | {r['dtype']} | {var} | {r['M']} / {r['ef_construction']} | "
                 f"{r['build_seconds']:.0f} | {r['build_peak_rss_bytes'] / gb:.1f} | {per_doc} | "
                 f"{r['exact_qps']:.1f}{cold} | {a['rerank']} | {a['ef']} | {a['qps']:.0f} | {a['speedup']:.1f}x | "
                 f"{a['recall@10_vs_exact']:.4f} |"
             )
     lines.append("")
-    peaks = [
-        f"{r['n_docs']:,} x {r['dim']} ({r['dtype']}): search peak RSS {r['search_peak_rss_bytes'] / gb:.1f} GiB"
-        + (
-            f", float16 store keeps exact recall@10 {r['float16_exact_recall@10']:.4f}"
-            if "float16_exact_recall@10" in r
-            else ""
-        )
-        for r in runs
-    ]
+    peaks = [_memory_note(r) for r in runs]
     if peaks:
         lines += ["Peak memory and float16 storage: " + "; ".join(peaks) + ".", ""]
     if fits:

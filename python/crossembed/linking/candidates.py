@@ -16,7 +16,7 @@ A candidate source gives each fit its per-round proposers
     nearest list anchors (:mod:`crossembed.linking.cells`); the map pass
     links over such lists too.
 :class:`AnnCandidates`
-    hnswlib candidates rebuilt per view.
+    HNSW candidates rebuilt per view.
 :class:`AutoCandidates` (the default)
     Exact, pool or cells by the fit's size.
 
@@ -91,7 +91,7 @@ class ExactCandidates(CandidateSource):
 
 
 class AnnCandidates(CandidateSource):
-    """hnswlib candidates rebuilt per view (:class:`~crossembed.linking.proposers.AnnProposer`).
+    """HNSW candidates rebuilt per view (:class:`~crossembed.linking.proposers.AnnProposer`).
 
     Parameters
     ----------

@@ -34,6 +34,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from crossembed import kernels
+from crossembed.ann import MeanGraph
 from crossembed.linking._inputs import active_rows as _active
 from crossembed.linking.pairs import greedy_one_to_one, positions
 
@@ -73,15 +74,18 @@ class ExactProposer(Proposer):
         return "ExactProposer()"
 
 
-def _knn(data: np.ndarray, queries: np.ndarray, k: int, *, M: int, ef: int, num_threads: int):
-    import hnswlib
-
-    index = hnswlib.Index(space="ip", dim=data.shape[1])
-    index.init_index(max_elements=len(data), ef_construction=max(ef, k), M=M, random_seed=0)
-    index.add_items(data, np.arange(len(data)), num_threads=num_threads)
-    index.set_ef(max(ef, k))
-    labels, dist = index.knn_query(queries, k=k, num_threads=num_threads)
-    return labels.astype(np.int64), (1.0 - dist).astype(np.float64)  # hnswlib "ip" distance is 1 - <x, y>
+def _knn(data: np.ndarray, queries: np.ndarray, k: int, *, M: int, ef: int, num_threads: Optional[int]):
+    """The ``k`` rows of ``data`` of largest inner product with each query, by an HNSW graph: labels and
+    inner products. A query the graph finds fewer than ``k`` rows for gets its list by brute force."""
+    graph = MeanGraph(data.shape[1], max_elements=len(data), M=M, ef_construction=max(ef, k), random_seed=0)
+    graph.add(data, np.arange(len(data)), num_threads=num_threads)
+    labels, dist = graph.knn(queries, k, ef=max(ef, k), num_threads=num_threads)
+    sim = 1.0 - dist.astype(np.float64)  # the graph's distance is 1 - <x, y>
+    for i in np.flatnonzero((labels < 0).any(axis=1)):
+        ip = data @ queries[i]
+        labels[i] = np.lexsort((np.arange(len(data)), -ip))[:k]
+        sim[i] = ip[labels[i]]
+    return labels, sim
 
 
 def _top_per_group(group: np.ndarray, score: np.ndarray, other: np.ndarray, k: int) -> np.ndarray:
@@ -96,7 +100,7 @@ def _top_per_group(group: np.ndarray, score: np.ndarray, other: np.ndarray, k: i
 
 
 class AnnProposer(Proposer):
-    """Approximate CSLS mutual top-``k`` over hnswlib candidate lists.
+    """Approximate CSLS mutual top-``k`` over HNSW candidate lists (:class:`crossembed.ann.MeanGraph`).
 
     Parameters
     ----------
@@ -105,13 +109,13 @@ class AnnProposer(Proposer):
     M, ef : int
         HNSW graph degree and search breadth.
     num_threads : int, optional
-        hnswlib threads (default: all cores). HNSW insertion order depends on
+        Graph threads (default: all cores). HNSW insertion order depends on
         threads, so results are reproducible only with ``num_threads=1``.
     """
 
     def __init__(self, *, ann_k: int = 64, M: int = 16, ef: int = 128, num_threads: Optional[int] = None):
         self.ann_k, self.M, self.ef = int(ann_k), int(M), int(ef)
-        self.num_threads = -1 if num_threads is None else int(num_threads)
+        self.num_threads = num_threads
 
     def __call__(self, SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None):
         SA = np.ascontiguousarray(SA, dtype=np.float32)

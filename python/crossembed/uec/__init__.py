@@ -8,7 +8,7 @@
   beta cosine) object: :mod:`crossembed.uec.routing`,
   :mod:`crossembed.uec.mixing`, :mod:`crossembed.uec.scoring`;
   :mod:`crossembed.uec.presets` builds the published rule sets by name.
-* :class:`UECIndex` - hnswlib candidates + exact probit rerank, with ids,
+* :class:`UECIndex` - HNSW candidates + exact probit rerank, with ids,
   add/remove and filters, float16 storage, saved atomically (memory-mappable).
 * :class:`ShardedUECIndex` - the same index partitioned over Dask workers.
 * :class:`ModelHeads` - what each embedder also fits on its pairs for the

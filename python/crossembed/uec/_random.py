@@ -12,7 +12,7 @@ __all__ = ["int_seed"]
 def int_seed(random_state) -> int:
     """An int seed is kept as it is (so saved objects rebuild the same); None or a Generator draws one.
 
-    Used where the seed itself must be stored: hnswlib graphs, ensemble projections.
+    Used where the seed itself must be stored: HNSW graphs, ensemble projections.
     """
     if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
         return int(random_state)

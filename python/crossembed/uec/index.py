@@ -1,29 +1,31 @@
-"""A searchable, updatable UEC index: hnswlib candidates on the means, exact rerank by the scoring.
+"""A searchable, updatable UEC index: HNSW candidates on the means, exact rerank by the scoring.
 
-``search(queries, k)`` asks hnswlib (inner product on the document means) for
-``rerank`` candidates per query and reranks them exactly with the index's
-scoring (the ensemble's, :class:`~crossembed.uec.scoring.ProbitScoring` by
-default); ``exact=True`` scores every document. Results are external int64
+``search(queries, k)`` asks the HNSW graph (inner product on the document
+means) for ``rerank`` candidates per query and reranks them exactly with the
+index's scoring (the ensemble's, :class:`~crossembed.uec.scoring.ProbitScoring`
+by default); ``exact=True`` scores every document. Results are external int64
 ids (``ids=`` at build, or 0, 1, ...), best first, ties to the lower id.
 
-Memory: the document Gaussians live once, in a :class:`~crossembed.uec.store.DocStore`
-(float32, or float16 with ``dtype="float16"``; a memory map after
-``load(mmap=True)``). hnswlib keeps its own float32 copy of the means (it has
-no external-vector mode). The scoring's prepared documents (for the probit,
-packed panels of 12 D bytes per document) are built per block of 16,384
-slots and kept while all of them fit in
-``panel_cache_bytes``; beyond that budget they are prepared on every call:
-per block for exact search, and for the ANN path only the candidate rows of
-each query batch.
+Memory: the document means live once, in the graph (:class:`crossembed.ann.MeanGraph`,
+float32, or float16 with ``dtype="float16"``); the rerank reads the candidates'
+rows from it. The rest of each document - id, texts, and its variances when
+any document has one - is in a :class:`~crossembed.uec.store.DocStore` (a
+memory map after ``load(mmap=True)``). Documents without variance (the
+default ensemble's) store none, and queries without variance against them
+score by inner product (``mu_s``, exactly what the probit gives there).
+Prepared documents of an index with variances (for the probit, packed panels
+of 12 D bytes per document) are built per block of 16,384 slots and kept
+while all of them fit in ``panel_cache_bytes``; beyond that budget they are
+prepared on every call: per block for exact search, and for the ANN path
+only the candidate rows of each query batch. Without variances nothing is
+cached: the prepared form would be a second copy of the means.
 
 Updates: :meth:`UECIndex.add`, :meth:`UECIndex.remove` and
-:meth:`UECIndex.upsert`. hnswlib labels are store slots: ``remove`` is
-``mark_deleted`` and frees the slot, ``add`` re-adds freed slots first
-(hnswlib updates a deleted label in place and reconnects it) and appends the
-rest; ``upsert`` rewrites the rows of existing ids in place (hnswlib
-re-links an updated label). hnswlib's own ``replace_deleted`` is not used: it
-gives the new label an arbitrary deleted node and can later erase a live
-label's lookup when labels come back.
+:meth:`UECIndex.upsert`. Graph labels are store slots: ``remove`` marks the
+label deleted and frees the slot, ``add`` re-adds freed slots first (the
+graph rewrites a deleted label in place and reconnects it) and appends the
+rest; ``upsert`` rewrites the rows of existing ids in place (the graph
+re-links an updated label).
 
 Concurrency: any number of threads may search (and read contents) while
 others add, remove, upsert or save. A readers-writer lock guards the store
@@ -42,7 +44,7 @@ and score ``-inf``, as faiss pads.
 
 The file written by :meth:`UECIndex.save` is one checksummed
 :mod:`crossembed._io` raw container (atomic, streamed) of index format
-:data:`INDEX_VERSION`: the store, the ids, the hnswlib graph bytes, optional
+:data:`INDEX_VERSION`: the graph (with the means), the ids, the variances when any, optional
 texts, the scoring's config and the fitted ensemble. :meth:`UECIndex.load`
 reads it, or memory-maps the store with ``mmap=True``.
 """
@@ -62,6 +64,7 @@ import numpy as np
 from crossembed._config import check_plugin
 from crossembed._io import CorruptFileError, load_arrays, save_raw_arrays
 from crossembed._validation import INT_MAX, check_int, check_num_threads
+from crossembed.ann import MeanGraph
 from crossembed.uec._random import int_seed
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
@@ -73,12 +76,12 @@ __all__ = ["INDEX_VERSION", "UECIndex", "merge_topk", "query_gaussians"]
 
 _KIND = "crossembed.uec.UECIndex"
 #: Version of the index file layout written by :meth:`UECIndex.save` (the only one :meth:`UECIndex.load` reads).
-INDEX_VERSION = 3
+INDEX_VERSION = 4
 _BLOCK = 16384  # slots per block of prepared documents (exact search and the panel cache go block by block)
 _RERANK_ROWS = 32768  # candidate rows prepared per rerank batch when the panels are not cached
 _EXACT_FILTER_ROWS = 20000  # a filter allowing at most this many documents is searched exactly
 # An update applies its documents in chunks, one exclusive hold of the lock each, sized so that a hold
-# lasts about _WRITE_HOLD_S (a waiting search waits about that long): hnswlib links a new slot several
+# lasts about _WRITE_HOLD_S (a waiting search waits about that long): the graph links a new slot several
 # times faster than it re-links a reused or updated one, so a fixed count would not bound the wait.
 _WRITE_HOLD_S = 0.02
 _WRITE_CHUNK_FIRST = 32
@@ -90,14 +93,6 @@ _PANEL_BYTES_PER_VALUE = 12
 # the ANN rerank visits cached blocks only when it has this many candidate rows per block or more: below,
 # preparing just the candidate rows costs less than a step per block (crossover: docs/uec_index.md)
 _ROWS_PER_CACHED_BLOCK = 256
-
-
-def _hnswlib():
-    try:
-        import hnswlib
-    except ImportError as exc:  # pragma: no cover - hnswlib is an optional dependency
-        raise ImportError("UECIndex needs hnswlib: pip install 'crossembed[index]'") from exc
-    return hnswlib
 
 
 def _pack_texts(texts: Sequence[Optional[str]]) -> Tuple[np.ndarray, np.ndarray]:
@@ -129,7 +124,7 @@ def _check_scoring(scoring, ensemble: Optional[UECEnsemble]):
 
 
 def _write_graph_file(graph: np.ndarray) -> str:
-    """The saved graph bytes as a temporary file for hnswlib (streamed: the bytes may be a memory map)."""
+    """The saved graph bytes as a temporary file for :meth:`MeanGraph.load` (streamed: the bytes may be a memory map)."""
     fd, tmp = tempfile.mkstemp(suffix=".hnsw")
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -213,19 +208,19 @@ class UECIndex:
         Scores queries against documents (:mod:`crossembed.uec.scoring`; default the
         ensemble's ``scoring``, without an ensemble ``ProbitScoring()``).
     M : int
-        hnswlib's links per node (default 32).
+        HNSW links per node (default 32).
     ef_construction : int
-        hnswlib's candidate list size while inserting (default 200).
+        HNSW candidate list size while inserting (default 200).
     rerank : int
         ANN candidates reranked exactly per query when :meth:`search` is not told (default 100).
     dtype : {"float32", "float16"}
         Storage of the document means and variances (default float32; float16 halves it,
         scores are computed in float32 either way).
     panel_cache_bytes : int
-        Bytes of prepared documents kept between searches (default 1 GiB): the prepared
-        blocks are cached while those of every document fit, else prepared per call.
+        Bytes of prepared documents with variances kept between searches (default 1 GiB): the
+        prepared blocks are cached while those of every document fit, else prepared per call.
     random_state : int, Generator or None
-        hnswlib's construction seed (default 0; None or a Generator: one is drawn and saved).
+        The graph's construction seed (default 0; None or a Generator: one is drawn and saved).
     num_threads : int, optional
         Threads for building and searching (default: all cores).
     """
@@ -262,11 +257,15 @@ class UECIndex:
         texts = _check_texts(texts, len(docs))
         ids = np.arange(len(docs), dtype=np.int64) if ids is None else check_ids(ids, len(docs))
         self._store = DocStore.empty(docs.dim, dtype, capacity=len(docs), keep_texts=texts is not None)
-        self._graph = _hnswlib().Index(space="ip", dim=docs.dim)
-        self._graph.init_index(
-            max_elements=len(docs), ef_construction=self.ef_construction, M=self.M, random_seed=self.random_state
+        self._graph = MeanGraph(
+            docs.dim,
+            storage=self._store.dtype.name,
+            max_elements=len(docs),
+            M=self.M,
+            ef_construction=self.ef_construction,
+            random_seed=self.random_state,
         )
-        self._insert(docs, ids, texts, chunk=len(docs))  # one hnswlib call: nobody can search yet
+        self._insert(docs, ids, texts, chunk=len(docs))  # one graph call: nobody can search yet
 
     def _configure(self, ensemble, scoring, graph: Dict[str, Any], *, panel_cache_bytes, num_threads) -> None:
         """Check and set everything but the documents (shared by the constructor and :meth:`load`)."""
@@ -283,7 +282,6 @@ class UECIndex:
         self.num_threads = num_threads
         self._rw = ReadWriteLock()  # searches shared, changes to the store and graph exclusive
         self._update_lock = threading.Lock()  # one update (or save) at a time, across its chunks
-        self._ef_lock = threading.Lock()  # set_ef + knn_query as one step: ef is the graph's shared state
         self._blocks: Dict[int, Tuple[Any, np.ndarray]] = {}  # block -> (prepared documents, their slots)
         self._rows_packed = 0  # candidate rows prepared per search since blocks were last rebuilt
 
@@ -361,7 +359,7 @@ class UECIndex:
     def docs(self) -> GaussianEmbedding:
         """The documents (float32 copies, storage order; see :attr:`ids`)."""
         with self._rw.read():
-            return GaussianEmbedding(*self._store.rows(self._store.live_slots()))
+            return GaussianEmbedding(*self._rows(self._store.live_slots()))
 
     @property
     def texts(self) -> Optional[List[str]]:
@@ -375,7 +373,7 @@ class UECIndex:
         """The documents of ``ids`` (float32 copies, in the order given; ValueError for an unknown id)."""
         ids = as_ids(ids)
         with self._rw.read():
-            return GaussianEmbedding(*self._store.rows(self._store.slots_of(ids)))
+            return GaussianEmbedding(*self._rows(self._store.slots_of(ids)))
 
     def contains(self, ids) -> np.ndarray:
         """Boolean mask over ``ids`` (int, any shape flattened): which are documents of the index."""
@@ -394,15 +392,22 @@ class UECIndex:
             slots[known] = self._store.slots_of(ids[known])
             return [self._store.texts[s] if s >= 0 else None for s in slots]
 
+    @property
+    def has_variance(self) -> bool:
+        """Whether some document has (or had) a variance; False: the index stores none and scores
+        queries without variance by inner product."""
+        return self._store.has_variance
+
     def memory_usage(self) -> Dict[str, int]:
-        """Bytes held: the store, hnswlib's graph (its means and links, estimated) and cached prepared blocks."""
+        """Bytes held: the store (ids, flags, variances), the graph (the means and links) and cached
+        prepared blocks."""
         with self._rw.read():
-            n, d = self._graph.get_max_elements(), self.dim
-            # per node: the float32 mean, 2M level-0 links (+ ~1/(M-1) upper levels), label, level,
-            # a link-list mutex and the label map entry (~112 bytes of bookkeeping in all)
-            graph = n * (4 * d + 8 * self.M + 112)
             blocks = sum(int(prepared.nbytes) for prepared, _ in list(self._blocks.values()))
-            return {"store": self._store.nbytes(), "graph": graph, "panels": blocks}
+            return {"store": self._store.nbytes(), "graph": self._graph.nbytes, "panels": blocks}
+
+    def _rows(self, slots: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """float32 means (from the graph) and variances of store ``slots``."""
+        return self._graph.rows(slots), self._store.variances(slots)
 
     # ------------------------------------------------------------------ updates
     def _check_docs(self, docs, texts) -> Optional[List[str]]:
@@ -417,8 +422,8 @@ class UECIndex:
         return _check_texts(texts, len(docs))
 
     def _grow_graph(self) -> None:
-        if self._store.capacity > self._graph.get_max_elements():
-            self._graph.resize_index(self._store.capacity)
+        if self._store.capacity > self._graph.max_elements:
+            self._graph.resize(self._store.capacity)
 
     def _chunked(self, n: int, apply, chunk: Optional[int] = None) -> None:
         """``apply(rows)`` over consecutive slices of ``range(n)``, each under the exclusive lock; chunks
@@ -435,14 +440,14 @@ class UECIndex:
             start = part.stop
 
     def _write(self, docs: GaussianEmbedding, ids: np.ndarray, texts, place, chunk: Optional[int] = None) -> None:
-        """Store ``docs`` under ``ids`` in the slots ``place(mean, var, ids, texts)`` writes them to, and
-        link them in the graph (hnswlib adds a new label, re-links a reused or existing one), in chunks."""
-        threads = check_num_threads(self.num_threads) or -1
+        """Store ``docs`` under ``ids`` in the slots ``place(var, ids, texts)`` writes them to, and
+        link them in the graph (which adds a new label, re-links a reused or existing one), in chunks."""
+        threads = self.num_threads
 
         def apply(part: slice) -> None:
             mean = docs.mean[part]
-            slots = place(mean, docs.var[part], ids[part], None if texts is None else texts[part])
-            self._graph.add_items(mean, slots, num_threads=threads)
+            slots = place(docs.var[part], ids[part], None if texts is None else texts[part])
+            self._graph.add(mean, slots, num_threads=threads)
             self._forget_blocks(slots)
 
         self._chunked(len(ids), apply, chunk)
@@ -450,8 +455,8 @@ class UECIndex:
     def _insert(self, docs: GaussianEmbedding, ids: np.ndarray, texts, chunk: Optional[int] = None) -> None:
         """Store and link documents under new ``ids`` (freed slots first)."""
 
-        def place(mean, var, part_ids, part_texts) -> np.ndarray:
-            slots = self._store.put(mean, var, part_ids, part_texts)
+        def place(var, part_ids, part_texts) -> np.ndarray:
+            slots = self._store.put(var, part_ids, part_texts)
             self._grow_graph()
             return slots
 
@@ -460,9 +465,9 @@ class UECIndex:
     def _rewrite(self, docs: GaussianEmbedding, ids: np.ndarray, texts) -> None:
         """Replace the rows of existing ``ids`` in their slots."""
 
-        def place(mean, var, part_ids, part_texts) -> np.ndarray:
+        def place(var, part_ids, part_texts) -> np.ndarray:
             slots = self._store.slots_of(part_ids)
-            self._store.replace(slots, mean, var, part_texts)
+            self._store.replace(slots, var, part_texts)
             return slots
 
         self._write(docs, ids, texts, place)
@@ -534,8 +539,7 @@ class UECIndex:
             slots = self._store.slots_of(ids)
 
             def apply(part: slice) -> None:
-                for slot in slots[part]:
-                    self._graph.mark_deleted(int(slot))
+                self._graph.mark_deleted(slots[part])
                 self._store.drop(slots[part])
                 self._forget_blocks(slots[part])
 
@@ -554,53 +558,42 @@ class UECIndex:
         return np.sort(self._store.slots_of(ids))
 
     def _candidate_slots(self, mean: np.ndarray, m: int, ef: int, threads: int, allowed) -> np.ndarray:
+        """The graph's ``m`` nearest slots per query (``allowed``: sorted slots, or None for all live ones).
+
+        A query the graph finds fewer than ``m`` of (a sparse graph, many identical documents)
+        gets its candidates by exact inner product instead.
+        """
         mask = None
         if allowed is not None:
             mask = np.zeros(self._store.n_slots, dtype=bool)
             mask[allowed] = True
-        flt = None if mask is None else (lambda label: bool(mask[label]))
-        if flt is not None:
-            threads = 1  # the filter is a Python callable: hnswlib calls it under the GIL
-        with self._ef_lock:
-            self._graph.set_ef(ef)
-            try:
-                return self._graph.knn_query(mean, k=m, num_threads=threads, filter=flt)[0].astype(np.int64)
-            except RuntimeError:  # "Cannot return the results in a contiguous 2D array..."
-                pass
-            rows = []
-            for row in mean:  # find the queries hnswlib fails on; the others keep its answer
-                try:
-                    rows.append(self._graph.knn_query(row[None, :], k=m, num_threads=1, filter=flt)[0][0])
-                except RuntimeError:
-                    rows.append(None)
-        pool = self._store.live_slots() if allowed is None else allowed
-        return np.stack(
-            [
-                r.astype(np.int64) if r is not None else self._exact_candidates(row, m, pool)
-                for r, row in zip(rows, mean)
-            ]
-        )
+        slots, _ = self._graph.knn(mean, m, ef=ef, allowed=mask, num_threads=threads)
+        short = np.flatnonzero((slots < 0).any(axis=1))
+        if len(short):
+            pool = self._store.live_slots() if allowed is None else allowed
+            slots[short] = np.stack([self._exact_candidates(mean[i], m, pool) for i in short])
+        return slots
 
     def _exact_candidates(self, query: np.ndarray, m: int, pool: np.ndarray) -> np.ndarray:
         """The ``m`` slots of ``pool`` of largest inner product with ``query`` (ties: lower slot)."""
         ip = np.concatenate(
-            [self._store.rows(pool[s : s + _BLOCK])[0] @ query for s in range(0, len(pool), _BLOCK)]
+            [self._graph.rows(pool[s : s + _BLOCK]) @ query for s in range(0, len(pool), _BLOCK)]
         ).astype(np.float64)
         return pool[np.lexsort((pool, -ip))[:m]]
 
     def candidates(self, queries, m: int, *, ef: Optional[int] = None, num_threads: Optional[int] = None) -> np.ndarray:
-        """The hnswlib inner-product candidates ``(Q, m)`` as ids (``-1`` pads).
+        """The graph's inner-product candidates ``(Q, m)`` as ids (``-1`` pads).
 
-        Safe to call from several threads at once: the graph's search breadth
-        (``set_ef``) is shared state, so setting it and querying happen under
-        one lock per index, and every call sees its own ``ef`` (default ``2 * m``).
-        Queries for which hnswlib cannot return ``m`` neighbours (a sparse graph,
-        many identical documents) get their candidates by exact inner product.
+        Safe to call from several threads at once, each with its own search
+        breadth ``ef`` (default ``2 * m``). Queries for which the graph cannot
+        return ``m`` neighbours (a sparse graph, many identical documents) get
+        their candidates by exact inner product.
         """
         q = query_gaussians(queries, self.ensemble, self.dim)
         m = _check_result_k(m, len(q), "m")
         ef = max(m, check_int(ef, "ef", low=1, high=INT_MAX) if ef is not None else 2 * m)
-        threads = check_num_threads(num_threads if num_threads is not None else self.num_threads) or -1
+        threads = num_threads if num_threads is not None else self.num_threads
+        check_num_threads(threads)
         with self._rw.read():
             n = len(self._store)
             if n == 0:
@@ -633,7 +626,7 @@ class UECIndex:
         """The scoring's prepared documents of store ``rows`` (kept when ``block`` is named and all fit)."""
         if block is not None and block in self._blocks:
             return self._blocks[block][0]
-        mean, var = self._store.rows(rows)
+        mean, var = self._rows(rows)
         prepared = self.scoring.prepare(mean, var)
         del mean, var
         if block is not None and self._panels_fit():  # all or none: a partial cache would still pack per call
@@ -672,7 +665,10 @@ class UECIndex:
         return False
 
     def _panels_fit(self) -> bool:
-        """Whether the prepared blocks of every live document fit ``panel_cache_bytes``."""
+        """Whether prepared blocks are kept: the documents have variances (without, the prepared form
+        is a re-layout of the graph's means) and the blocks of every live document fit ``panel_cache_bytes``."""
+        if not self._store.has_variance:
+            return False
         return _PANEL_BYTES_PER_VALUE * self.dim * len(self._store) <= self.panel_cache_bytes
 
     def _rerank_cached(self, q: GaussianEmbedding, cand: np.ndarray, k: int, nt) -> Tuple[np.ndarray, np.ndarray]:
@@ -752,11 +748,11 @@ class UECIndex:
         rerank : int, optional
             ANN candidates per query (default ``self.rerank``, at least ``k``).
         ef : int, optional
-            hnswlib search breadth (default ``2 * rerank``).
+            HNSW search breadth (default ``2 * rerank``).
         filter : array_like of int, optional
             Ids the results may come from (ids not in the index are ignored;
             none in it gives rows of padding). Up to 20,000 allowed documents
-            are searched exactly; more go through hnswlib's filtered search.
+            are searched exactly; more go through the graph's filtered search.
         num_threads : int, optional
             Threads for this call (default: the index's ``num_threads``).
 
@@ -768,7 +764,7 @@ class UECIndex:
         q = query_gaussians(queries, self.ensemble, self.dim)
         k = _check_result_k(k, len(q))
         nt = num_threads if num_threads is not None else self.num_threads
-        threads = check_num_threads(nt) or -1
+        check_num_threads(nt)
         m = max(k, check_int(rerank, "rerank", low=1, high=INT_MAX) if rerank is not None else self.rerank)
         ef = max(m, check_int(ef, "ef", low=1, high=INT_MAX)) if ef is not None else 2 * m
         filter_ids = None
@@ -782,21 +778,21 @@ class UECIndex:
             if exact or (allowed is not None and n <= _EXACT_FILTER_ROWS):
                 return _padded(*self._exact(q, min(k, n), allowed, nt), k)
             m = min(m, n)
-            cand = self._candidate_slots(q.mean, m, max(ef, m), threads, allowed)
+            cand = self._candidate_slots(q.mean, m, max(ef, m), nt, allowed)
             rerank_fn = self._rerank_cached if self._rerank_on_cached_panels(cand.size) else self._rerank_packed
             return _padded(*rerank_fn(q, cand, min(k, n), nt), k)
 
     # ------------------------------------------------------------------ persistence
     def _state(self, graph: np.ndarray) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
-        """Arrays and JSON metadata of the file (``graph``: hnswlib's saved bytes)."""
+        """Arrays and JSON metadata of the file (``graph``: the graph's saved bytes, the means included)."""
         store = self._store
         arrays = {
-            "mean": store.mean,
-            "var": store.var,
             "ids": store.ids[: store.n_slots],
             "alive": store.alive[: store.n_slots],
             "graph": graph,
         }
+        if store.has_variance:
+            arrays["var"] = store.var
         meta = {
             "index_version": INDEX_VERSION,
             "M": self.M,
@@ -804,6 +800,8 @@ class UECIndex:
             "rerank": self.rerank,
             "random_state": self.random_state,
             "dtype": self.dtype,
+            "dim": self.dim,
+            "has_variance": store.has_variance,
             "has_texts": store.texts is not None,
             "scoring": self.scoring.get_config(),
             "ensemble": None,
@@ -821,7 +819,7 @@ class UECIndex:
         os.close(fd)
         try:
             with self._update_lock:  # no update while the file is written; searches go on
-                self._graph.save_index(tmp)
+                self._graph.save(tmp)
                 arrays, meta = self._state(np.memmap(tmp, dtype=np.uint8, mode="r"))
                 out = save_raw_arrays(path, _KIND, arrays, meta)
                 del arrays
@@ -841,9 +839,9 @@ class UECIndex:
     ) -> UECIndex:
         """Read an index written by :meth:`save`.
 
-        With ``mmap=True`` the document store stays on disk as a read-only
-        memory map (the first :meth:`add`/:meth:`remove` copies it into memory);
-        the hnswlib graph is always read into memory. The saved ensemble is
+        With ``mmap=True`` the document store (ids, flags, variances) stays on
+        disk as a read-only memory map (the first :meth:`add`/:meth:`remove`
+        copies it into memory); the graph, with the means, is always read into memory. The saved ensemble is
         restored unless ``ensemble`` is given; its encoders load lazily (by
         stored name, or from ``encoders``). ``num_threads`` as in the constructor.
 
@@ -880,20 +878,17 @@ class UECIndex:
                 raise
             raise CorruptFileError(f"{path}: incomplete UECIndex ({type(exc).__name__}: {exc})") from None
 
-    def _load_graph(self, graph: np.ndarray):
-        index = _hnswlib().Index(space="ip", dim=self.dim)
+    def _load_graph(self, graph: np.ndarray) -> MeanGraph:
         tmp = _write_graph_file(graph)
         try:
-            index.load_index(tmp, max_elements=self._store.capacity)
-        except RuntimeError as exc:
-            raise CorruptFileError(f"unreadable hnswlib graph ({exc})") from None
+            loaded = MeanGraph.load(tmp, dim=self.dim, storage=self.dtype, max_elements=max(1, self._store.capacity))
+        except (RuntimeError, ValueError) as exc:
+            raise CorruptFileError(f"unreadable graph ({exc})") from None
         finally:
             os.unlink(tmp)
-        if index.get_current_count() != self._store.n_slots:
-            raise CorruptFileError(
-                f"hnswlib graph holds {index.get_current_count()} items, expected {self._store.n_slots}"
-            )
-        return index
+        if loaded.count != self._store.n_slots:
+            raise CorruptFileError(f"the graph holds {loaded.count} items, expected {self._store.n_slots}")
+        return loaded
 
     def __repr__(self) -> str:
         return (
@@ -904,11 +899,12 @@ class UECIndex:
 
 def _read_store(path: Path, arrays: Dict[str, np.ndarray], meta: Dict[str, Any]) -> DocStore:
     """The document store of a loaded file (CorruptFileError when its arrays disagree)."""
-    n = len(arrays["mean"])
-    ids, alive = arrays["ids"], arrays["alive"]
-    if ids.shape != (n,) or alive.shape != (n,) or arrays["var"].shape != arrays["mean"].shape:
+    ids, alive, dim = arrays["ids"], arrays["alive"], int(meta["dim"])
+    n = len(ids)
+    var = arrays["var"] if meta["has_variance"] else None
+    if alive.shape != (n,) or (var is not None and var.shape != (n, dim)) or dim < 1:
         raise CorruptFileError(f"{path}: inconsistent UECIndex arrays")
     texts = _unpack_texts(arrays["texts"], arrays["text_offsets"]) if meta["has_texts"] else None
     if texts is not None:
         texts = [t if a else None for t, a in zip(texts, alive)]
-    return DocStore(arrays["mean"], arrays["var"], ids, alive, dtype=meta["dtype"], texts=texts)
+    return DocStore(ids, alive, dim=dim, dtype=meta["dtype"], var=var, texts=texts)

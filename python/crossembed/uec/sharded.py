@@ -2,7 +2,7 @@
 
 Document ``id`` lives in shard ``hash(id) % n_shards`` (a Fibonacci hash, so
 strided ids spread evenly too); each shard is a whole
-:class:`~crossembed.uec.UECIndex` (store + hnswlib graph) held in one
+:class:`~crossembed.uec.UECIndex` (store + HNSW graph) held in one
 worker's memory. A search sends the queries to every shard, each returns its
 own top-``k`` (padded with id -1 / score -inf), and the driver merges them
 exactly with :func:`~crossembed.uec.index.merge_topk` (score descending, ties
@@ -366,7 +366,7 @@ class ShardedUECIndex:
         rerank : int, optional
             ANN candidates per query and shard (default each shard's ``rerank``).
         ef : int, optional
-            hnswlib search breadth per shard (default ``2 * rerank``).
+            HNSW search breadth per shard (default ``2 * rerank``).
         filter : array_like of int, optional
             Ids the results may come from (default all; ids not in the index are ignored,
             shards with none of them are not asked).

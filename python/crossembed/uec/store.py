@@ -1,11 +1,13 @@
-"""The one copy of an index's document Gaussians: rows by slot, int64 ids, free slots.
+"""What an index keeps per document slot besides the means: int64 ids, live flags, texts, variances.
 
-:class:`DocStore` keeps means and variances in one dtype (float32, or float16
-at half the memory) with room for ``capacity`` rows. A slot is a row; a
-removed document frees its slot for the next :meth:`DocStore.put`, so the
-slots hnswlib labels its nodes with stay valid (hnswlib updates a deleted
-label in place). The arrays may be read-only memory maps of a saved index:
-the first change copies them into memory.
+The document means live once, in the ANN graph (:class:`crossembed.ann.MeanGraph`),
+which stores them in the index's dtype; :class:`DocStore` holds the rest, row
+by slot. A slot is a row; a removed document frees its slot for the next
+:meth:`DocStore.put`, so the slots the graph labels its nodes with stay valid.
+Variances are kept only once some document has one: a store of documents
+without variance (a deterministic embedder's, the default ensemble's) holds
+none, and reads them as zeros. The arrays may be read-only memory maps of a
+saved index: the first change copies them into memory.
 """
 
 from __future__ import annotations
@@ -31,32 +33,33 @@ def store_dtype(dtype) -> np.dtype:
 
 
 class DocStore:
-    """Document rows by slot (see module docstring).
+    """Document slots: ids, live flags, texts and variances (see module docstring).
 
     Parameters
     ----------
-    mean, var : ndarray (n_slots, D)
-        In the store's dtype (copied otherwise); rows of free slots are ignored.
     ids : ndarray (n_slots,) int64
         External id per slot (any value for free slots).
     alive : ndarray (n_slots,) bool
         Whether each slot holds a document (False: a free slot).
+    dim : int
+        Dimension of the documents.
     dtype : {"float32", "float16"}
-        Storage of the means and variances.
+        Storage of the variances (and of the means, in the graph).
+    var : ndarray (n_slots, dim) or None, optional
+        Variances in ``dtype`` (copied otherwise); default None: no document has one.
     texts : list of str or None, optional
         One per slot (None for free slots); default: the store keeps no texts.
     capacity : int, optional
         Rows to reserve (default ``n_slots``; at least ``n_slots``).
     """
 
-    def __init__(self, mean, var, ids, alive, *, dtype, texts=None, capacity: Optional[int] = None):
+    def __init__(self, ids, alive, *, dim: int, dtype, var=None, texts=None, capacity: Optional[int] = None):
         self.dtype = store_dtype(dtype)
-        self.dim = int(mean.shape[1])
-        self.n_slots = int(mean.shape[0])
-        self._mean = mean if mean.dtype == self.dtype else mean.astype(self.dtype)
-        self._var = var if var.dtype == self.dtype else var.astype(self.dtype)
+        self.dim = int(dim)
         self.ids = np.asarray(ids, dtype=np.int64)
         self.alive = np.asarray(alive, dtype=bool)
+        self.n_slots = int(self.ids.shape[0])
+        self._var = None if var is None else (var if var.dtype == self.dtype else var.astype(self.dtype))
         self._live = int(self.alive[: self.n_slots].sum())  # kept by put/drop: len() is on every search's path
         self.texts: Optional[List[Optional[str]]] = None if texts is None else list(texts)
         self._lookup: Optional[Tuple[np.ndarray, np.ndarray]] = None
@@ -66,22 +69,23 @@ class DocStore:
     @classmethod
     def empty(cls, dim: int, dtype, *, capacity: int, keep_texts: bool) -> DocStore:
         """A store without documents, with room for ``capacity`` rows of ``dim`` values (texts kept or not)."""
-        none = np.zeros((0, dim), dtype=store_dtype(dtype))
         texts = [] if keep_texts else None
-        return cls(none, none, np.zeros(0, np.int64), np.zeros(0, bool), dtype=dtype, texts=texts, capacity=capacity)
+        return cls(np.zeros(0, np.int64), np.zeros(0, bool), dim=dim, dtype=dtype, texts=texts, capacity=capacity)
 
     # ------------------------------------------------------------------ rows
     @property
-    def mean(self) -> np.ndarray:
-        return self._mean[: self.n_slots]
+    def has_variance(self) -> bool:
+        """Whether some document has (or had) a variance; False: every variance is 0 and none is stored."""
+        return self._var is not None
 
     @property
-    def var(self) -> np.ndarray:
-        return self._var[: self.n_slots]
+    def var(self) -> Optional[np.ndarray]:
+        """Stored variances by slot (None when no document has one)."""
+        return None if self._var is None else self._var[: self.n_slots]
 
     @property
     def capacity(self) -> int:
-        return int(self._mean.shape[0])
+        return int(self.ids.shape[0])
 
     def __len__(self) -> int:
         return self._live
@@ -89,16 +93,16 @@ class DocStore:
     def live_slots(self) -> np.ndarray:
         return np.flatnonzero(self.alive[: self.n_slots])
 
-    def rows(self, slots: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        """float32 means and variances of ``slots`` (a sorted array reads memory maps in order)."""
-        return (
-            np.ascontiguousarray(self._mean[slots], dtype=np.float32),
-            np.ascontiguousarray(self._var[slots], dtype=np.float32),
-        )
+    def variances(self, slots: np.ndarray) -> np.ndarray:
+        """float32 variances of ``slots`` (zeros without stored variances)."""
+        if self._var is None:
+            return np.zeros((len(slots), self.dim), np.float32)
+        return np.ascontiguousarray(self._var[slots], dtype=np.float32)
 
     def nbytes(self) -> int:
-        """Bytes held (or mapped) for means, variances, ids and flags."""
-        return int(self._mean.nbytes + self._var.nbytes + self.ids.nbytes + self.alive.nbytes)
+        """Bytes held (or mapped) for variances, ids and flags."""
+        var = 0 if self._var is None else self._var.nbytes
+        return int(var + self.ids.nbytes + self.alive.nbytes)
 
     # ------------------------------------------------------------------ ids
     def _sorted(self) -> Tuple[np.ndarray, np.ndarray]:
@@ -130,9 +134,9 @@ class DocStore:
 
     # ------------------------------------------------------------------ changes
     def _materialize(self) -> None:
-        if isinstance(self._mean, np.memmap) or not self._mean.flags.writeable:
-            self._mean, self._var = np.array(self._mean), np.array(self._var)
+        if isinstance(self.ids, np.memmap) or not self.ids.flags.writeable:
             self.ids, self.alive = np.array(self.ids), np.array(self.alive)
+            self._var = None if self._var is None else np.array(self._var)
 
     def _grow(self, capacity: int) -> None:
         def grow(a, fill):
@@ -140,8 +144,8 @@ class DocStore:
             out[: self.n_slots] = a[: self.n_slots]
             return out
 
-        self._mean, self._var = grow(self._mean, 0), grow(self._var, 0)
         self.ids, self.alive = grow(self.ids, -1), grow(self.alive, False)
+        self._var = None if self._var is None else grow(self._var, 0)
 
     def reserve(self, capacity: int) -> None:
         """Room for ``capacity`` rows in all (a store never shrinks)."""
@@ -153,9 +157,16 @@ class DocStore:
         if self.dtype == np.float16 and mean.size and max(np.abs(mean).max(), var.max()) > _FLOAT16_MAX:
             raise ValueError("docs have values beyond float16's range: use dtype='float32'")
 
-    def put(self, mean: np.ndarray, var: np.ndarray, ids: np.ndarray, texts: Optional[Sequence[str]]) -> np.ndarray:
-        """Store rows under ``ids`` (new to the store); returns their slots (free ones first, ascending)."""
-        self.check_rows(mean, var)
+    def _set_var(self, slots: np.ndarray, var: np.ndarray) -> None:
+        if self._var is None:
+            if not var.any():
+                return  # still no variance anywhere: nothing to store
+            self._var = np.zeros((self.capacity, self.dim), dtype=self.dtype)
+        self._var[slots] = var
+
+    def put(self, var: np.ndarray, ids: np.ndarray, texts: Optional[Sequence[str]]) -> np.ndarray:
+        """Take slots for new ``ids`` with their variances (and texts); returns the slots (free ones first,
+        ascending). The caller writes the means to the graph under these slots."""
         self._materialize()
         n = len(ids)
         free = np.flatnonzero(~self.alive[: self.n_slots])[:n]
@@ -164,7 +175,7 @@ class DocStore:
             self._grow(max(self.n_slots + len(fresh), 2 * self.capacity))
         slots = np.concatenate([free, fresh])
         self.n_slots += len(fresh)
-        self._mean[slots], self._var[slots] = mean, var
+        self._set_var(slots, var)
         self.ids[slots], self.alive[slots] = ids, True
         self._live += len(slots)
         if self.texts is not None:
@@ -174,11 +185,10 @@ class DocStore:
         self._lookup = None
         return slots
 
-    def replace(self, slots: np.ndarray, mean: np.ndarray, var: np.ndarray, texts: Optional[Sequence[str]]) -> None:
-        """Overwrite the rows (and texts) of live ``slots``; their ids stay."""
-        self.check_rows(mean, var)
+    def replace(self, slots: np.ndarray, var: np.ndarray, texts: Optional[Sequence[str]]) -> None:
+        """Overwrite the variances (and texts) of live ``slots``; their ids stay."""
         self._materialize()
-        self._mean[slots], self._var[slots] = mean, var
+        self._set_var(slots, var)
         if self.texts is not None:
             for s, t in zip(slots, texts):
                 self.texts[s] = t
