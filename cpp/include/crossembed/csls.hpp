@@ -37,48 +37,46 @@ inline float csls_value(float s, double r_a, double r_b) { return float(2.0 * s 
 
 // Tile handler keeping the best `k_row` values per row and `k_col` per column
 // of value(s, i, j). Row buffers belong to the task's rows; column buffers are
-// per worker slot (with cached admission thresholds, so the hot loop is one
-// compare per entry) and merged exactly afterwards.
+// per worker slot (with cached admission thresholds) and merged exactly
+// afterwards. Each tile row's values go through a SIMD scan against the row's
+// threshold and every column's: only the entries that can enter a buffer
+// (few, once the buffers fill) reach the scalar pushes. A side with k = 0
+// keeps nothing (its thresholds are +inf).
 template <class Value>
 struct BestPerRowAndColumn {
-  static constexpr std::size_t kFilter = 16;
   const Value& value;
   std::vector<TopKBuffer>& rows;
   std::vector<std::vector<TopKBuffer>>& col_bufs;  // [slot][column]
   std::vector<std::vector<float>>& col_thr;   // [slot][column]
+  bool keep_rows;
 
   struct OnBlock : BlockHandlerBase<float> {
     const BestPerRowAndColumn& h;
     Block b;
+    std::vector<float> vals;
+    std::vector<std::uint32_t> hits;
     OnBlock(const BestPerRowAndColumn& h_, const Block& b_) : h(h_), b(b_) {}
     void add_tile(std::size_t c0, std::size_t c1, const float* tile, std::size_t ld) {
       auto& ch = h.col_bufs[std::size_t(b.tid)];
       float* cthr = h.col_thr[std::size_t(b.tid)].data();
-      float vals[kFilter];
+      const std::size_t w = c1 - c0;
+      vals.resize(w);
+      hits.resize(w);
       for (std::size_t i = b.r0; i < b.r1; ++i) {
         const float* row = tile + (i - b.r0) * ld;
+        for (std::size_t t = 0; t < w; ++t) vals[t] = h.value(row[t], i, c0 + t);
         TopKBuffer& rh = h.rows[i];
-        float rthr = rh.threshold();
-        // Most entries enter neither buffer: test a short block at once (a loop
-        // the compiler vectorises) and only walk the blocks that have a hit.
-        for (std::size_t j0 = c0; j0 < c1; j0 += kFilter) {
-          const std::size_t nj = std::min(kFilter, c1 - j0);
-          int hit = 0;
-          for (std::size_t t = 0; t < nj; ++t) {
-            vals[t] = h.value(row[j0 - c0 + t], i, j0 + t);
-            hit |= int(vals[t] >= rthr) | int(vals[t] >= cthr[j0 + t]);
+        float rthr = h.keep_rows ? rh.threshold() : INFINITY;
+        const std::size_t m = simd::select_at_least_either(vals.data(), w, rthr, cthr + c0, hits.data());
+        for (std::size_t r = 0; r < m; ++r) {
+          const std::size_t t = hits[r], j = c0 + t;
+          if (vals[t] >= rthr) {
+            rh.push(vals[t], std::int64_t(j));
+            rthr = rh.threshold();
           }
-          if (!hit) continue;
-          for (std::size_t t = 0; t < nj; ++t) {
-            const std::size_t j = j0 + t;
-            if (vals[t] >= rthr) {
-              rh.push(vals[t], std::int64_t(j));
-              rthr = rh.threshold();
-            }
-            if (vals[t] >= cthr[j]) {
-              ch[j].push(vals[t], std::int64_t(i));
-              cthr[j] = ch[j].threshold();
-            }
+          if (vals[t] >= cthr[j]) {
+            ch[j].push(vals[t], std::int64_t(i));
+            cthr[j] = ch[j].threshold();
           }
         }
       }
@@ -98,8 +96,8 @@ void best_per_row_and_column(const std::vector<const float*>& xa, const simd::Pa
   const std::size_t slots = std::size_t(plan.slots(num_threads));
   std::vector<TopKBuffer> row_buf(na, TopKBuffer(k_row));
   std::vector<std::vector<TopKBuffer>> col_bufs(slots, std::vector<TopKBuffer>(nb, TopKBuffer(k_col)));
-  std::vector<std::vector<float>> col_thr(slots, std::vector<float>(nb, -INFINITY));
-  BestPerRowAndColumn<Value> h{value, row_buf, col_bufs, col_thr};
+  std::vector<std::vector<float>> col_thr(slots, std::vector<float>(nb, k_col > 0 ? -INFINITY : INFINITY));
+  BestPerRowAndColumn<Value> h{value, row_buf, col_bufs, col_thr, k_row > 0};
   sweep(xa.data(), pb, plan, num_threads, h);
   rows.resize(na);
   cols.resize(nb);

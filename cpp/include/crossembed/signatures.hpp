@@ -67,23 +67,55 @@ inline double median_anchor_distance(const float* anchors, std::size_t a, std::s
 namespace detail {
 
 // Cosines land in the output rows themselves (one tile spans every anchor),
-// then exp and normalisation run in place.
+// then exp and normalisation run in place. Each block first takes its rows'
+// norms (in double, each row's sum in order: the same bits whichever block or
+// thread), so nothing walks the input before the sweep. Rows whose norm is far
+// from 1 (subnormal entries, |x| ~ 3e38) would overflow the float dot products
+// or their 1/|x|: their tile row is recomputed from a copy normalised in
+// double, scored with scale 1 (one FMA chain per entry, as the sweep's GEMM).
 struct SignatureHandler {
-  const float* row_scale;  // 1/|x| per row (1 for rows given pre-normalised)
-  std::size_t a;
+  const float* const* rows;
+  std::size_t d, a;
+  const simd::Panels<float>& anchors;  // unit rows, packed
   float inv_sigma;
   float* out;
 
   struct OnBlock : BlockHandlerBase<float> {
     const SignatureHandler& h;
     Block b;
-    OnBlock(const SignatureHandler& h_, const Block& b_) : h(h_), b(b_) {}
+    std::vector<float> scale;
+    OnBlock(const SignatureHandler& h_, const Block& b_) : h(h_), b(b_), scale(b.r1 - b.r0) {}
     float* tile_buffer(std::size_t c0, std::size_t& ld) {
       ld = h.a;
       return h.out + b.r0 * h.a + c0;
     }
     void add_tile(std::size_t, std::size_t, const float*, std::size_t) {
-      simd::isa().signature_rows(h.out + b.r0 * h.a, b.r1 - b.r0, h.a, h.row_scale + b.r0, h.inv_sigma);
+      constexpr std::size_t kLanes = 8;  // rows summed side by side: 8 independent chains, each in order
+      const std::size_t n = b.r1 - b.r0;
+      std::vector<double> s2(n, 0.0);
+      for (std::size_t r0 = 0; r0 < n; r0 += kLanes) {
+        const std::size_t m = std::min(kLanes, n - r0);
+        for (std::size_t j = 0; j < h.d; ++j)
+          for (std::size_t r = 0; r < m; ++r) {
+            const float v = h.rows[b.r0 + r0 + r][j];
+            s2[r0 + r] += double(v) * v;
+          }
+      }
+      std::vector<float> unit;
+      for (std::size_t r = 0; r < n; ++r) {
+        const double q = s2[r];
+        if (q > 0 && (q < 1e-30 || q > 1e30)) {
+          unit.resize(h.d);
+          const float* xi = h.rows[b.r0 + r];
+          unit_row(xi, h.d, row_norm2(xi, h.d), unit.data());
+          const float* one = unit.data();
+          simd::gemm(&one, 1, h.anchors, 0, h.a, h.out + (b.r0 + r) * h.a, h.a);
+          scale[r] = 1.0f;
+        } else {
+          scale[r] = q > 0 ? float(1.0 / std::sqrt(q)) : 0.0f;
+        }
+      }
+      simd::isa().signature_rows(h.out + b.r0 * h.a, n, h.a, scale.data(), h.inv_sigma);
     }
   };
   OnBlock begin_block(const Block& b) const { return OnBlock(*this, b); }
@@ -97,32 +129,12 @@ inline void anchor_signatures(const float* x, std::size_t n, const float* anchor
   if (n == 0) return;
   const std::vector<float> ua = unit_rows(anchors, a, d);
   const simd::Panels<float> panels(ua.data(), a, d);
-  auto rows = simd::Panels<float>::row_pointers(x, n, d);
-  // Rows whose norm is far from 1 (subnormal entries, |x| ~ 3e38) would
-  // overflow the float dot products or their 1/|x|: those are normalised
-  // (in double) into a side buffer first and scored with scale 1.
-  std::vector<float> scale(n), unit;
-  std::vector<std::size_t> extreme;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double s2 = row_norm2(x + i * d, d);
-    if (s2 > 0 && (s2 < 1e-30 || s2 > 1e30)) {
-      extreme.push_back(i);
-      scale[i] = 1.0f;
-    } else {
-      scale[i] = s2 > 0 ? float(1.0 / std::sqrt(s2)) : 0.0f;
-    }
-  }
-  unit.resize(extreme.size() * d);
-  for (std::size_t e = 0; e < extreme.size(); ++e) {
-    const float* xi = x + extreme[e] * d;
-    unit_row(xi, d, row_norm2(xi, d), unit.data() + e * d);
-    rows[extreme[e]] = unit.data() + e * d;
-  }
+  const auto rows = simd::Panels<float>::row_pointers(x, n, d);
   constexpr std::size_t kRows = 32;
   const SweepPlan plan(n, a, kRows, a);  // one tile of all anchors per row block
   // 1/sigma capped at the float range: sigma = 1e-40 must not turn 0 * inf into NaN
   const float inv_sigma = float(std::min(1.0 / sigma, 3.0e38));
-  detail::SignatureHandler h{scale.data(), a, inv_sigma, out};
+  detail::SignatureHandler h{rows.data(), d, a, panels, inv_sigma, out};
   sweep(rows.data(), panels, plan, num_threads, h);
 }
 

@@ -63,6 +63,9 @@ struct Isa {
   void (*signature_rows)(float*, std::size_t, std::size_t, const float*, float);
   // Positions j < n with x[j] >= bar, ascending, written to out; returns how many.
   std::size_t (*select_at_least)(const float* x, std::size_t n, float bar, std::uint32_t* out);
+  // Positions j < n with x[j] >= bar or x[j] >= bars[j], ascending, written to out; returns how many.
+  std::size_t (*select_at_least_either)(const float* x, std::size_t n, float bar, const float* bars,
+                                        std::uint32_t* out);
   void (*lorentz_row_from_dots)(const float*, std::size_t, float, float, float, const float*, const float*,
                                 const float*, float, float*);
   void (*lorentz_row_from_dots_f64)(const double*, std::size_t, double, double, double, const double*,
@@ -304,6 +307,12 @@ inline void gemm(const float* const* q, std::size_t nq, const Panels<half_t>& p,
 // Positions j < n with x[j] >= bar (ascending) into out; returns how many.
 inline std::size_t select_at_least(const float* x, std::size_t n, float bar, std::uint32_t* out) {
   return isa().select_at_least(x, n, bar, out);
+}
+
+// Positions j < n with x[j] >= bar or x[j] >= bars[j] (ascending) into out; returns how many.
+inline std::size_t select_at_least_either(const float* x, std::size_t n, float bar, const float* bars,
+                                          std::uint32_t* out) {
+  return isa().select_at_least_either(x, n, bar, bars, out);
 }
 
 // Tree dots (see detail/isa_impl.hpp) against float32 or float16 right-hand rows.

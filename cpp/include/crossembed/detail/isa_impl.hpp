@@ -504,6 +504,21 @@ static std::size_t select_at_least(const float* x, std::size_t n, float bar, std
   return m;
 }
 
+// The same against a bar per position too (a row's threshold and each column's).
+static std::size_t select_at_least_either(const float* x, std::size_t n, float bar, const float* bars,
+                                          std::uint32_t* out) {
+  const VF b = splatf(bar);
+  std::size_t m = 0, i = 0;
+  for (; i + WF <= n; i += WF) {
+    const VF v = load<VF>(x + i);
+    for (std::uint32_t bits = mask_ge(v, b) | mask_ge(v, load<VF>(bars + i)); bits; bits &= bits - 1)
+      out[m++] = std::uint32_t(i + std::size_t(__builtin_ctz(bits)));
+  }
+  for (; i < n; ++i)
+    if (x[i] >= bar || x[i] >= bars[i]) out[m++] = std::uint32_t(i);
+  return m;
+}
+
 // This ISA's entry points. Its code may use the ISA's instructions: call it
 // only once the CPU is known to support them (select_isa).
 static Isa table() {
@@ -522,6 +537,7 @@ static Isa table() {
              &pair_dots<half_t>,
              &signature_rows,
              &select_at_least,
+             &select_at_least_either,
              &lorentz_row_from_dots,
              &lorentz_row_from_dots_f64,
              &ip_distance<float>,
