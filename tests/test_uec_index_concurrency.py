@@ -295,3 +295,30 @@ def test_readers_waiting_at_a_writers_release_go_before_its_next_hold():
     for th in [w, *readers]:
         th.join(5)
     assert log[0] == "w0" and sorted(log[1:3]) == ["r0", "r1"] and log[3:] == ["w1", "w2"]
+
+
+def test_chunks_grow_while_nobody_searches_and_shrink_when_searches_come(monkeypatch):
+    """A chunk after one during which nobody read the index is sized for the idle hold; after one during
+    which someone did, for the short hold (the sizes follow the measured time a row)."""
+    monkeypatch.setattr(index_mod, "_WRITE_CHUNK_FIRST", 4)
+    monkeypatch.setattr(index_mod, "_WRITE_HOLD_S", 1e-9)  # one row a chunk once searches come
+    monkeypatch.setattr(index_mod, "_WRITE_HOLD_IDLE_S", 10.0)  # the largest chunk while none come
+    index = UECIndex(_docs(50, 16, 40), M=8)
+    sizes, busy = [], []
+
+    def record(n, apply, chunk=None):
+        def spy(part):
+            sizes.append(part.stop - part.start)
+            if busy:
+                index._rw.reads += 1  # what a search arriving during this chunk leaves behind
+            apply(part)
+
+        return UECIndex._chunked(index, n, spy, chunk)
+
+    monkeypatch.setattr(index, "_chunked", record)
+    index.add(_docs(300, 16, 41))
+    assert sizes == [4, 296]  # nobody read: the rest in one chunk
+    sizes.clear()
+    busy.append(True)
+    index.add(_docs(6, 16, 42))
+    assert sizes == [4, 1, 1]  # searches came: one row a chunk

@@ -32,8 +32,10 @@ others add, remove, upsert or save. A readers-writer lock guards the store
 and the graph: a search holds it shared for its whole call, so it sees one
 state of the index (never an id that was not in it at some moment during the
 call); an update holds it exclusively while it changes that state, in chunks
-sized to hold it about 20 ms each, so a search waits for one chunk, not for a
-whole bulk add (a search during a large add may see some of its chunks). Updates
+sized to hold it about 20 ms each while searches come (200 ms while none came
+during the previous chunk, so a bulk load keeps its threads busy), so a search
+waits for one chunk, not for a whole bulk add (a search during a large add may
+see some of its chunks). Updates
 run one at a time (each call is validated before its first chunk applies);
 :meth:`UECIndex.save` waits for updates, not for searches. Text queries are
 encoded before the lock is taken.
@@ -82,8 +84,11 @@ _RERANK_ROWS = 32768  # candidate rows prepared per rerank batch when the panels
 _EXACT_FILTER_ROWS = 20000  # a filter allowing at most this many documents is searched exactly
 # An update applies its documents in chunks, one exclusive hold of the lock each, sized so that a hold
 # lasts about _WRITE_HOLD_S (a waiting search waits about that long): the graph links a new slot several
-# times faster than it re-links a reused or updated one, so a fixed count would not bound the wait.
+# times faster than it re-links a reused or updated one, so a fixed count would not bound the wait. While
+# no search came during the previous chunk, holds may last _WRITE_HOLD_IDLE_S: a chunk of a few rows
+# leaves the insertion threads idle at its end (a bulk load on 2 threads spent twice the CPU at 20 rows).
 _WRITE_HOLD_S = 0.02
+_WRITE_HOLD_IDLE_S = 0.2
 _WRITE_CHUNK_FIRST = 32
 _WRITE_CHUNK_MAX = 4096
 _MAX_RESULTS = 1 << 28  # queries x k: larger result arrays are refused (they would exhaust memory)
@@ -427,16 +432,18 @@ class UECIndex:
 
     def _chunked(self, n: int, apply, chunk: Optional[int] = None) -> None:
         """``apply(rows)`` over consecutive slices of ``range(n)``, each under the exclusive lock; chunks
-        are sized from the last one's time so a hold lasts about ``_WRITE_HOLD_S`` (``chunk`` fixes them)."""
+        are sized from the last one's time so a hold lasts about ``_WRITE_HOLD_S``, or ``_WRITE_HOLD_IDLE_S``
+        while no search came during the last one (``chunk`` fixes them)."""
         size, start = chunk or _WRITE_CHUNK_FIRST, 0
         while start < n:
             part = slice(start, min(n, start + size))
-            began = time.perf_counter()
+            began, reads = time.perf_counter(), self._rw.reads
             with self._rw.write():
                 apply(part)
             if chunk is None:
                 per_row = max(time.perf_counter() - began, 1e-9) / (part.stop - part.start)
-                size = int(min(_WRITE_CHUNK_MAX, max(1, _WRITE_HOLD_S / per_row)))
+                hold = _WRITE_HOLD_S if self._rw.reads != reads else _WRITE_HOLD_IDLE_S
+                size = int(min(_WRITE_CHUNK_MAX, max(1, hold / per_row)))
             start = part.stop
 
     def _write(self, docs: GaussianEmbedding, ids: np.ndarray, texts, place, chunk: Optional[int] = None) -> None:

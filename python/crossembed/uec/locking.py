@@ -27,6 +27,7 @@ class ReadWriteLock:
         self._writers_waiting = 0
         self._readers_waiting = 0
         self._read_turn = 0  # readers still to let in ahead of writers (those waiting when a writer released)
+        self.reads = 0  # shared sections entered so far (a writer reads it to tell whether anyone searches)
 
     @contextmanager
     def read(self) -> Iterator[None]:
@@ -38,6 +39,7 @@ class ReadWriteLock:
             self._readers_waiting -= 1
             self._read_turn = max(0, self._read_turn - 1)
             self._readers += 1
+            self.reads += 1
         try:
             yield
         finally:
