@@ -13,6 +13,7 @@ import crossembed as ce
 from _probit_paths import assert_paths_agree
 from crossembed import kernels
 from crossembed import reference as ref
+from crossembed._native import core as native_core
 
 
 def _docs(rng, n, d, lo, hi):
@@ -126,7 +127,7 @@ def test_probit_topk_leaves_no_module_level_state(rng):
 
 def test_content_hash_sees_one_bit_and_ignores_threads(rng):
     x = rng.standard_normal((3000, 129)).astype(np.float32)  # > 1 MiB: several blocks, a ragged tail
-    core = kernels._core_module()
+    core = native_core()
     h = core.content_hash(x, 1)
     assert h == core.content_hash(x, 2) == core.content_hash(x, 0)
     y = x.copy()

@@ -34,6 +34,7 @@ LAYERS = {
     "_config": 1,
     "_io": 1,
     "_core": 1,
+    "_native": 1,
     "__init__": 6,  # the package root re-exports
 }
 LIBRARY = (
@@ -49,6 +50,7 @@ LIBRARY = (
     "_validation",
     "_io",
     "_config",
+    "_native",
 )
 HARNESS_ONLY = ("argparse", "matplotlib")
 

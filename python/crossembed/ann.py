@@ -20,6 +20,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from crossembed._native import core
 from crossembed._validation import (
     INT64_MAX,
     INT_MAX,
@@ -30,12 +31,6 @@ from crossembed._validation import (
     check_num_threads,
 )
 
-try:  # a source checkout without a build still imports; calls then explain what to do
-    from crossembed import _core
-except ImportError as _exc:  # pragma: no cover - only without a build
-    _core = None
-    _CORE_ERROR = str(_exc)
-
 __all__ = ["MeanGraph"]
 
 _STORAGES = ("float32", "float16")
@@ -43,14 +38,6 @@ _FLOAT16_MAX = 65504.0  # largest finite float16
 _MAX_ELEMENTS = INT_MAX  # hnswlib's ids are 32-bit and its visited lists are sized by an int
 _MAX_DIM = 2**20
 _MAX_M = 10000  # hnswlib caps M here
-
-
-def _core_module():
-    if _core is None:  # pragma: no cover
-        raise ImportError(
-            f"crossembed._core (the C++ extension) is not built: run `pip install .` from the source tree ({_CORE_ERROR})"
-        )
-    return _core
 
 
 class MeanGraph:
@@ -91,7 +78,7 @@ class MeanGraph:
         M = check_int(M, "M", low=2, high=_MAX_M)
         ef_construction = check_int(ef_construction, "ef_construction", low=1, high=INT_MAX)
         random_seed = check_int(random_seed, "random_seed", low=0, high=INT64_MAX)
-        self._handle = _core_module().MeanGraph(dim, storage, max_elements, M, ef_construction, random_seed)
+        self._handle = core().MeanGraph(dim, storage, max_elements, M, ef_construction, random_seed)
 
     @classmethod
     def load(cls, path, *, dim: int, storage: str = "float32", max_elements: Optional[int] = None) -> MeanGraph:
@@ -108,7 +95,7 @@ class MeanGraph:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no graph file at {path}")
         graph = cls.__new__(cls)
-        graph._handle = _core_module().MeanGraph.load(path, dim, storage, max_elements)
+        graph._handle = core().MeanGraph.load(path, dim, storage, max_elements)
         return graph
 
     @property

@@ -26,6 +26,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from crossembed._native import core
 from crossembed._validation import (
     INT64_MAX,
     as_array,
@@ -36,12 +37,6 @@ from crossembed._validation import (
     check_num_threads,
     check_positive,
 )
-
-try:  # a source checkout without a build still imports; calls then explain what to do
-    from crossembed import _core
-except ImportError as _exc:  # pragma: no cover - only without a build
-    _core = None
-    _CORE_ERROR = str(_exc)
 
 __all__ = [
     "AnchorCosines",
@@ -81,19 +76,10 @@ _OTSU_MAX_BINS = 2**24
 _OTSU_TINY, _OTSU_SCALE = 2.0**-900, 2.0**1000
 
 
-def _core_module():
-    if _core is None:  # pragma: no cover
-        raise ImportError(
-            "crossembed._core (the C++ extension) is not built: run `pip install .` "
-            f"from the source tree ({_CORE_ERROR})"
-        )
-    return _core
-
-
 def simd_level() -> str:
     """The instruction set the kernels picked at run time: ``avx512``, ``avx2`` or ``generic`` on x86-64, ``neon`` or
     ``generic`` on AArch64 (``CROSSEMBED_SIMD=generic`` selects ``generic``)."""
-    return _core_module().simd_level()
+    return core().simd_level()
 
 
 def single_threaded_after_fork() -> bool:
@@ -101,7 +87,7 @@ def single_threaded_after_fork() -> bool:
 
     A child of such a child is single-threaded too (see the module docstring).
     """
-    return bool(_core_module().single_threaded_after_fork())
+    return bool(core().single_threaded_after_fork())
 
 
 def _check_magnitude(
@@ -187,7 +173,7 @@ class ProbitDocs:
         if storage == "float16":
             _check_magnitude(mu_c, "mu_c", _FLOAT16_MAX, "beyond float16's range: use storage='float32'")
             _check_magnitude(v_c, "v_c", _FLOAT16_MAX, "beyond float16's range: use storage='float32'")
-        handle = getattr(_core_module(), _PROBIT_STORAGE[storage])(mu_c, v_c)
+        handle = getattr(core(), _PROBIT_STORAGE[storage])(mu_c, v_c)
         if storage == "float16" and handle.max_second_moment > _FLOAT16_MAX:
             raise ValueError(
                 f"mu_c**2 + v_c reaches {handle.max_second_moment:.6g}, beyond float16's range "
@@ -341,7 +327,7 @@ def median_anchor_distance(anchors, *, num_threads: Optional[int] = None) -> flo
     not depend on ``num_threads``.
     """
     anchors = as_matrix(anchors, "anchors")
-    return float(_core_module().median_anchor_distance(anchors, check_num_threads(num_threads)))
+    return float(core().median_anchor_distance(anchors, check_num_threads(num_threads)))
 
 
 def anchor_signatures(
@@ -377,7 +363,7 @@ def anchor_signatures(
         sigma = median_anchor_distance(anchors, num_threads=num_threads)
     else:
         sigma = check_positive(sigma, "sigma")
-    return _core_module().anchor_signatures(X, anchors, float(sigma), check_num_threads(num_threads))
+    return core().anchor_signatures(X, anchors, float(sigma), check_num_threads(num_threads))
 
 
 def signatures_from_cosines(C, cols, *, sigma: float, num_threads: Optional[int] = None) -> np.ndarray:
@@ -429,7 +415,7 @@ class AnchorCosines:
         :func:`signatures_from_cosines`); ``sigma`` is the kernel width, ``> 0``."""
         cols = as_int_matrix(cols, "cols", ndim=1, high=self.C.shape[1])
         sigma = check_positive(sigma, "sigma")
-        return _core_module().signatures_from_cosines(self.C, cols, float(sigma), check_num_threads(num_threads))
+        return core().signatures_from_cosines(self.C, cols, float(sigma), check_num_threads(num_threads))
 
 
 # --------------------------------------------------------------------------- CSLS mutual top-k
@@ -489,7 +475,7 @@ def csls_mutual_topk(
     SA, SB, k, csls_k = _signature_pair(SA, SB, k, csls_k)
     mask_a = _exclusion_mask(exclude_a, SA.shape[0], "exclude_a")
     mask_b = _exclusion_mask(exclude_b, SB.shape[0], "exclude_b")
-    return _core_module().csls_mutual_topk(SA, SB, k, csls_k, mask_a, mask_b, check_num_threads(num_threads))
+    return core().csls_mutual_topk(SA, SB, k, csls_k, mask_a, mask_b, check_num_threads(num_threads))
 
 
 def topk_rows_and_columns(SA, SB, k_row: int, k_col: Optional[int] = None, *, num_threads: Optional[int] = None):
@@ -527,7 +513,7 @@ def topk_rows_and_columns(SA, SB, k_row: int, k_col: Optional[int] = None, *, nu
             np.zeros((SB.shape[0], k_col), np.float32),
             np.zeros((SB.shape[0], k_col), np.int64),
         )
-    return _core_module().topk_rows_and_columns(SA, SB, k_row, k_col, check_num_threads(num_threads))
+    return core().topk_rows_and_columns(SA, SB, k_row, k_col, check_num_threads(num_threads))
 
 
 class CandidateLists:
@@ -655,7 +641,7 @@ def _csls_candidates_core(SA, SB, lists: CandidateLists, k, csls_k, exclude_a, e
     """The C++ call on checked signatures and lists (exclusions still checked here)."""
     mask_a = _exclusion_mask(exclude_a, SA.shape[0], "exclude_a")
     mask_b = _exclusion_mask(exclude_b, SB.shape[0], "exclude_b")
-    return _core_module().csls_mutual_topk_candidates(
+    return core().csls_mutual_topk_candidates(
         SA, SB, lists.cand_a, lists.cand_b, k, csls_k, mask_a, mask_b, check_num_threads(num_threads)
     )
 
@@ -686,7 +672,7 @@ def candidate_dots(X, Y, cand, *, num_threads: Optional[int] = None) -> np.ndarr
     cand = as_int_matrix(cand, "cand", low=-1, high=Y.shape[0])
     if cand.shape[0] != X.shape[0]:
         raise ValueError(f"cand has {cand.shape[0]} rows but X has {X.shape[0]}")
-    return _core_module().candidate_dots(X, Y, cand, check_num_threads(num_threads))
+    return core().candidate_dots(X, Y, cand, check_num_threads(num_threads))
 
 
 def otsu_threshold(values, *, bins: int = 100) -> float:
@@ -703,7 +689,7 @@ def otsu_threshold(values, *, bins: int = 100) -> float:
     v = as_matrix(values, "values", ndim=1, dtype=np.float64)
     bins = check_int(bins, "bins", low=2, high=_OTSU_MAX_BINS)
     scale = _OTSU_SCALE if float(np.abs(v).max()) < _OTSU_TINY else 1.0
-    return float(_core_module().otsu_threshold(v * scale, bins)) / scale
+    return float(core().otsu_threshold(v * scale, bins)) / scale
 
 
 # VoteTable keys a pair as (i << 32) | j: larger ids would alias other pairs.
@@ -719,7 +705,7 @@ class VoteTable:
     """
 
     def __init__(self):
-        self._t = _core_module().VoteTable()
+        self._t = core().VoteTable()
 
     def add(self, pairs) -> None:
         """Record one view's proposals (``(P, 2)`` int64 ids in ``[0, 2**32)``, P may be 0)."""
@@ -796,7 +782,7 @@ def greedy_one_to_one(
         raise ValueError(f"threshold must be a real number (not NaN), got {threshold!r}")
     lim = -1 if limit is None else min(check_int(limit, "limit", low=0), INT64_MAX)  # larger: no cap either
     ex_a, ex_b = _row_set(exclude_a, "exclude_a"), _row_set(exclude_b, "exclude_b")
-    return _core_module().greedy_one_to_one(pairs.reshape(-1, 2), scores, float(threshold), ex_a, ex_b, lim)
+    return core().greedy_one_to_one(pairs.reshape(-1, 2), scores, float(threshold), ex_a, ex_b, lim)
 
 
 # --------------------------------------------------------------------------- Lorentz distances
@@ -829,7 +815,7 @@ def lorentz_pairwise(X, Y, *, curvature: float = 1.0, num_threads: Optional[int]
     ndarray, shape (NX, NY)
     """
     X, Y, c = _lorentz_inputs(X, Y, curvature)
-    return _core_module().lorentz_pairwise(X, Y, c, check_num_threads(num_threads))
+    return core().lorentz_pairwise(X, Y, c, check_num_threads(num_threads))
 
 
 def lorentz_topk(X, Y, k: int, *, curvature: float = 1.0, num_threads: Optional[int] = None):
@@ -842,4 +828,4 @@ def lorentz_topk(X, Y, k: int, *, curvature: float = 1.0, num_threads: Optional[
     """
     X, Y, c = _lorentz_inputs(X, Y, curvature)
     k = check_k(k, Y.shape[0])
-    return _core_module().lorentz_topk(X, Y, k, c, check_num_threads(num_threads))
+    return core().lorentz_topk(X, Y, k, c, check_num_threads(num_threads))
