@@ -564,7 +564,7 @@ class UECIndex:
         ids = filter_ids[self._store.contains(filter_ids)]
         return np.sort(self._store.slots_of(ids))
 
-    def _candidate_slots(self, mean: np.ndarray, m: int, ef: int, threads: int, allowed) -> np.ndarray:
+    def _candidate_slots(self, mean: np.ndarray, m: int, ef: int, threads: Optional[int], allowed) -> np.ndarray:
         """The graph's ``m`` nearest slots per query (``allowed``: sorted slots, or None for all live ones).
 
         A query the graph finds fewer than ``m`` of (a sparse graph, many identical documents)
