@@ -171,6 +171,22 @@ def test_perf_benchmarks_on_a_small_synthetic_index():
     assert "| 2,000 | 64 | float32 | none |" in md and "uec-perf --test" in md
 
 
+def test_perf_reuses_a_saved_index_with_the_same_settings(tmp_path):
+    from crossembed.experiments.uec_perf import benchmark_search
+
+    kw = dict(n_queries=20, reranks=(10,), M=8, ef_construction=20, show_progress_bar=False, index_dir=tmp_path)
+    built = benchmark_search(500, 32, **kw)
+    (saved,) = tmp_path.glob("*.uec")
+    again = benchmark_search(500, 32, **kw)  # read back: same build record, same queries, same answers
+    assert again["build_seconds"] == built["build_seconds"]
+    assert again["ann"][0]["recall@10_vs_exact"] == built["ann"][0]["recall@10_vs_exact"]
+    benchmark_search(500, 32, **{**kw, "seed": 1})  # another draw is another file
+    assert len(list(tmp_path.glob("*.uec"))) == 2
+    saved.with_name(saved.name + ".build.json").write_text("{")
+    with pytest.raises(ValueError, match="index_dir"):
+        benchmark_search(500, 32, **kw)
+
+
 def test_row_options_build_the_behaviour_objects():
     from crossembed.experiments.uec_configs import build_ensemble
     from crossembed.uec import (

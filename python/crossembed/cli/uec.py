@@ -284,6 +284,7 @@ def _uec_perf(args) -> int:
                 seed=args.seed,
                 num_threads=args.num_threads,
                 show_progress_bar=not args.quiet,
+                index_dir=args.index_dir,
             )
         )
         if not args.quiet:  # partial results as they come (the big sizes take minutes)
@@ -446,6 +447,11 @@ def _add_uec_perf(subparsers) -> None:
     f.add_argument("--ef-construction", type=int_arg(1), default=200)
     f.add_argument("--reranks", default="50,100,200", help="comma-separated ANN candidates reranked per query")
     f.add_argument("--efs", default=None, help="HNSW ef per rerank value (default 2 x rerank)")
+    f.add_argument(
+        "--index-dir",
+        default=None,
+        help="save each built index here, and reuse one built with the same size, dtype, variances, graph and seed",
+    )
     f.add_argument("--from-json", action="append", default=[], help="also render the runs of an earlier --json output")
     f.add_argument("--encode-models", default="", help="also time ensemble encoding with these models")
     f.add_argument(
