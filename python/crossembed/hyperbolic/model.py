@@ -1,11 +1,16 @@
-"""Small image and text encoders with a Lorentz (or Euclidean) projection.
+"""Image and text towers with a Lorentz (or Euclidean) projection.
 
-Sized for CPU training in about a minute: a 4-layer CNN (any input size,
-global average pooling) for scenes and part crops, and a one-layer GRU over
-the closed caption vocabulary for texts. Hyperbolic models map
-``expmap0(scale * encoder(x))`` with learnable scalers (init ``1/sqrt(dim)``)
-and a learnable curvature; Euclidean CLIP returns the raw projections and the
-loss L2-normalises them.
+Two kinds of towers, one model class:
+
+* trained from scratch, sized for CPU training in about a minute: a 4-layer
+  CNN (any input size, global average pooling) for scenes and part crops,
+  and a one-layer GRU over the closed caption vocabulary for texts;
+* :class:`FeatureHead`: a trainable linear projection of a frozen
+  pretrained tower's features (the towers themselves never train).
+
+Hyperbolic models map ``expmap0(scale * encoder(x))`` with learnable scalers
+(init ``1/sqrt(dim)``) and a learnable curvature; Euclidean CLIP returns the
+raw projections and the loss L2-normalises them.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import torch.nn as nn
 from crossembed.hyperbolic import lorentz as L
 from crossembed.hyperbolic.losses import MIN_TEMPERATURE, LossConfig
 
-__all__ = ["ImageEncoder", "TextEncoder", "CompositionalModel"]
+__all__ = ["ImageEncoder", "TextEncoder", "FeatureHead", "CompositionalModel"]
 
 CURVATURE_RANGE = (0.1, 10.0)
 
@@ -70,6 +75,40 @@ class TextEncoder(nn.Module):
         return self.proj(pooled)
 
 
+class FeatureHead(nn.Module):
+    """Fixed standardisation of a frozen feature, then a trainable linear map to ``dim``.
+
+    Parameters
+    ----------
+    mean, std : array-like (D,)
+        Per-feature statistics of the training set (stored as buffers; a zero
+        std is treated as 1).
+    dim : int
+        Output dimension.
+
+    The weights start with standard deviation ``1/sqrt(D * dim)``, so a
+    standardised feature (norm ~ ``sqrt(D)``) maps to norm ~1: the output
+    scale of the CNN towers, where ``u = softplus(-|x|)`` is not yet
+    saturated at 0.
+    """
+
+    def __init__(self, mean, std, dim: int):
+        super().__init__()
+        mean = torch.as_tensor(mean, dtype=torch.float32).reshape(-1)
+        std = torch.as_tensor(std, dtype=torch.float32).reshape(-1)
+        if mean.shape != std.shape:
+            raise ValueError(f"mean has {mean.numel()} features but std has {std.numel()}")
+        self.register_buffer("mean", mean)
+        self.register_buffer("std", torch.where(std > 0, std, torch.ones_like(std)))
+        self.proj = nn.Linear(mean.numel(), dim)
+        nn.init.normal_(self.proj.weight, std=1.0 / math.sqrt(mean.numel() * dim))
+        nn.init.zeros_(self.proj.bias)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        """``features``: (N, D) frozen tower outputs; returns (N, dim)."""
+        return self.proj((features.float() - self.mean) / self.std)
+
+
 class CompositionalModel(nn.Module):
     """Image and text towers plus the learnable scalers, curvature and temperatures.
 
@@ -77,17 +116,20 @@ class CompositionalModel(nn.Module):
     ----------
     config : LossConfig
         Its ``geometry`` decides Lorentz vs Euclidean outputs.
-    vocab_size : int
+    image_encoder, text_encoder : nn.Module
+        Map a batch of images (or their features) and of texts (token ids or
+        features) to ``(N, dim)``: :class:`ImageEncoder` and
+        :class:`TextEncoder`, or two :class:`FeatureHead`.
     dim : int
         Embedding dimension (space components).
     """
 
-    def __init__(self, config: LossConfig, vocab_size: int, *, dim: int = 64, width: int = 32):
+    def __init__(self, config: LossConfig, image_encoder: nn.Module, text_encoder: nn.Module, *, dim: int = 64):
         super().__init__()
         self.config = config
         self.dim = dim
-        self.image_encoder = ImageEncoder(dim, width)
-        self.text_encoder = TextEncoder(vocab_size, dim, 2 * width)
+        self.image_encoder = image_encoder
+        self.text_encoder = text_encoder
         self.log_scale_image = nn.Parameter(torch.tensor(math.log(1 / math.sqrt(dim))))
         self.log_scale_text = nn.Parameter(torch.tensor(math.log(1 / math.sqrt(dim))))
         self.log_curvature = nn.Parameter(torch.tensor(0.0))  # c = 1 at init
@@ -121,11 +163,11 @@ class CompositionalModel(nn.Module):
         return self.manifold().expmap0(v * (math.sqrt(self.dim) * log_scale.exp()))
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
-        """Scenes or part crops (N, H, W) -> embeddings (N, dim)."""
+        """Scenes or part crops (N, H, W), or their frozen features (N, D) -> embeddings (N, dim)."""
         return self._project(self.image_encoder(images), self.log_scale_image)
 
     def encode_text(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Token ids (N, L) -> embeddings (N, dim)."""
+        """Token ids (N, L), or frozen text features (N, D) -> embeddings (N, dim)."""
         return self._project(self.text_encoder(tokens), self.log_scale_text)
 
     def no_decay_parameters(self):

@@ -14,17 +14,18 @@ import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Dict, Optional, Union
+from typing import Callable, Dict, Optional, Protocol, Sequence, Tuple, Union
 
 import numpy as np
 import torch
+import torch.nn as nn
 from tqdm.auto import tqdm
 
 from crossembed._io import CorruptFileError, load_arrays, save_arrays
 from crossembed._validation import check_choice, check_int, check_positive
 from crossembed.hyperbolic.data import CLASS_NAMES, SceneSet, Vocabulary, make_scenes, part_caption
 from crossembed.hyperbolic.losses import Batch, preset, total_loss
-from crossembed.hyperbolic.model import CompositionalModel
+from crossembed.hyperbolic.model import CompositionalModel, ImageEncoder, TextEncoder
 
 __all__ = [
     "TrainConfig",
@@ -35,6 +36,8 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "make_batch",
+    "BatchSource",
+    "SceneBatches",
     "CHECKPOINT_KIND",
     "CHECKPOINT_VERSION",
     "OptimiserConfig",
@@ -200,13 +203,23 @@ class TrainResult:
     extra: Dict = field(default_factory=dict)
 
 
-def build_model(config: TrainConfig) -> CompositionalModel:
-    """A freshly initialised model of ``config`` (seeds torch with ``config.seed``)."""
+def _scratch_towers(encoder: EncoderConfig) -> Tuple[nn.Module, nn.Module]:
+    return ImageEncoder(encoder.dim, encoder.width), TextEncoder(len(Vocabulary()), encoder.dim, 2 * encoder.width)
+
+
+def build_model(
+    config: TrainConfig, towers: Callable[[EncoderConfig], Tuple[nn.Module, nn.Module]] = _scratch_towers
+) -> CompositionalModel:
+    """A freshly initialised model of ``config`` (seeds torch with ``config.seed``).
+
+    ``towers`` makes the image and text towers from ``config.encoder`` (after
+    seeding); default: the CNN and GRU trained from scratch on the scenes.
+    """
     torch.manual_seed(config.seed)
     loss_config = preset(config.model)
     if config.lam is not None:
         loss_config = replace(loss_config, lam=float(config.lam))
-    return CompositionalModel(loss_config, len(Vocabulary()), dim=config.encoder.dim, width=config.encoder.width)
+    return CompositionalModel(loss_config, *towers(config.encoder), dim=config.encoder.dim)
 
 
 def train_scenes(config: TrainConfig) -> SceneSet:
@@ -220,6 +233,16 @@ def train_scenes(config: TrainConfig) -> SceneSet:
     )
 
 
+class BatchSource(Protocol):
+    """What the trainer draws batches from: ``len`` training examples, and
+    ``batch(model, indices)``, the :class:`~crossembed.hyperbolic.losses.Batch`
+    of those examples embedded by ``model``."""
+
+    def __len__(self) -> int: ...
+
+    def batch(self, model: CompositionalModel, indices: np.ndarray) -> Batch: ...
+
+
 class _Tokens:
     """Captions tokenised once per scene set."""
 
@@ -227,6 +250,20 @@ class _Tokens:
         vocab = Vocabulary()
         self.scenes = vocab.encode(data.captions)
         self.parts = vocab.encode([part_caption(k) for k in range(len(CLASS_NAMES))])
+
+
+class SceneBatches:
+    """The Fashion-MNIST scenes as a :class:`BatchSource` (captions tokenised once)."""
+
+    def __init__(self, data: SceneSet):
+        self.data = data
+        self.tokens = _Tokens(data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def batch(self, model: CompositionalModel, indices: Sequence[int]) -> Batch:
+        return make_batch(model, self.data, self.tokens, np.asarray(indices))
 
 
 def make_batch(model: CompositionalModel, data: SceneSet, tokens: _Tokens, scenes: np.ndarray) -> Batch:
@@ -345,9 +382,13 @@ def load_checkpoint(path: Union[str, Path], *, optimizer: bool = False):
     return tuple(out)
 
 
+def _empty_history(config: TrainConfig) -> Dict[str, np.ndarray]:
+    return {k: np.full(config.steps, np.nan) for k in _HISTORY_TERMS}
+
+
 def _start(config: TrainConfig, ckpt: Optional[Path], resume: bool):
     """``(model, optimiser, history, first step)``: fresh, or from ``ckpt`` when resuming."""
-    history = {k: np.full(config.steps, np.nan) for k in _HISTORY_TERMS}
+    history = _empty_history(config)
     if resume and ckpt is not None and ckpt.exists():
         model, old_cfg, start, old_hist, _meta, opt = load_checkpoint(ckpt, optimizer=True)
         if old_cfg != config:
@@ -359,13 +400,13 @@ def _start(config: TrainConfig, ckpt: Optional[Path], resume: bool):
     return model, _optimizer(model, config.optimiser), history, 0
 
 
-def _step(model, opt, config: TrainConfig, data: SceneSet, tokens: _Tokens, step: int):
+def _step(model, opt, config: TrainConfig, source: BatchSource, step: int):
     """One optimisation step; returns the loss terms and the batch."""
     rng = np.random.default_rng([config.seed, step])  # batches depend on (seed, step) only: exact resume
-    idx = np.sort(rng.choice(len(data), config.batch_size, replace=False))
+    idx = np.sort(rng.choice(len(source), config.batch_size, replace=False))
     for g in opt.param_groups:
         g["lr"] = config.optimiser.lr * _lr_factor(step, config.optimiser, config.steps)
-    batch = make_batch(model, data, tokens, idx)
+    batch = source.batch(model, idx)
     terms = total_loss(batch, model.config, manifold=model.manifold(), **model.temperatures())
     opt.zero_grad(set_to_none=True)
     terms["loss"].backward()
@@ -378,9 +419,10 @@ def train(
     *,
     out: Optional[Union[str, Path]] = None,
     resume: bool = False,
-    data: Optional[SceneSet] = None,
+    data: Optional[Union[SceneSet, BatchSource]] = None,
     show_progress_bar: bool = True,
     max_steps: Optional[int] = None,
+    model: Optional[CompositionalModel] = None,
 ) -> TrainResult:
     """Train one model.
 
@@ -393,31 +435,42 @@ def train(
         steps and at the end).
     resume : bool
         Continue from ``out/checkpoint.cemb`` when it exists (its config must match).
-    data : SceneSet, optional
+    data : SceneSet or BatchSource, optional
         Training scenes (default: :func:`train_scenes` of ``config``; passing
-        them lets several models share one generated set).
+        them lets several models share one generated set), or any other
+        :class:`BatchSource` (e.g. frozen features,
+        :class:`crossembed.hyperbolic.heads.FeatureBatches`).
     show_progress_bar : bool
         Show a tqdm bar.
     max_steps : int, optional
         Stop (with a checkpoint) after this many steps in this call; a later
         call with ``resume=True`` continues. For time-sliced training.
+    model : CompositionalModel, optional
+        The model to train (default :func:`build_model` of ``config``), e.g.
+        one with :class:`~crossembed.hyperbolic.model.FeatureHead` towers.
+        Checkpoints rebuild the default model, so it needs ``out=None``.
     """
+    if model is not None and out is not None:
+        raise ValueError("out needs the default model (a checkpoint rebuilds it from config); pass out=None")
     out = Path(out) if out is not None else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     ckpt = out / CHECKPOINT_NAME if out is not None else None
-    model, opt, history, start = _start(config, ckpt, resume)
+    if model is None:
+        model, opt, history, start = _start(config, ckpt, resume)
+    else:
+        opt, history, start = _optimizer(model, config.optimiser), _empty_history(config), 0
     data = data if data is not None else train_scenes(config)
-    if len(data) < config.batch_size:
-        raise ValueError(f"the training set has {len(data)} scenes, fewer than batch_size={config.batch_size}")
-    tokens = _Tokens(data)
+    source = SceneBatches(data) if isinstance(data, SceneSet) else data
+    if len(source) < config.batch_size:
+        raise ValueError(f"the training set has {len(source)} examples, fewer than batch_size={config.batch_size}")
     model.train()
     n_scenes = n_images = 0
     t0 = time.perf_counter()
     stop = config.steps if max_steps is None else min(config.steps, start + max_steps)
     bar = tqdm(range(start, stop), desc=f"train {config.model}", disable=not show_progress_bar, leave=False)
     for step in bar:
-        terms, batch = _step(model, opt, config, data, tokens, step)
+        terms, batch = _step(model, opt, config, source, step)
         for k in _HISTORY_TERMS:
             if k in terms:
                 history[k][step] = float(terms[k].detach())
