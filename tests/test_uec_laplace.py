@@ -251,7 +251,8 @@ def test_encode_uses_the_encoder_with_roles():
 
     texts = [f"text {'x' * i}" for i in range(12)]
     emb = LaplaceEmbedder(Enc(), batch_size=4).fit(list(zip(texts, texts[::-1])), show_progress_bar=False)
-    assert seen == ["query", "passage"]
+    assert seen == ["query", "passage", "query"]  # anchors, positives, then scrambled anchors (the probe head)
+    assert emb.heads_.probe_head is not None
     g = emb.encode(["a", "bb"], role="passage")
     assert g.mean.shape == (2, 3) and seen[-1] == "passage"
 

@@ -106,19 +106,22 @@ def test_mteb_similarity_is_the_ensembles(model):
     d = model.encode([{"text": docs}], prompt_type="document")
     D = model.ensemble.dim
     assert q.shape == (4, 2 * D) and (q[:, D:] >= 0).all()  # [mean | var]
-    ref = model.ensemble.similarity(queries, docs)
+    # retrieval keeps the query -> document form
+    ref = model.ensemble.similarity(queries, docs, roles=("query", "passage"))
     np.testing.assert_allclose(model.similarity(q, d), ref, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(model.similarity_pairwise(q, d), np.diag(ref), rtol=1e-5, atol=1e-6)
-    # symmetric tasks (no prompt type): text against text, without the document-hubness term or query heads
-    from crossembed.uec import ScoreMixing, UECEnsemble
-
-    K = model.ensemble.n_models
+    # symmetric tasks (no prompt type): text against text as the ensemble's default similarity (both
+    # retrieval directions averaged: each text carries its query and its passage encoding), either way round
     s1 = model.encode([{"text": queries}], prompt_type=None)
     s2 = model.encode([{"text": docs}], prompt_type=None)
-    assert not s1[:, D - K : D].any()
-    plain = UECEnsemble(model.ensemble.embedders, mixing=ScoreMixing(hubness=0, query_head=False))
-    want = plain.similarity(*(plain.encode(t, role="query", show_progress_bar=False) for t in (queries, docs)))
+    assert s1.shape == (4, 4 * D)
+    np.testing.assert_allclose(s1[:, : 2 * D], q, rtol=1e-6)
+    want = model.ensemble.similarity(queries, docs)
     np.testing.assert_allclose(model.similarity(s1, s2), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(model.similarity(s2, s1), want.T, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(model.similarity_pairwise(s1, s2), np.diag(want), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="different kinds"):
+        model.similarity(s1, d)
     assert model.mteb_model_meta.name == "crossembed/uec-test"
     with pytest.raises(ValueError, match="columns"):
         model.similarity(q[:, :D], d)

@@ -58,13 +58,13 @@ def _table(rows: List[Dict], cols: List[str]) -> str:
     return head + body
 
 
-def _ranked(ens, q_comps, d_comps, n_top: int = 100, *, index_threads=None):
+def _ranked(ens, q_comps, d_comps, q_texts, n_top: int = 100, *, index_threads=None):
     """Top documents of one ensemble (UEC default: served through a UECIndex) and its query weights."""
     from crossembed.uec import UECIndex
 
     if ens.needs_reference:
         ens = ens.with_reference(d_comps)  # retrieval confidence over the searched collection
-    q, d = ens.combine(q_comps, role="query"), ens.combine(d_comps, role="passage")
+    q, d = ens.combine(q_comps, role="query", texts=q_texts), ens.combine(d_comps, role="passage")
     if index_threads is not False:  # the served path: HNSW candidates + exact rerank
         index = UECIndex(d, ensemble=ens, num_threads=index_threads)
         t0 = time.perf_counter()
@@ -129,31 +129,40 @@ def _split(args) -> _Split:
     )
 
 
-def _encode_all(models: List[str], data: _Split, args):
-    """Examples, glosses and words encoded once per model (cached on disk)."""
-    from crossembed.encoders import encode_cached, load_encoder
+def _fit_anchors(data: _Split) -> List[str]:
+    """The fit pairs' anchor texts: the fit synsets' examples, then the fit words (``_fit_forms``' row order)."""
+    return [data.examples[i] for i in data.fit] + [w for w, _ in data.fit_words]
 
-    ex_emb, gl_emb, wd_emb = {}, {}, {}
+
+def _encode_all(models: List[str], data: _Split, args):
+    """Examples, glosses, words and scrambled fit anchors encoded once per model (cached on disk)."""
+    from crossembed.encoders import encode_cached, load_encoder
+    from crossembed.uec.probe import scramble_sample
+
+    scrambled = scramble_sample(_fit_anchors(data), random_state=args.seed)  # the probe heads' negatives
+    ex_emb, gl_emb, wd_emb, sc_emb = {}, {}, {}, {}
     for name in models:
         enc = load_encoder(name) if args.num_threads is None else load_encoder(name, num_threads=args.num_threads)
         ex_emb[name] = encode_cached(enc, data.examples, role="query", show_progress_bar=not args.quiet)
         gl_emb[name] = encode_cached(enc, data.glosses, role="passage", show_progress_bar=not args.quiet)
         wd_emb[name] = encode_cached(enc, data.word_texts, role="query", show_progress_bar=not args.quiet)
-    return ex_emb, gl_emb, wd_emb
+        sc_emb[name] = encode_cached(enc, scrambled, role="query", show_progress_bar=not args.quiet)
+    return ex_emb, gl_emb, wd_emb, sc_emb
 
 
-def _fit_forms(models: List[str], data: _Split, ex_emb, gl_emb, wd_emb):
+def _fit_forms(models: List[str], data: _Split, ex_emb, gl_emb, wd_emb, sc_emb):
     """Head posteriors fitted on the fit split (examples and words -> glosses), kron and diag."""
     from crossembed.uec import LaplaceEmbedder
 
     fw = np.array([data.word_row[w] for w, _ in data.fit_words], dtype=np.int64)
     fg = np.array([r for _, r in data.fit_words], dtype=np.int64)
 
-    def fitted(hessian):  # query heads only where the default uses them (kron)
+    def fitted(hessian):  # query and probe heads only where the default uses them (kron)
         return [
             LaplaceEmbedder(name, hessian=hessian, query_head=hessian == "kron").fit_embeddings(
                 np.concatenate([ex_emb[name][data.fit], wd_emb[name][fw]]),
                 np.concatenate([gl_emb[name][data.fit], gl_emb[name][fg]]),
+                scrambled=sc_emb[name] if hessian == "kron" else None,
             )
             for name in models
         ]
@@ -184,28 +193,30 @@ def _ensembles(embedders, diag) -> Dict[str, object]:
             diag, routing=make_routing("laplace", "official"), scoring=make_scoring("official")
         ),
         "UEC, retrieval-confidence routing": UECEnsemble(embedders, routing=ConfidenceRouting(), mixing=plain),
-        "UEC (default: rank-head routing + query head + hubness)": UECEnsemble(embedders),
+        "UEC (default: language-aware rank-head routing + query head + hubness)": UECEnsemble(embedders),
     }
 
 
 def _uec_tasks(models: List[str], data: _Split, ex_emb, wd_emb, forms):
-    """Per task: its query components per posterior form, the relevant documents and the query languages."""
+    """Per task: its query components per posterior form, the query texts, the relevant documents and languages."""
     word_rows = [data.word_row[w] for w, _, _ in data.test_words]
     return {
         "example -> gloss (en)": (
             {f: [e.transform(ex_emb[n][data.test]) for e, n in zip(lst, models)] for f, lst in forms.items()},
+            [data.examples[i] for i in data.test],
             [[i] for i in range(len(data.test))],
             ["en"] * len(data.test),
         ),
         "word -> gloss (en/de/fr/es)": (
             {f: [e.transform(wd_emb[n][word_rows]) for e, n in zip(lst, models)] for f, lst in forms.items()},
+            [w for w, _, _ in data.test_words],
             [[data.test_pos[r] for r in rows] for _, _, rows in data.test_words],
             [lang for _, lang, _ in data.test_words],
         ),
     }
 
 
-def _task_rows(models, ensembles, q_by_form, d_by_form, relevant, langs, multi, args):
+def _task_rows(models, ensembles, q_by_form, q_texts, d_by_form, relevant, langs, multi, args):
     """One task's rows (single models by plain cosine, then every ensemble), the default's weights, its speed."""
     from crossembed.uec.metrics import ranking_metrics
 
@@ -220,7 +231,7 @@ def _task_rows(models, ensembles, q_by_form, d_by_form, relevant, langs, multi, 
         served = label.startswith("UEC (default")
         form = "diag" if "diag" in label else "kron"
         top, w, speed = _ranked(
-            ens, q_by_form[form], d_by_form[form], index_threads=args.num_threads if served else False
+            ens, q_by_form[form], d_by_form[form], q_texts, index_threads=args.num_threads if served else False
         )
         qps = speed if speed is not None else qps
         row = {"method": label, **_metrics(ranking_metrics(top, relevant), langs)}
@@ -304,14 +315,16 @@ def run(args) -> int:
         raise ValueError("--models must name at least two encoders")
     t_start = time.perf_counter()
     data = _split(args)
-    ex_emb, gl_emb, wd_emb = _encode_all(models, data, args)
-    forms = _fit_forms(models, data, ex_emb, gl_emb, wd_emb)
+    ex_emb, gl_emb, wd_emb, sc_emb = _encode_all(models, data, args)
+    forms = _fit_forms(models, data, ex_emb, gl_emb, wd_emb, sc_emb)
     d_by_form = {f: [e.transform(gl_emb[n][data.test]) for e, n in zip(lst, models)] for f, lst in forms.items()}
     multi = "e5" if "e5" in models else models[-1]
     ensembles = _ensembles(forms["kron"], forms["diag"])
     retrieval, weights, qps = {}, {}, None
-    for task, (q_by_form, relevant, langs) in _uec_tasks(models, data, ex_emb, wd_emb, forms).items():
-        rows, w, speed = _task_rows(models, ensembles, q_by_form, d_by_form, relevant, np.array(langs), multi, args)
+    for task, (q_by_form, q_texts, relevant, langs) in _uec_tasks(models, data, ex_emb, wd_emb, forms).items():
+        rows, w, speed = _task_rows(
+            models, ensembles, q_by_form, q_texts, d_by_form, relevant, np.array(langs), multi, args
+        )
         retrieval[task] = rows
         qps = speed if speed is not None else qps
         if w is not None:

@@ -98,12 +98,15 @@ def _ensemble(args, embedders):
 def _fit_embedders(args, models, pairs) -> list:
     from crossembed.encoders import encode_cached
     from crossembed.uec import LaplaceEmbedder
+    from crossembed.uec.probe import scramble_sample
 
+    scrambled = scramble_sample([a for a, _ in pairs], random_state=args.seed)  # the probe heads' negatives
     embedders = []
     for name in models:
         enc = _load_encoder(name, args.num_threads)
         A = encode_cached(enc, [a for a, _ in pairs], role="query", show_progress_bar=not args.quiet)
         P = encode_cached(enc, [p for _, p in pairs], role="passage", show_progress_bar=not args.quiet)
+        S = encode_cached(enc, scrambled, role="query", show_progress_bar=not args.quiet)
         # the loaded model is reused for the documents; its name is what the index file records
         lap = LaplaceEmbedder(
             enc,
@@ -111,7 +114,7 @@ def _fit_embedders(args, models, pairs) -> list:
             prior_precision=args.prior_precision,
             random_state=args.seed,
             query_head=args.query_head,
-        ).fit_embeddings(A, P, show_progress_bar=not args.quiet)
+        ).fit_embeddings(A, P, scrambled=S, show_progress_bar=not args.quiet)
         embedders.append(lap)
     return embedders
 
@@ -195,57 +198,93 @@ def _render_hits(out) -> str:
 
 
 # --------------------------------------------------------------------------- evaluation
+_EVAL_TASKS = ("wordnet", "wordnet-verb", "freedict", "languages", "sts")
+
+
+def _eval_task(name: str, args):
+    """The UECTask ``--tasks`` names (``sts`` is fitted on the WordNet noun task's pairs)."""
+    from crossembed.experiments.tasks import freedict_task, wordnet_task
+    from crossembed.experiments.uec_languages import unseen_language_task
+
+    if name == "freedict":
+        return freedict_task(seed=args.seed, n_per_language=args.n_per_language)
+    if name == "languages":
+        return unseen_language_task(
+            dev_languages=split_list(args.dev_languages, "dev-languages"),
+            test_languages=split_list(args.test_languages, "test-languages"),
+            n_per_language=args.n_per_language,
+            seed=args.seed,
+        )
+    return wordnet_task(seed=args.seed, pos="verb" if name == "wordnet-verb" else "noun")
+
+
+def _sts_result(args, models, task, emb) -> dict:
+    from crossembed.data.sts import load_rated_pairs
+    from crossembed.encoders import encode_cached
+    from crossembed.experiments.uec_sts import STS_SETS, evaluate_sts
+
+    sets = [load_rated_pairs(name) for name in STS_SETS]
+    text_emb: dict = {p.name: {"query": {}, "passage": {}} for p in sets}
+    for m in models:
+        enc = _load_encoder(m, args.num_threads)
+        for p in sets:
+            for role in ("query", "passage"):
+                text_emb[p.name][role][m] = encode_cached(
+                    enc, p.texts, role=role, cache_dir=args.cache_dir, show_progress_bar=not args.quiet
+                )
+    return evaluate_sts(task, emb, sets, text_emb, models=models, seed=args.seed, prior_precision=args.prior_precision)
+
+
 def _uec_eval(args) -> int:
     from crossembed._io import atomic_write
-    from crossembed.experiments.tasks import freedict_task, wordnet_task
-    from crossembed.experiments.uec_eval import (
-        embed_task,
-        evaluate_task,
-        load_results,
-        plot_coefficients,
-        render_markdown,
-    )
+    from crossembed.experiments.uec_eval import embed_task, evaluate_task, plot_coefficients
+    from crossembed.experiments.uec_sts import load_all_results, render_all_markdown
 
     models = split_list(args.models, "models")
     tasks = split_list(args.tasks, "tasks")
     for t in tasks:
-        if t not in ("wordnet", "wordnet-verb", "freedict"):
-            raise ValueError(f"--tasks takes 'wordnet', 'wordnet-verb' and/or 'freedict', got {t!r}")
+        if t not in _EVAL_TASKS:
+            raise ValueError(f"--tasks takes {', '.join(_EVAL_TASKS)}, got {t!r}")
     results = []
     for path in args.from_json:  # results of earlier runs (e.g. one task per process), rendered together
-        results.extend(load_results(path, "--from-json"))
+        results.extend(load_all_results(path, "--from-json"))
     if args.from_json:
         tasks = []
     for name in tasks:
-        if name == "freedict":
-            task = freedict_task(seed=args.seed, n_per_language=args.n_per_language)
-        else:
-            task = wordnet_task(seed=args.seed, pos="verb" if name == "wordnet-verb" else "noun")
+        task = _eval_task("wordnet" if name == "sts" else name, args)
         emb = embed_task(
-            task, models, cache_dir=args.cache_dir, num_threads=args.num_threads, show_progress_bar=not args.quiet
+            task,
+            models,
+            cache_dir=args.cache_dir,
+            num_threads=args.num_threads,
+            seed=args.seed,
+            show_progress_bar=not args.quiet,
         )
-        results.append(
-            evaluate_task(
-                task,
-                emb,
-                models=models,
-                n_draws=args.draws,
-                seed=args.seed,
-                prior_precision=args.prior_precision,
-                row_set=args.row_set,
-                last_dense=not args.no_last_dense,
-                show_progress_bar=not args.quiet,
+        if name == "sts":
+            results.append(_sts_result(args, models, task, emb))
+        else:
+            results.append(
+                evaluate_task(
+                    task,
+                    emb,
+                    models=models,
+                    n_draws=args.draws,
+                    seed=args.seed,
+                    prior_precision=args.prior_precision,
+                    row_set=args.row_set or ("languages" if name == "languages" else "full"),
+                    last_dense=not args.no_last_dense,
+                    show_progress_bar=not args.quiet,
+                )
             )
-        )
         results[-1]["command"] = command_line()
     if args.out:
         note = "Search throughput (exact vs HNSW + rerank) is in [uec_perf.md](uec_perf.md) (`crossembed uec-perf`)."
-        atomic_write(args.out, render_markdown(results, command=command_line(), perf_note=note).encode())
+        atomic_write(args.out, render_all_markdown(results, command=command_line(), perf_note=note).encode())
         atomic_write(Path(args.out).with_suffix(".json"), json.dumps(results, indent=1, default=float).encode())
     if args.plot:
-        plot_coefficients(results, args.plot)
+        plot_coefficients([r for r in results if r.get("task") != "sts"], args.plot)
     if args.json or not args.out:
-        print_result(results, args.json, render_markdown)
+        print_result(results, args.json, render_all_markdown)
     return 0
 
 
@@ -342,10 +381,12 @@ def _add_index_build(isub) -> None:
     b.add_argument("--rules", choices=("paper", "official"), default="paper", help="UEC rule set (docs/uec.md)")
     b.add_argument(
         "--uncertainty",
-        choices=("rank", "confidence", "laplace", "confidence*laplace"),
-        default="rank",
-        help="what routes the queries: each model's predicted rank (default), retrieval confidence over the "
-        "indexed documents, or the Laplace posterior (docs/uec.md)",
+        choices=("language", "rank", "confidence", "laplace", "confidence*laplace"),
+        default=None,
+        help="what routes the queries (default: the library's, 'language' when a model reads only some "
+        "languages, else 'rank'): each model's predicted rank and whether it reads the query's language, its "
+        "predicted rank alone, retrieval confidence over the indexed documents, or the Laplace posterior "
+        "(docs/uec.md)",
     )
     b.add_argument(
         "--hubness",
@@ -395,23 +436,38 @@ def _add_index_search(isub) -> None:
 
 
 def _add_uec_eval(subparsers) -> None:
+    from crossembed.experiments.uec_languages import DEV_LANGUAGES, TEST_LANGUAGES
+
     e = subparsers.add_parser("uec-eval", help="reproduce the UEC retrieval tables (docs/uec.md)")
     e.add_argument(
         "--tasks",
         default="wordnet,freedict",
         help="comma-separated: wordnet, freedict, wordnet-verb (a held-out check: WordNet verbs, no default was "
-        "chosen on them)",
+        "chosen on them), languages (English-only fit pairs, queries in languages the fit never saw), sts "
+        "(Spearman against human ratings of word and document pairs; fitted on the wordnet pairs)",
+    )
+    e.add_argument(
+        "--dev-languages",
+        default=",".join(DEV_LANGUAGES),
+        help="the languages task's dev languages (settings may be chosen on them)",
+    )
+    e.add_argument(
+        "--test-languages", default=",".join(TEST_LANGUAGES), help="the languages task's test languages (only scored)"
     )
     e.add_argument("--models", default="minilm,minilm-l3,e5")
     e.add_argument("--draws", type=int_arg(1), default=3, help="random dev/test halves")
-    e.add_argument("--n-per-language", type=int_arg(1), default=400, help="FreeDict queries per language")
+    e.add_argument(
+        "--n-per-language", type=int_arg(1), default=400, help="FreeDict queries per language (freedict, languages)"
+    )
     e.add_argument("--prior-precision", type=_prior, default="marglik", help="'marglik', 'nll' or a number")
     e.add_argument("--cache-dir", default=None, help="embedding cache (default ~/.cache/crossembed)")
     e.add_argument(
         "--row-set",
-        choices=("full", "core"),
-        default="full",
-        help="every row, or the single models plus the rules/routing rows the issue asks for",
+        choices=("full", "core", "routing", "languages"),
+        default=None,
+        help="every row (default; 'languages' for the languages task), the single models plus the rules/routing "
+        "rows the issue asks for (core), the uniform mixes and routings only (routing), or those plus the "
+        "language routing's ablations and bounds (languages)",
     )
     e.add_argument(
         "--no-last-dense",

@@ -1,8 +1,8 @@
 """Read FreeDict bilingual dictionaries (dictd format) into word-translation entries.
 
 Debian installs them as ``/usr/share/dictd/freedict-<src>-eng.{index,dict.dz}``
-(packages ``dict-freedict-deu-eng``, ``dict-freedict-fra-eng``,
-``dict-freedict-spa-eng``). The ``.index`` has one line per headword:
+(packages ``dict-freedict-deu-eng``, ``dict-freedict-fra-eng``, ...: one
+per language of :data:`LANGUAGES`). The ``.index`` has one line per headword:
 ``word<TAB>offset<TAB>length`` with offset/length in dictd's base64; the
 ``.dict.dz`` is dictzip, i.e. gzip-readable, and the offsets point into the
 decompressed text. An entry looks like::
@@ -40,27 +40,48 @@ from crossembed.data.tasks import RetrievalTask
 __all__ = [
     "LANGUAGES",
     "DictEntry",
+    "english_noun_senses",
     "find_dictd_dir",
     "read_freedict",
+    "single_word",
     "translation_pairs",
     "translation_task",
 ]
 
-#: language code -> FreeDict source-language code
-LANGUAGES = {"de": "deu", "fr": "fra", "es": "spa"}
-_ALIASES = {
-    "de": "de",
-    "deu": "de",
-    "ger": "de",
-    "german": "de",
-    "fr": "fr",
-    "fra": "fr",
-    "fre": "fr",
-    "french": "fr",
-    "es": "es",
-    "spa": "es",
-    "spanish": "es",
+#: language code -> FreeDict source-language code (Debian package ``dict-freedict-<code>-eng``)
+LANGUAGES = {
+    "de": "deu",
+    "fr": "fra",
+    "es": "spa",
+    "it": "ita",
+    "pt": "por",
+    "nl": "nld",
+    "sv": "swe",
+    "da": "dan",
+    "pl": "pol",
+    "fi": "fin",
+    "hu": "hun",
+    "af": "afr",
+    "tr": "tur",
+    "cs": "ces",
 }
+_NAMES = {
+    "de": ("ger", "german"),
+    "fr": ("fre", "french"),
+    "es": ("spanish",),
+    "it": ("italian",),
+    "pt": ("portuguese",),
+    "nl": ("dut", "dutch"),
+    "sv": ("swedish",),
+    "da": ("danish",),
+    "pl": ("polish",),
+    "fi": ("finnish",),
+    "hu": ("hungarian",),
+    "af": ("afrikaans",),
+    "tr": ("turkish",),
+    "cs": ("cze", "czech"),
+}
+_ALIASES = {alias: code for code, names in _NAMES.items() for alias in (code, LANGUAGES[code], *names)}
 _SEARCH_DIRS = ("/usr/share/dictd", "/usr/local/share/dictd", "/opt/homebrew/share/dictd")
 _B64 = {c: i for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")}
 _TAGS = re.compile(r"<[^>]*>|\[[^\]]*\]|\{[^}]*\}")
@@ -80,7 +101,7 @@ class DictEntry:
     headword : str
         As written in the entry (case kept), e.g. ``"Hund"``.
     language : str
-        ``"de"``, ``"fr"`` or ``"es"``.
+        A key of :data:`LANGUAGES` (``"de"``, ``"fr"``, ``"it"``, ...).
     pos : tuple of str
         Grammar tags of the headword, e.g. ``("masc", "n", "sg")``; may be empty
         (the Spanish dictionary has none).
@@ -268,7 +289,8 @@ def read_freedict(
 
     Parameters
     ----------
-    language : {"de", "fr", "es"}
+    language : str
+        A key of :data:`LANGUAGES` (``"de"``, ``"it"``, ...).
         Also ``"deu"``, ``"german"``, ... The German dictionary is large,
         many of its entries phrases and example sentences.
     single_word : bool
@@ -285,8 +307,12 @@ def read_freedict(
     return _read_entries(str(index), str(dz), stamp, lang, bool(single_word), bool(nouns_only))
 
 
-def _single_word(s: str) -> bool:
+def single_word(s: str) -> bool:
+    """True for one word of letters and hyphens (``"sea-horse"``, not ``"sea horse"`` or ``"B2"``)."""
     return bool(s) and " " not in s and s.replace("-", "").isalpha()
+
+
+_single_word = single_word
 
 
 def translation_pairs(
@@ -311,7 +337,8 @@ def translation_pairs(
     return out
 
 
-def _english_noun_senses(wordnet_dir) -> Dict[str, List[Tuple[int, str]]]:
+def english_noun_senses(wordnet_dir: Optional[PathLike] = None) -> Dict[str, List[Tuple[int, str]]]:
+    """Lower-cased WordNet noun lemma -> ``[(synset offset, gloss), ...]`` of its senses (glossed synsets only)."""
     from crossembed.data.wordnet import read_synsets
 
     senses: Dict[str, List[Tuple[int, str]]] = {}
@@ -321,6 +348,9 @@ def _english_noun_senses(wordnet_dir) -> Dict[str, List[Tuple[int, str]]]:
         for lemma in s.lemmas:
             senses.setdefault(lemma.lower(), []).append((s.offset, s.gloss))
     return senses
+
+
+_english_noun_senses = english_noun_senses
 
 
 def _task_languages(languages) -> List[str]:
@@ -390,7 +420,7 @@ def translation_task(
 
     Documents are English WordNet noun glosses, one shared pool for every
     language. A query is a single word: an English noun lemma (``"en"``) or a
-    foreign headword (``"de"``, ``"fr"``, ``"es"``) whose FreeDict translation
+    foreign headword (a key of :data:`LANGUAGES`) whose FreeDict translation
     is such a lemma; its relevant documents are the glosses of all WordNet
     noun senses of the (translated) word. Words with more than ``max_senses``
     senses are skipped so labels stay specific (foreign words: more than
@@ -399,7 +429,8 @@ def translation_task(
 
     Parameters
     ----------
-    languages : sequence of {"en", "de", "fr", "es"}
+    languages : sequence of str
+        ``"en"`` and keys of :data:`LANGUAGES`.
     n_per_language : int
         Queries sampled per language (fewer if the dictionary has fewer); default 300.
     max_senses : int

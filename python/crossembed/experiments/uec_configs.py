@@ -13,17 +13,20 @@ from typing import Any, Dict, Optional, Sequence, Union
 import numpy as np
 
 from crossembed.uec.ensemble import UECEnsemble
+from crossembed.uec.languages import model_languages
 from crossembed.uec.laplace import LaplaceEmbedder
 from crossembed.uec.mixing import EmbeddingMixing, ScoreMixing
 from crossembed.uec.presets import make_routing, make_scoring
-from crossembed.uec.routing import FixedRouting, UniformRouting
+from crossembed.uec.routing import FixedRouting, UniformRouting, default_routing
 
 __all__ = ["OPTIONS", "build_ensemble"]
 
 #: the switches a row may set, with their defaults (the library's defaults)
 OPTIONS: Dict[str, Any] = {
     "rules": "paper",  # "paper" or "official" (presets.make_scoring / make_routing)
-    "uncertainty": "rank",  # what routes: "rank", "laplace", "confidence", "confidence*laplace"
+    # what routes: None (the library's default routing), "language", "rank", "laplace", "confidence",
+    # "confidence*laplace"
+    "uncertainty": None,
     "weights": "uncertainty",  # "uncertainty" (the routing above), "uniform" or K fixed numbers
     "temperature": None,  # T of the routing (None: presets.DEFAULT_TEMPERATURES)
     "standardize": True,  # the paper's Laplace traces standardised per model
@@ -36,10 +39,12 @@ OPTIONS: Dict[str, Any] = {
     "query_head": None,  # None: on where every model has one and the scoring decomposes
     "use_variance": True,  # False: the means only ("- Unc Sim")
     "beta": 1.0,  # the official similarity's beta
+    # LanguageRouting's other arguments (identifier, probe, prior, fit_languages), for "language"
+    "language": {},
 }
 
 
-def _routing(o: Dict[str, Any]):
+def _routing(o: Dict[str, Any], embedders: Sequence[LaplaceEmbedder]):
     weights: Union[str, Sequence[float]] = o["weights"]
     if isinstance(weights, str):
         if weights not in ("uncertainty", "uniform"):
@@ -48,14 +53,21 @@ def _routing(o: Dict[str, Any]):
             return UniformRouting()
     else:
         return FixedRouting(np.asarray(weights, dtype=np.float64))
+    uncertainty, language = o["uncertainty"], dict(o["language"])
+    if uncertainty is None:  # the library's default, with the row's temperature / variances where it sets them
+        default = default_routing([e.encoder_name for e in embedders], [e.heads_ for e in embedders])
+        uncertainty = default.kind
+        language = {"probe": getattr(default, "probe", True), **language}
     return make_routing(
-        o["uncertainty"],
+        uncertainty,
         o["rules"],
         temperature=o["temperature"],
         standardize=o["standardize"],
         laplace_variances=o["confidence_scoring"] == "laplace",
         center=o["center_confidence"],
         standardize_confidence=o["standardize_confidence"],
+        languages=[model_languages(e.encoder_name) for e in embedders],
+        language_options=language,
     )
 
 
@@ -76,4 +88,4 @@ def build_ensemble(embedders: Sequence[LaplaceEmbedder], **options) -> UECEnsemb
     else:
         raise ValueError(f"mixing must be 'score' or 'embedding', got {o['mixing']!r}")
     scoring = make_scoring(o["rules"], beta=o["beta"], use_variance=o["use_variance"])
-    return UECEnsemble(embedders, routing=_routing(o), mixing=mixing, scoring=scoring)
+    return UECEnsemble(embedders, routing=_routing(o, embedders), mixing=mixing, scoring=scoring)

@@ -30,8 +30,11 @@ import crossembed.uec.rules as _rules
 from crossembed.experiments._records import check_loaded, read_json
 from crossembed.experiments.tasks import UECTask, dev_test_draws
 from crossembed.experiments.uec_configs import build_ensemble
+from crossembed.experiments.uec_language_routings import NoRankHeadRouting, TrueLanguageRouting
+from crossembed.experiments.uec_languages import LanguageTransferTask, language_draws
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
+from crossembed.uec.languages import LangidIdentifier, model_languages
 from crossembed.uec.laplace import LaplaceEmbedder
 from crossembed.uec.metrics import (
     expected_calibration_error,
@@ -40,6 +43,7 @@ from crossembed.uec.metrics import (
     roc_auc,
     top1_confidence,
 )
+from crossembed.uec.probe import scramble_sample
 
 __all__ = [
     "DEFAULT_MODELS",
@@ -66,6 +70,8 @@ class TaskEmbeddings:
     docs: Dict[str, np.ndarray] = field(default_factory=dict)
     fit_anchors: Dict[str, np.ndarray] = field(default_factory=dict)
     fit_positives: Dict[str, np.ndarray] = field(default_factory=dict)
+    #: scrambled fit anchors (the probe heads' negatives, :func:`crossembed.uec.probe.scramble_sample`)
+    fit_scrambled: Dict[str, np.ndarray] = field(default_factory=dict)
     seconds: Dict[str, float] = field(default_factory=dict)
 
 
@@ -84,13 +90,18 @@ def embed_task(
     *,
     cache_dir=None,
     num_threads: Optional[int] = None,
+    seed: int = 0,
     show_progress_bar: bool = True,
 ) -> TaskEmbeddings:
-    """Encode queries, documents and fit pairs with every model (disk-cached by text hash)."""
+    """Encode queries, documents, fit pairs and scrambled fit anchors with every model (disk-cached by text hash).
+
+    The scrambled anchors are those :meth:`LaplaceEmbedder.fit` draws with ``random_state=seed``.
+    """
     from crossembed.encoders import encode_cached, load_encoder
 
     out = TaskEmbeddings()
     t = uec_task.task
+    scrambled = scramble_sample([a for a, _ in uec_task.fit_pairs], random_state=seed)
     for name in tqdm(list(models), desc=f"encode {uec_task.name}", disable=not show_progress_bar, unit="model"):
         t0 = time.perf_counter()
         enc = load_encoder(name, **({"num_threads": num_threads} if num_threads else {}))
@@ -104,6 +115,7 @@ def embed_task(
         positives = [p for _, p in uec_task.fit_pairs]
         out.fit_anchors[name] = _lookup_or_encode(lambda x: run(x, "query"), anchors, t.queries, out.queries[name])
         out.fit_positives[name] = _lookup_or_encode(lambda x: run(x, "passage"), positives, t.documents, out.docs[name])
+        out.fit_scrambled[name] = run(scrambled, "query")
         out.seconds[name] = time.perf_counter() - t0
     return out
 
@@ -126,15 +138,17 @@ def rank(
     d_comps: List[GaussianEmbedding],
     relevant: Sequence[Sequence[int]],
     calibration: Optional[List[GaussianEmbedding]] = None,
+    texts: Optional[Sequence[str]] = None,
 ) -> Ranking:
     """Score every query against every document with the ensemble's own similarity (exact top-k).
 
     Confidence routing is measured over the searched documents; ``calibration``
-    (per-model query Gaussians, e.g. the fit anchors) centres it when the routing asks.
+    (per-model query Gaussians, e.g. the fit anchors) centres it when the routing asks;
+    ``texts`` are the queries' texts (a routing that reads the query language needs them).
     """
     if ens.needs_reference and not ens.has_reference:
         ens = ens.with_reference(d_comps, queries=calibration if ens.routing.needs_calibration else None)
-    q = ens.combine(q_comps, role="query")
+    q = ens.combine(q_comps, role="query", texts=texts if ens.needs_texts else None)
     d = ens.combine(d_comps, role="passage")
     top = min(TOP, len(d))
     scores, idx = ens.topk(q, d, top)
@@ -159,6 +173,8 @@ class RowSpec:
     models: Optional[List[str]] = None  # single-model rows
     dev_weights: bool = False  # weighted ensemble: weights = dev nDCG@10 of the single models
     variant: bool = False  # a UEC variant the default is chosen among
+    # a harness-only routing built per run from (embedders, runner): ablations and bounds the library has no object for
+    routing: Optional[Callable[..., Any]] = None
 
 
 _SCORE = {"mixing": "score"}
@@ -261,6 +277,11 @@ def _correction_rows(models: Sequence[str]) -> List[RowSpec]:
         # the library's defaults as shipped (UECEnsemble() / LaplaceEmbedder()), T not tuned
         RowSpec(DEFAULT_ROW, "kron", {}),
         RowSpec(DEFAULT_DEV_T_ROW, "kron", {}, grid="confidence"),
+        # the rank head alone (RankRouting: the default where every model reads every language)
+        RowSpec(RANK_ROW, "kron", {"uncertainty": "rank"}),
+        # the default's language signals one at a time (identical to the default where no model is monolingual)
+        RowSpec(NO_LANGID_ROW, "kron", {"language": {"identifier": None}}),
+        RowSpec(NO_PROBE_ROW, "kron", {"language": {"probe": False}}),
         RowSpec("UEC default - Unc Sim", "kron", {"use_variance": False}),
         RowSpec("UEC default - Unc Conv", "kron", {"weights": "uniform", "uncertainty": "laplace"}),
         RowSpec("UEC default - hubness", "kron", {"hubness": 0.0}),
@@ -282,6 +303,20 @@ HUBNESS_UNIFORM_ROW = "uniform ensemble (calibrated scores) + hubness (CSLS)"
 HEAD_UNIFORM_ROW = "uniform ensemble (calibrated scores) + query head + hubness"
 NO_HEAD_ROW = "UEC default - query head"
 DEFAULT_DEV_T_ROW = "UEC default, T chosen on dev"
+RANK_ROW = "UEC rank head alone (RankRouting, query heads, hubness)"
+NO_LANGID_ROW = "UEC default - langid"
+NO_PROBE_ROW = "UEC default - probe"
+#: ``row_set="routing"``: the single models, the uniform mixes and the routings (the language signals' re-measure)
+ROUTING_ROWS = (
+    "uniform ensemble (mean of scores)",
+    "uniform ensemble (calibrated scores)",
+    HEAD_UNIFORM_ROW,
+    RANK_ROW,
+    DEFAULT_ROW,
+    DEFAULT_DEV_T_ROW,
+    NO_LANGID_ROW,
+    NO_PROBE_ROW,
+)
 #: ``row_set="core"``: the rows the issue asks for (what a slow machine can afford on WordNet)
 CORE_ROWS = (
     "uniform ensemble (mean of scores)",
@@ -300,6 +335,9 @@ CORE_ROWS = (
     HEAD_UNIFORM_ROW,
     DEFAULT_ROW,
     DEFAULT_DEV_T_ROW,
+    RANK_ROW,
+    NO_LANGID_ROW,
+    NO_PROBE_ROW,
     "UEC default - Unc Conv",
     "UEC default - hubness",
     NO_HEAD_ROW,
@@ -398,7 +436,7 @@ def _fit_forms(
                 prior_precision=prior_precision,
                 random_state=seed,
                 query_head=hessian == "kron",
-            ).fit_embeddings(emb.fit_anchors[m], emb.fit_positives[m])
+            ).fit_embeddings(emb.fit_anchors[m], emb.fit_positives[m], scrambled=emb.fit_scrambled.get(m))
             for m in models
         ]
         forms.embedders[hessian] = lst
@@ -447,6 +485,9 @@ class _RowRunner:
     emb: TaskEmbeddings
     models: List[str]
     relevant: List[Sequence[int]]
+    texts: List[str] = field(default_factory=list)  # the evaluated queries' texts
+    languages: List[str] = field(default_factory=list)  # their labelled languages (the bound row only)
+    identifier: Any = None  # one language identifier shared by every row (loaded once)
 
     def run(self, spec: RowSpec, **over) -> Ranking:
         lst = self.forms.embedders[spec.hessian]
@@ -457,7 +498,18 @@ class _RowRunner:
         cal = None
         if spec.kwargs.get("center_confidence") or spec.kwargs.get("standardize_confidence"):
             cal = [e.transform(self.emb.fit_anchors[m]) for e, m in zip(lst, spec.models or self.models)]
-        return rank(build_ensemble(lst, **{**spec.kwargs, **over}), qc, dc, self.relevant, cal)
+        options = {**spec.kwargs, **over}
+        if "prior" in options:  # the prior grid (a flat setting, so the chosen values stay numbers)
+            options["language"] = {**options.get("language", {}), "prior": options.pop("prior")}
+        if spec.routing is not None:  # a harness-only routing (an ablation or a bound)
+            mixing = build_ensemble(lst, **{**options, "weights": "uniform"}).mixing
+            ens = UECEnsemble(lst, routing=spec.routing(lst, self), mixing=mixing)
+        else:
+            language = options.get("language", {})
+            if self.identifier is not None and "identifier" not in language:
+                options["language"] = {**language, "identifier": self.identifier}
+            ens = build_ensemble(lst, **options)
+        return rank(ens, qc, dc, self.relevant, cal, texts=self.texts)
 
     def grid(self, spec: RowSpec) -> List[Dict[str, float]]:
         """The settings tuned on dev for this row (``[{}]`` when none)."""
@@ -474,6 +526,8 @@ class _RowRunner:
             return [{"temperature": T * scale, "beta": b} for T in TEMPERATURES for b in BETAS]
         if spec.grid == "confidence":
             return [{"temperature": T} for T in CONFIDENCE_TEMPERATURES]
+        if spec.grid == "prior":
+            return [{"prior": p} for p in PRIORS]
         return [{}]
 
 
@@ -517,8 +571,11 @@ def _row_summary(rs: List[Ranking], draws, langs: np.ndarray, n_models: int, k_m
         tau = fit_confidence_temperature(r.scores[dv], r.metrics["hit@1"][dv])
         add("ece", expected_calibration_error(top1_confidence(r.scores[ts], tau), r.metrics["hit@1"][ts]))
         for lang in dict.fromkeys(langs):
-            sel = ts[langs[ts] == lang]
-            add(f"ndcg@10[{lang}]", 100.0 * r.metrics["ndcg@10"][sel].mean())
+            sel, dev_sel = ts[langs[ts] == lang], dv[langs[dv] == lang]
+            if sel.size:
+                add(f"ndcg@10[{lang}]", 100.0 * r.metrics["ndcg@10"][sel].mean())
+            elif dev_sel.size:  # a language only ever on the dev side (a dev language of a transfer task)
+                add(f"dev_ndcg@10[{lang}]", 100.0 * r.metrics["ndcg@10"][dev_sel].mean())
         if r.weights.shape[1] == n_models:
             w = r.weights[:, k_multi].astype(np.float64)
             en, fo = ts[langs[ts] == "en"], ts[langs[ts] != "en"]
@@ -536,27 +593,89 @@ _COEFFICIENT_ROWS = (
     "confidence (sigma^2 in the probit, score mixing)",
     "confidence x kron Laplace (score mixing)",
     "rank head (kron Laplace variances in the probit)",
+    RANK_ROW,
     DEFAULT_ROW,
 )
 
 
 def _eval_draws(uec_task: UECTask, n_draws: int, seed: int) -> List[Tuple[np.ndarray, np.ndarray]]:
-    """The dev/test halves as positions among the evaluated queries."""
+    """The dev/test halves as positions among the evaluated queries (by language for a language-transfer task)."""
     pos_in_eval = {int(r): i for i, r in enumerate(uec_task.eval_queries)}
+    if isinstance(uec_task, LanguageTransferTask):
+        halves = language_draws(uec_task, n_draws, seed=seed)
+    else:
+        halves = dev_test_draws(uec_task, n_draws, seed=seed)
     return [
-        (np.array([pos_in_eval[int(r)] for r in dv]), np.array([pos_in_eval[int(r)] for r in ts]))
-        for dv, ts in dev_test_draws(uec_task, n_draws, seed=seed)
+        (np.array([pos_in_eval[int(r)] for r in dv]), np.array([pos_in_eval[int(r)] for r in ts])) for dv, ts in halves
     ]
+
+
+#: prior probabilities of the fit's languages searched on dev (``LanguageRouting(prior=...)``)
+PRIORS = (0.3, 0.5, 0.7, 0.9)
+NO_RANK_HEAD_ROW = "UEC default - rank head"
+TRUE_LANGUAGE_ROW = "UEC default, true query languages (bound)"
+DEV_PRIOR_ROW = "UEC default, prior chosen on dev"
+
+
+def _true_languages(embedders, runner) -> TrueLanguageRouting:
+    return TrueLanguageRouting([model_languages(e.encoder_name) for e in embedders], runner.languages)
+
+
+def _no_rank_head(embedders, runner) -> NoRankHeadRouting:
+    languages = [model_languages(e.encoder_name) for e in embedders]
+    probe = all(e.heads_.probe_head is not None for e, langs in zip(embedders, languages) if langs is not None)
+    return NoRankHeadRouting(languages, identifier=runner.identifier, probe=probe)
+
+
+def language_rows() -> List[RowSpec]:
+    """What each signal of the language routing adds: the rank head dropped, the prior tuned, the true languages."""
+    return [
+        RowSpec(NO_RANK_HEAD_ROW, "kron", {}, routing=_no_rank_head),
+        RowSpec(DEV_PRIOR_ROW, "kron", {"uncertainty": "language"}, grid="prior"),
+        RowSpec(TRUE_LANGUAGE_ROW, "kron", {}, routing=_true_languages),
+    ]
+
+
+#: the row sets of :func:`evaluate_task` (``"full"`` is every row of :func:`row_specs`)
+ROW_SETS = ("full", "core", "routing", "languages")
 
 
 def _select_specs(models: Sequence[str], row_set: str, forms: _Forms) -> Tuple[List[RowSpec], Dict[str, str]]:
     """The rows of ``row_set`` whose posterior form was fitted, and the skipped ones with why."""
-    all_specs = [s for s in row_specs(models) if row_set == "full" or s.models or s.name in CORE_ROWS]
+    keep = {"core": CORE_ROWS, "routing": ROUTING_ROWS, "languages": ROUTING_ROWS}.get(row_set, ())
+    all_specs = [s for s in row_specs(models) if row_set == "full" or s.models or s.name in keep]
+    if row_set == "languages":
+        all_specs += language_rows()
     skipped = dict(forms.skipped)
     for s in all_specs:
         if s.hessian not in forms.comps:
             skipped[s.name] = skipped.get(s.hessian, "")
     return [s for s in all_specs if s.hessian in forms.comps], skipped
+
+
+def _summaries(rankings, chosen, draws, langs: np.ndarray, n_models: int, k_multi: int) -> Dict[str, Any]:
+    """:func:`_row_summary` of every row, with the settings chosen on dev where tuned."""
+    results: Dict[str, Any] = {}
+    for name, rs in rankings.items():
+        results[name] = _row_summary(rs, draws, langs, n_models, k_multi)
+        if name in chosen:
+            results[name]["chosen"] = chosen[name]
+    return results
+
+
+def _runner(uec_task: UECTask, emb: TaskEmbeddings, forms: _Forms, models: List[str]) -> _RowRunner:
+    """The row runner over the task's evaluated queries (one language identifier for every row)."""
+    t, ev = uec_task.task, uec_task.eval_queries
+    monolingual = any(model_languages(m) is not None for m in models)
+    return _RowRunner(
+        forms,
+        emb,
+        models,
+        [t.relevant[i] for i in ev],
+        texts=[t.queries[i] for i in ev],
+        languages=[t.languages[i] for i in ev],
+        identifier=LangidIdentifier() if monolingual else None,
+    )
 
 
 def evaluate_task(
@@ -581,11 +700,15 @@ def evaluate_task(
     row and draw), ``coefficients`` (mean weights per language and model,
     draw 0), ``skipped`` (rows not run and why), ``posteriors``, sizes.
     ``multilingual`` names the model whose weights are reported (default
-    ``"e5"`` when present, else the last model). ``row_set="core"`` runs
-    the single models and :data:`CORE_ROWS` only.
+    ``"e5"`` when present, else the last model). ``row_set``: :data:`ROW_SETS`
+    (``"core"``: the single models and :data:`CORE_ROWS`; ``"routing"``: and
+    :data:`ROUTING_ROWS`; ``"languages"``: those and :func:`language_rows`). On a
+    :class:`~crossembed.experiments.uec_languages.LanguageTransferTask` the dev
+    halves hold the dev languages (their nDCG@10 is ``dev_ndcg@10[lang]``) and
+    ``languages`` lists those of the test halves.
     """
-    if row_set not in ("full", "core"):
-        raise ValueError(f"row_set must be 'full' or 'core', got {row_set!r}")
+    if row_set not in ROW_SETS:
+        raise ValueError(f"row_set must be one of {ROW_SETS}, got {row_set!r}")
     models = list(models)
     multi = multilingual or ("e5" if "e5" in models else models[-1])
     t = uec_task.task
@@ -595,31 +718,28 @@ def evaluate_task(
     forms = _fit_forms(
         uec_task, emb, models, seed=seed, prior_precision=prior_precision, curvature=curvature, last_dense=last_dense
     )
-    runner = _RowRunner(forms, emb, models, [t.relevant[i] for i in ev])
+    runner = _runner(uec_task, emb, forms, models)
     specs, skipped = _select_specs(models, row_set, forms)
     rankings, chosen = _rank_specs(specs, runner, draws, show_progress_bar, uec_task.name)
-    results: Dict[str, Any] = {}
-    for name, rs in rankings.items():
-        results[name] = _row_summary(rs, draws, langs, len(models), models.index(multi))
-        if name in chosen:
-            results[name]["chosen"] = chosen[name]
+    results = _summaries(rankings, chosen, draws, langs, len(models), models.index(multi))
     coefficients = {
         name: {lang: rankings[name][0].weights[langs == lang].mean(axis=0).tolist() for lang in dict.fromkeys(langs)}
         for name in _COEFFICIENT_ROWS
         if name in rankings
     }
-    variants = {s.name for s in specs if s.variant}
+    variants = {s.name for s in specs if s.variant} or {DEFAULT_ROW}
     best_dev = max((n for n in results if n in variants), key=lambda n: results[n]["dev_ndcg@10"][0])
+    tested = {lang for _, ts in draws for lang in langs[ts]}
     return {
         "task": uec_task.name,
         "models": models,
         "multilingual_model": multi,
-        "foreign_languages": [l for l in dict.fromkeys(langs) if l != "en"],
         "n_queries_eval": int(len(ev)),
         "n_documents": len(t.documents),
         "n_fit_pairs": len(uec_task.fit_pairs),
         "n_draws": n_draws,
-        "languages": list(dict.fromkeys(langs)),
+        "languages": [lang for lang in dict.fromkeys(langs) if lang in tested],
+        "dev_languages": [lang for lang in dict.fromkeys(langs) if lang not in tested],
         "rows": results,
         "best_dev_variant": best_dev,
         "coefficients": coefficients,
@@ -784,12 +904,17 @@ def load_results(path, source: str = "--from-json") -> List[Dict[str, Any]]:
     results = check_loaded(loaded, [RESULT_SHAPE] if isinstance(loaded, list) else RESULT_SHAPE, path, source)
     results = results if isinstance(results, list) else [results]
     for i, res in enumerate(results):
-        missing = _uncompared(res)
-        if missing:
-            raise ValueError(
-                f"{source} file {str(path)!r}: result {i} lacks what the report compares: {', '.join(missing[:3])}"
-            )
+        check_comparable(res, path, source, i)
     return results
+
+
+def check_comparable(res: Dict[str, Any], path, source: str, i: int) -> None:
+    """A ``ValueError`` when result ``i`` (of :data:`RESULT_SHAPE`) lacks rows or fields the report compares."""
+    missing = _uncompared(res)
+    if missing:
+        raise ValueError(
+            f"{source} file {str(path)!r}: result {i} lacks what the report compares: {', '.join(missing[:3])}"
+        )
 
 
 def _uncompared(res: Dict[str, Any]) -> List[str]:
@@ -897,7 +1022,63 @@ def _targets(results: Sequence[Dict[str, Any]]) -> List[str]:
         if HEAD_UNIFORM_ROW in rows:  # nor this: what the routing adds to the same heads and correction
             d = rows[DEFAULT_ROW]["ndcg@10"][0] - rows[HEAD_UNIFORM_ROW]["ndcg@10"][0]
             out.append(f"  (against {HEAD_UNIFORM_ROW}: {d:+.2f} nDCG@10.)")
-    return ["## Issue 11's targets (UEC default as shipped, test halves)", ""] + out + [""] if out else []
+    for res in results:
+        if res.get("dev_languages") and DEFAULT_ROW in res["rows"]:
+            out += _language_targets(res)
+        elif res["task"].startswith("wordnet") and RANK_ROW in res["rows"]:  # English: the language signals' cost
+            d = res["rows"][DEFAULT_ROW]["ndcg@10"][0] - res["rows"][RANK_ROW]["ndcg@10"][0]
+            out.append(f"* {res['task']}: UEC default - {RANK_ROW} >= -0.3: {d:+.2f} nDCG@10 ({_met(d >= -0.3)}).")
+    return ["## Targets (UEC default as shipped, test halves)", ""] + out + [""] if out else []
+
+
+def _language_tables(res: Dict[str, Any]) -> List[str]:
+    """nDCG@10 per query language: the test halves' languages, then the dev languages (dev halves) when any."""
+    lines: List[str] = []
+    for key, langs, title in (
+        ("ndcg@10", res["languages"] if len(res["languages"]) > 1 else [], "test"),
+        ("dev_ndcg@10", res.get("dev_languages", []), "dev halves: the dev languages, never scored on test"),
+    ):
+        if not langs:
+            continue
+        lines += [
+            f"nDCG@10 per query language ({title}, mean ± std):",
+            "",
+            "| row | " + " | ".join(langs) + " |",
+            "|---|" + "---|" * len(langs),
+        ]
+        for name, row in res["rows"].items():
+            lines.append(
+                f"| {name} | " + " | ".join(_fmt(row.get(f"{key}[{l}]", (math.nan, 0.0))) for l in langs) + " |"
+            )
+        lines.append("")
+    return lines
+
+
+def _language_targets(res: Dict[str, Any]) -> List[str]:
+    """The unseen-language targets, checked against the default row: >= the best single model, >= uniform + 2,
+    the multilingual model's weight gap >= 0.1."""
+    rows, multi = res["rows"], res.get("multilingual_model", "e5")
+    nd = {name: row["ndcg@10"][0] for name, row in rows.items()}
+    singles = {n: v for n, v in nd.items() if n in res["models"] or n.endswith(" + query head + hubness")}
+    best = max(singles, key=singles.get)
+    d = nd[DEFAULT_ROW] - nd[best]
+    out = [f"* {res['task']}: UEC default >= best single model ({best}): {d:+.2f} nDCG@10 ({_met(d >= 0)})."]
+    for base in ("uniform ensemble (calibrated scores)", HEAD_UNIFORM_ROW, RANK_ROW):
+        if base in nd:
+            d = nd[DEFAULT_ROW] - nd[base]
+            out.append(f"* {res['task']}: UEC default >= {base} + 2: {d:+.2f} nDCG@10 ({_met(d >= 2)}).")
+    r = rows[DEFAULT_ROW]
+    if "w_multi[foreign]" in r and "w_multi[en]" in r:
+        dw = r["w_multi[foreign]"][0] - r["w_multi[en]"][0]
+        out.append(
+            f"* {res['task']}: {multi}'s mean weight on unseen-language - English queries >= 0.1: "
+            f"{r['w_multi[foreign]'][0]:.3f} - {r['w_multi[en]'][0]:.3f} = {dw:+.3f} ({_met(dw >= 0.1)})."
+        )
+    return out
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "missed"
 
 
 def _task_section(res: Dict[str, Any]) -> List[str]:
@@ -924,16 +1105,7 @@ def _task_section(res: Dict[str, Any]) -> List[str]:
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {_fmt_chosen(row.get('chosen', []))} |")
     lines.append("")
     lines += _verdicts(res)
-    if len(res["languages"]) > 1:
-        lines += [
-            "nDCG@10 per query language (test, mean ± std):",
-            "",
-            "| row | " + " | ".join(res["languages"]) + " |",
-            "|---|" + "---|" * len(res["languages"]),
-        ]
-        for name, row in res["rows"].items():
-            lines.append(f"| {name} | " + " | ".join(_fmt(row[f"ndcg@10[{l}]"]) for l in res["languages"]) + " |")
-        lines.append("")
+    lines += _language_tables(res)
     lines += [
         "Mean coefficients per query language (draw 0, chosen settings):",
         "",

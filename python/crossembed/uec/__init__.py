@@ -3,7 +3,9 @@
 * :class:`LaplaceEmbedder` - post-hoc Gaussian embeddings (last-layer Laplace),
   with the posterior form a :class:`Posterior` (:class:`DiagPosterior`,
   :class:`KronPosterior`).
-* :class:`UECEnsemble` - K embedders with a routing (per-input weights), a
+* :class:`UECEnsemble` - K embedders with a routing (per-input weights; by
+  default the rank head, discounted by the query's language and each model's
+  probe where a model reads only some languages: :class:`LanguageRouting`), a
   mixing (score or embedding space) and a scoring (probit or the official
   beta cosine) object: :mod:`crossembed.uec.routing`,
   :mod:`crossembed.uec.mixing`, :mod:`crossembed.uec.scoring`;
@@ -13,8 +15,9 @@
 * :class:`ShardedUECIndex` - the same index partitioned over Dask workers.
 * :class:`ModelHeads` - what each embedder also fits on its pairs for the
   ensemble: trace statistics, score scale, the rank head that routes queries
-  (:mod:`crossembed.uec.rank_head`), hubness anchors and the query head that
-  maps them (:mod:`crossembed.uec.query_head`).
+  (:mod:`crossembed.uec.rank_head`), hubness anchors, the query head that
+  maps them (:mod:`crossembed.uec.query_head`) and the probe head
+  (:mod:`crossembed.uec.probe`).
 * :mod:`crossembed.uec.metrics` - retrieval and calibration metrics.
 
 The evaluation harness behind ``crossembed uec-eval`` and ``docs/uec.md`` is
@@ -25,12 +28,14 @@ from crossembed.uec.ensemble import UECEnsemble, convolve, uncertainty_coefficie
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.heads import ModelHeads
 from crossembed.uec.index import UECIndex
+from crossembed.uec.languages import LangidIdentifier
 from crossembed.uec.laplace import LaplaceEmbedder
 from crossembed.uec.mixing import EmbeddingMixing, ScoreMixing
 from crossembed.uec.posteriors import DiagPosterior, KronPosterior, Posterior
 from crossembed.uec.routing import (
     ConfidenceRouting,
     FixedRouting,
+    LanguageRouting,
     LaplaceRouting,
     PrecisionSumRouting,
     RankRouting,
@@ -49,6 +54,8 @@ __all__ = [
     "FixedRouting",
     "GaussianEmbedding",
     "KronPosterior",
+    "LangidIdentifier",
+    "LanguageRouting",
     "LaplaceEmbedder",
     "LaplaceRouting",
     "ModelHeads",

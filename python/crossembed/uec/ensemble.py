@@ -4,7 +4,9 @@ An ensemble holds K fitted :class:`LaplaceEmbedder` s and three behaviour
 objects, each with its own defaults, validation and saved config:
 
 routing (:mod:`crossembed.uec.routing`)
-    the per-input coefficients ``pi`` (n, K): the rank head (default), the
+    the per-input coefficients ``pi`` (n, K): the rank head with each model's
+    languages (default when a model reads only some languages: the query's
+    language and the model's probe), the rank head alone, the
     Laplace posterior (:class:`LaplaceRouting`, the paper;
     :class:`PrecisionSumRouting`, the official code), retrieval confidence
     over a reference collection, uniform or fixed weights.
@@ -19,7 +21,10 @@ scoring (:mod:`crossembed.uec.scoring`)
 :func:`crossembed.uec.presets.make_routing` and
 :func:`~crossembed.uec.presets.make_scoring` build the published rule sets
 by name. Encode documents with ``role="passage"`` and queries with
-``role="query"``.
+``role="query"``. :meth:`UECEnsemble.similarity` of two lists of texts is
+symmetric by default, the mean of the two retrieval directions
+(``similarity(a, b) == similarity(b, a).T``); ``roles=("query", "passage")``
+gives the one-way retrieval form an index scores.
 
 Retrieval-confidence routing needs a reference collection
 (:meth:`UECEnsemble.with_reference`, done by :meth:`UECIndex.build` with the
@@ -42,7 +47,7 @@ from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.heads import ModelHeads
 from crossembed.uec.laplace import LaplaceEmbedder
 from crossembed.uec.mixing import ScoreMixing, convolve, mixing_from_config
-from crossembed.uec.routing import RankRouting, RetrievalReference, routing_from_config
+from crossembed.uec.routing import RetrievalReference, default_routing, routing_from_config
 from crossembed.uec.scoring import ProbitScoring, scoring_from_config
 
 __all__ = ["FORMAT_VERSION", "UECEnsemble", "convolve", "uncertainty_coefficients"]
@@ -86,6 +91,19 @@ _SCORING_METHODS = ("normalize", "normalize_mixture", "prepare", "similarity", "
 _MIXING_METHODS = ("bind", "mix", "get_config")
 
 
+def _check_roles(roles) -> Optional[Tuple[str, str]]:
+    """``(role of a, role of b)`` of :meth:`UECEnsemble.similarity`, or None (the symmetric form)."""
+    if roles is None:
+        return None
+    if isinstance(roles, str) or not isinstance(roles, (tuple, list)) or len(roles) != 2:
+        raise TypeError(f"roles must be None or a pair of roles such as ('query', 'passage'), got {roles!r}")
+    return check_choice(roles[0], "roles[0]", _ROLES), check_choice(roles[1], "roles[1]", _ROLES)
+
+
+def _texts(x) -> bool:
+    return isinstance(x, (list, tuple)) and (not x or isinstance(x[0], str))
+
+
 def _check_embedders(embedders) -> List[LaplaceEmbedder]:
     embedders = list(embedders) if not isinstance(embedders, LaplaceEmbedder) else [embedders]
     if not embedders:
@@ -107,6 +125,8 @@ class UECEnsemble:
         Fitted embedders (K >= 1).
     routing : routing object
         The per-input coefficients (:mod:`crossembed.uec.routing`; default
+        :func:`~crossembed.uec.routing.default_routing`: :class:`~crossembed.uec.routing.LanguageRouting`
+        when an encoder's name says it reads only some languages, else
         :class:`~crossembed.uec.routing.RankRouting`, T = 1).
     mixing : mixing object
         How the routed Gaussians are combined (:mod:`crossembed.uec.mixing`;
@@ -136,9 +156,9 @@ class UECEnsemble:
         reference: Optional[RetrievalReference] = None,
     ):
         self.embedders = _check_embedders(embedders)
-        self.routing = check_plugin(
-            RankRouting() if routing is None else routing, "routing", _ROUTING_METHODS, "RankRouting()"
-        )
+        if routing is None:
+            routing = default_routing([e.encoder_name for e in self.embedders], self.heads)
+        self.routing = check_plugin(routing, "routing", _ROUTING_METHODS, "RankRouting()")
         self.scoring = check_plugin(
             ProbitScoring() if scoring is None else scoring, "scoring", _SCORING_METHODS, "ProbitScoring()"
         )
@@ -207,16 +227,30 @@ class UECEnsemble:
                 raise ValueError(f"components[{k}] has dimension {c.dim} but embedder {k} has {self.embedders[k].dim}")
         return comps
 
-    def coefficients(self, components: Sequence[GaussianEmbedding], *, role: str = "query") -> np.ndarray:
+    @property
+    def needs_texts(self) -> bool:
+        """True when the routing reads the query texts (:meth:`combine` then takes ``texts``)."""
+        return bool(getattr(self.routing, "needs_texts", False))
+
+    def _route(self, comps, role: str, texts):
+        """``routing.route`` with the texts when the routing reads them (queries only)."""
+        options = {"role": role, "reference": self.reference_}
+        if self.needs_texts and role != "passage":
+            if texts is not None and (isinstance(texts, str) or len(texts) != len(comps[0])):
+                raise ValueError(f"texts must hold {len(comps[0])} strings, one per input")
+            options["texts"] = None if texts is None else list(texts)
+        return self.routing.route(comps, self.heads, **options)
+
+    def coefficients(self, components: Sequence[GaussianEmbedding], *, role: str = "query", texts=None) -> np.ndarray:
         """``pi`` of shape (n, K) for per-model Gaussians of the same inputs.
 
-        ``components`` as :meth:`combine` hands them to the routing (normalised by :attr:`scoring`).
+        ``components`` as :meth:`combine` hands them to the routing (normalised by :attr:`scoring`);
+        ``texts`` as for :meth:`combine`.
         """
         check_choice(role, "role", _ROLES)
-        comps = self._check_components(components)
-        return self.routing.route(comps, self.heads, role=role, reference=self.reference_)[0]
+        return self._route(self._check_components(components), role, texts)[0]
 
-    def combine(self, components: Sequence[GaussianEmbedding], *, role: str = "query") -> GaussianEmbedding:
+    def combine(self, components: Sequence[GaussianEmbedding], *, role: str = "query", texts=None) -> GaussianEmbedding:
         """Ensemble Gaussians from the K models' Gaussians of the same inputs.
 
         Parameters
@@ -226,12 +260,14 @@ class UECEnsemble:
             :meth:`LaplaceEmbedder.transform` of cached embeddings).
         role : {"query", "passage"}
             Documents stay unweighted under score mixing and carry no routing signal.
+        texts : list of str or None
+            The inputs' texts, read by a routing that reads them (:attr:`needs_texts`)
+            for queries (without them it routes as it can and warns).
         """
         check_choice(role, "role", _ROLES)
         comps = [self.scoring.normalize(c) for c in self._check_components(components)]
-        heads = self.heads
-        pi, comps = self.routing.route(comps, heads, role=role, reference=self.reference_)
-        return self.mixing.mix(comps, pi, heads, role=role, scoring=self.scoring)
+        pi, comps = self._route(comps, role, texts)
+        return self.mixing.mix(comps, pi, self.heads, role=role, scoring=self.scoring)
 
     # ------------------------------------------------------------------ text API
     def encode(
@@ -239,7 +275,7 @@ class UECEnsemble:
     ) -> GaussianEmbedding:
         """Encode texts with every model and combine: ``GaussianEmbedding(mean, var, weights)``."""
         comps = self.encode_components(texts, role=role, batch_size=batch_size, show_progress_bar=show_progress_bar)
-        return self.combine(comps, role=role)
+        return self.combine(comps, role=role, texts=texts)
 
     def encode_components(
         self, texts, *, role: str = "query", batch_size: int = 64, show_progress_bar: bool = True
@@ -256,15 +292,30 @@ class UECEnsemble:
             raise ValueError(f"{name} has dimension {g.dim} but this ensemble produces {self.dim}")
         return g
 
-    def similarity(self, a, b, *, num_threads: Optional[int] = None) -> np.ndarray:
-        """Similarity matrix ``(len(a), len(b))`` of encoded queries ``a`` and documents ``b`` under :attr:`scoring`.
+    def similarity(self, a, b, *, roles=None, num_threads: Optional[int] = None) -> np.ndarray:
+        """Similarity matrix ``(len(a), len(b))`` under :attr:`scoring`.
 
-        Strings are encoded first (``a`` as queries, ``b`` as passages).
+        Parameters
+        ----------
+        a, b : list of str or GaussianEmbedding
+            Texts, or Gaussians from :meth:`encode` (scored as they are: the scoring itself is symmetric).
+        roles : None or (str, str)
+            None (default): two lists of texts are compared both ways, ``(S(a, b) + S(b, a).T) / 2``
+            with ``S(x, y)`` the retrieval form below, so ``similarity(a, b) == similarity(b, a).T``.
+            ``("query", "passage")``: the retrieval form, ``a`` encoded as queries (routed, mapped by
+            the query heads) and ``b`` as documents (with their hubness), as an index scores them.
+        num_threads : int or None
         """
-        if isinstance(b, (list, tuple)) and (not b or isinstance(b[0], str)):
-            b = self.encode(list(b), role="passage", show_progress_bar=False)
-        if isinstance(a, (list, tuple)) and (not a or isinstance(a[0], str)):
-            a = self.encode(list(a), role="query", show_progress_bar=False)
+        pair = _check_roles(roles)
+        if pair is None and _texts(a) and _texts(b):
+            forward = self.similarity(a, b, roles=("query", "passage"), num_threads=num_threads)
+            backward = self.similarity(b, a, roles=("query", "passage"), num_threads=num_threads)
+            return 0.5 * (forward + backward.T)
+        role_a, role_b = pair or ("query", "passage")
+        if _texts(b):
+            b = self.encode(list(b), role=role_b, show_progress_bar=False)
+        if _texts(a):
+            a = self.encode(list(a), role=role_a, show_progress_bar=False)
         a, b = self._checked(a, "a"), self._checked(b, "b")
         return self.scoring.similarity(a.mean, a.var, b.mean, b.var, num_threads=num_threads)
 

@@ -8,7 +8,10 @@
   (score mixing divides each model's similarity by it);
 * its rank head (:mod:`crossembed.uec.rank_head`), which routes queries;
 * its hubness anchors, the fit queries a document's hubness is measured against;
-* optionally its query head (:mod:`crossembed.uec.query_head`), which maps queries.
+* optionally its query head (:mod:`crossembed.uec.query_head`), which maps queries;
+* optionally its probe head (:mod:`crossembed.uec.probe`): the probability
+  that the model reads an input like its fit text (real against scrambled
+  anchors), which :class:`~crossembed.uec.routing.LanguageRouting` asks.
 
 :meth:`LaplaceEmbedder.fit <crossembed.uec.LaplaceEmbedder.fit>` fits them
 after the posterior (:meth:`ModelHeads.fit`), from the same random generator.
@@ -25,6 +28,7 @@ from crossembed import kernels
 from crossembed._validation import as_matrix, check_int
 from crossembed.uec.curvature import normalize_rows
 from crossembed.uec.gaussian import GaussianEmbedding
+from crossembed.uec.probe import ProbeHead, fit_probe_head
 from crossembed.uec.query_head import QueryHead, fit_query_head
 from crossembed.uec.rank_head import RankHead, fit_rank_head
 
@@ -60,6 +64,8 @@ class ModelHeads:
         Row of ``hub_positives`` each anchor is paired with.
     query_head : QueryHead or None
         The query map, None when not fitted.
+    probe_head : ProbeHead or None
+        Real against scrambled fit anchors, None when not fitted (no scrambled anchors given).
     """
 
     trace_mean: float
@@ -70,6 +76,7 @@ class ModelHeads:
     hub_positives: np.ndarray
     hub_groups: np.ndarray
     query_head: Optional[QueryHead] = None
+    probe_head: Optional[ProbeHead] = None
 
     @classmethod
     def fit(
@@ -82,6 +89,7 @@ class ModelHeads:
         *,
         tau: float,
         query_head: bool = True,
+        scrambled: Optional[np.ndarray] = None,
         show_progress_bar: bool = False,
     ) -> ModelHeads:
         """Fit every head on one model's unit pair embeddings.
@@ -100,6 +108,9 @@ class ModelHeads:
             InfoNCE temperature of the query head (the posterior's ``loss_temperature``).
         query_head : bool
             Also fit the query head.
+        scrambled : ndarray, shape (m, D), or None
+            Unit embeddings of scrambled fit anchors (:func:`crossembed.uec.probe.scramble_sample`):
+            fit the probe head on the anchors against them.
         show_progress_bar : bool
             Progress of the query head fit.
         """
@@ -122,6 +133,7 @@ class ModelHeads:
                 random_state=int(rng.integers(2**31)),
                 show_progress_bar=show_progress_bar,
             )
+        probe = None if scrambled is None else fit_probe_head(anchors[sub], scrambled)
         return cls(
             trace_mean=float(traces.mean()),
             trace_std=float(max(traces.std(), 1e-12)),
@@ -131,6 +143,7 @@ class ModelHeads:
             hub_positives=unique,
             hub_groups=groups.reshape(-1).astype(np.int64),
             query_head=head,
+            probe_head=probe,
         )
 
     @property
@@ -156,6 +169,15 @@ class ModelHeads:
         (the means are L2-normalised first).
         """
         return self.rank_head.predict(normalize_rows(self.rows(embeddings)))
+
+    def reads(self, embeddings) -> np.ndarray:
+        """(n,) float64 probe probability that the model reads each input like its fit text.
+
+        ``embeddings``: raw ``(n, D)`` embeddings or a :class:`GaussianEmbedding` (normalised first).
+        """
+        if self.probe_head is None:
+            raise ValueError("this model has no probe head: fit its embedder from texts (fit()) or pass scrambled=")
+        return self.probe_head.probability(normalize_rows(self.rows(embeddings)))
 
     def map_queries(self, embeddings) -> np.ndarray:
         """(n, D) float32 unit queries mapped by the query head (raw embeddings or a GaussianEmbedding)."""
@@ -211,6 +233,8 @@ class ModelHeads:
         if self.query_head is not None:
             arrays["query_head"] = self.query_head.weight
             arrays["query_head_penalty"] = np.float64(self.query_head.penalty)
+        if self.probe_head is not None:
+            arrays["probe_head"] = self.probe_head.to_array()
         return arrays
 
     @classmethod
@@ -229,4 +253,5 @@ class ModelHeads:
             hub_positives=np.asarray(arrays["hub_positives"]),
             hub_groups=np.asarray(arrays["hub_groups"]),
             query_head=head,
+            probe_head=ProbeHead.from_array(arrays["probe_head"]) if "probe_head" in arrays else None,
         )

@@ -67,6 +67,7 @@ from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.heads import ModelHeads
 from crossembed.uec.linearisation import PooledLinearisation
 from crossembed.uec.posteriors import Posterior, last_dense_class, posterior_class
+from crossembed.uec.probe import scramble_sample
 
 __all__ = [
     "LaplaceEmbedder",
@@ -168,7 +169,8 @@ class LaplaceEmbedder:
     heads_ : ModelHeads
         What the ensemble uses besides the posterior, fitted on the same pairs
         (:class:`~crossembed.uec.heads.ModelHeads`: trace statistics, score
-        scale, rank head, hubness anchors, query head).
+        scale, rank head, hubness anchors, query head; the probe head when
+        fitted from texts or given scrambled anchors).
     n_pairs_ : int
     fit_seconds_ : float
         Seconds :meth:`fit` / :meth:`fit_embeddings` took, the query head included
@@ -314,7 +316,9 @@ class LaplaceEmbedder:
 
         Anchors are encoded as queries, positives as passages (this matters
         for e5). Use pairs disjoint from every evaluation split, covering the
-        languages and domains the embedder will serve.
+        languages and domains the embedder will serve. Scrambled copies of (at
+        most 4,096 of) the anchors are encoded too, for the probe head
+        (:mod:`crossembed.uec.probe`).
         """
         pairs = list(pairs)
         if len(pairs) < 2:
@@ -326,16 +330,27 @@ class LaplaceEmbedder:
             t0 = time.perf_counter()
             A = self._linearise([a for a, _ in pairs], show_progress_bar, batch_size)
             P = self._linearise([p for _, p in pairs], show_progress_bar, batch_size)
+            S = self._linearise(self._scrambled(pairs), show_progress_bar, batch_size).embeddings
             self.fit_forward_seconds_ = time.perf_counter() - t0
-            self._fit_inputs(A, P, show_progress_bar)
+            self._fit_inputs(A, P, show_progress_bar, scrambled=S)
             self.fit_seconds_ = time.perf_counter() - t0  # includes the forward passes
             return self
         A = self._embed([a for a, _ in pairs], "query", show_progress_bar, batch_size)
         P = self._embed([p for _, p in pairs], "passage", show_progress_bar, batch_size)
-        return self.fit_embeddings(A, P, show_progress_bar=show_progress_bar)
+        S = self._embed(self._scrambled(pairs), "query", show_progress_bar, batch_size)
+        return self.fit_embeddings(A, P, scrambled=S, show_progress_bar=show_progress_bar)
 
-    def fit_embeddings(self, anchors, positives, *, show_progress_bar: bool = False) -> LaplaceEmbedder:
-        """Fit from precomputed pair embeddings (rows of ``anchors`` and ``positives`` pair up)."""
+    def _scrambled(self, pairs) -> list:
+        """The scrambled anchors of the probe head (a seed of their own, so the fit's draws are unchanged)."""
+        seed = self.random_state if isinstance(self.random_state, (int, np.integer)) else 0
+        return scramble_sample([a for a, _ in pairs], random_state=int(seed))
+
+    def fit_embeddings(self, anchors, positives, *, scrambled=None, show_progress_bar: bool = False) -> LaplaceEmbedder:
+        """Fit from precomputed pair embeddings (rows of ``anchors`` and ``positives`` pair up).
+
+        ``scrambled``: embeddings of scrambled anchors (``crossembed.uec.probe.scramble_sample`` of
+        the anchor texts, encoded as queries) to fit the probe head on; None fits none.
+        """
         self._require_head("fit_embeddings()")
         A = as_matrix(anchors, "anchors", allow_float64=True)
         P = as_matrix(positives, "positives", allow_float64=True)
@@ -343,12 +358,17 @@ class LaplaceEmbedder:
             raise ValueError(f"positives has shape {P.shape} but anchors has shape {A.shape}")
         if A.shape[0] < 2:
             raise ValueError("need at least 2 pairs (in-batch negatives)")
+        S = None
+        if scrambled is not None:
+            S = as_matrix(scrambled, "scrambled", allow_float64=True)
+            if S.shape[1] != A.shape[1]:
+                raise ValueError(f"scrambled has dimension {S.shape[1]} but anchors has {A.shape[1]}")
         t0 = time.perf_counter()
-        self._fit_inputs(normalize_rows(A), normalize_rows(P), show_progress_bar)
+        self._fit_inputs(normalize_rows(A), normalize_rows(P), show_progress_bar, scrambled=S)
         self.fit_seconds_ = time.perf_counter() - t0
         return self
 
-    def _fit_inputs(self, A, P, show_progress_bar: bool) -> None:
+    def _fit_inputs(self, A, P, show_progress_bar: bool, *, scrambled=None) -> None:
         """Fit on normalised embeddings (head) or linearisations (last dense) of the pairs."""
         n, D = _means(A).shape
         rng = check_random_state(self.random_state)
@@ -381,6 +401,7 @@ class LaplaceEmbedder:
             rng,
             tau=self.loss_temperature,
             query_head=self.query_head,
+            scrambled=None if scrambled is None else normalize_rows(scrambled),
             show_progress_bar=show_progress_bar,
         )
 

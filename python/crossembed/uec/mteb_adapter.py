@@ -10,11 +10,12 @@ UEC's scores; tasks that feed the vectors to a classifier or k-means see the
 ``[mean | var]`` features (``vectors="mean"`` gives the means only).
 
 Queries are encoded with role ``"query"``, documents (``PromptType.document``)
-as ``"passage"``; symmetric tasks (no prompt type) use ``"query"`` on both sides,
-with the ensemble's document-hubness coordinates set to zero (a text compared
-with a text has no document side; otherwise two queries would score
-``beta^2 sum_k w_k w'_k`` extra) and without the query heads (they map
-queries toward documents; a text compared with a text takes neither side).
+as ``"passage"``: retrieval keeps the asymmetric query -> document form (query
+heads, document hubness). A symmetric task (no prompt type) compares texts
+with texts as :meth:`UECEnsemble.similarity` does by default, the mean of the
+two retrieval directions: each text is encoded both ways, ``[query output |
+passage output]`` (twice the width), and :meth:`similarity` scores
+``(S(a, b) + S(b, a).T) / 2``, the same either way round.
 With retrieval-confidence routing the last document batch encoded becomes
 the reference collection the queries' confidence is measured over, as
 :meth:`UECIndex.build` does for an index (the encoder keeps that ensemble;
@@ -59,9 +60,12 @@ def _texts_of(inputs: Iterable) -> List[str]:
     return texts
 
 
-def _role(prompt_type) -> str:
+def _role(prompt_type) -> Optional[str]:
+    """``"query"``, ``"passage"``, or None for a symmetric task (no prompt type)."""
     value = getattr(prompt_type, "value", prompt_type)
-    if value is None or value == "query":
+    if value is None:
+        return None
+    if value == "query":
         return "query"
     if value == "document":
         return "passage"
@@ -107,67 +111,86 @@ class UECMTEBEncoder:
         prompt_type=None,
         **kwargs: Any,
     ) -> np.ndarray:
-        """``[mean | var]`` (float32, ``(n, 2 D)``) of the texts in ``inputs`` (``(n, D)`` for ``vectors="mean"``)."""
+        """``[mean | var]`` (float32, ``(n, 2 D)``) of the texts in ``inputs`` (``(n, D)`` for ``vectors="mean"``);
+        twice as wide for a symmetric task (no ``prompt_type``): the query and the passage encoding."""
         texts = _texts_of(inputs)
-        D = self.ensemble.dim
-        if not texts:
-            return np.zeros((0, D if self.vectors == "mean" else 2 * D), dtype=np.float32)
         role = _role(prompt_type)
-        symmetric = getattr(prompt_type, "value", prompt_type) is None
+        if role is None:  # a symmetric task: both encodings of every text (module docstring)
+            parts = [self._encode(texts, r, kwargs, corpus=False) for r in ("query", "passage")]
+            return np.concatenate(parts, axis=1)
+        return self._encode(texts, role, kwargs, corpus=role == "passage")
+
+    def _encode(self, texts: List[str], role: str, kwargs, *, corpus: bool) -> np.ndarray:
+        """One encoding of ``texts``: ``[mean | var]`` (or the means) of the combined Gaussians."""
+        if not texts:
+            return np.zeros((0, self._width), dtype=np.float32)
         comps = self.ensemble.encode_components(
             texts, role=role, batch_size=self.batch_size, show_progress_bar=bool(kwargs.get("show_progress_bar", False))
         )
-        if role == "passage" and self.ensemble.needs_reference and len(texts) >= 2:
+        if corpus and self.ensemble.needs_reference and len(texts) >= 2:
             # MTEB encodes the corpus before the queries: it is the collection the retrieval
             # confidence of the queries is measured over (what UECIndex.build does)
             self.ensemble = self.ensemble.with_reference(comps)
-        ensemble = self.ensemble
-        if symmetric:  # module docstring: text vs text takes no query head
-            ensemble = UECEnsemble(
-                ensemble.embedders,
-                routing=ensemble.routing,
-                mixing=ensemble.mixing.symmetric(),
-                scoring=ensemble.scoring,
-                reference=ensemble.reference_,
-            )
-        g = ensemble.combine(comps, role=role)
-        if symmetric:  # no document side: the hubness coordinates are zeroed (module docstring)
-            g.mean[:, g.dim - ensemble.mixing.hub_dims(ensemble.n_models) :] = 0.0
+        g = self.ensemble.combine(comps, role=role, texts=texts)
         if self.vectors == "mean":
             return g.mean
         return np.concatenate([g.mean, g.var], axis=1)
 
-    def _gaussian(self, x, name: str) -> GaussianEmbedding:
+    @property
+    def _width(self) -> int:
+        """Columns of one encoding (a symmetric task's vectors hold two)."""
+        return self.ensemble.dim * (1 if self.vectors == "mean" else 2)
+
+    def _gaussians(self, x, name: str) -> List[GaussianEmbedding]:
+        """The Gaussians of one output of :meth:`encode`: one (a side of a retrieval task) or two (query and
+        passage encodings of a symmetric task's texts)."""
         if hasattr(x, "detach") and hasattr(x, "cpu"):
             x = x.detach().cpu().numpy()
         x = np.asarray(x)
         if x.ndim == 1:
             x = x[None, :]
         x = as_matrix(x, name, allow_empty=True)
-        D = self.ensemble.dim
-        width = D if self.vectors == "mean" else 2 * D
-        if x.shape[1] != width:
-            raise ValueError(f"{name} has {x.shape[1]} columns but this encoder's vectors have {width} (from encode())")
-        if self.vectors == "mean":
-            return GaussianEmbedding(x, np.zeros_like(x))
-        return GaussianEmbedding(np.ascontiguousarray(x[:, :D]), np.ascontiguousarray(np.maximum(x[:, D:], 0.0)))
+        w, D = self._width, self.ensemble.dim
+        if x.shape[1] not in (w, 2 * w):
+            raise ValueError(
+                f"{name} has {x.shape[1]} columns but this encoder's vectors have {w} or {2 * w} (encode())"
+            )
+        out = []
+        for s in range(0, x.shape[1], w):
+            part = x[:, s : s + w]
+            if self.vectors == "mean":
+                out.append(GaussianEmbedding(np.ascontiguousarray(part), np.zeros_like(part)))
+            else:
+                var = np.ascontiguousarray(np.maximum(part[:, D:], 0.0))
+                out.append(GaussianEmbedding(np.ascontiguousarray(part[:, :D]), var))
+        return out
+
+    def _score(self, a: List[GaussianEmbedding], b: List[GaussianEmbedding]) -> np.ndarray:
+        """Retrieval outputs scored one way; symmetric outputs both ways, averaged."""
+        if len(a) != len(b):
+            raise ValueError("embeddings1 and embeddings2 come from different kinds of task (symmetric or not)")
+        if len(a) == 1:
+            return np.asarray(self.ensemble.similarity(a[0], b[0]), dtype=np.float64)
+        forward = np.asarray(self.ensemble.similarity(a[0], b[1]), dtype=np.float64)
+        backward = np.asarray(self.ensemble.similarity(b[0], a[1]), dtype=np.float64)
+        return 0.5 * (forward + backward.T)
 
     def similarity(self, embeddings1, embeddings2) -> np.ndarray:
         """The ensemble's similarity matrix ``(n1, n2)`` between two outputs of :meth:`encode`."""
-        a = self._gaussian(embeddings1, "embeddings1")
-        b = self._gaussian(embeddings2, "embeddings2")
-        return np.asarray(self.ensemble.similarity(a, b), dtype=np.float32)
+        a = self._gaussians(embeddings1, "embeddings1")
+        b = self._gaussians(embeddings2, "embeddings2")
+        return self._score(a, b).astype(np.float32)
 
     def similarity_pairwise(self, embeddings1, embeddings2) -> np.ndarray:
         """Similarity of row ``i`` of ``embeddings1`` with row ``i`` of ``embeddings2``, shape ``(n,)``."""
-        a = self._gaussian(embeddings1, "embeddings1")
-        b = self._gaussian(embeddings2, "embeddings2")
-        if len(a) != len(b):
-            raise ValueError(f"embeddings2 has {len(b)} rows but embeddings1 has {len(a)}")
-        out = np.empty(len(a), dtype=np.float32)
-        for s in range(0, len(a), _PAIRWISE_BLOCK):
-            block = self.ensemble.similarity(a[s : s + _PAIRWISE_BLOCK], b[s : s + _PAIRWISE_BLOCK])
-            out[s : s + _PAIRWISE_BLOCK] = np.diagonal(np.asarray(block))
+        a = self._gaussians(embeddings1, "embeddings1")
+        b = self._gaussians(embeddings2, "embeddings2")
+        if len(a[0]) != len(b[0]):
+            raise ValueError(f"embeddings2 has {len(b[0])} rows but embeddings1 has {len(a[0])}")
+        out = np.empty(len(a[0]), dtype=np.float32)
+        for s in range(0, len(a[0]), _PAIRWISE_BLOCK):
+            block = self._score([g[s : s + _PAIRWISE_BLOCK] for g in a], [g[s : s + _PAIRWISE_BLOCK] for g in b])
+            out[s : s + _PAIRWISE_BLOCK] = np.diagonal(block)
         return out
 
     @property

@@ -18,13 +18,19 @@ from __future__ import annotations
 from typing import Optional
 
 from crossembed._validation import check_choice
-from crossembed.uec.routing import ConfidenceRouting, LaplaceRouting, PrecisionSumRouting, RankRouting
+from crossembed.uec.routing import (
+    ConfidenceRouting,
+    LanguageRouting,
+    LaplaceRouting,
+    PrecisionSumRouting,
+    RankRouting,
+)
 from crossembed.uec.scoring import BetaCosineScoring, ProbitScoring
 
 __all__ = ["DEFAULT_TEMPERATURES", "RULES", "UNCERTAINTIES", "make_routing", "make_scoring"]
 
 RULES = ("paper", "official")
-UNCERTAINTIES = ("rank", "laplace", "confidence", "confidence*laplace")
+UNCERTAINTIES = ("language", "rank", "laplace", "confidence", "confidence*laplace")
 #: ``T`` per (rules, uncertainty) when none is given (chosen on the dev halves of docs/uec.md)
 DEFAULT_TEMPERATURES = {
     ("paper", "laplace"): 10.0,
@@ -35,6 +41,8 @@ DEFAULT_TEMPERATURES = {
     ("official", "confidence*laplace"): 1.0,
     ("paper", "rank"): 1.0,
     ("official", "rank"): 0.5,
+    ("paper", "language"): 1.0,
+    ("official", "language"): 0.5,
 }
 
 
@@ -68,12 +76,14 @@ def make_routing(
     top: int = 20,
     center: bool = False,
     standardize_confidence: bool = False,
+    languages=None,
+    language_options=None,
 ):
     """The routing object ``uncertainty`` names under a rule set.
 
     Parameters
     ----------
-    uncertainty : {"rank", "laplace", "confidence", "confidence*laplace"}
+    uncertainty : {"language", "rank", "laplace", "confidence", "confidence*laplace"}
         What routes the queries (:mod:`crossembed.uec.routing`).
     rules : {"paper", "official"}
         Picks the Laplace formula (also the confidence routings' fallback) and the default ``T``.
@@ -86,6 +96,9 @@ def make_routing(
     top, center, standardize_confidence
         The confidence routings' ``top``, ``center`` and ``standardize``
         (:class:`~crossembed.uec.routing.ConfidenceRouting`).
+    languages, language_options
+        ``"language"`` only: the languages each model reads and the other keyword
+        arguments of :class:`~crossembed.uec.routing.LanguageRouting` (a dict).
     """
     check_choice(uncertainty, "uncertainty", UNCERTAINTIES)
     check_choice(rules, "rules", RULES)
@@ -94,6 +107,12 @@ def make_routing(
         return _laplace(rules, T, standardize)
     if uncertainty == "rank":
         return RankRouting(T, laplace_variances=laplace_variances)
+    if uncertainty == "language":
+        if languages is None:
+            raise ValueError("uncertainty='language' needs the languages each model reads")
+        return LanguageRouting(
+            languages, temperature=T, laplace_variances=laplace_variances, **dict(language_options or {})
+        )
     return ConfidenceRouting(
         T,
         times_laplace=uncertainty == "confidence*laplace",

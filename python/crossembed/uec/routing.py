@@ -6,10 +6,19 @@ the same inputs (as the scoring normalised them), each model's
 :class:`~crossembed.uec.heads.ModelHeads`, the role (``"query"`` or
 ``"passage"``) and the retrieval reference when one is set, it returns the
 coefficients and the Gaussians to score (a routing may change what variances
-are scored). Its ``temperature`` ``T`` is an attribute with its own default;
-``get_config()`` and :func:`routing_from_config` save and rebuild it.
+are scored). A routing whose ``needs_texts`` is true also reads the input
+texts (``route(..., texts=...)``). Its ``temperature`` ``T`` is an attribute
+with its own default; ``get_config()`` and :func:`routing_from_config` save
+and rebuild it.
 
-:class:`RankRouting` (default)
+:class:`LanguageRouting` (default when a model reads only some languages)
+    the rank head's ``t_k(q)`` as an expected log-rank over whether model k
+    reads the query: ``c_k(q) t_k(q) + (1 - c_k(q)) t_0`` with ``t_0`` the
+    log-rank of a random ranking and ``c_k(q)`` the probability that q is in
+    a language the model reads (language identification of the text,
+    tilted towards the fit's languages) times the model's own probe of q
+    (:mod:`crossembed.uec.probe`); ``c_k = 1`` for a multilingual model.
+:class:`RankRouting` (default otherwise)
     ``pi_k(q) = softmax_k(-t_k(q) / T)`` with ``t_k(q)`` the model's predicted
     log-rank of the right document (its rank head); documents are uniform.
 :class:`LaplaceRouting` (the paper)
@@ -42,10 +51,13 @@ from crossembed._config import Configured, from_config
 from crossembed._validation import as_matrix, check_int, check_positive
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.heads import ModelHeads
+from crossembed.uec.languages import LangidIdentifier, identifier_from_config, language_posterior, model_languages
+from crossembed.uec.rank_head import RANK_SCALE
 
 __all__ = [
     "ConfidenceRouting",
     "FixedRouting",
+    "LanguageRouting",
     "LaplaceRouting",
     "PrecisionSumRouting",
     "ROUTINGS",
@@ -53,6 +65,7 @@ __all__ = [
     "RetrievalReference",
     "Routing",
     "UniformRouting",
+    "default_routing",
     "routing_from_config",
 ]
 
@@ -153,6 +166,8 @@ class Routing(Configured):
     needs_reference = False
     #: True when the reference also needs calibration queries (:meth:`ConfidenceRouting.calibrate`)
     needs_calibration = False
+    #: True when ``route`` also reads the input texts (``texts=``) for queries
+    needs_texts = False
 
     def check_models(self, heads: Sequence[ModelHeads]) -> None:
         """Raise ``ValueError`` when this routing cannot route these models."""
@@ -284,6 +299,148 @@ class RankRouting(Routing):
             return _uniform(len(components[0]), len(components)), comps
         t = np.stack([h.predicted_log_rank(c.mean) for h, c in zip(heads, components)], axis=1)
         return rules.softmax_rows(-t / self.temperature), comps
+
+
+#: the log-rank of a random ranking, ``E_u[log(1 + RANK_SCALE u)]`` for ``u ~ U(0, 1)``
+CHANCE_LOG_RANK = float(((1.0 + RANK_SCALE) * np.log1p(RANK_SCALE) - RANK_SCALE) / RANK_SCALE)
+
+
+def _check_languages(languages) -> List[Optional[Tuple[str, ...]]]:
+    if isinstance(languages, (str, bytes)) or not isinstance(languages, Sequence) or not languages:
+        raise TypeError("languages must be a list with one entry per model: language codes, or None (every language)")
+    out = []
+    for k, langs in enumerate(languages):
+        if langs is None:
+            out.append(None)
+        elif isinstance(langs, (str, bytes)) or not all(isinstance(x, str) for x in langs) or not langs:
+            raise TypeError(f"languages[{k}] must be None or a non-empty list of language codes, got {langs!r}")
+        else:
+            out.append(tuple(langs))
+    return out
+
+
+class LanguageRouting(Routing):
+    """Rank-head routing that also asks whether each model reads the query (module docstring).
+
+    ``pi_k(q) = softmax_k(-(c_k(q) t_k(q) + (1 - c_k(q)) t_0) / T)``: ``t_k`` the rank head's
+    predicted log-rank, ``t_0`` (:data:`CHANCE_LOG_RANK`) that of a random ranking, and for a model
+    that reads only the languages ``L_k``, ``c_k(q) = p(L_k | q) u_k(q)``: the identifier's
+    probability that q is in one of them (:func:`~crossembed.uec.languages.language_posterior`)
+    times the model's probe probability that it reads q (:meth:`ModelHeads.reads`); either factor
+    is 1 when its signal is off. A multilingual model (``None``) has ``c_k = 1``. With every
+    ``c_k = 1`` it routes exactly as :class:`RankRouting`. Documents are uniform.
+
+    Parameters
+    ----------
+    languages : list
+        One entry per model: the ISO 639-1 codes the model reads, or None for every language
+        (:func:`~crossembed.uec.languages.model_languages` has the known encoders').
+    temperature : float
+        ``T > 0`` in units of ``log(1 + rank per 1,000 candidates)`` (default 1, as the rank head).
+    identifier : identifier object or None
+        Reads the query's language from its text (default
+        :class:`~crossembed.uec.languages.LangidIdentifier`, the ``lang`` extra); None turns the
+        text signal off (queries then need no texts). Queries combined without their texts are
+        routed without it, with a ``RuntimeWarning``.
+    probe : bool
+        Multiply by each monolingual model's probe head (default True; the embedders need one).
+    prior : float
+        The prior probability, before the text is read, that a query is in the fit's languages
+        (default 0.7, chosen on the dev languages of ``docs/uec.md``).
+    fit_languages : sequence of str
+        The languages of the fit pairs (default English).
+    laplace_variances : bool
+        Score the Laplace variances (True) or both sides as points (default False), as :class:`RankRouting`.
+    """
+
+    kind = "language"
+
+    def __init__(
+        self,
+        languages,
+        *,
+        temperature: float = 1.0,
+        identifier="langid",
+        probe: bool = True,
+        prior: float = 0.7,
+        fit_languages: Sequence[str] = ("en",),
+        laplace_variances: bool = False,
+    ):
+        self.languages = _check_languages(languages)
+        self.temperature = check_positive(temperature, "temperature")
+        self.identifier = LangidIdentifier() if identifier == "langid" else identifier_from_config(identifier)
+        self.probe = _check_bool(probe, "probe")
+        prior = check_positive(prior, "prior")
+        if prior >= 1.0:
+            raise ValueError(f"prior must be in (0, 1), got {prior}")
+        self.prior = prior
+        if isinstance(fit_languages, str) or not all(isinstance(x, str) for x in fit_languages) or not fit_languages:
+            raise TypeError(f"fit_languages must be a non-empty list of language codes, got {fit_languages!r}")
+        self.fit_languages = list(fit_languages)
+        self.laplace_variances = _check_bool(laplace_variances, "laplace_variances")
+
+    @property
+    def needs_texts(self) -> bool:
+        return self.identifier is not None
+
+    def check_models(self, heads: Sequence[ModelHeads]) -> None:
+        if len(self.languages) != len(heads):
+            raise ValueError(f"languages must hold {len(heads)} entries (one per model), got {len(self.languages)}")
+        if self.probe:
+            missing = [k for k, h in enumerate(heads) if self.languages[k] is not None and h.probe_head is None]
+            if missing:
+                raise ValueError(
+                    f"embedders[{missing[0]}] has no probe head: fit it from texts (fit()) or with scrambled= "
+                    "(fit_embeddings()), or pass probe=False"
+                )
+
+    def coverage(self, components, heads: Sequence[ModelHeads], texts=None) -> np.ndarray:
+        """``c`` (n, K) float64: the probability that each model reads each query (class docstring)."""
+        n = len(components[0])
+        c = np.ones((n, len(components)))
+        restricted = [k for k, langs in enumerate(self.languages) if langs is not None]
+        if not restricted:
+            return c
+        if self.identifier is not None and texts is None:
+            warnings.warn(
+                "LanguageRouting reads the query texts and got none (pass texts= to combine(), or encode() the "
+                "texts): these queries are routed without their language",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        elif self.identifier is not None:
+            if len(texts) != n:
+                raise ValueError(f"texts must hold {n} strings, one per query")
+            known = list(self.identifier.languages)
+            p = language_posterior(self.identifier.log_likelihoods(list(texts)), known, self.fit_languages, self.prior)
+            for k in restricted:
+                c[:, k] *= p[:, np.isin(known, self.languages[k])].sum(axis=1)
+        if self.probe:
+            for k in restricted:
+                c[:, k] *= heads[k].reads(components[k].mean)
+        return c
+
+    def route(self, components, heads, *, role: str = "query", reference=None, texts=None) -> Routed:
+        comps = list(components) if self.laplace_variances else _deterministic(components)
+        if role == "passage":  # documents carry no rank
+            return _uniform(len(components[0]), len(components)), comps
+        t = np.stack([h.predicted_log_rank(c.mean) for h, c in zip(heads, components)], axis=1)
+        c = self.coverage(components, heads, texts)
+        return rules.softmax_rows(-(c * t + (1.0 - c) * CHANCE_LOG_RANK) / self.temperature), comps
+
+
+def default_routing(encoder_names: Sequence[Optional[str]], heads: Sequence[ModelHeads]):
+    """The routing an ensemble gets when none is given.
+
+    :class:`LanguageRouting` when a model reads only some languages (:func:`model_languages` of its
+    encoder name), with the probe where every such model has a probe head; else :class:`RankRouting`.
+    The language routing reads the query text with langid (``pip install "crossembed[lang]"``).
+    """
+    languages = [model_languages(name) for name in encoder_names]
+    if all(langs is None for langs in languages):
+        return RankRouting()
+    probe = all(h.probe_head is not None for h, langs in zip(heads, languages) if langs is not None)
+    return LanguageRouting(languages, probe=probe)
 
 
 def routing_from_config(config: Dict[str, Any]):
@@ -426,6 +583,7 @@ class ConfidenceRouting(Routing):
 ROUTINGS = {
     cls.kind: cls
     for cls in (
+        LanguageRouting,
         RankRouting,
         LaplaceRouting,
         PrecisionSumRouting,
