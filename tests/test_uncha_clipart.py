@@ -125,6 +125,16 @@ def test_render_rejects_bad_input():
         P.render(np.zeros((40, 40, 4), np.uint8), np.ones((40, 40), bool), size=32)
 
 
+def test_huge_images_are_refused_from_the_header(tmp_path):
+    from PIL import Image
+
+    path = tmp_path / "huge.png"
+    Image.new("1", (7000, 6000)).save(path)  # 42 M pixels, a few kB on disk
+    assert P.pixel_count(path) == 42_000_000 > P.MAX_PIXELS
+    with pytest.raises(ValueError, match="pixels"):
+        P.load_rgba(path)
+
+
 def test_held_out_is_stable_and_near_its_fraction():
     names = [f"drawing_{i}" for i in range(5000)]
     split = C.held_out(names)
@@ -196,7 +206,7 @@ def _enc():
 def test_heads_train_and_beat_their_initialisation():
     fs = _feature_set()
     train_rows, test_rows = np.arange(90), np.arange(90, 120)
-    cfg = TrainConfig(model="uncha", steps=60, batch_size=32, encoder=_enc())
+    cfg = TrainConfig(model="uncha", steps=40, batch_size=32, encoder=_enc())
     towers = head_towers(fs, train_rows)
     before = evaluate_features(build_model(cfg, towers), fs, test_rows, num_threads=1)
     res = train(cfg, data=FeatureBatches(fs, train_rows), model=build_model(cfg, towers), show_progress_bar=False)

@@ -17,6 +17,7 @@ scenes of :mod:`crossembed.hyperbolic.data`.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
@@ -25,8 +26,11 @@ import numpy as np
 
 from crossembed._validation import check_fraction, check_int
 
-__all__ = ["Drawing", "load_rgba", "object_mask", "split_parts", "render", "cut"]
+__all__ = ["Drawing", "MAX_PIXELS", "pixel_count", "load_rgba", "object_mask", "split_parts", "render", "cut"]
 
+#: Largest image (width x height) :func:`load_rgba` decodes; a few Openclipart PNGs hold over 100
+#: million pixels (Pillow refuses them as decompression bombs, and decoding one takes GBs).
+MAX_PIXELS = 40_000_000
 #: Pixels whose colour differs from the border colour by more than this (sum over RGB, 0-765) are object.
 BACKGROUND_TOLERANCE = 30
 
@@ -47,12 +51,33 @@ class Drawing:
     representativeness: np.ndarray
 
 
+def pixel_count(path: Union[str, Path]) -> int:
+    """Width x height of the image at ``path``, read from its header (nothing decoded)."""
+    from PIL import Image
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            with Image.open(path) as im:
+                return im.size[0] * im.size[1]
+        except Image.DecompressionBombError:
+            return 2**62  # over twice Pillow's own limit
+
+
 def load_rgba(path: Union[str, Path], max_side: int = 224) -> np.ndarray:
-    """The image at ``path`` as RGBA uint8, shrunk (aspect kept) so its longer side is at most ``max_side``."""
+    """The image at ``path`` as RGBA uint8, shrunk (aspect kept) so its longer side is at most ``max_side``.
+
+    ValueError for an image of more than :data:`MAX_PIXELS` pixels.
+    """
     from PIL import Image
 
     check_int(max_side, "max_side", low=8)
-    with Image.open(path) as im:
+    if pixel_count(path) > MAX_PIXELS:
+        raise ValueError(f"{path}: more than {MAX_PIXELS} pixels; leave it out (see pixel_count)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        im = Image.open(path)
+    with im:
         im = im.convert("RGBA")
         im.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
         return np.asarray(im).copy()
