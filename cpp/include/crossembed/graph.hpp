@@ -52,13 +52,32 @@
 #include <utility>
 #include <vector>
 
-// hnswlib's SSE code is off: its spaces are not used here (MeanSpace dispatches
-// at run time), and its prefetches read one link past the end of a list (an
-// out-of-bounds read of an upper-layer list that the sanitizer build reports).
-#ifndef NO_MANUAL_VECTORIZATION
+// hnswlib's SSE switch (on wherever __SSE__ is) compiles its own SIMD spaces,
+// unused here (MeanSpace dispatches at run time), and software prefetches of
+// the next neighbour's vector and visited flag while a node's links are read:
+// those hide much of a hop's cache misses. They also read the link one past
+// the end of a list, whose value only feeds a prefetch (which never faults):
+// inside the level-0 block that word is in bounds, but for an upper-layer list
+// (its own small allocation) it is 4 bytes past the end, within malloc's
+// padding. The sanitizer build would report that read, so it turns them off.
+#if defined(__SANITIZE_ADDRESS__)
+#define CROSSEMBED_HNSW_NO_PREFETCH
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CROSSEMBED_HNSW_NO_PREFETCH
+#endif
+#endif
+#if defined(CROSSEMBED_HNSW_NO_PREFETCH) && !defined(NO_MANUAL_VECTORIZATION)
 #define NO_MANUAL_VECTORIZATION
 #endif
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"  // hnswlib's cpuid helpers, unused here
+#endif
 #include "hnswlib/hnswlib.h"
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
 #include "parallel.hpp"
 #include "simd.hpp"
 
