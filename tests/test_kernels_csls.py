@@ -236,3 +236,22 @@ def test_csls_threads_bitwise_identical(rng):
     assert_same_result(
         one, ref.csls_mutual_topk(SA, SB, k=5, csls_k=50), exact=False, tol=continuous_tolerance(SA, SB, 50)
     )
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_csls_exact_when_lists_cannot_certify(seed):
+    """Exact regime where a row's csls_k list rarely proves its CSLS top-k: coarse integer similarities tie
+    at the list's end, hubs and outliers spread r, so the kernel scores the rows of least r, then whole rows again."""
+    rng = np.random.default_rng(seed)
+    SA = rng.integers(-2, 3, (520, 3)).astype(np.float32)
+    SB = rng.integers(-2, 3, (610, 3)).astype(np.float32)
+    SB[rng.choice(610, 40, replace=False)] *= 2  # hubs: high r_B
+    SA[rng.choice(520, 40, replace=False)] = rng.integers(-1, 2, (40, 3))  # near-zero rows: low r_A
+    for kwargs in (dict(k=5, csls_k=4), dict(k=8, csls_k=2), dict(k=2, csls_k=1), dict(k=20, csls_k=16)):
+        expect = ref.csls_mutual_topk(SA, SB, **kwargs)
+        one = ce.csls_mutual_topk(SA, SB, num_threads=1, **kwargs)
+        assert_same_result(one, expect, exact=True)
+        for threads in (2, 3):
+            other = ce.csls_mutual_topk(SA, SB, num_threads=threads, **kwargs)
+            np.testing.assert_array_equal(one[0], other[0])
+            np.testing.assert_array_equal(one[1], other[1])

@@ -104,3 +104,15 @@ def test_empty_sides():
 def test_bad_input_names_the_argument(args, kwargs, err, match):
     with pytest.raises(err, match=match):
         ce.topk_rows_and_columns(*args, **kwargs)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_ties_across_row_blocks_and_threads(threads):
+    # several row blocks per thread: the column lists of the worker slots share their bars
+    # between blocks, and ties on a coarse grid must still go to the lowest indices
+    rng = np.random.default_rng(9)
+    SA = rng.integers(-1, 2, (1100, 4)).astype(np.float32)
+    SB = rng.integers(-1, 2, (530, 4)).astype(np.float32)
+    SB[[255, 256, 511, 512]] = SB[0]
+    for k_row, k_col in ((1, 1), (7, 33), (530, 1100)):
+        _check(SA, SB, k_row, k_col, num_threads=threads)

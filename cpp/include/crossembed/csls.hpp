@@ -3,17 +3,22 @@
 //   s_ij = <SA_i, SB_j>,  CSLS(i, j) = 2 s_ij - r_A(i) - r_B(j)
 //   r_A(i) = mean of row i's csls_k largest s_ij (r_B per column likewise)
 //
-// Two passes of the shared tiled sweep (sweep.hpp) over A rows x B panels, each
-// with the BestPerRowAndColumn handler: the first keeps the csls_k
-// best similarities per row and per column (giving r_A, r_B), the second the
-// k best CSLS values per row and per column. Column heaps are per thread and
-// merged exactly, so nothing N_A x N_B is allocated and the result does not
-// depend on the thread count; ties go to the lower index everywhere.
+// One pass of the shared tiled sweep (sweep.hpp) over A rows x B panels with the
+// BestPerRowAndColumn handler keeps the max(csls_k, k) best similarities per
+// row and per column: they give r_A and r_B, and the CSLS
+// top-k of every row and column whose list certifies it; the few others are
+// swept again alone (csls_mutual_topk). Column lists are per thread and merged
+// exactly, so nothing N_A x N_B is allocated and the result does not depend on
+// the thread count; ties go to the lower index everywhere.
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "greedy.hpp"
@@ -36,19 +41,35 @@ namespace detail {
 inline float csls_value(float s, double r_a, double r_b) { return float(2.0 * s - (r_a + r_b)); }
 
 // Tile handler keeping the best `k_row` values per row and `k_col` per column
-// of value(s, i, j). Row buffers belong to the task's rows; column buffers are
-// per worker slot (with cached admission thresholds) and merged exactly
-// afterwards. Each tile row's values go through a SIMD scan against the row's
-// threshold and every column's: only the entries that can enter a buffer
-// (few, once the buffers fill) reach the scalar pushes. A side with k = 0
-// keeps nothing (its thresholds are +inf).
+// of value(s, i, j). The row lists belong to the task's rows; the column lists
+// are per worker slot and merged exactly afterwards. Each tile row's values go
+// through a SIMD scan against the row's threshold and every column's: only the
+// entries that can enter a list (few, once the lists fill) reach the scalar
+// pushes. Row blocks are tall (kRows) so that a column's list, cold in memory,
+// is visited once per block for all the block's pushes to it.
+// The identity score (lists of plain similarities): the handler scans the tile in place.
+struct SameScore {
+  float operator()(float s, std::size_t, std::size_t) const { return s; }
+};
+
+// Tile handler keeping the best `k_row` values per row and `k_col` per column
+// of value(s, i, j). The row lists belong to the task's rows; the column lists
+// are per worker slot and merged exactly afterwards. Each tile row's values go
+// through a SIMD scan against the row's threshold and every column's: only the
+// entries that can enter a list (few, once the lists fill) reach the scalar
+// pushes. Row blocks are tall (kRows) so that a column's list, cold in memory,
+// is visited once per block for all the block's pushes to it. At the end of a
+// block its slot publishes its column bars and takes the others' (a bar of any
+// slot is a valid threshold for all: k items at least as good reach the
+// merge), so that a column split over slots admits about what one list would.
+// A bar read before another slot raised it is only a lower threshold: the lists
+// and so the results do not depend on the timing.
 template <class Value>
 struct BestPerRowAndColumn {
   const Value& value;
-  std::vector<TopKBuffer>& rows;
-  std::vector<std::vector<TopKBuffer>>& col_bufs;  // [slot][column]
-  std::vector<std::vector<float>>& col_thr;   // [slot][column]
-  bool keep_rows;
+  TopKTable& rows;
+  std::vector<TopKTable>& cols;  // [slot]
+  std::vector<std::atomic<float>>& published;  // [slot * n_cols + column]: that slot's bar
 
   struct OnBlock : BlockHandlerBase<float> {
     const BestPerRowAndColumn& h;
@@ -57,29 +78,33 @@ struct BestPerRowAndColumn {
     std::vector<std::uint32_t> hits;
     OnBlock(const BestPerRowAndColumn& h_, const Block& b_) : h(h_), b(b_) {}
     void add_tile(std::size_t c0, std::size_t c1, const float* tile, std::size_t ld) {
-      auto& ch = h.col_bufs[std::size_t(b.tid)];
-      float* cthr = h.col_thr[std::size_t(b.tid)].data();
+      TopKTable& ct = h.cols[std::size_t(b.tid)];
+      const float* cthr = ct.thresholds();
+      const float* rthr = h.rows.thresholds();
       const std::size_t w = c1 - c0;
-      vals.resize(w);
       hits.resize(w);
       for (std::size_t i = b.r0; i < b.r1; ++i) {
-        const float* row = tile + (i - b.r0) * ld;
-        for (std::size_t t = 0; t < w; ++t) vals[t] = h.value(row[t], i, c0 + t);
-        TopKBuffer& rh = h.rows[i];
-        float rthr = h.keep_rows ? rh.threshold() : INFINITY;
-        const std::size_t m = simd::select_at_least_either(vals.data(), w, rthr, cthr + c0, hits.data());
+        const float* v = tile + (i - b.r0) * ld;
+        if constexpr (!std::is_same_v<Value, SameScore>) {
+          vals.resize(w);
+          for (std::size_t t = 0; t < w; ++t) vals[t] = h.value(v[t], i, c0 + t);
+          v = vals.data();
+        }
+        const std::size_t m = simd::select_at_least_either(v, w, rthr[i], cthr + c0, hits.data());
         for (std::size_t r = 0; r < m; ++r) {
           const std::size_t t = hits[r], j = c0 + t;
-          if (vals[t] >= rthr) {
-            rh.push(vals[t], std::int64_t(j));
-            rthr = rh.threshold();
-          }
-          if (vals[t] >= cthr[j]) {
-            ch[j].push(vals[t], std::int64_t(i));
-            cthr[j] = ch[j].threshold();
-          }
+          if (v[t] >= rthr[i]) h.rows.push(i, v[t], std::uint32_t(j));
+          if (v[t] >= cthr[j]) ct.push(j, v[t], std::uint32_t(i));
         }
       }
+    }
+    void end_block() {
+      if (h.published.empty()) return;
+      TopKTable& ct = h.cols[std::size_t(b.tid)];
+      const std::size_t n = h.published.size() / h.cols.size();
+      for (std::size_t j = b.c0; j < b.c1; ++j) h.published[std::size_t(b.tid) * n + j].store(ct.bar(j), std::memory_order_relaxed);
+      for (std::size_t t = 0; t < h.cols.size(); ++t)
+        for (std::size_t j = b.c0; j < b.c1; ++j) ct.raise(j, h.published[t * n + j].load(std::memory_order_relaxed));
     }
   };
   OnBlock begin_block(const Block& b) const { return OnBlock(*this, b); }
@@ -90,23 +115,27 @@ template <class Value>
 void best_per_row_and_column(const std::vector<const float*>& xa, const simd::Panels<float>& pb, std::size_t k_row,
                              std::size_t k_col, int num_threads, const Value& value, std::vector<TopK>& rows,
                              std::vector<TopK>& cols) {
-  constexpr std::size_t kRows = 64, kCols = 256;  // kCols: a multiple of every panel width
+  constexpr std::size_t kRows = 256, kCols = 256;  // kCols: a multiple of every panel width
   const std::size_t na = xa.size(), nb = pb.n;
+  if (na >= std::numeric_limits<std::uint32_t>::max() || nb >= std::numeric_limits<std::uint32_t>::max())
+    throw std::length_error("top-k lists hold row numbers below 2^32 - 1");
   const SweepPlan plan(na, nb, kRows, kCols);
   const std::size_t slots = std::size_t(plan.slots(num_threads));
-  std::vector<TopKBuffer> row_buf(na, TopKBuffer(k_row));
-  std::vector<std::vector<TopKBuffer>> col_bufs(slots, std::vector<TopKBuffer>(nb, TopKBuffer(k_col)));
-  std::vector<std::vector<float>> col_thr(slots, std::vector<float>(nb, k_col > 0 ? -INFINITY : INFINITY));
-  BestPerRowAndColumn<Value> h{value, row_buf, col_bufs, col_thr, k_row > 0};
+  TopKTable row_lists(na, k_row);
+  std::vector<TopKTable> col_lists(slots, TopKTable(nb, k_col));
+  std::vector<std::atomic<float>> published(k_col && slots > 1 ? slots * nb : 0);
+  for (auto& bar : published) bar.store(-std::numeric_limits<float>::infinity(), std::memory_order_relaxed);
+  BestPerRowAndColumn<Value> h{value, row_lists, col_lists, published};
   sweep(xa.data(), pb, plan, num_threads, h);
   rows.resize(na);
   cols.resize(nb);
   parallel_for(std::int64_t(na), num_threads,
-               [&](std::int64_t i, int) { rows[std::size_t(i)] = row_buf[std::size_t(i)].finish(); });
+               [&](std::int64_t i, int) { rows[std::size_t(i)] = row_lists.finish(std::size_t(i)); });
+  if (!k_col) return;
   parallel_for(std::int64_t(nb), num_threads, [&](std::int64_t jj, int) {
     const std::size_t j = std::size_t(jj);
-    for (std::size_t t = 1; t < col_bufs.size(); ++t) col_bufs[0][j].merge(col_bufs[t][j]);
-    cols[j] = col_bufs[0][j].finish();
+    for (std::size_t t = 1; t < slots; ++t) col_lists[0].merge(j, col_lists[t]);
+    cols[j] = col_lists[0].finish(j);
   });
 }
 
@@ -169,7 +198,7 @@ inline void topk_rows_and_columns(const float* SA, std::size_t na, const float* 
   const simd::Panels<float> pb(xb.data(), nb, d);
   std::vector<TopK> rows, cols;
   detail::best_per_row_and_column(
-      xa, pb, k_row, k_col, num_threads, [](float s, std::size_t, std::size_t) { return s; }, rows, cols);
+      xa, pb, k_row, k_col, num_threads, detail::SameScore{}, rows, cols);
   parallel_for(std::int64_t(na), num_threads, [&](std::int64_t i, int) {
     write_topk(rows[std::size_t(i)], k_row, row_scores + std::size_t(i) * k_row, row_idx + std::size_t(i) * k_row);
   });
@@ -178,8 +207,113 @@ inline void topk_rows_and_columns(const float* SA, std::size_t na, const float* 
   });
 }
 
-// SA (na, d), SB (nb, d); masks: 1 = excluded. Two sweeps: the first finds
-// r_A and r_B, the second the CSLS top-k of every row and column.
+namespace detail {
+
+// One side of csls_mutual_topk: row i of `self` against every row j of `other`,
+// CSLS(i, j) = 2 s_ij - r_A - r_B with r_self[i] and r_other[j] in their places.
+struct CslsSide {
+  const std::vector<const float*>& x_self;
+  const std::vector<const float*>& x_other;
+  const std::vector<double>& r_self;
+  const std::vector<double>& r_other;
+  bool a_side;  // self is A (its r comes first in csls_value)
+  std::size_t d;
+  int num_threads;
+
+  float value(float s, std::size_t i, std::size_t j) const {
+    return a_side ? csls_value(s, r_self[i], r_other[j]) : csls_value(s, r_other[j], r_self[i]);
+  }
+  // The least a column's r could be for the bound (see certify).
+  float bound(float s_worst, std::size_t i, double r_least) const {
+    return a_side ? csls_value(s_worst, r_self[i], r_least) : csls_value(s_worst, r_least, r_self[i]);
+  }
+
+  // Each row's CSLS top-kk from its similarity list (sorted, best first, m >=
+  // kk entries). A column j off the list has s_ij <= s_m, the list's worst, so
+  // CSLS(i, j) <= bound(s_m, i, min r_other) (csls_value rounds monotonically).
+  // Rows whose kk-th best is not strictly above that bound (a tie could hide a
+  // lower index off the list), and whose list does not hold every column, are
+  // certified in two more steps: first against the columns of least r (scored
+  // exactly, so the bound may use the next r up), then, for rows still open,
+  // against every column.
+  std::vector<TopK> top_k(const std::vector<TopK>& lists, std::size_t kk, const simd::Panels<float>* p_other) const {
+    const std::size_t n = lists.size(), n_other = x_other.size();
+    std::vector<TopK> out(n, TopK(kk));
+    parallel_for(std::int64_t(n), num_threads, [&](std::int64_t ii, int) {
+      const std::size_t i = std::size_t(ii);
+      for (const Scored& c : lists[i].items()) out[i].push(value(c.score, i, std::size_t(c.index)), c.index);
+    });
+    std::vector<double> r_sorted(r_other);
+    std::sort(r_sorted.begin(), r_sorted.end());
+    auto open_at = [&](const std::vector<std::size_t>& rows, double r_least) {
+      std::vector<std::size_t> open;
+      for (std::size_t i : rows) {
+        const auto& cand = lists[i].items();
+        if (cand.size() < n_other && !(out[i].items().front().score > bound(cand.back().score, i, r_least)))
+          open.push_back(i);
+      }
+      return open;
+    };
+    std::vector<std::size_t> all(n);
+    for (std::size_t i = 0; i < n; ++i) all[i] = i;
+    std::vector<std::size_t> open = open_at(all, r_sorted.front());
+    if (open.empty()) return out;
+
+    // The columns of least r, as many as minimise the work left: |low| x |open|
+    // products now plus n_other per row still open after them.
+    double best_cost = double(open.size()) * double(n_other), best_cut = r_sorted.front();
+    for (std::size_t p = std::max<std::size_t>(1, n_other / 256); p < n_other / 2; p *= 2) {
+      const double cut = r_sorted[p];
+      const double cost = double(p) * double(open.size()) + double(open_at(open, cut).size()) * double(n_other);
+      if (cost < best_cost) best_cost = cost, best_cut = cut;
+    }
+    if (best_cut > r_sorted.front()) {
+      std::vector<std::size_t> low;
+      std::vector<char> is_low(n_other, 0);
+      for (std::size_t j = 0; j < n_other; ++j)
+        if (r_other[j] < best_cut) low.push_back(j), is_low[j] = 1;
+      std::vector<const float*> xl(low.size()), xo(open.size());
+      for (std::size_t t = 0; t < low.size(); ++t) xl[t] = x_other[low[t]];
+      for (std::size_t u = 0; u < open.size(); ++u) xo[u] = x_self[open[u]];
+      const simd::Panels<float> pl(xl.data(), low.size(), d);
+      std::vector<TopK> exact, none;
+      best_per_row_and_column(
+          xo, pl, std::min(kk, low.size()), 0, num_threads,
+          [&](float s, std::size_t u, std::size_t t) { return value(s, open[u], low[t]); }, exact, none);
+      parallel_for(std::int64_t(open.size()), num_threads, [&](std::int64_t uu, int) {
+        const std::size_t u = std::size_t(uu), i = open[u];
+        TopK merged(kk);  // low is increasing, so its local indices rank ties as the global ones
+        for (const Scored& c : exact[u].items()) merged.push(c.score, std::int64_t(low[std::size_t(c.index)]));
+        for (const Scored& c : lists[i].items())
+          if (!is_low[std::size_t(c.index)]) merged.push(value(c.score, i, std::size_t(c.index)), c.index);
+        out[i] = std::move(merged);
+      });
+      open = open_at(open, best_cut);
+      if (open.empty()) return out;
+    }
+
+    std::optional<simd::Panels<float>> packed;
+    if (!p_other) p_other = &packed.emplace(x_other.data(), n_other, d);
+    std::vector<const float*> xo(open.size());
+    for (std::size_t u = 0; u < open.size(); ++u) xo[u] = x_self[open[u]];
+    std::vector<TopK> exact, none;
+    best_per_row_and_column(
+        xo, *p_other, kk, 0, num_threads, [&](float s, std::size_t u, std::size_t j) { return value(s, open[u], j); },
+        exact, none);
+    for (std::size_t u = 0; u < open.size(); ++u) out[open[u]] = std::move(exact[u]);
+    return out;
+  }
+};
+
+}  // namespace detail
+
+// SA (na, d), SB (nb, d); masks: 1 = excluded. One sweep keeps each row's and
+// each column's max(csls_k, k) best similarities; r_A and r_B come
+// from them, and so does each side's CSLS top-k wherever a bound certifies it
+// (CslsSide::top_k). The rows and columns left open get their exact CSLS top-k
+// from sweeps of those rows (columns) alone, with the same similarity bits (a
+// product's FMA chain does not depend on which side is packed), so the result
+// is that of scoring every pair.
 inline CslsResult csls_mutual_topk(const float* SA, std::size_t na_all, const float* SB, std::size_t nb_all,
                                    std::size_t d, std::size_t k, std::size_t csls_k, const std::uint8_t* mask_a,
                                    const std::uint8_t* mask_b, int num_threads) {
@@ -197,17 +331,16 @@ inline CslsResult csls_mutual_topk(const float* SA, std::size_t na_all, const fl
 
   const std::size_t kca = std::min(csls_k, nb), kcb = std::min(csls_k, na);
   const std::size_t kka = std::min(k, nb), kkb = std::min(k, na);
-
-  std::vector<TopK> rows, cols;
+  std::vector<TopK> lists_a, lists_b;
   detail::best_per_row_and_column(
-      xa, pb, kca, kcb, num_threads, [](float s, std::size_t, std::size_t) { return s; }, rows, cols);
+      xa, pb, std::max(kca, kka), std::max(kcb, kkb), num_threads,
+      detail::SameScore{}, lists_a, lists_b);
   std::vector<double> ra(na), rb(nb);
-  for (std::size_t i = 0; i < na; ++i) ra[i] = detail::mean_best(rows[i], kca);
-  for (std::size_t j = 0; j < nb; ++j) rb[j] = detail::mean_best(cols[j], kcb);
+  for (std::size_t i = 0; i < na; ++i) ra[i] = detail::mean_best(lists_a[i], kca);
+  for (std::size_t j = 0; j < nb; ++j) rb[j] = detail::mean_best(lists_b[j], kcb);
 
-  detail::best_per_row_and_column(
-      xa, pb, kka, kkb, num_threads,
-      [&](float s, std::size_t i, std::size_t j) { return detail::csls_value(s, ra[i], rb[j]); }, rows, cols);
+  const std::vector<TopK> rows = detail::CslsSide{xa, xb, ra, rb, true, d, num_threads}.top_k(lists_a, kka, &pb);
+  const std::vector<TopK> cols = detail::CslsSide{xb, xa, rb, ra, false, d, num_threads}.top_k(lists_b, kkb, nullptr);
 
   // Mutual pairs, then greedy one-to-one by CSLS.
   detail::MutualPairs mutual;
