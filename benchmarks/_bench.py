@@ -27,6 +27,22 @@ def unit_rows(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
     return x
 
 
+def clustered_unit_rows(rng: np.random.Generator, q: int, n: int, d: int):
+    """(q query rows, n document rows), unit length and clustered like sentence embeddings.
+
+    Anisotropic spectrum, a component every row shares, 500 centroids; each
+    query is a document plus a little noise.
+    """
+    spectrum = (1.0 + np.arange(d)) ** -0.5
+    common = rng.standard_normal(d) * spectrum
+    centroids = rng.standard_normal((500, d)) * spectrum
+    docs = 1.5 * common + centroids[rng.integers(0, 500, n)] + 0.7 * rng.standard_normal((n, d)) * spectrum
+    docs = docs.astype(np.float32)
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    queries = docs[rng.integers(0, n, q)] + 0.05 * rng.standard_normal((q, d)).astype(np.float32)
+    return queries / np.linalg.norm(queries, axis=1, keepdims=True), docs
+
+
 def run(benchmark, fn, *args, role: str, flops: float, primary: bool = False, **kwargs):
     """Time ``fn(*args, **kwargs)`` for ROUNDS rounds and record the role and FLOP count for report.py."""
     benchmark.extra_info.update(role=role, flops=float(flops), primary=primary, scale=SCALE)

@@ -1,6 +1,8 @@
 """Probit top-k (UEC scoring): the fused C++ kernel against numpy, torch and faiss, plus plain sgemm.
 
-Two variance regimes at the sizes of docs/kernel_benchmarks.md (Q=1000, N=100k, D=384, k=10):
+Three variance regimes at the sizes of docs/kernel_benchmarks.md (Q=1000, N=100k, D=384, k=10),
+on clustered unit means (``_bench.clustered_unit_rows``: 500 centroids on an
+anisotropic spectrum, each query a document plus noise):
 ``kron`` - variances like real Kronecker-factored posteriors, 0.016 U(0.5, 1.5)
 (the realistic regime), ``wide`` - U(0, 0.5), where the score bound is
 loose and pruning cannot skip the variance term, and ``zero`` - no variance on
@@ -29,7 +31,7 @@ import numpy as np
 import pytest
 
 import crossembed as ce
-from _bench import run, size, unit_rows
+from _bench import clustered_unit_rows, run, size, unit_rows
 from crossembed.baselines import faiss_flat_topk, numpy_probit_docs, numpy_probit_topk, torch_probit_topk
 
 Q, N, D, K = size("probit_q", 1000, 64), size("probit_n", 100_000, 5000), size("probit_d", 384, 384), 10
@@ -44,8 +46,8 @@ def _gaussians(rng, n, lo, hi):
 
 @pytest.fixture(scope="module")
 def means():
-    rng = np.random.default_rng(1)
-    return unit_rows(rng, Q, D), unit_rows(rng, N, D)
+    """Clustered unit means (like sentence embeddings): the documents' best scores stand out as in real searches."""
+    return clustered_unit_rows(np.random.default_rng(1), Q, N, D)
 
 
 @pytest.fixture(scope="module", params=list(REGIMES))

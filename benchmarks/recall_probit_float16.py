@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 import crossembed as ce
+from _bench import clustered_unit_rows
 
 KRON = (0.016 * 0.5, 0.016 * 1.5)
 
@@ -38,13 +39,7 @@ def means(kind: str, rng: np.random.Generator, q: int, n: int, d: int):
         )
     if kind != "clustered":
         raise ValueError(f"kind must be 'isotropic' or 'clustered', got {kind!r}")
-    spectrum = (1.0 + np.arange(d)) ** -0.5  # anisotropic, like sentence embeddings
-    common = rng.standard_normal(d) * spectrum
-    centroids = rng.standard_normal((500, d)) * spectrum
-    docs = 1.5 * common + centroids[rng.integers(0, 500, n)] + 0.7 * rng.standard_normal((n, d)) * spectrum
-    docs = _unit(docs.astype(np.float32))
-    queries = docs[rng.integers(0, n, q)] + 0.05 * rng.standard_normal((q, d)).astype(np.float32)
-    return _unit(queries), docs
+    return clustered_unit_rows(rng, q, n, d)
 
 
 def _best_time(fn, rounds: int) -> float:
