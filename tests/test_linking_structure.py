@@ -87,7 +87,12 @@ def test_objects_report_their_config():
         "refresh": 0.1,
         "reuse": None,
     }
-    assert ValidatedPromotion().get_config()["final_pass"] == {"kind": "map", "lam": 1.0, "score_filter": True}
+    assert ValidatedPromotion().get_config()["final_pass"] == {
+        "kind": "map",
+        "lam": 1.0,
+        "score_filter": True,
+        "check": {"kind": "crossfit", "folds": 5, "max_rounds": 4, "tol": 0.02, "rows": 20_000, "lam": 1.0},
+    }
 
 
 def test_paper_promotes_on_the_threshold_capped_does_not(problem):

@@ -4,7 +4,8 @@
   signatures, CSLS mutual top-k votes, Beta posterior, bootstrap). Each
   choice is an object: growth rules (:class:`ValidatedPromotion`,
   :class:`PaperPromotion`, :class:`CappedPromotion`) and their final passes
-  (:class:`MapPass`, :class:`FoldPass`), the stop rule (:class:`StopRule`),
+  (:class:`MapPass` with its no-partner check :class:`CrossFitCheck`,
+  :class:`FoldPass`), the stop rule (:class:`StopRule`),
   candidate sources (:class:`AutoCandidates`, :class:`ExactCandidates`,
   :class:`PoolCandidates`, :class:`CellCandidates`, :class:`AnnCandidates`),
   the row sample (:class:`RowSample`), the schedule (:class:`Schedule`),
@@ -41,6 +42,7 @@ from crossembed.linking.result import LinkResult
 from crossembed.linking.sampling import RowSample
 from crossembed.linking.schedule import Schedule
 from crossembed.linking.stopping import StopRule
+from crossembed.linking.verify import CrossFitCheck
 from crossembed.linking.views import (
     CosineSignatures,
     FarthestPointViews,
@@ -59,6 +61,7 @@ __all__ = [
     "CellCandidates",
     "Center",
     "CosineSignatures",
+    "CrossFitCheck",
     "ExactCandidates",
     "ExactProposer",
     "FarthestPointViews",

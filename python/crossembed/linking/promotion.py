@@ -45,6 +45,7 @@ from crossembed.linking._fit import FitState
 from crossembed.linking.pairs import contains, count_new, greedy_one_to_one, merge_views, positions, rank_by
 from crossembed.linking.proposers import Proposer
 from crossembed.linking.refine import map_links
+from crossembed.linking.verify import CrossFitCheck
 
 __all__ = [
     "PROMOTIONS",
@@ -199,6 +200,9 @@ class CappedPromotion(PaperPromotion):
             yield fit.view(geo, subset_size, sub)
 
 
+_CHECK = CrossFitCheck()  # the default no-partner decision (settings only, shared)
+
+
 class MapPass(Configured):
     """Final pass: relink every row through a ridge map fitted on the pool (:func:`~crossembed.linking.refine.map_links`).
 
@@ -210,23 +214,33 @@ class MapPass(Configured):
         Drop links whose CSLS score falls in the lower Otsu class: rows whose
         object is missing on the other side still find a mutual neighbour,
         with lower scores (default True).
+    check : CrossFitCheck or None
+        The no-partner decision on the pool before the map is fitted: only
+        links that a map fitted without them re-finds are kept
+        (:class:`~crossembed.linking.verify.CrossFitCheck`, the default); None
+        fits the map on the whole pool.
     """
 
     kind = "map"
     #: links every row from the pool alone, so the rounds may run on a row sample
     links_every_row = True
 
-    def __init__(self, *, lam: float = 1.0, score_filter: bool = True):
+    def __init__(self, *, lam: float = 1.0, score_filter: bool = True, check: Optional[Any] = _CHECK):
         self.lam = check_positive(lam, "lam")
         self.score_filter = bool(score_filter)
+        self.check = check_plugin(check, "check", ("__call__",), "CrossFitCheck()", optional=True)
 
     def run(self, fit: FitState, propose: Proposer) -> Info:
         """Replace ``fit``'s links by the map's; returns the pass's history entry (``propose`` is unused)."""
         links = fit.links
+        anchors = fit.pool()
+        if self.check is not None:
+            kept = self.check(fit.A, fit.B, links, fit.seeds, fit.rng, num_threads=fit.num_threads)
+            anchors = np.concatenate([fit.seeds, kept]) if len(kept) else anchors
         final, _, thr = map_links(
             fit.A,
             fit.B,
-            fit.pool(),
+            anchors,
             exclude_a=fit.seeds[:, 0],
             exclude_b=fit.seeds[:, 1],
             lam=self.lam,
@@ -238,7 +252,7 @@ class MapPass(Configured):
         info: Info = {
             "pool": len(links) + fit.n_seeds,
             "views": 1,
-            "anchors": len(links) + fit.n_seeds,
+            "anchors": len(anchors),
             "proposals": len(final),
             "final_pass": "map",
             "threshold": thr,

@@ -21,7 +21,7 @@ from crossembed import kernels
 from crossembed.linking._inputs import unit_rows
 from crossembed.linking.cells import CELLS_PER_ROW, cell_candidate_lists, nearest_cells
 
-__all__ = ["ridge_map", "map_links"]
+__all__ = ["ridge_map", "map_links", "map_propose"]
 
 
 def ridge_map(X: np.ndarray, Y: np.ndarray, *, lam: float = 1.0) -> np.ndarray:
@@ -53,7 +53,9 @@ def _cell_centres(fit_on: np.ndarray, n_b: int, n_rows: int) -> np.ndarray:
     return centres
 
 
-def _propose(A, B, W, *, csls_k, exclude_a, exclude_b, num_threads, cells_of=None):
+def map_propose(A, B, W, *, exclude_a, exclude_b, csls_k: int = 10, num_threads=None, cells_of=None):
+    """Mutual CSLS pairs ``(P, 2)`` and scores between ``A W`` (unit rows) and ``B``; with ``cells_of``
+    (B rows centring cells) only pairs sharing a cell are scored."""
     FA = unit_rows(A @ W)
     if cells_of is None:
         return kernels.csls_mutual_topk(
@@ -123,7 +125,7 @@ def map_links(
     for _ in range(refits + 1):
         W = ridge_map(A[fit_on[:, 0]], B[fit_on[:, 1]], lam=lam)
         centres = _cell_centres(fit_on, len(B), max(len(A), len(B))) if cells else None
-        pairs, scores = _propose(
+        pairs, scores = map_propose(
             A, B, W, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=num_threads, cells_of=centres
         )
         if score_filter and len(pairs) > 1:
