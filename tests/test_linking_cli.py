@@ -122,6 +122,11 @@ def test_table_rendering_and_markers(tmp_path):
     ]
     md = render_markdown(recs)
     assert "| geh-validated | 50.0 ± 0.0 |" in md and "5.0x" in md
+    assert "by overlap" not in md  # one overlap: no overlap columns
+    low = [dict(r, alpha=0.1, f1=0.2 + 0.1 * r["draw"], precision=0.9) for r in recs if r["method"] == "geh-validated"]
+    md2 = render_markdown(recs + low)
+    assert "| pair | alpha 0.1 | alpha 0.3 |" in md2
+    assert "| x ↔ y | 25.0 ± 5.0 (90.0 / 50.0) [2] | 50.0 ± 0.0 (50.0 / 50.0) [2] |" in md2
     doc = tmp_path / "linking.md"
     doc.write_text("# Title\n\ntext\n")
     replace_block(doc, "link-table", md)
