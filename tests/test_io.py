@@ -217,6 +217,9 @@ def test_raw_version_3_files_stream_memory_map_and_detect_corruption(tmp_path):
         for k, v in arrays.items():
             assert back[k].dtype == v.dtype
             np.testing.assert_array_equal(back[k], v)
+    back, _ = load_arrays(p, KIND, mmap={"h"})  # only the named arrays mapped
+    assert isinstance(back["h"], np.memmap) and not isinstance(back["a"], np.memmap)
+    np.testing.assert_array_equal(back["h"], arrays["h"])
     blob = p.read_bytes()
     for bad in (blob[:-3], blob[:40] + bytes([blob[40] ^ 1]) + blob[41:], blob[:-50] + b"\x01" + blob[-49:]):
         (tmp_path / "b.bin").write_bytes(bad)

@@ -43,7 +43,7 @@ import time
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, Dict, Iterator, Tuple, Union
+from typing import Any, BinaryIO, Collection, Dict, Iterator, Tuple, Union
 
 import numpy as np
 
@@ -275,7 +275,7 @@ def _load_raw(path: Path, fh: BinaryIO, size: int, start: int, header: Dict[str,
     arrays = {}
     for name, (dtype, shape, offset) in _raw_table(path, header).items():
         count = int(np.prod(shape, dtype=np.int64))
-        if mmap and count:
+        if count and (mmap is True or (mmap is not False and name in mmap)):
             arrays[name] = np.memmap(path, dtype=dtype, mode="r", offset=data_start + offset, shape=shape)
         else:
             fh.seek(data_start + offset)
@@ -283,11 +283,14 @@ def _load_raw(path: Path, fh: BinaryIO, size: int, start: int, header: Dict[str,
     return arrays
 
 
-def load_arrays(path: PathLike, kind: str, *, mmap: bool = False) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
+def load_arrays(
+    path: PathLike, kind: str, *, mmap: Union[bool, Collection[str]] = False
+) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
     """Load a file written by :func:`save_arrays` or :func:`save_raw_arrays`; raise CorruptFileError on any mismatch.
 
     With ``mmap=True`` a version 3 file's arrays are read-only memory maps
-    (its digest is still checked, by a streamed read); a version 2 file is
+    (its digest is still checked, by a streamed read); a collection of names
+    maps only those arrays (default False: none). A version 2 file is
     read into memory either way. Any other version raises CorruptFileError
     naming the version found and the ones supported.
     """

@@ -129,13 +129,28 @@ def _check_scoring(scoring, ensemble: Optional[UECEnsemble]):
 
 
 def _write_graph_file(graph: np.ndarray) -> str:
-    """The saved graph bytes as a temporary file for :meth:`MeanGraph.load` (streamed: the bytes may be a memory map)."""
+    """The saved graph bytes as a temporary file for :meth:`MeanGraph.load`.
+
+    A memory map is copied from its file in 16 MiB reads, so its pages never
+    become resident: loading holds the graph once, not twice.
+    """
     fd, tmp = tempfile.mkstemp(suffix=".hnsw")
     try:
         with os.fdopen(fd, "wb") as fh:
-            flat = np.asarray(graph).reshape(-1)
-            for s in range(0, flat.size, 1 << 26):
-                fh.write(memoryview(np.ascontiguousarray(flat[s : s + (1 << 26)])))
+            if isinstance(graph, np.memmap) and graph.filename is not None:
+                with open(graph.filename, "rb") as src:
+                    src.seek(graph.offset)
+                    left = graph.nbytes
+                    while left:
+                        chunk = src.read(min(left, 1 << 24))
+                        if not chunk:
+                            raise CorruptFileError(f"{graph.filename}: graph bytes end early (truncated?)")
+                        fh.write(chunk)
+                        left -= len(chunk)
+            else:
+                flat = np.asarray(graph).reshape(-1)
+                for s in range(0, flat.size, 1 << 26):
+                    fh.write(memoryview(np.ascontiguousarray(flat[s : s + (1 << 26)])))
     except BaseException:
         os.unlink(tmp)
         raise
@@ -861,7 +876,8 @@ class UECIndex:
             raise TypeError(f"ensemble must be a UECEnsemble, got {type(ensemble).__name__}")
         if not path.is_file():
             raise FileNotFoundError(f"no index file at {str(path)!r}")
-        arrays, meta = load_arrays(path, _KIND, mmap=mmap)
+        # the graph is always mapped: it is copied from the file into MeanGraph, never read into memory whole
+        arrays, meta = load_arrays(path, _KIND, mmap=True if mmap else {"graph"})
         version = meta.get("index_version")
         if version != INDEX_VERSION:
             raise ValueError(
