@@ -218,6 +218,17 @@ def test_heads_train_and_beat_their_initialisation():
     assert np.isfinite(res.history["loss"]).all()
 
 
+def test_majority_floor_counts_every_category_of_a_drawing():
+    from crossembed.hyperbolic.feature_eval import majority_by_level
+
+    fs = _feature_set(n=6)
+    fs.categories = [(("a", "x"),), (("a", "y"),), (("b", "z"),), (("b", "z"), ("a", "x")), (("a", "y"),), (("c",),)]
+    fs.__dict__.pop("nodes", None)  # categories changed: recompute the cached tree
+    floor = majority_by_level(fs, np.arange(6))
+    assert floor[1] == pytest.approx(4 / 6)  # "a" (drawing 3 counts for "a" and "b")
+    assert floor[2] == pytest.approx(2 / 5)  # ("a","x") or ("a","y") or ("b","z"), each 2 of the 5 deep drawings
+
+
 def test_train_refuses_a_custom_model_with_checkpoints(tmp_path):
     fs = _feature_set()
     cfg = TrainConfig(model="clip", steps=2, batch_size=8, encoder=_enc())

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from crossembed._io import atomic_write
 from crossembed.data.clipart import held_out
-from crossembed.hyperbolic.feature_eval import evaluate_features
+from crossembed.hyperbolic.feature_eval import evaluate_features, majority_by_level
 from crossembed.hyperbolic.features import FeatureSet, describe
 from crossembed.hyperbolic.heads import FeatureBatches, head_towers
 from crossembed.hyperbolic.losses import MODEL_NAMES
@@ -112,7 +112,9 @@ def run_openclipart(
             bar.update(1)
     bar.close()
     names = (UNTRAINED, *models)
+    majority = {p: {f"{p}zs_L{k}": v for k, v in majority_by_level(fs, rows).items()} for p, (fs, rows) in sets.items()}
     return {
+        "majority": {k: v for m in majority.values() for k, v in m.items()},
         "runs": runs,
         "summary": {n: _summary([r for r in runs if r["model"] == n]) for n in names},
         "config": base.get_config(),
@@ -213,6 +215,8 @@ def _table(result: Dict, prefix: str) -> List[str]:
     lines = ["| model | " + " | ".join(head + [_LABELS[k] for k in _MAIN]) + " |", "|---|" + "---|" * len(keys)]
     for name, summ in s.items():
         lines.append(f"| {name} | " + " | ".join(_fmt(summ.get(prefix + k, (np.nan, 0)), k) for k in keys) + " |")
+    floor = [_fmt((result["majority"].get(prefix + k, np.nan), 0.0), k) if k in zs else "" for k in keys]
+    lines.append("| most frequent class | " + " | ".join(c.replace(" ± 0.0", "") for c in floor) + " |")
     return lines
 
 

@@ -32,7 +32,7 @@ from crossembed.hyperbolic.heads import text_ids
 from crossembed.hyperbolic.losses import entailment_loss
 from crossembed.hyperbolic.model import CompositionalModel
 
-__all__ = ["evaluate_features", "zero_shot_by_level"]
+__all__ = ["evaluate_features", "zero_shot_by_level", "majority_by_level"]
 
 
 @torch.no_grad()
@@ -80,6 +80,21 @@ def zero_shot_by_level(
         picked = [features.nodes[cls[j]] for j in idx[:, 0]]
         hits = [p in t for p, t in zip(picked, (t for t in truth if t))]
         out[level] = {"acc": float(np.mean(hits)), "n": int(has.sum()), "classes": int(len(cls))}
+    return out
+
+
+def majority_by_level(features: FeatureSet, rows: Sequence[int]) -> Dict[int, float]:
+    """``{depth: accuracy}`` of always answering the depth's most frequent node among ``rows`` (the floor
+    a zero-shot accuracy has to beat; scored like :func:`zero_shot_by_level`)."""
+    out = {}
+    for level in range(1, max(len(n) for n in features.nodes) + 1):
+        truth = [t for t in ({c[:level] for c in features.categories[d] if len(c) >= level} for d in rows) if t]
+        if truth:
+            counts: Dict = {}
+            for t in truth:
+                for node in t:
+                    counts[node] = counts.get(node, 0) + 1
+            out[level] = max(counts.values()) / len(truth)
     return out
 
 
