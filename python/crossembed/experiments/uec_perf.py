@@ -242,6 +242,20 @@ def _load_saved(
     return index, q, built
 
 
+def _built_index(
+    chunks: Iterator[GaussianEmbedding], n_docs: int, options: Dict[str, Any], saved: Optional[Path], progress: bool
+) -> Tuple[UECIndex, GaussianEmbedding, Dict[str, Any]]:
+    """The index, the queries and the build record: read from ``saved`` when it exists, else built (and saved there)."""
+    if saved is not None and saved.exists():
+        return _load_saved(saved, chunks, n_docs, options["num_threads"])
+    t0 = time.perf_counter()
+    index, q = _index_in_chunks(chunks, n_docs, options, progress)
+    built = {"build_seconds": time.perf_counter() - t0, "build_peak_rss_bytes": _peak_rss()}
+    if saved is not None:
+        _save(saved, index, built)
+    return index, q, built
+
+
 def _memory_record(index: UECIndex, n_docs: int, dim: int) -> Dict[str, Any]:
     """The index's own account of its memory, per document, and the raw float32 means it holds."""
     mem = index.memory_usage()
@@ -302,50 +316,32 @@ def benchmark_search(
     they are kept (both paths score on them) and exact QPS is that of a second
     call (the kernel's throughput); else both paths prepare per call and exact
     QPS is the first call's. Peak memory is this process's peak RSS (run one
-    size per process for per-size figures).
-
-    ``index_dir`` (default None: build every time) keeps built indexes: an
-    index built with the same size, dtype, variances, graph and seed is read
-    from there instead of rebuilt (its recorded build time and build peak are
-    reported), and a new one is saved there. A 1M x 1152 build takes about an
-    hour on 2 cores; the search settings can then be measured in minutes.
+    size per process for per-size figures). ``index_dir`` (default None: build
+    every time) keeps built indexes: one built with the same size, dtype,
+    variances, graph and seed is read from there (its recorded build time and
+    build peak reported), a new one is saved there.
     """
     efs = [2 * m for m in reranks] if efs is None else list(efs)
     if len(efs) != len(reranks):
         raise ValueError(f"efs must have one value per rerank ({len(reranks)}), got {len(efs)}")
-    # bounded float64 per step
     chunks = synthetic_chunks(n_docs + n_queries, dim, var_scale=var_scale, seed=seed, chunk=25_000)
     options = {"M": M, "ef_construction": ef_construction, "rerank": max(reranks), "dtype": dtype}
     options.update(panel_cache_bytes=panel_cache_bytes, num_threads=num_threads)
     rss0, now0 = _peak_rss(), _rss()
-    saved = None if index_dir is None else Path(index_dir) / _saved_name(n_docs, dim, dtype, var_scale, M, ef_construction, seed)
-    if saved is not None and saved.exists():
-        index, q, built = _load_saved(saved, chunks, n_docs, num_threads)
-        build_s, build_peak = built["build_seconds"], built["build_peak_rss_bytes"]
-    else:
-        t0 = time.perf_counter()
-        index, q = _index_in_chunks(chunks, n_docs, options, show_progress_bar)
-        build_s = time.perf_counter() - t0
-        build_peak = _peak_rss()
-        if saved is not None:
-            _save(saved, index, {"build_seconds": build_s, "build_peak_rss_bytes": build_peak})
+    name = _saved_name(n_docs, dim, dtype, var_scale, M, ef_construction, seed)
+    saved = None if index_dir is None else Path(index_dir) / name
+    index, q, built = _built_index(chunks, n_docs, options, saved, show_progress_bar)
     gc.collect()
     index_rss = _rss() - now0 - q.mean.nbytes - q.var.nbytes  # what building left resident: the index
     exact, exact_cold_s, exact_s = _time_exact(index, q, k, num_threads)
     out: Dict[str, Any] = {
-        "n_docs": n_docs,
-        "dim": dim,
-        "dtype": dtype,
-        "var_scale": var_scale,
-        "n_queries": n_queries,
-        "k": k,
-        "M": M,
+        **dict(n_docs=n_docs, dim=dim, dtype=dtype, var_scale=var_scale, n_queries=n_queries, k=k, M=M),
         "ef_construction": ef_construction,
-        "build_seconds": build_s,
+        "build_seconds": built["build_seconds"],
         "exact_qps": n_queries / exact_s,
         "exact_cold_qps": n_queries / exact_cold_s,
         **_memory_record(index, n_docs, dim),
-        "build_peak_rss_bytes": build_peak,
+        "build_peak_rss_bytes": built["build_peak_rss_bytes"],
         "start_peak_rss_bytes": rss0,
         "index_rss_bytes": index_rss,
         "ann": [],
