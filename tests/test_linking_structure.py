@@ -10,6 +10,7 @@ from crossembed import reference
 from crossembed.baselines import numpy_greedy_one_to_one
 from crossembed.linking import (
     CappedPromotion,
+    CrossFitCheck,
     GEHLinker,
     MapPass,
     PaperPromotion,
@@ -91,8 +92,10 @@ def test_objects_report_their_config():
         "kind": "map",
         "lam": 1.0,
         "score_filter": True,
-        "check": {"kind": "crossfit", "folds": 5, "max_rounds": 4, "tol": 0.02, "rows": 20_000, "lam": 1.0},
+        "check": None,
     }
+    checked = MapPass(check=CrossFitCheck()).get_config()["check"]
+    assert checked == {"kind": "crossfit", "folds": 5, "max_rounds": 4, "tol": 0.02, "rows": 20_000, "lam": 1.0}
 
 
 def test_paper_promotes_on_the_threshold_capped_does_not(problem):

@@ -53,10 +53,10 @@ def test_check_keeps_rows_in_its_row_cap_and_small_pools_pass_through():
     np.testing.assert_array_equal(CrossFitCheck(folds=5)(A, B, tiny, split.seeds, rng), tiny)
 
 
-def test_map_pass_check_is_an_object_and_none_turns_it_off():
-    assert isinstance(MapPass().check, CrossFitCheck)
-    assert MapPass(check=None).check is None
-    assert MapPass().get_config()["check"]["kind"] == "crossfit"
+def test_map_pass_check_is_an_object_and_off_by_default():
+    assert MapPass().check is None  # the default fits the map on the whole pool
+    assert isinstance(MapPass(check=CrossFitCheck()).check, CrossFitCheck)
+    assert MapPass(check=CrossFitCheck()).get_config()["check"]["kind"] == "crossfit"
     for bad in (CrossFitCheck, "crossfit", 5):
         with pytest.raises(TypeError, match="check"):
             MapPass(check=bad)

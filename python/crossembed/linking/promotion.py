@@ -45,7 +45,6 @@ from crossembed.linking._fit import FitState
 from crossembed.linking.pairs import contains, count_new, greedy_one_to_one, merge_views, positions, rank_by
 from crossembed.linking.proposers import Proposer
 from crossembed.linking.refine import map_links
-from crossembed.linking.verify import CrossFitCheck
 
 __all__ = [
     "PROMOTIONS",
@@ -200,9 +199,6 @@ class CappedPromotion(PaperPromotion):
             yield fit.view(geo, subset_size, sub)
 
 
-_CHECK = CrossFitCheck()  # the default no-partner decision (settings only, shared)
-
-
 class MapPass(Configured):
     """Final pass: relink every row through a ridge map fitted on the pool (:func:`~crossembed.linking.refine.map_links`).
 
@@ -217,15 +213,16 @@ class MapPass(Configured):
     check : CrossFitCheck or None
         The no-partner decision on the pool before the map is fitted: only
         links that a map fitted without them re-finds are kept
-        (:class:`~crossembed.linking.verify.CrossFitCheck`, the default); None
-        fits the map on the whole pool.
+        (:class:`~crossembed.linking.verify.CrossFitCheck`: at low overlap it
+        drops most links between rows that both lack a partner, docs/linking.md);
+        None (default) fits the map on the whole pool.
     """
 
     kind = "map"
     #: links every row from the pool alone, so the rounds may run on a row sample
     links_every_row = True
 
-    def __init__(self, *, lam: float = 1.0, score_filter: bool = True, check: Optional[Any] = _CHECK):
+    def __init__(self, *, lam: float = 1.0, score_filter: bool = True, check: Optional[Any] = None):
         self.lam = check_positive(lam, "lam")
         self.score_filter = bool(score_filter)
         self.check = check_plugin(check, "check", ("__call__",), "CrossFitCheck()", optional=True)
