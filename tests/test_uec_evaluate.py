@@ -182,7 +182,7 @@ def test_perf_reuses_a_saved_index_with_the_same_settings(tmp_path):
     assert again["ann"][0]["recall@10_vs_exact"] == built["ann"][0]["recall@10_vs_exact"]
     benchmark_search(500, 32, **{**kw, "seed": 1})  # another draw is another file
     assert len(list(tmp_path.glob("*.uec"))) == 2
-    saved.with_name(saved.name + ".build.json").write_text("{")
+    saved.with_name(saved.name + ".run").write_bytes(b"not a run file")
     with pytest.raises(ValueError, match="index_dir"):
         benchmark_search(500, 32, **kw)
 

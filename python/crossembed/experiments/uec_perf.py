@@ -8,7 +8,6 @@ synthetic Gaussians of the size of real kron posteriors
 from __future__ import annotations
 
 import gc
-import json
 import math
 import os
 import resource
@@ -21,7 +20,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from crossembed import kernels
-from crossembed._io import atomic_write
+from crossembed._io import load_arrays, save_arrays
 from crossembed.experiments._records import read_checked
 from crossembed.experiments.uec_eval import DEFAULT_MODELS
 from crossembed.uec.ensemble import UECEnsemble
@@ -212,33 +211,33 @@ def _saved_name(n_docs: int, dim: int, dtype: str, var_scale: float, M: int, ef_
     return f"uec_perf_{n_docs}x{dim}_{dtype}_var{var_scale:g}_M{M}_efc{ef_construction}_seed{seed}.uec"
 
 
-def _save(path: Path, index: UECIndex, built: Dict[str, Any]) -> None:
-    """The index and its build record (``<path>.build.json``), each written atomically."""
+_RUN_KIND = "crossembed.uec_perf_run"
+
+
+def _run_file(path: Path) -> Path:
+    return path.with_name(path.name + ".run")
+
+
+def _save(path: Path, index: UECIndex, q: GaussianEmbedding, built: Dict[str, Any]) -> None:
+    """The index, and beside it (``<path>.run``) its queries and build record, each written atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     index.save(path)
-    atomic_write(path.with_name(path.name + ".build.json"), json.dumps(built).encode())
+    save_arrays(_run_file(path), _RUN_KIND, {"mean": q.mean, "var": q.var}, built)
 
 
-def _load_saved(
-    path: Path, chunks: Iterator[GaussianEmbedding], n_docs: int, num_threads
-) -> Tuple[UECIndex, GaussianEmbedding, Dict[str, Any]]:
-    """A saved index, its build record, and the queries: the synthetic rows after the first ``n_docs``."""
-    record = path.with_name(path.name + ".build.json")
+def _load_saved(path: Path, n_docs: int, num_threads) -> Tuple[UECIndex, GaussianEmbedding, Dict[str, Any]]:
+    """A saved index, its queries and its build record (the synthetic rows are not generated again)."""
     try:
-        built = json.loads(record.read_text())
+        arrays, built = load_arrays(_run_file(path), _RUN_KIND)
         built = {key: float(built[key]) for key in ("build_seconds", "build_peak_rss_bytes")}
+        q = GaussianEmbedding(arrays["mean"], arrays["var"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"index_dir: {record} is missing or unreadable ({exc}); delete {path} to rebuild") from exc
+        raise ValueError(
+            f"index_dir: {_run_file(path)} is missing or unreadable ({exc}); delete {path} to rebuild"
+        ) from exc
     index = UECIndex.load(path, num_threads=num_threads)
     if len(index) != n_docs:
         raise ValueError(f"index_dir: {path} holds {len(index)} documents, expected {n_docs}; delete it to rebuild")
-    queries, done = [], 0
-    for part in chunks:
-        skip = min(len(part), n_docs - done)
-        done += skip
-        if skip < len(part):
-            queries.append(part[skip:])
-    q = GaussianEmbedding(np.concatenate([p.mean for p in queries]), np.concatenate([p.var for p in queries]))
     return index, q, built
 
 
@@ -247,12 +246,12 @@ def _built_index(
 ) -> Tuple[UECIndex, GaussianEmbedding, Dict[str, Any]]:
     """The index, the queries and the build record: read from ``saved`` when it exists, else built (and saved there)."""
     if saved is not None and saved.exists():
-        return _load_saved(saved, chunks, n_docs, options["num_threads"])
+        return _load_saved(saved, n_docs, options["num_threads"])
     t0 = time.perf_counter()
     index, q = _index_in_chunks(chunks, n_docs, options, progress)
     built = {"build_seconds": time.perf_counter() - t0, "build_peak_rss_bytes": _peak_rss()}
     if saved is not None:
-        _save(saved, index, built)
+        _save(saved, index, q, built)
     return index, q, built
 
 
