@@ -14,7 +14,7 @@ import numpy as np
 
 from crossembed.kernels import greedy_one_to_one
 
-__all__ = ["count_new", "greedy_one_to_one", "merge_views", "pair_keys", "positions", "rank_by"]
+__all__ = ["count_new", "greedy_one_to_one", "merge_views", "pair_keys", "positions", "rank_by", "row_positions"]
 
 
 def pair_keys(pairs: np.ndarray, n_b: int) -> np.ndarray:
@@ -61,6 +61,13 @@ def contains(pairs: np.ndarray, query: np.ndarray, n_b: int) -> np.ndarray:
 def count_new(new: np.ndarray, old: np.ndarray, n_b: int) -> int:
     """How many pairs of ``new`` are not in ``old``."""
     return int((~contains(old, new, n_b)).sum())
+
+
+def row_positions(rows: np.ndarray, n: int) -> np.ndarray:
+    """``pos[row] = index of row in rows`` over ``n`` rows, -1 for rows not listed."""
+    pos = np.full(n, -1, np.int64)
+    pos[rows] = np.arange(len(rows))
+    return pos
 
 
 def rank_by(primary: np.ndarray, secondary: np.ndarray) -> np.ndarray:

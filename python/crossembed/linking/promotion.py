@@ -42,7 +42,15 @@ from crossembed import kernels
 from crossembed._config import Configured, check_plugin
 from crossembed._validation import check_fraction, check_int, check_positive, resolve_num_threads
 from crossembed.linking._fit import FitState
-from crossembed.linking.pairs import contains, count_new, greedy_one_to_one, merge_views, positions, rank_by
+from crossembed.linking.pairs import (
+    contains,
+    count_new,
+    greedy_one_to_one,
+    merge_views,
+    positions,
+    rank_by,
+    row_positions,
+)
 from crossembed.linking.proposers import Proposer
 from crossembed.linking.refine import map_links
 
@@ -448,7 +456,7 @@ class ValidatedPromotion(PromotionRule):
         those where neither of its rows was an anchor.
         """
         m = len(in_view)
-        pa, pb = _positions_of(pool[:, 0], fit.n_a)[uniq[:, 0]], _positions_of(pool[:, 1], fit.n_b)[uniq[:, 1]]
+        pa, pb = row_positions(pool[:, 0], fit.n_a)[uniq[:, 0]], row_positions(pool[:, 1], fit.n_b)[uniq[:, 1]]
         blocked = (in_view[:, np.maximum(pa, 0)] & (pa >= 0)) | (in_view[:, np.maximum(pb, 0)] & (pb >= 0))
         n_elig = m - blocked.sum(axis=0)
         post = (1.0 + votes) / (2.0 + n_elig)
@@ -477,8 +485,8 @@ def _without_seed_proposals(fit: FitState, proposals):
 
     A proposal touching a seed row is right only if it is the seed pair.
     """
-    seed_pos_a = _positions_of(fit.seeds[:, 0], fit.n_a)
-    seed_pos_b = _positions_of(fit.seeds[:, 1], fit.n_b)
+    seed_pos_a = row_positions(fit.seeds[:, 0], fit.n_a)
+    seed_pos_b = row_positions(fit.seeds[:, 1], fit.n_b)
     kept_pairs, kept_scores = [], []
     correct = wrong = 0
     for pairs, scores in proposals:
@@ -541,13 +549,6 @@ def _significant_drop(hits: float, trials: float, ref_hits: float, ref_trials: f
     p, q = (hits + 1) / (trials + 2), (ref_hits + 1) / (ref_trials + 2)
     se = math.sqrt(p * (1 - p) / (trials + 2) + q * (1 - q) / (ref_trials + 2))
     return q - p > z * se
-
-
-def _positions_of(rows: np.ndarray, n: int) -> np.ndarray:
-    """``pos[row] = index of row in rows``, -1 for rows not listed."""
-    pos = np.full(n, -1, np.int64)
-    pos[rows] = np.arange(len(rows))
-    return pos
 
 
 #: the growth rules by name (the CLI's ``--promotion``)

@@ -27,7 +27,7 @@ import numpy as np
 from crossembed import kernels
 from crossembed._config import Configured
 from crossembed._validation import check_fraction, check_int, check_positive
-from crossembed.linking.pairs import contains
+from crossembed.linking.pairs import contains, count_new, row_positions
 from crossembed.linking.refine import map_propose, ridge_map
 
 __all__ = ["CrossFitCheck"]
@@ -77,14 +77,15 @@ class CrossFitCheck(Configured):
             return links
         rows_a = _rows(len(A), np.concatenate([fixed[:, 0], links[:, 0]]), self.rows, rng)
         rows_b = _rows(len(B), np.concatenate([fixed[:, 1], links[:, 1]]), self.rows, rng)
-        pos_a, pos_b = _positions(rows_a, len(A)), _positions(rows_b, len(B))
+        pos_a, pos_b = row_positions(rows_a, len(A)), row_positions(rows_b, len(B))
         sub_a, sub_b = A[rows_a], B[rows_b]
         sub_fixed = np.stack([pos_a[fixed[:, 0]], pos_b[fixed[:, 1]]], 1)
         cur = np.stack([pos_a[links[:, 0]], pos_b[links[:, 1]]], 1)
         kept = cur
         for _ in range(self.max_rounds):
             kept_now = cur[self._confirmed(sub_a, sub_b, cur, sub_fixed, rng, num_threads)]
-            settled = _changed(kept_now, kept, len(sub_b)) <= self.tol * max(len(kept_now), 1)
+            changed = count_new(kept_now, kept, len(sub_b)) + count_new(kept, kept_now, len(sub_b))
+            settled = changed <= self.tol * max(len(kept_now), 1)
             kept = kept_now
             if settled or len(kept) < self.folds:
                 break
@@ -134,16 +135,3 @@ def _rows(n: int, must: np.ndarray, at_most: int, rng: np.random.Generator) -> n
     rest = np.setdiff1d(np.arange(n), must)
     extra = rng.choice(rest, size=max(0, min(len(rest), at_most - len(must))), replace=False)
     return np.sort(np.concatenate([must, extra]))
-
-
-def _positions(rows: np.ndarray, n: int) -> np.ndarray:
-    pos = np.full(n, -1, np.int64)
-    pos[rows] = np.arange(len(rows))
-    return pos
-
-
-def _changed(new: np.ndarray, old: np.ndarray, n_b: int) -> int:
-    """Links in ``new`` not in ``old`` plus links of ``old`` not in ``new``."""
-    if not len(new) or not len(old):
-        return len(new) + len(old)
-    return int((~contains(old, new, n_b)).sum() + (~contains(new, old, n_b)).sum())
