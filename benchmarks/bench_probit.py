@@ -4,8 +4,9 @@ Three variance regimes at the sizes of docs/kernel_benchmarks.md (Q=1000, N=100k
 on clustered unit means (``_bench.clustered_unit_rows``: 500 centroids on an
 anisotropic spectrum, each query a document plus noise):
 ``kron`` - variances like real Kronecker-factored posteriors, 0.016 U(0.5, 1.5)
-(the realistic regime), ``wide`` - U(0, 0.5), where the score bound is
-loose and pruning cannot skip the variance term, and ``zero`` - no variance on
+(the realistic regime), ``wide`` - U(0, 0.5), where the smallest variance
+is ~0 and only the centred (Cauchy-Schwarz) bound on the variance term lets
+pruning skip it, and ``zero`` - no variance on
 either side (the default ensemble's deterministic embeddings: the score is the
 inner product, so faiss ``IndexFlatIP`` does exactly the same work). Baselines: the stacked
 layout the kernel also uses, as two float32 GEMMs per query block,

@@ -94,6 +94,53 @@ def test_huge_and_tiny_values_on_both_paths(rng):
     np.testing.assert_allclose(scores, -np.sort(-exact, axis=1)[:, :40], rtol=1e-5)
 
 
+def _expected_order(dense, k):
+    """Best k of each row of the kernel's own dense scores: higher first, ties to the lower index."""
+    cols = np.broadcast_to(np.arange(dense.shape[1]), dense.shape)
+    return np.lexsort((cols, -dense), axis=1)[:, :k]
+
+
+@pytest.mark.parametrize("storage", ["float32", "float16"])
+def test_centred_bound_at_equality_prunes_nothing_it_should_keep(rng, storage):
+    """The centred lower bound on sig2 (d xb yb - xr yr per half) is an equality when the rows'
+    deviations from their means point in opposite directions. Here every mean entry is +-1/sqrt(D)
+    (mu^2 constant), every variance row is m + s z with one shared zero-mean z, queries with s < 0
+    and docs with s > 0: the bound is exact for every pair. The docs share three means, so within a
+    mean the order is decided by sig2 alone and each doc's score sits on its own bound: top_k must
+    still be the top k of the dense scores, on every path (a bound 10 % too tight fails this)."""
+    n, q, D, k = 900, 24, 64, 12
+    z = rng.standard_normal(D)
+    z = (z - z.mean()) / np.abs(z - z.mean()).max()
+    signs = rng.choice([-1.0, 1.0], (3, D))
+    mu_c = (signs[rng.integers(0, 3, n)] / np.sqrt(D)).astype(np.float32)
+    mu_q = (signs[rng.integers(0, 3, q)] / np.sqrt(D)).astype(np.float32)
+    v_c = (0.2 + rng.uniform(0.05, 0.19, (n, 1)) * z).astype(np.float32)
+    v_q = (0.2 - rng.uniform(0.05, 0.19, (q, 1)) * z).astype(np.float32)
+    docs = ce.ProbitDocs(mu_c, v_c, storage=storage)
+    scores, idx, dense = assert_paths_agree(docs, mu_q, v_q, k)
+    np.testing.assert_array_equal(idx, _expected_order(dense, k))
+    if storage == "float32":
+        exact = ref.probit_scores(mu_q, v_q, mu_c, v_c)
+        np.testing.assert_allclose(scores, -np.sort(-exact, axis=1)[:, :k], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("spread", [0.0, 0.5, 2.0], ids=["equal", "uniform", "skewed"])
+def test_wide_variance_top_k_on_clustered_means_is_the_dense_top_k(rng, spread):
+    """Clustered means and variances that differ per doc (wide, skewed: a few docs with large
+    variances) give tiles with very different shared bounds; several tiles (256 docs) per chunk."""
+    n, q, D, k = 3000, 40, 48, 10
+    centres = rng.standard_normal((6, D))
+    mu_c = (centres[rng.integers(0, 6, n)] + 0.4 * rng.standard_normal((n, D))).astype(np.float32)
+    mu_c /= np.linalg.norm(mu_c, axis=1, keepdims=True)
+    mu_q = mu_c[rng.integers(0, n, q)] + np.float32(0.05) * rng.standard_normal((q, D)).astype(np.float32)
+    scale = np.exp(spread * rng.standard_normal((n, 1)))
+    v_c = (rng.uniform(0.0, 0.5, (n, D)) * scale).astype(np.float32)
+    v_q = rng.uniform(0.0, 0.5, (q, D)).astype(np.float32)
+    docs = ce.ProbitDocs(mu_c, v_c)
+    scores, idx, dense = assert_paths_agree(docs, mu_q, v_q, k)
+    np.testing.assert_array_equal(idx, _expected_order(dense, k))
+
+
 def test_probit_topk_prepares_per_call_and_probit_docs_is_the_reusable_form(rng):
     mu_c, v_c = _docs(rng, 500, 24, 0.0, 0.1)
     mu_q, v_q = _docs(rng, 6, 24, 0.0, 0.1)

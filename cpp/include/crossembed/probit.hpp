@@ -8,10 +8,18 @@
 // the stacked variance rows [v_c | mu_c^2 + v_c] (zero-padded to a multiple of
 // simd::kTreePad) and per-doc bounds. top_k sweeps (query block x doc tile)
 // tiles (sweep.hpp): mu_s for the tile with the register-blocked GEMM, then
-// sig2_s only for candidates whose score upper bound (from min/max variances)
-// can still enter the query's heap. Pruning is exact: a skipped candidate
-// provably scores below the k-th best. Where the bound is loose (wide
-// variances) most of a tile survives, and the tile's sig2_s are computed at
+// sig2_s only for candidates whose score upper bound can still enter the
+// query's heap. The bound needs a lower bound on sig2_s = <x, y>, x = [mu_q^2 |
+// v_q], y = [v_c | mu_c^2 + v_c]: per half h of length d, with means xb, yb and
+// centred norms xr = |x_h - xb|, yr = |y_h - yb|, <x_h, y_h> = d xb yb +
+// <x_h - xb, y_h - yb> >= d xb yb - xr yr (Cauchy-Schwarz). Variances spread
+// over a range (U(0, 0.5)) make the min-variance bound (vmin_c |mu_q|^2 +
+// vmin_q sum(mu_c^2 + v_c)) ~0 while this one is ~2/3 of sig2_s; the larger of
+// the two is used. A tile's docs share one such bound (their smallest means,
+// largest centred norms), which turns into a per-row bar on mu_s for the SIMD
+// scan. Pruning is exact: a skipped candidate provably scores below the k-th
+// best. Where many candidates survive (the first tiles, before the heaps
+// fill), the tile's sig2_s are computed at
 // GEMM speed, kPR x kPC pairs per register block (pair_dots); where it is
 // tight, one dot per surviving pair. Both give sig2_s as the same tree dot
 // (detail/isa_impl.hpp), so top_k, rerank and the dense scores agree bit for
@@ -57,6 +65,48 @@ inline std::size_t probit_stacked_len(std::size_t d) {
   return (2 * d + simd::kTreePad - 1) / simd::kTreePad * simd::kTreePad;
 }
 
+// Mean and centred norm of each half of a stacked row (length 2d), for the
+// Cauchy-Schwarz lower bound on sig2_s (see the top). Computed in double from
+// the stored values, two passes (no cancellation in the centred norm).
+struct HalfMoments {
+  double mean[2] = {0, 0}, spread[2] = {0, 0};
+  template <class S>
+  static HalfMoments of(const S* row, std::size_t d) {
+    HalfMoments m;
+    for (int h = 0; h < 2; ++h) {
+      const S* x = row + std::size_t(h) * d;
+      double sum = 0, ss = 0;
+      for (std::size_t j = 0; j < d; ++j) sum += value(x[j]);
+      const double mean = d ? sum / double(d) : 0.0;
+      for (std::size_t j = 0; j < d; ++j) ss += (value(x[j]) - mean) * (value(x[j]) - mean);
+      m.mean[h] = mean;
+      m.spread[h] = std::sqrt(ss);
+    }
+    return m;
+  }
+  // Lower bound on <x, y> over both halves, for rows of dimension d (may be 0, never above the dot
+  // of the exact values: the 1e-12 terms cover the rounding of these double sums).
+  static double lower_bound(const HalfMoments& x, const HalfMoments& y, std::size_t d) {
+    double lb = 0;
+    for (int h = 0; h < 2; ++h) {
+      const double centred = double(d) * x.mean[h] * y.mean[h], worst = x.spread[h] * y.spread[h];
+      lb += std::max(0.0, centred * (1 - 1e-12) - worst * (1 + 1e-12));
+    }
+    return lb;
+  }
+  // The bound for any y in a set, from the set's smallest means and largest spreads.
+  void widen(const HalfMoments& y) {
+    for (int h = 0; h < 2; ++h) {
+      mean[h] = std::min(mean[h], y.mean[h]);
+      spread[h] = std::max(spread[h], y.spread[h]);
+    }
+  }
+
+ private:
+  static double value(float v) { return v; }
+  static double value(simd::half_t v) { return simd::half_to_float(v); }
+};
+
 struct ProbitQueries {
   std::size_t q = 0, d = 0, len = 0;
   std::vector<const float*> rows;   // row pointers into mu_q (caller-owned), for the sweep
@@ -64,9 +114,10 @@ struct ProbitQueries {
   std::vector<const float*> vrows;  // row pointers into stacked
   std::vector<double> norm2;        // |mu|^2
   std::vector<double> vmin, vmax;
+  std::vector<HalfMoments> halves;  // of [mu^2 | v] as stored in `stacked`, for the centred bound
 
   ProbitQueries(const float* mu_q, const float* v_q, std::size_t q_, std::size_t d_)
-      : q(q_), d(d_), len(probit_stacked_len(d_)), stacked(q_ * len), norm2(q_), vmin(q_), vmax(q_) {
+      : q(q_), d(d_), len(probit_stacked_len(d_)), stacked(q_ * len), norm2(q_), vmin(q_), vmax(q_), halves(q_) {
     rows = simd::Panels<float>::row_pointers(mu_q, q, d);
     vrows = simd::Panels<float>::row_pointers(stacked.data(), q, len);
     for (std::size_t i = 0; i < q; ++i) {
@@ -84,6 +135,7 @@ struct ProbitQueries {
       norm2[i] = n2;
       vmin[i] = lo;
       vmax[i] = hi;
+      halves[i] = HalfMoments::of(s, d);
     }
   }
 };
@@ -97,16 +149,17 @@ class ProbitDocsT {
  public:
   ProbitDocsT(const float* mu_c, const float* v_c, std::size_t n, std::size_t d)
       : n_(n), d_(d), len_(probit_stacked_len(d)), means_only_(std::all_of(v_c, v_c + n * d, is_zero)),
-        means_(pack_means(mu_c, n, d)), stacked_(means_only_ ? 0 : n * len_), mass_(n), vmin_(n), vmax_(n) {
+        means_(pack_means(mu_c, n, d)), stacked_(means_only_ ? 0 : n * len_), mass_(n), vmin_(n), vmax_(n),
+        halves_(n) {
     constexpr std::size_t kBlock = 1024;
     const std::size_t n_blocks = (n + kBlock - 1) / kBlock;
     std::vector<double> block_max(n_blocks, 0.0);
     parallel_for(std::int64_t(n_blocks), 0, [&](std::int64_t b, int) {
       double top = 0;
+      std::vector<S> row(2 * d);  // the stacked row [v | mu^2 + v] as stored (or rebuilt, for means-only docs)
       for (std::size_t i = std::size_t(b) * kBlock; i < std::min(n, std::size_t(b + 1) * kBlock); ++i) {
         const float* m = mu_c + i * d;
         const float* v = v_c + i * d;
-        S* s = means_only_ ? nullptr : stacked_.data() + i * len_;
         double mass = 0, lo = INFINITY, hi = 0;
         for (std::size_t j = 0; j < d; ++j) {
           if constexpr (kHalf) {
@@ -114,19 +167,16 @@ class ProbitDocsT {
             const simd::half_t vh = simd::half_bits(v[j]);
             const double vd = simd::half_to_float(vh), second = mh * mh + vd;
             const simd::half_t sh = simd::half_bits(second);
-            if (s) {
-              s[j] = vh;
-              s[d + j] = sh;
-            }
+            row[j] = vh;
+            row[d + j] = sh;
             mass += simd::half_to_float(sh);
             lo = std::min(lo, vd);
             hi = std::max(hi, vd);
             top = std::max(top, second);
           } else {
-            if (s) {
-              s[j] = v[j];
-              s[d + j] = m[j] * m[j] + v[j];
-            }
+            const float stored = m[j] * m[j] + v[j];
+            row[j] = v[j];
+            row[d + j] = stored;
             const double second = double(m[j]) * m[j] + v[j];
             mass += second;
             lo = std::min<double>(lo, v[j]);
@@ -134,9 +184,11 @@ class ProbitDocsT {
             top = std::max(top, second);
           }
         }
+        if (!means_only_) std::copy(row.begin(), row.end(), stacked_.begin() + std::ptrdiff_t(i * len_));
         mass_[i] = mass;
         vmin_[i] = lo;
         vmax_[i] = hi;
+        halves_[i] = HalfMoments::of(row.data(), d);
       }
       block_max[std::size_t(b)] = top;
     });
@@ -185,13 +237,33 @@ class ProbitDocsT {
   // Computed in double with slack for float rounding of sig2 (all its terms
   // are >= 0, so its relative error is below ~2d*eps).
   double score_upper_bound(const ProbitQueries& Q, std::size_t qi, std::size_t ci, float mu_s) const {
-    const double slack = std::min(0.5, 1e-6 * double(2 * d_) + 1e-6);
-    if (mu_s > 0) {
-      const double lb = (vmin_[ci] * Q.norm2[qi] + Q.vmin[qi] * mass_[ci]) * (1.0 - slack);
-      return mu_s / std::sqrt(1.0 + kProbitScale * lb) * (1.0 + 1e-6);
-    }
-    const double ub = (vmax_[ci] * Q.norm2[qi] + Q.vmax[qi] * mass_[ci]) * (1.0 + slack);
+    if (mu_s > 0) return positive_upper_bound(mu_s, sig2_lower_bound(Q, qi, ci));
+    const double ub = (vmax_[ci] * Q.norm2[qi] + Q.vmax[qi] * mass_[ci]) * (1.0 + sig2_slack());
     return mu_s / std::sqrt(1.0 + kProbitScale * ub) * (1.0 - 1e-6);
+  }
+  // A lower bound on the float sig2 the kernel computes for (qi, ci).
+  double sig2_lower_bound(const ProbitQueries& Q, std::size_t qi, std::size_t ci) const {
+    const double by_min = vmin_[ci] * Q.norm2[qi] + Q.vmin[qi] * mass_[ci];
+    return std::max(by_min, HalfMoments::lower_bound(Q.halves[qi], halves_[ci], d_)) * (1.0 - sig2_slack());
+  }
+  // What every doc of a range shares for the bound: its smallest means and mass, largest spreads.
+  struct RangeMoments {
+    HalfMoments halves;
+    double vmin = 0, mass = 0;
+  };
+  RangeMoments range_moments(std::size_t t0, std::size_t t1) const {
+    RangeMoments r{halves_[t0], vmin_[t0], mass_[t0]};
+    for (std::size_t c = t0 + 1; c < t1; ++c) {
+      r.halves.widen(halves_[c]);
+      r.vmin = std::min(r.vmin, vmin_[c]);
+      r.mass = std::min(r.mass, mass_[c]);
+    }
+    return r;
+  }
+  // The same for every doc of a range at once (a tile's bar for the SIMD scan).
+  double sig2_lower_bound(const ProbitQueries& Q, std::size_t qi, const RangeMoments& r) const {
+    const double by_min = r.vmin * Q.norm2[qi] + Q.vmin[qi] * r.mass;
+    return std::max(by_min, HalfMoments::lower_bound(Q.halves[qi], r.halves, d_)) * (1.0 - sig2_slack());
   }
 
   float sig2(const ProbitQueries& Q, std::size_t qi, std::size_t ci) const {
@@ -268,6 +340,8 @@ class ProbitDocsT {
 
  private:
   static constexpr std::size_t kQueryBlock = 64, kDocTile = 256;  // kDocTile: a multiple of every panel width
+  // A tile's variance terms are computed whole once 1 in kDenseShare of its pairs needs them.
+  static constexpr std::size_t kDenseShare = 4;
 
   static simd::Panels<S> pack_means(const float* mu_c, std::size_t n, std::size_t d) {
     // A few thousand rows copy in well under a millisecond: a thread team there costs more than it saves,
@@ -305,12 +379,18 @@ class ProbitDocsT {
   // The cheap test: the denominator is >= 1, so a positive score is <= mu_s,
   // and a score with mu_s <= 0 is <= 0.
   static bool below(float mu_s, float thr) { return mu_s > 0 ? double(mu_s) * (1.0 + 1e-6) < thr : thr > 0; }
-  // A float every mu_s that passes the cheap test reaches (the SIMD scan's bar; a little lower is safe).
-  static float scan_bar(float thr) {
-    if (!(thr > 0)) return -INFINITY;
-    return std::nextafter(static_cast<float>(double(thr) / (1.0 + 1e-6)), -INFINITY);
-  }
   static bool is_zero(double v) { return v == 0; }
+  double sig2_slack() const { return std::min(0.5, 1e-6 * double(2 * d_) + 1e-6); }
+  // The score bound for mu_s > 0 given a lower bound on sig2.
+  static double positive_upper_bound(float mu_s, double sig2_lb) {
+    return mu_s / std::sqrt(1.0 + kProbitScale * sig2_lb) * (1.0 + 1e-6);
+  }
+  // The bar on mu_s below which a candidate whose sig2 is at least sig2_lb cannot reach thr.
+  static float scan_bar(float thr, double sig2_lb) {
+    if (!(thr > 0)) return -INFINITY;
+    return std::nextafter(static_cast<float>(double(thr) * std::sqrt(1.0 + kProbitScale * sig2_lb) / (1.0 + 1e-6)),
+                          -INFINITY);
+  }
 
   // top_k: one heap per (query, doc chunk). The cheap test and the exact
   // bound (score_upper_bound) skip the variance term of candidates that cannot
@@ -325,7 +405,11 @@ class ProbitDocsT {
       const TopKHandler& h;
       Block b;
       VarianceTile var;
-      std::vector<std::uint32_t> hits;  // positions in the tile the scan passed
+      std::vector<std::uint32_t> hits;           // positions in a row's tile the scan passed
+      std::vector<std::uint32_t> cand_row, cand_col;  // (row - r0, position in the tile) needing sig2
+      std::vector<const float*> lhs;
+      std::vector<const S*> rhs;
+      std::vector<float> cand_sig2;
       OnBlock(const TopKHandler& h_, const Block& b_) : h(h_), b(b_), var(b_), hits(kDocTile) {
         for (std::size_t i = b.r0; i < b.r1; ++i) h.partial[i * h.n_chunks + b.chunk].reset(h.k);
       }
@@ -333,22 +417,13 @@ class ProbitDocsT {
         return below(mu_s, thr) || (heap.full() && h.D.score_upper_bound(h.Q, i, ci, mu_s) < thr);
       }
       void add_tile(std::size_t t0, std::size_t t1, const float* tile, std::size_t ld) {
-        // Each row's tile goes through a SIMD scan first: only the entries that can pass the
-        // cheap test (usually a few of the tile) reach the scalar tests and the heap.
         const std::size_t w = t1 - t0;
-        // Share of candidates passing the scan against the heaps as they are now (thresholds
-        // only rise during the walk), on every 8th row: it only picks the faster path, both
-        // give the same values. A lone tree dot is one FMA chain (latency-bound) on a doc row
-        // that is rarely in cache; measured on wide variances (U(0, 0.5), ~9% live), the whole
-        // tile through pair_dots was faster already, so past 1/32 live the tile is computed whole.
-        std::size_t live = 0, seen = 0;
-        for (std::size_t i = b.r0; i < b.r1; i += 8, seen += w) {
-          if (h.D.plain(h.Q, i)) continue;
-          const float thr = h.partial[i * h.n_chunks + b.chunk].threshold();
-          live += simd::select_at_least(tile + (i - b.r0) * ld, w, scan_bar(thr), hits.data());
-        }
-        const bool dense = seen > 0 && 32 * live >= seen;
-        if (dense) var.compute(h.D, h.Q, b, t0, t1);
+        // 1. The candidates that need their variance term: each row's tile goes through a SIMD
+        // scan against the row's bar (from the bound every doc of the tile shares), and what
+        // passes, through the per-doc bound, against the row's heap as the tile starts.
+        const RangeMoments shared = h.D.range_moments(t0, t1);
+        cand_row.clear();
+        cand_col.clear();
         for (std::size_t i = b.r0; i < b.r1; ++i) {
           TopK& heap = h.partial[i * h.n_chunks + b.chunk];
           const float* row = tile + (i - b.r0) * ld;
@@ -357,15 +432,39 @@ class ProbitDocsT {
             for (std::size_t r = 0; r < m; ++r) heap.push(row[hits[r]], std::int64_t(t0 + hits[r]));
             continue;
           }
-          float thr = heap.threshold();
-          const std::size_t m = simd::select_at_least(row, w, scan_bar(thr), hits.data());
+          const float thr = heap.threshold();
+          const float bar = thr > 0 ? scan_bar(thr, h.D.sig2_lower_bound(h.Q, i, shared)) : -INFINITY;
+          const std::size_t m = simd::select_at_least(row, w, bar, hits.data());
           for (std::size_t r = 0; r < m; ++r) {
-            const std::size_t j = hits[r], ci = t0 + j;
-            if (skip(heap, i, ci, row[j], thr)) continue;
-            const float s2 = dense ? var.at(b, i, j) : h.D.sig2(h.Q, i, ci);
-            heap.push(score_from(row[j], s2), std::int64_t(ci));
-            thr = heap.threshold();
+            if (skip(heap, i, t0 + hits[r], row[hits[r]], thr)) continue;
+            cand_row.push_back(std::uint32_t(i - b.r0));
+            cand_col.push_back(hits[r]);
           }
+        }
+        const std::size_t n_cand = cand_row.size();
+        if (n_cand == 0) return;
+        // 2. Their sig2_s, as the same tree dots either way: the whole tile in register blocks
+        // (pair_dots, the fastest per pair) when a large share survives, as it does while the
+        // heaps fill; otherwise only the candidates' pairs, four FMA chains at a time.
+        const bool dense = kDenseShare * n_cand >= (b.r1 - b.r0) * w;
+        if (dense) {
+          var.compute(h.D, h.Q, b, t0, t1);
+        } else {
+          const S* rows = h.D.stacked_rows(t0, w, var.rebuilt);
+          lhs.resize(n_cand);
+          rhs.resize(n_cand);
+          cand_sig2.resize(n_cand);
+          for (std::size_t c = 0; c < n_cand; ++c) {
+            lhs[c] = h.Q.vrows[b.r0 + cand_row[c]];
+            rhs[c] = rows + std::size_t(cand_col[c]) * h.D.len_;
+          }
+          simd::tree_dots(lhs.data(), rhs.data(), n_cand, h.D.len_, cand_sig2.data());
+        }
+        // 3. Their scores into the heaps.
+        for (std::size_t c = 0; c < n_cand; ++c) {
+          const std::size_t i = b.r0 + cand_row[c], j = cand_col[c];
+          const float s2 = dense ? var.at(b, i, j) : cand_sig2[c];
+          h.partial[i * h.n_chunks + b.chunk].push(score_from(tile[(i - b.r0) * ld + j], s2), std::int64_t(t0 + j));
         }
       }
     };
@@ -404,6 +503,7 @@ class ProbitDocsT {
   simd::Panels<S> means_;   // mu_c packed for the GEMM micro-kernel
   std::vector<S> stacked_;  // (n, len_): [v_c | mu_c^2 + v_c | 0]
   std::vector<double> mass_, vmin_, vmax_;  // sum of the stored mu_c^2 + v_c; min / max stored v_c
+  std::vector<HalfMoments> halves_;         // of each stored (or rebuilt) stacked row
   double max_second_ = 0;
 };
 

@@ -56,10 +56,13 @@ struct Isa {
   void (*gemm_f64)(const double* const*, std::size_t, const double*, std::size_t, std::size_t, double*, std::size_t);
   float (*dot_tree_f32)(const float*, const float*, std::size_t);
   void (*pair_dots_f32)(const float* const*, std::size_t, const float*, std::size_t, std::size_t, float*, std::size_t);
-  // The same three with float16 right-hand sides (float32 queries, float32 accumulation).
+  // out[t] = dot_tree_f32(a[t], b[t], n) for t < m (the same values, several chains at once)
+  void (*tree_dots_f32)(const float* const* a, const float* const* b, std::size_t m, std::size_t n, float* out);
+  // The same four with float16 right-hand sides (float32 queries, float32 accumulation).
   void (*gemm_f16)(const float* const*, std::size_t, const half_t*, std::size_t, std::size_t, float*, std::size_t);
   float (*dot_tree_f16)(const float*, const half_t*, std::size_t);
   void (*pair_dots_f16)(const float* const*, std::size_t, const half_t*, std::size_t, std::size_t, float*, std::size_t);
+  void (*tree_dots_f16)(const float* const* a, const half_t* const* b, std::size_t m, std::size_t n, float* out);
   void (*signature_rows)(float*, std::size_t, std::size_t, const float*, float);
   // Positions j < n with x[j] >= bar, ascending, written to out; returns how many.
   std::size_t (*select_at_least)(const float* x, std::size_t n, float bar, std::uint32_t* out);
@@ -325,6 +328,12 @@ inline void pair_dots(const float* const* q, std::size_t nq, const float* c, std
 inline void pair_dots(const float* const* q, std::size_t nq, const half_t* c, std::size_t nc, std::size_t n,
                       float* out, std::size_t ld) {
   isa().pair_dots_f16(q, nq, c, nc, n, out, ld);
+}
+inline void tree_dots(const float* const* a, const float* const* b, std::size_t m, std::size_t n, float* out) {
+  isa().tree_dots_f32(a, b, m, n, out);
+}
+inline void tree_dots(const float* const* a, const half_t* const* b, std::size_t m, std::size_t n, float* out) {
+  isa().tree_dots_f16(a, b, m, n, out);
 }
 
 // float <-> IEEE binary16, in scalar integer arithmetic (packing, the

@@ -38,9 +38,12 @@ static inline V load(const T* p) {  // unaligned
   __builtin_memcpy(&v, p, sizeof(V));
   return v;
 }
+// Every lane x. x - (+0) is x for every x, -0 included, so the compiler drops
+// the subtraction; V{} + x turns -0 into +0, and that addition stayed in the
+// GEMM's inner loop, one more instruction per broadcast.
 template <class V, class T>
 static inline V splat(T x) {
-  return V{} + x;
+  return x - V{};
 }
 static inline VF splatf(float x) { return splat<VF>(x); }
 // A vector of right-hand values: float32 / float64 as they are, float16 (V = VF) widened exactly on load.
@@ -239,6 +242,28 @@ static void pair_dots(const float* const* q, std::size_t nq, const R* c, std::si
         for (int b = 0; b < kPC && j0 + b < nc; ++b) out[(i0 + a) * ld + j0 + b] = hsum_tree(acc[a][b]);
     }
   }
+}
+
+// out[t] = dot_tree(a[t], b[t], n) for t < m: four pairs' chains at a time, so
+// their FMA latencies overlap (the pairs a tile's pruning leaves, which share
+// no block structure). Each pair's chain and lane sums are dot_tree's.
+template <class R>
+static void tree_dots(const float* const* a, const R* const* b, std::size_t m, std::size_t n, float* out) {
+  std::size_t t = 0;
+  for (; t + 4 <= m; t += 4) {
+    VF c0 = zerof(), c1 = zerof(), c2 = zerof(), c3 = zerof();
+    for (std::size_t i = 0; i < n; i += WF) {
+      c0 = vfma(load<VF>(a[t] + i), load_rhs<VF>(b[t] + i), c0);
+      c1 = vfma(load<VF>(a[t + 1] + i), load_rhs<VF>(b[t + 1] + i), c1);
+      c2 = vfma(load<VF>(a[t + 2] + i), load_rhs<VF>(b[t + 2] + i), c2);
+      c3 = vfma(load<VF>(a[t + 3] + i), load_rhs<VF>(b[t + 3] + i), c3);
+    }
+    out[t] = hsum_tree(c0);
+    out[t + 1] = hsum_tree(c1);
+    out[t + 2] = hsum_tree(c2);
+    out[t + 3] = hsum_tree(c3);
+  }
+  for (; t < m; ++t) out[t] = dot_tree(a[t], b[t], n);
 }
 
 // ----------------------------------------------------------------- graph distance
@@ -532,9 +557,11 @@ static Isa table() {
              &gemm_panel<double>,
              &dot_tree<float>,
              &pair_dots<float>,
+             &tree_dots<float>,
              &gemm_panel<float, half_t>,
              &dot_tree<half_t>,
              &pair_dots<half_t>,
+             &tree_dots<half_t>,
              &signature_rows,
              &select_at_least,
              &select_at_least_either,
