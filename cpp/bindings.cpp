@@ -217,11 +217,13 @@ PYBIND11_MODULE(_core, m) {
     if (!(sigma > 0)) throw py::value_error("sigma must be > 0");
     auto out = new_f32(x.shape(0), a.shape(0));
     float* op = out.mutable_data();
+    bool finite = true;
     {
       py::gil_scoped_release release;
-      anchor_signatures(x.data(), std::size_t(x.shape(0)), a.data(), std::size_t(a.shape(0)), std::size_t(x.shape(1)),
-                        sigma, op, nt);
+      finite = anchor_signatures(x.data(), std::size_t(x.shape(0)), a.data(), std::size_t(a.shape(0)),
+                                 std::size_t(x.shape(1)), sigma, op, nt);
     }
+    if (!finite) throw py::value_error("X must be finite (found NaN or inf)");
     return out;
   });
 

@@ -177,10 +177,16 @@ def test_bad_num_threads_everywhere(nt, exc):
             call()
 
 
-@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 1e300])
 def test_signatures_bad_values(bad):
     with pytest.raises(ValueError, match="X"):
         ce.anchor_signatures(_with(DOCS, (0, 0), bad), MU)
+    # the kernel finds X's non-finite entries in its own norm pass: any row, any block, any thread count
+    many = np.tile(DOCS, (300, 1))
+    for row in (0, 137, len(many) - 1):
+        for threads in (1, 2):
+            with pytest.raises(ValueError, match="^X must be finite"):
+                ce.anchor_signatures(_with(many, (row, 5), bad), MU, sigma=0.5, num_threads=threads)
     with pytest.raises(ValueError, match="anchors"):
         ce.anchor_signatures(DOCS, _with(MU, (0, 0), bad))
     with pytest.raises(ValueError, match="anchors"):

@@ -355,7 +355,7 @@ def anchor_signatures(
     """
     if metric != "cosine":
         raise ValueError(f"metric must be 'cosine', got {metric!r}")
-    X = as_matrix(X, "X", allow_empty=True)
+    X = as_matrix(X, "X", allow_empty=True, finite=False)  # the kernel checks X in its norm pass
     anchors = as_matrix(anchors, "anchors")
     if X.shape[1] != anchors.shape[1]:
         raise ValueError(f"X has dimension {X.shape[1]} but anchors have {anchors.shape[1]}")

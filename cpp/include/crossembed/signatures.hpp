@@ -8,6 +8,7 @@
 // anchors), then exp and normalisation while the tile is still in cache.
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -79,6 +80,7 @@ struct SignatureHandler {
   const simd::Panels<float>& anchors;  // unit rows, packed
   float inv_sigma;
   float* out;
+  std::atomic<bool>* nonfinite;  // set when a row of X holds a NaN or inf
 
   struct OnBlock : BlockHandlerBase<float> {
     const SignatureHandler& h;
@@ -95,11 +97,17 @@ struct SignatureHandler {
       std::vector<double> s2(n, 0.0);
       for (std::size_t r0 = 0; r0 < n; r0 += kLanes) {
         const std::size_t m = std::min(kLanes, n - r0);
+        const float* src[kLanes];  // a short last group repeats its first row (sums not kept)
+        for (std::size_t r = 0; r < kLanes; ++r) src[r] = h.rows[b.r0 + r0 + (r < m ? r : 0)];
+        double acc[kLanes] = {};  // in registers: a vector's slots went through memory on every add
         for (std::size_t j = 0; j < h.d; ++j)
-          for (std::size_t r = 0; r < m; ++r) {
-            const float v = h.rows[b.r0 + r0 + r][j];
-            s2[r0 + r] += double(v) * v;
-          }
+          for (std::size_t r = 0; r < kLanes; ++r) acc[r] += double(src[r][j]) * src[r][j];
+        for (std::size_t r = 0; r < m; ++r) {
+          s2[r0 + r] = acc[r];
+          // A NaN or inf entry makes its row's sum NaN or inf (finite squares in double cannot
+          // overflow): the finiteness check of X, in the pass that reads it anyway.
+          if (!std::isfinite(acc[r])) h.nonfinite->store(true, std::memory_order_relaxed);
+        }
       }
       std::vector<float> unit;
       for (std::size_t r = 0; r < n; ++r) {
@@ -124,18 +132,21 @@ struct SignatureHandler {
 }  // namespace detail
 
 // out (n, a) float32.
-inline void anchor_signatures(const float* x, std::size_t n, const float* anchors, std::size_t a, std::size_t d,
+// Returns false (out then holds garbage) when a row of x holds a NaN or inf.
+inline bool anchor_signatures(const float* x, std::size_t n, const float* anchors, std::size_t a, std::size_t d,
                               double sigma, float* out, int num_threads) {
-  if (n == 0) return;
+  if (n == 0) return true;
   const std::vector<float> ua = unit_rows(anchors, a, d);
   const simd::Panels<float> panels(ua.data(), a, d);
   const auto rows = simd::Panels<float>::row_pointers(x, n, d);
-  constexpr std::size_t kRows = 32;
+  constexpr std::size_t kRows = 64;
   const SweepPlan plan(n, a, kRows, a);  // one tile of all anchors per row block
   // 1/sigma capped at the float range: sigma = 1e-40 must not turn 0 * inf into NaN
   const float inv_sigma = float(std::min(1.0 / sigma, 3.0e38));
-  detail::SignatureHandler h{rows.data(), d, a, panels, inv_sigma, out};
+  std::atomic<bool> nonfinite{false};
+  detail::SignatureHandler h{rows.data(), d, a, panels, inv_sigma, out, &nonfinite};
   sweep(rows.data(), panels, plan, num_threads, h);
+  return !nonfinite.load();
 }
 
 // The same signatures from cosines already computed: row i of out (n, v) is
