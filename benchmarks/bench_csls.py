@@ -5,7 +5,7 @@ then, in row blocks to bound the index arrays, the csls_k-mean hubness terms,
 the CSLS matrix, row and column top-k by argpartition, the mutual test, and the
 same greedy one-to-one pass. Peer: faiss, two exact flat searches (IndexFlatIP,
 csls_k neighbours each way) plus the merge of the candidate baseline (CSLS
-restricted to those neighbours). FLOPs per call: 2 * N_A * N_B * A (the GEMM;
+restricted to those neighbours), and the two searches alone. FLOPs per call: 2 * N_A * N_B * A (the GEMM;
 faiss does it twice).
 """
 
@@ -14,7 +14,12 @@ import pytest
 
 import crossembed as ce
 from _bench import run, size
-from crossembed.baselines import faiss_csls_mutual_topk, numpy_csls_mutual_topk, numpy_csls_mutual_topk_candidates
+from crossembed.baselines import (
+    faiss_csls_mutual_topk,
+    faiss_topk_rows_and_columns,
+    numpy_csls_mutual_topk,
+    numpy_csls_mutual_topk_candidates,
+)
 
 N, A, K, CSLS_K = size("csls_n", 20_000, 2000), size("csls_a", 256, 256), 5, 50
 M = size("csls_m", 64, 64)  # candidates per row for the candidate-restricted kernel
@@ -66,6 +71,22 @@ def test_csls_faiss_two_flat_searches(benchmark, signatures):
     kernel = ce.csls_mutual_topk(SA, SB, k=K, csls_k=CSLS_K)
     same = len(set(map(tuple, got[0].tolist())) & set(map(tuple, kernel[0].tolist())))
     assert same >= 0.95 * len(kernel[0]), f"the peer computes something else ({same} of {len(kernel[0])} pairs)"
+
+
+@pytest.mark.benchmark(group="csls_mutual_topk")
+def test_csls_faiss_searches_alone(benchmark, signatures):
+    """The two flat searches without the merge: the floor of any two-sweep method (issue 33's yardstick)."""
+    pytest.importorskip("faiss")
+    SA, SB = signatures
+    run(
+        benchmark,
+        faiss_topk_rows_and_columns,
+        SA,
+        SB,
+        CSLS_K,
+        role="faiss 2 flat searches alone (no merge)",
+        flops=2.0 * N * N * A,
+    )
 
 
 @pytest.fixture(scope="module")
