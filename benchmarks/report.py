@@ -1,7 +1,7 @@
 """Markdown tables from a pytest-benchmark JSON file.
 
     pytest benchmarks --benchmark-only --benchmark-json=/tmp/bench.json
-    python benchmarks/report.py /tmp/bench.json
+    python benchmarks/report.py /tmp/bench.json [more.json ...]
 
 Per group: mean and min time, the speed ratio of the group's primary kernel
 over each entry (``t_entry / t_kernel``: above 1 means the kernel is faster)
@@ -23,12 +23,14 @@ from collections import defaultdict
 from typing import Dict, List, Optional
 
 
-def load(path: str) -> Dict[str, List[dict]]:
-    with open(path) as fh:
-        data = json.load(fh)
+def load(*paths: str) -> Dict[str, List[dict]]:
+    """Every benchmark of the files by group (a run split over several pytest processes is one run)."""
     groups: Dict[str, List[dict]] = defaultdict(list)
-    for bench in data["benchmarks"]:
-        groups[bench.get("group") or bench["name"]].append(bench)
+    for path in paths:
+        with open(path) as fh:
+            data = json.load(fh)
+        for bench in data["benchmarks"]:
+            groups[bench.get("group") or bench["name"]].append(bench)
     return groups
 
 
@@ -76,9 +78,11 @@ def render(groups: Dict[str, List[dict]]) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("json_path", help="output of pytest --benchmark-json")
+    parser.add_argument(
+        "json_paths", nargs="+", help="outputs of pytest --benchmark-json from one run (the roofline: its sgemm)"
+    )
     args = parser.parse_args(argv)
-    print(render(load(args.json_path)))
+    print(render(load(*args.json_paths)))
     return 0
 
 
