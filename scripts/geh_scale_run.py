@@ -13,6 +13,9 @@ instead, for runs past that size: object o mixes two random glosses,
 ``unit(x_i + w x_j)`` with ``w ~ U(0.5, 1)``, and each side mixes its own
 encoder's real embeddings of the two, so the cross-encoder geometry is the
 real one (each gloss takes part in ~2 N / 117k objects: many near-duplicates).
+``--storage float16`` builds both sides in float16 (half the memory; the
+linker keeps float16 sides float16), and ``--option center='Center(copy=False)'``
+centres them where they lie instead of copying them (the 5M-a-side run).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import resource
 import time
 
@@ -67,9 +71,9 @@ class _Traced(PromotionRule):
         return self.rule.finish(fit, propose)
 
 
-def _mixed(X: np.ndarray, rows: np.ndarray, glosses: np.ndarray, w: np.ndarray, chunk: int = 100_000) -> np.ndarray:
-    """Unit rows ``x_i + w x_j`` of the objects ``rows`` (each object's two glosses and weight)."""
-    out = np.empty((len(rows), X.shape[1]), np.float32)
+def _mixed(X, rows, glosses, w, dtype=np.float32, chunk: int = 100_000) -> np.ndarray:
+    """Unit rows ``x_i + w x_j`` of the objects ``rows`` (each object's two glosses and weight), in ``dtype``."""
+    out = np.empty((len(rows), X.shape[1]), dtype)
     for s in range(0, len(rows), chunk):
         o = rows[s : s + chunk]
         part = X[glosses[o, 0]] + w[o, None] * X[glosses[o, 1]]
@@ -98,6 +102,7 @@ def main() -> None:
     p.add_argument("--max-iter", type=int, default=30)
     p.add_argument("--num-threads", type=int, default=None)
     p.add_argument("--mix-objects", type=int, default=0, help="synthetic objects mixing two glosses each (0: real)")
+    p.add_argument("--storage", choices=("float32", "float16"), default="float32", help="dtype of the mixed rows")
     p.add_argument(
         "--option",
         action="append",
@@ -113,7 +118,8 @@ def main() -> None:
         XA, XB = embed_corpus(enc_a, n_glosses()), embed_corpus(enc_b, n_glosses())
         split = make_partial_overlap(args.mix_objects, alpha=args.alpha, n_seeds=args.seeds, random_state=args.draw)
         mix = rng.integers(0, len(XA), (args.mix_objects, 2)), rng.uniform(0.5, 1.0, args.mix_objects)
-        A, B = _mixed(XA, split.rows_a, *mix), _mixed(XB, split.rows_b, *mix)
+        dtype = np.dtype(args.storage)
+        A, B = _mixed(XA, split.rows_a, *mix, dtype), _mixed(XB, split.rows_b, *mix, dtype)
         del XA, XB
     else:
         n = args.n_objects or n_glosses()
@@ -132,6 +138,7 @@ def main() -> None:
         **options,
     )
     print(f"{args.pair}: {len(A)} x {len(B)} rows, overlap {len(split.truth) + len(split.seeds)}", flush=True)
+    load_before = os.getloadavg()
     tic = time.perf_counter()
     res = linker.link(A, B, split.seeds)
     secs = time.perf_counter() - tic
@@ -139,7 +146,7 @@ def main() -> None:
     rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(
         f"final: P {m['precision']:.4f} R {m['recall']:.4f} F1 {m['f1']:.4f} links {len(res.links)} "
-        f"rounds {len(res.history)} {secs:.0f}s peak RSS {rss_gb:.2f} GB",
+        f"rounds {len(res.history)} {secs:.0f}s peak RSS {rss_gb:.2f} GB; load {load_before} -> {os.getloadavg()}",
         flush=True,
     )
     if args.out:
@@ -149,6 +156,9 @@ def main() -> None:
             rows_b=len(B),
             alpha=args.alpha,
             mix_objects=args.mix_objects,
+            storage=args.storage,
+            load_before=load_before,
+            load_after=os.getloadavg(),
             draw=args.draw,
             options={k: repr(v) for k, v in options.items()},
             seconds=round(secs, 1),

@@ -12,12 +12,10 @@ from crossembed.linking import (
     GEHLinker,
     PoolCandidates,
     evaluate_links,
-    refine,
 )
 from crossembed.linking import cells as cells_module
-from crossembed.linking.cells import cell_candidate_lists, cell_pairs, nearest_cells, top_cells
+from crossembed.linking.cells import cell_candidate_lists, cell_pairs, top_cells
 from crossembed.linking.proposers import pool_candidate_lists
-from crossembed.linking.refine import map_links
 
 
 @pytest.fixture
@@ -89,20 +87,6 @@ def test_top_cells_are_the_largest_columns():
     assert top_cells(S, 9).shape == (2, 4)
 
 
-@pytest.mark.parametrize("n,c,r,f", [(50, 9, 3, 7), (1, 4, 9, 3), (33, 1, 2, 17)])
-def test_nearest_cells_are_the_largest_dot_products_best_first(n, c, r, f):
-    rng = np.random.default_rng(n + c)
-    X, C = rng.normal(size=(n, f)).astype(np.float32), rng.normal(size=(c, f)).astype(np.float32)
-    S = X.astype(np.float64) @ C.astype(np.float64).T
-    want = np.stack([np.lexsort((np.arange(c), -row))[: min(r, c)] for row in S])
-    np.testing.assert_array_equal(nearest_cells(X, C, r), want)
-
-
-def test_nearest_cells_ties_go_to_the_lower_centre():
-    got = nearest_cells(np.ones((3, 4), np.float32), np.ones((6, 4), np.float32), 2)
-    np.testing.assert_array_equal(got, np.tile([0, 1], (3, 1)))
-
-
 def test_merging_in_row_chunks_changes_nothing(always_cells):
     rng = np.random.default_rng(11)
     scores = rng.integers(0, 4, size=(37, 3, 5)).astype(np.float32)  # many ties
@@ -110,15 +94,6 @@ def test_merging_in_row_chunks_changes_nothing(always_cells):
     whole = cells_module._merge(scores, idx, 6)
     np.testing.assert_array_equal(cells_module._merge(scores, idx, 6, chunk=4), whole)
     np.testing.assert_array_equal(cells_module._merge(scores, idx, 6, chunk=1), whole)
-
-
-def test_large_map_passes_get_a_centre_per_256_rows():
-    fit_on = np.stack([np.arange(100), np.arange(100, 300, 2)], 1)
-    small = refine._cell_centres(fit_on, n_b=5_000, n_rows=5_000)
-    np.testing.assert_array_equal(small, np.unique(fit_on[:, 1]))  # the anchors' B rows suffice
-    big = refine._cell_centres(fit_on, n_b=300_000, n_rows=400_000)
-    assert len(big) == 1_563 and np.isin(fit_on[:, 1], big).all()
-    assert len(refine._cell_centres(fit_on, n_b=300, n_rows=400_000)) == 300  # never more than B's rows
 
 
 def test_the_cells_path_links_like_the_pool_path():
@@ -173,17 +148,3 @@ def test_cell_pairs_counts_the_scored_entries():
     ca = np.array([[0, 1], [1, 2]])  # cell 0: A row 0; cell 1: A rows 0, 1; cell 2: A row 1
     cb = np.array([[1, 2], [0, 1], [2, 0]])  # cell 0: B rows 1, 2; cell 1: B rows 0, 1; cell 2: B rows 0, 2
     assert cell_pairs(ca, cb, 3) == 1 * 2 + 2 * 2 + 1 * 2
-
-
-def test_map_pass_over_cells_keeps_the_exact_links():
-    A, B, split = linking_problem(2000, noise=0.05, seed=2)
-    unit = lambda X: X / np.linalg.norm(X, axis=1, keepdims=True)  # noqa: E731
-    A, B = unit(A).astype(np.float32), unit(B).astype(np.float32)
-    anchors = np.concatenate([split.seeds, split.truth[:200]])
-    kw = dict(exclude_a=split.seeds[:, 0], exclude_b=split.seeds[:, 1])
-    exact, _, _ = map_links(A, B, anchors, **kw)
-    fast, _, _ = map_links(A, B, anchors, cells=True, **kw)
-    e, f = evaluate_links(exact, split.truth), evaluate_links(fast, split.truth)
-    assert e["f1"] > 0.9 and f["f1"] > e["f1"] - 0.02, (e, f)
-    shared = len({tuple(p) for p in exact.tolist()} & {tuple(p) for p in fast.tolist()})
-    assert shared >= 0.95 * len(exact)

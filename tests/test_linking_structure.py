@@ -93,6 +93,7 @@ def test_objects_report_their_config():
         "lam": 1.0,
         "score_filter": True,
         "check": None,
+        "probes": 8,
     }
     checked = MapPass(check=CrossFitCheck()).get_config()["check"]
     assert checked == {"kind": "crossfit", "folds": 5, "max_rounds": 4, "tol": 0.02, "rows": 20_000, "lam": 1.0}

@@ -129,7 +129,9 @@ def _all_finite(arr: np.ndarray) -> bool:
     (one SIMD pass, a third of np.isfinite's time: no boolean temporary) settles the common case;
     a sum that overflows from finite values falls back to the full test."""
     with np.errstate(over="ignore", invalid="ignore"):  # an overflowing sum is not the caller's warning
-        total = arr.sum()
+        # float16 sums in float32: a large float16 array's own sum overflows, and the fallback's
+        # boolean temporary is as large as the array
+        total = arr.sum(dtype=np.float32 if arr.dtype == np.float16 else None)
     return bool(np.isfinite(total)) or bool(np.isfinite(arr).all())
 
 

@@ -76,7 +76,7 @@ def _median_distance(gram: np.ndarray, view: np.ndarray) -> float:
 class FitSetup:
     """What a fit is run with: the linker's schedule and per-view objects, its threads, its map pass.
 
-    ``cells``: the map pass links within anchor cells (the candidate source
+    ``cells``: the map pass links within cells of B's space (the candidate source
     says so for large fits).
     """
 

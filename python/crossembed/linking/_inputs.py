@@ -8,11 +8,16 @@ import numpy as np
 
 from crossembed._validation import as_int_matrix, as_matrix
 
+#: rows per chunk of a pass over a whole side of a large fit (its temporaries stay ~CHUNK x D)
+ROW_CHUNK = 1 << 16
+
 
 def check_link_inputs(A, B, seeds, *, min_seeds: int = 2) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Validate ``A`` (N_A, D_A), ``B`` (N_B, D_B) and one-to-one ``seeds`` (s, 2)."""
-    A = as_matrix(A, "A")
-    B = as_matrix(B, "B")
+    """Validate ``A`` (N_A, D_A), ``B`` (N_B, D_B) and one-to-one ``seeds`` (s, 2).
+
+    float16 sides stay float16 (a memory-mapped one is not copied); anything else becomes float32."""
+    A = as_matrix(A, "A", dtype=_storage(A))
+    B = as_matrix(B, "B", dtype=_storage(B))
     seeds = as_int_matrix(seeds, "seeds")
     if seeds.shape[1] != 2:
         raise ValueError(f"seeds must have shape (s, 2), got {seeds.shape}")
@@ -25,6 +30,10 @@ def check_link_inputs(A, B, seeds, *, min_seeds: int = 2) -> Tuple[np.ndarray, n
     if len(np.unique(seeds[:, 0])) != len(seeds) or len(np.unique(seeds[:, 1])) != len(seeds):
         raise ValueError("seeds must be one-to-one (a row of A or B appears twice)")
     return A, B, seeds
+
+
+def _storage(X) -> type:
+    return np.float16 if getattr(X, "dtype", None) == np.float16 else np.float32
 
 
 def active_rows(exclude, n: int) -> np.ndarray:

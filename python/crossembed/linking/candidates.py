@@ -67,7 +67,7 @@ class CandidateSource(Configured):
         raise NotImplementedError
 
     def map_cells(self, n_a: int, n_b: int) -> bool:
-        """Whether a final map pass over N_A x N_B rows links within anchor cells (default False)."""
+        """Whether a final map pass over N_A x N_B rows links within cells (default False)."""
         return False
 
 
@@ -161,7 +161,7 @@ class CellCandidates(PoolCandidates):
     cost nothing beyond the signatures. While the anchors are few (the first
     rounds) the exact lists are built instead
     (:func:`~crossembed.linking.cells.cell_candidate_lists`). A final map
-    pass links within anchor cells too.
+    pass links within cells too, its own in B's space (:mod:`~crossembed.linking.mapcells`).
 
     Parameters
     ----------

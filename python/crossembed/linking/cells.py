@@ -12,9 +12,7 @@ keeps its ``m`` best partners over its ``r`` cells. With
 cells of ~N r / A rows a side the work is 2 N_A N_B r^2, a factor A / r^2
 less; the quadratic term remains.
 
-The same lists serve the map pass (:mod:`crossembed.linking.refine`): there
-the features are ``unit(A W)`` and ``B`` in B's space, and the cells are
-the nearest anchors' B rows.
+The map pass has cells of its own, in B's space (:mod:`crossembed.linking.mapcells`).
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ import numpy as np
 
 from crossembed import kernels
 
-__all__ = ["CELLS_PER_ROW", "cell_candidate_lists", "cell_pairs", "nearest_cells", "top_cells"]
+__all__ = ["CELLS_PER_ROW", "cell_candidate_lists", "cell_pairs", "top_cells"]
 
 CELLS_PER_ROW = 4
 # a pair scored in a cell costs several times one scored by the exact lists (small blocks, where
@@ -41,14 +39,6 @@ def top_cells(S: np.ndarray, r: int) -> np.ndarray:
     if r == S.shape[1]:
         return np.broadcast_to(np.arange(r, dtype=np.int64), (S.shape[0], r)).copy()
     return np.argpartition(-S, r - 1, axis=1)[:, :r].astype(np.int64)
-
-
-def nearest_cells(X: np.ndarray, centres: np.ndarray, r: int, *, num_threads: Optional[int] = None) -> np.ndarray:
-    """``(N, min(r, C))`` int64: each row's ``r`` most similar centres by dot product, best first
-    (ties to the lower centre), without holding the ``N x C`` scores."""
-    r = min(int(r), len(centres))
-    _, idx, _, _ = kernels.topk_rows_and_columns(X, centres, r, 1, num_threads=num_threads)
-    return np.ascontiguousarray(idx, dtype=np.int64)
 
 
 def _members(cells: np.ndarray, n_cells: int):

@@ -192,7 +192,8 @@ class GEHLinker:
         rows_a = np.arange(whole.n_a) if rows_a is None else rows_a
         rows_b = np.arange(whole.n_b) if rows_b is None else rows_b
         seeds = np.stack([np.searchsorted(rows_a, whole.seeds[:, 0]), np.searchsorted(rows_b, whole.seeds[:, 1])], 1)
-        return self._state(whole.A[rows_a], whole.B[rows_b], seeds, whole.rng), (rows_a, rows_b)
+        sub_a, sub_b = (np.asarray(X[rows], np.float32) for X, rows in ((whole.A, rows_a), (whole.B, rows_b)))
+        return self._state(sub_a, sub_b, seeds, whole.rng), (rows_a, rows_b)
 
     def _run(self, A, B, seeds) -> LinkResult:
         A, B, seeds = check_link_inputs(A, B, seeds)

@@ -12,11 +12,13 @@ or None (unit rows only, the paper as written).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from crossembed._config import Configured
-from crossembed._validation import check_fraction
-from crossembed.linking._inputs import unit_rows
+from crossembed._validation import check_fraction, default_num_threads
+from crossembed.linking._inputs import ROW_CHUNK, unit_rows
 
 __all__ = ["Center", "Whiten", "centred_unit_rows"]
 
@@ -29,15 +31,44 @@ def centred_unit_rows(X: np.ndarray) -> np.ndarray:
 
 
 class Center(Configured):
-    """Unit rows, minus each side's own column mean, unit rows again (the default)."""
+    """Unit rows, minus each side's own column mean, unit rows again (the default).
+
+    Parameters
+    ----------
+    copy : bool
+        True (default): a new array. False: the rows are centred in place
+        when the input is a writable float32 or float16 array (a large fit
+        then holds no second copy of either side); otherwise a new array.
+    """
 
     kind = "center"
 
+    def __init__(self, *, copy: bool = True):
+        self.copy = bool(copy)
+
     def apply(self, X: np.ndarray) -> np.ndarray:
-        """``(N, D)`` float32 unit rows of ``X`` after centring (zero rows stay zero)."""
+        """``(N, D)`` unit rows of ``X`` after centring (zero rows stay zero): float16 for float16
+        input, else float32. Computed in chunks of rows; the mean is summed in float64 per chunk."""
         if len(X) < 2:
             return unit_rows(X)
-        return unit_rows(centred_unit_rows(X))
+        starts = range(0, len(X), ROW_CHUNK)
+        with ThreadPoolExecutor(max_workers=default_num_threads()) as pool:  # numpy releases the GIL
+            # the chunks' sums are added in chunk order: the mean does not depend on the threads
+            mean = np.zeros(X.shape[1])
+            for part in pool.map(lambda s: unit_rows(X[s : s + ROW_CHUNK]).astype(np.float64).sum(axis=0), starts):
+                mean += part
+            mean /= len(X)
+            dtype = np.float16 if X.dtype == np.float16 else np.float32
+            in_place = not self.copy and X.dtype == dtype and X.flags.writeable and X.flags.c_contiguous
+            out = X if in_place else np.empty(X.shape, dtype)
+
+            def centre(s: int) -> None:
+                C = unit_rows(X[s : s + ROW_CHUNK]).astype(np.float64)
+                C -= mean
+                out[s : s + ROW_CHUNK] = unit_rows(C)
+
+            list(pool.map(centre, starts))
+        return out
 
 
 class Whiten(Configured):

@@ -224,14 +224,19 @@ class MapPass(Configured):
         (:class:`~crossembed.linking.verify.CrossFitCheck`: at low overlap it
         drops most links between rows that both lack a partner, docs/linking.md);
         None (default) fits the map on the whole pool.
+    probes : int
+        Above 30,000 rows a side (cells): the cells of B's space each mapped
+        A row is scored in, ``>= 1`` (default 8; the cost of the pass grows
+        with it, docs/linking.md).
     """
 
     kind = "map"
     #: links every row from the pool alone, so the rounds may run on a row sample
     links_every_row = True
 
-    def __init__(self, *, lam: float = 1.0, score_filter: bool = True, check: Optional[Any] = None):
+    def __init__(self, *, lam: float = 1.0, score_filter: bool = True, check: Optional[Any] = None, probes: int = 8):
         self.lam = check_positive(lam, "lam")
+        self.probes = check_int(probes, "probes", low=1)
         self.score_filter = bool(score_filter)
         self.check = check_plugin(check, "check", ("__call__",), "CrossFitCheck()", optional=True)
 
@@ -251,6 +256,7 @@ class MapPass(Configured):
             lam=self.lam,
             score_filter=self.score_filter,
             cells=fit.cells,
+            probes=self.probes,
             num_threads=fit.num_threads,
         )
         post, vts, n_confirmed = _carry_over(fit, final, np.full(len(final), 0.5))  # new links: no votes

@@ -18,10 +18,10 @@ from typing import Optional, Tuple
 import numpy as np
 
 from crossembed import kernels
-from crossembed.linking._inputs import unit_rows
-from crossembed.linking.cells import CELLS_PER_ROW, cell_candidate_lists, nearest_cells
+from crossembed.linking._inputs import ROW_CHUNK, unit_rows
+from crossembed.linking.mapcells import CellIndex, cell_lists, mapped_rows, mutual_best
 
-__all__ = ["ridge_map", "map_links", "map_propose"]
+__all__ = ["ridge_map", "ridge_map_rows", "map_links", "map_propose"]
 
 
 def ridge_map(X: np.ndarray, Y: np.ndarray, *, lam: float = 1.0) -> np.ndarray:
@@ -32,50 +32,55 @@ def ridge_map(X: np.ndarray, Y: np.ndarray, *, lam: float = 1.0) -> np.ndarray:
     return np.linalg.solve(gram, X64.T @ Y64).astype(np.float32)
 
 
-# the cell lists of a large map pass: candidates per row, and cell centres (anchors' B rows)
+def ridge_map_rows(A: np.ndarray, B: np.ndarray, pairs: np.ndarray, *, lam: float = 1.0) -> np.ndarray:
+    """:func:`ridge_map` of ``A[pairs[:, 0]] W ~ B[pairs[:, 1]]``, its normal equations summed over
+    chunks of pairs (the same bits as :func:`ridge_map` up to one chunk)."""
+    gram = np.zeros((A.shape[1], A.shape[1]))
+    cross = np.zeros((A.shape[1], B.shape[1]))
+    for s in range(0, len(pairs), ROW_CHUNK):
+        X = np.asarray(A[pairs[s : s + ROW_CHUNK, 0]], np.float64)
+        gram += X.T @ X
+        cross += X.T @ np.asarray(B[pairs[s : s + ROW_CHUNK, 1]], np.float64)
+    gram[np.diag_indices_from(gram)] += lam
+    return np.linalg.solve(gram, cross).astype(np.float32)
+
+
+# the cells of a large map pass: candidates per row, cells each mapped A row probes, and rows of the
+# larger side per cell centre (a pass scores probes N_A N_B / centres pairs; docs/linking.md measures it)
 _CELL_CANDIDATES = 32
-_CELL_CENTRES = 512
-# ... and at most this many rows of the larger side a cell: a pass's cost grows as N^2 / centres, so
-# where the anchors' centres would make huge cells evenly spaced B rows are added as centres (both
-# sides live in B's space, so any B row can centre a cell)
-_ROWS_PER_CENTRE = 256
+_ROWS_PER_CENTRE = 512
+# a pass whose links only refit the map scores every 4th A row: the refit needs a clean sample of
+# links, not all of them (docs/linking.md)
+_REFIT_EVERY = 4
 
 
-def _cell_centres(fit_on: np.ndarray, n_b: int, n_rows: int) -> np.ndarray:
-    """Sorted B rows centring the cells: up to 512 of the anchors', then evenly spaced rows of B
-    up to ``n_rows / 256`` centres in all."""
-    pick = np.unique(np.linspace(0, len(fit_on) - 1, min(_CELL_CENTRES, len(fit_on))).astype(np.int64))
-    centres = np.unique(fit_on[pick, 1])
-    want = min(n_b, -(-n_rows // _ROWS_PER_CENTRE))
-    if want > len(centres):
-        rest = np.setdiff1d(np.arange(n_b), centres)
-        centres = np.union1d(centres, rest[np.linspace(0, len(rest) - 1, want - len(centres)).astype(np.int64)])
-    return centres
-
-
-def map_propose(A, B, W, *, exclude_a, exclude_b, csls_k: int = 10, num_threads=None, cells_of=None):
-    """Mutual CSLS pairs ``(P, 2)`` and scores between ``A W`` (unit rows) and ``B``; with ``cells_of``
-    (B rows centring cells) only pairs sharing a cell are scored."""
-    FA = unit_rows(A @ W)
-    if cells_of is None:
+def map_propose(
+    A,
+    B,
+    W,
+    *,
+    exclude_a,
+    exclude_b,
+    csls_k: int = 10,
+    num_threads=None,
+    cells: Optional[CellIndex] = None,
+    probes: int = 8,
+    every: int = 1,
+):
+    """Mutual CSLS pairs ``(P, 2)`` and scores between ``A W`` (unit rows) and ``B``; with ``cells``
+    (:class:`~crossembed.linking.mapcells.CellIndex` of B) only the pairs its cells score."""
+    if cells is None:
         return kernels.csls_mutual_topk(
-            FA, B, k=1, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=num_threads
+            unit_rows(A @ W), B, k=1, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=num_threads
         )
-    # both sides now live in B's space: the cells are the nearest centre rows of B, and only
-    # pairs sharing a cell are scored (crossembed.linking.cells)
-    centres = B[cells_of]
-    cand_a, cand_b = cell_candidate_lists(
-        FA,
-        B,
-        nearest_cells(FA, centres, CELLS_PER_ROW, num_threads=num_threads),
-        nearest_cells(B, centres, CELLS_PER_ROW, num_threads=num_threads),
-        max(_CELL_CANDIDATES, csls_k),
-        n_cells=len(centres),
-        num_threads=num_threads,
-    )
-    return kernels.csls_mutual_topk_candidates(
-        FA, B, cand_a, cand_b, k=1, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=num_threads
-    )
+    FA = mapped_rows(A, W, B.dtype)
+    near = cells.nearest(FA, probes, num_threads=num_threads).astype(np.int32)
+    near[np.asarray(exclude_a, np.int64)] = -1
+    if every > 1:  # only every ``every``-th A row takes part (a pass that only refits the map)
+        near[np.setdiff1d(np.arange(len(A)), np.arange(0, len(A), every))] = -1
+    lists = cell_lists(FA, B, near, cells, max(_CELL_CANDIDATES, csls_k), num_threads=num_threads)
+    del FA
+    return mutual_best(*lists, csls_k=csls_k)
 
 
 def map_links(
@@ -90,6 +95,7 @@ def map_links(
     refits: int = 1,
     score_filter: bool = True,
     cells: bool = False,
+    probes: int = 8,
     num_threads: Optional[int] = None,
 ) -> Tuple[np.ndarray, np.ndarray, float]:
     """One-to-one links ``(L, 2)``, their CSLS scores and the score threshold (-inf: none)
@@ -112,21 +118,36 @@ def map_links(
     score_filter : bool
         Drop links in the lower Otsu class of scores.
     cells : bool
-        Score only pairs that share one of their 4 nearest cell centres
-        (up to 512 of the anchors' B rows, evenly spaced, and more B rows
-        where the larger side has over 256 rows a centre) instead of all
-        N_A x N_B pairs (:mod:`crossembed.linking.cells`; large fits).
+        Score only the pairs of an inverted file in B's space instead of all
+        N_A x N_B pairs: a cell per 512 rows of the larger side, centred on
+        evenly spaced B rows; each mapped A row is scored in its ``probes``
+        nearest cells, and a pass that only refits the map scores every 4th
+        A row (:mod:`crossembed.linking.mapcells`; large fits, float16 inputs).
+    probes : int
+        Cells per mapped A row with ``cells``.
     """
     fixed = np.stack([exclude_a, exclude_b], axis=1) if len(exclude_a) else np.zeros((0, 2), np.int64)
     fit_on = anchors
     pairs = np.zeros((0, 2), np.int64)
     scores = np.zeros(0, np.float32)
     thr = -np.inf
-    for _ in range(refits + 1):
-        W = ridge_map(A[fit_on[:, 0]], B[fit_on[:, 1]], lam=lam)
-        centres = _cell_centres(fit_on, len(B), max(len(A), len(B))) if cells else None
+    index = None
+    if cells:  # B's cells do not depend on the map: one index serves every refit
+        n = max(len(A), len(B))
+        index = CellIndex(B, exclude_b, rows_per_centre=_ROWS_PER_CENTRE, n_rows=n, num_threads=num_threads)
+    for t in range(refits + 1):
+        W = ridge_map_rows(A, B, fit_on, lam=lam)
         pairs, scores = map_propose(
-            A, B, W, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=num_threads, cells_of=centres
+            A,
+            B,
+            W,
+            csls_k=csls_k,
+            exclude_a=exclude_a,
+            exclude_b=exclude_b,
+            num_threads=num_threads,
+            cells=index,
+            probes=probes,
+            every=_REFIT_EVERY if index is not None and t < refits else 1,
         )
         if score_filter and len(pairs) > 1:
             thr = kernels.otsu_threshold(scores.astype(np.float64))

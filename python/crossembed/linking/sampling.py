@@ -8,6 +8,7 @@ import numpy as np
 
 from crossembed._config import Configured
 from crossembed._validation import check_int
+from crossembed.linking._inputs import ROW_CHUNK
 
 __all__ = ["RowSample"]
 
@@ -44,7 +45,10 @@ class RowSample(Configured):
         if n <= size:
             return None
         if self.near_seeds:
-            near = np.max(X @ X[keep].T, axis=1)
+            K = np.asarray(X[keep], np.float32).T
+            near = np.empty(n, np.float32)
+            for s in range(0, n, ROW_CHUNK):  # chunks: X may be float16 or memory-mapped
+                near[s : s + ROW_CHUNK] = np.max(np.asarray(X[s : s + ROW_CHUNK], np.float32) @ K, axis=1)
             near[keep] = np.inf
             return np.sort(np.argsort(-near, kind="stable")[:size])
         rest = np.setdiff1d(np.arange(n), keep)

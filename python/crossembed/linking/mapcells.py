@@ -1,0 +1,245 @@
+"""The map pass at scale: an inverted file in B's space, streamed over row chunks.
+
+Once a ridge map ``W`` takes A to B's space, both sides are points of one
+space and linking them is a nearest-neighbour search. ``C`` evenly spaced
+rows of B centre the cells; every B row sits in its nearest centre's cell
+and every mapped A row probes its ``probes`` nearest cells (an IVF index:
+``probes N_A N_B / C`` pairs scored instead of ``N_A N_B``). The nearest
+centres are found on the top principal directions of the centres (a
+quantiser only decides which pairs are scored; the pairs themselves are
+scored in full). Each cell's block goes through the fused C++ top-k; an A
+row keeps its ``m`` best over its cells (a strict order on (score, row), so
+the lists do not depend on the order the cells finish), a B row has one
+cell and takes that cell's list. Links are mutual CSLS best pairs over the
+lists, with the kernel's hubness terms.
+
+Nothing of size ``N x D`` is held beyond the inputs and the mapped A rows,
+which are stored in B's dtype (float16 halves them); every pass over the
+rows goes in chunks of rows, so the result does not depend on
+how the inputs are held (memory-mapped or not).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Optional, Tuple
+
+import numpy as np
+
+from crossembed import kernels
+from crossembed._validation import resolve_num_threads
+from crossembed.linking._inputs import ROW_CHUNK as CHUNK
+from crossembed.linking._inputs import unit_rows
+
+__all__ = ["CellIndex", "cell_lists", "mapped_rows", "mutual_best"]
+
+# dimensions the nearest centres are found in (the quantiser only; pairs are scored in full)
+_PROJECTED_DIMS = 64
+_EMPTY = np.iinfo(np.int64).min
+
+
+def _float32(X: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(X, dtype=np.float32)
+
+
+class CellIndex:
+    """Cells of B's rows: ``centres`` (rows of B), each B row's cell, the quantiser's projection.
+
+    Parameters
+    ----------
+    B : ndarray, shape (N_B, D)
+        Unit rows (float32 or float16).
+    exclude_b : ndarray of int
+        Rows in no cell (the seeds).
+    rows_per_centre : int
+        Rows of the larger side per cell centre, ``>= 1``.
+    n_rows : int
+        Rows of the larger side.
+    num_threads : int, optional
+    """
+
+    def __init__(self, B: np.ndarray, exclude_b: np.ndarray, *, rows_per_centre: int, n_rows: int, num_threads=None):
+        keep = np.ones(len(B), bool)
+        keep[np.asarray(exclude_b, np.int64)] = False
+        rows = np.flatnonzero(keep)
+        want = max(1, min(len(rows), -(-n_rows // rows_per_centre)))
+        self.centres = rows[np.unique(np.linspace(0, len(rows) - 1, want).astype(np.int64))]
+        C = _float32(B[self.centres])
+        # the quantiser's directions: the centres' top principal axes (uncentred: scores are dot products)
+        _, _, vt = np.linalg.svd(C, full_matrices=False)
+        self.projection = _float32(vt[: min(_PROJECTED_DIMS, vt.shape[0])].T)
+        # unit rows: a centre must not win by a larger share of the top axes (hub cells cost N^2)
+        self.projected = unit_rows(C @ self.projection)
+        cell = self.nearest(B, 1, num_threads=num_threads)[:, 0]
+        cell[~keep] = -1
+        self.cell_of_b = cell
+
+    @property
+    def n_cells(self) -> int:
+        return len(self.centres)
+
+    def nearest(self, X: np.ndarray, r: int, *, num_threads=None) -> np.ndarray:
+        """``(N, r)`` int64: each row's ``r`` nearest centres by cosine on the top axes, best first."""
+        r = min(int(r), self.n_cells)
+        out = np.empty((len(X), r), np.int64)
+        for s in range(0, len(X), CHUNK):
+            Y = _float32(X[s : s + CHUNK]) @ self.projection
+            _, idx, _, _ = kernels.topk_rows_and_columns(Y, self.projected, r, 1, num_threads=num_threads)
+            out[s : s + CHUNK] = idx
+        return out
+
+
+def mapped_rows(A: np.ndarray, W: np.ndarray, dtype) -> np.ndarray:
+    """``unit(A W)`` in ``dtype``, computed in float32 chunks of rows."""
+    out = np.empty((len(A), W.shape[1]), dtype)
+    for s in range(0, len(A), CHUNK):
+        out[s : s + CHUNK] = unit_rows(_float32(A[s : s + CHUNK]) @ W)
+    return out
+
+
+def _keys(scores: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """int64 keys ordered like (score descending, row ascending): the score's bits made monotone, high
+    word; the row's complement, low word."""
+    bits = np.ascontiguousarray(scores, np.float32).view(np.int32).astype(np.int64)
+    bits ^= (bits >> 31) & 0x7FFFFFFF
+    return np.where(rows >= 0, (bits << 32) | (0xFFFFFFFF - rows.astype(np.int64)), _EMPTY)
+
+
+def _unkey(keys: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Scores (float32) and rows (-1 for an empty slot) of :func:`_keys`."""
+    bits = keys >> 32
+    bits ^= (bits >> 31) & 0x7FFFFFFF
+    scores = bits.astype(np.int32).view(np.float32)
+    rows = 0xFFFFFFFF - (keys & 0xFFFFFFFF)
+    empty = keys == _EMPTY
+    return np.where(empty, -np.inf, scores).astype(np.float32), np.where(empty, -1, rows)
+
+
+def _index_dtype(n: int) -> type:
+    """int32 for row numbers below 2**31 (halves the lists of a large pass), else int64."""
+    return np.int32 if n < 2**31 else np.int64
+
+
+def _members(cells: np.ndarray, n_cells: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Rows of each cell in row order: ``rows[bounds[c]:bounds[c + 1]]`` (entries < 0 in no cell)."""
+    flat = cells.reshape(-1)
+    order = np.argsort(flat, kind="stable")
+    bounds = np.searchsorted(flat[order], np.arange(n_cells + 1))
+    order //= cells.shape[1]
+    return order.astype(_index_dtype(len(cells))), bounds
+
+
+def cell_lists(
+    FA: np.ndarray,
+    B: np.ndarray,
+    probes: np.ndarray,
+    index: CellIndex,
+    m: int,
+    *,
+    num_threads: Optional[int] = None,
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's ``m`` best rows on the other side among the pairs its cells score.
+
+    Parameters
+    ----------
+    FA : ndarray, shape (N_A, D)
+        Mapped A rows (B's space).
+    B : ndarray, shape (N_B, D)
+    probes : ndarray of int, shape (N_A, r)
+        Cells each A row probes (``-1``: none, e.g. the seeds).
+    index : CellIndex
+    m : int
+        Candidates kept per row.
+    num_threads : int, optional
+        Cells scored at once (one kernel thread each); None: all cores.
+
+    Returns
+    -------
+    cand_a, dots_a : ndarray, shape (N_A, m)
+        B rows (int32 below 2**31 rows, else int64; ``-1`` padded) and their dot products (float32, ``-inf``
+        padded), best first, ties to the lower row.
+    cand_b, dots_b : ndarray, shape (N_B, m)
+        The same for B's rows over the A rows probing their cell.
+    """
+    rows_a, bounds_a = _members(probes, index.n_cells)
+    rows_b, bounds_b = _members(index.cell_of_b[:, None], index.n_cells)
+    best_a = np.full((len(FA), m), _EMPTY, np.int64)
+    cand_b = np.full((len(B), m), -1, _index_dtype(len(FA)))
+    dots_b = np.full((len(B), m), -np.inf, np.float32)
+
+    def score(c: int):
+        ra, rb = rows_a[bounds_a[c] : bounds_a[c + 1]], rows_b[bounds_b[c] : bounds_b[c + 1]]
+        if len(ra) == 0 or len(rb) == 0:
+            return None
+        return ra, rb, kernels.topk_rows_and_columns(_float32(FA[ra]), _float32(B[rb]), m, m, num_threads=1)
+
+    workers = resolve_num_threads(num_threads)
+    # the largest cells first, so no thread is left with one at the end (the lists do not depend on the order)
+    cost = np.diff(bounds_a).astype(np.float64) * np.diff(bounds_b)
+    order = np.argsort(-cost, kind="stable")
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for start in range(0, index.n_cells, 64 * workers):  # bounded look-ahead: results are consumed in order
+            for done in pool.map(score, order[start : start + 64 * workers]):
+                if done is None:
+                    continue
+                ra, rb, (s_a, i_a, s_b, i_b) = done
+                both = np.concatenate([best_a[ra], _keys(s_a, rb[i_a])], axis=1)
+                best_a[ra] = np.partition(both, both.shape[1] - m, axis=1)[:, -m:]
+                cand_b[rb, : i_b.shape[1]] = ra[i_b]
+                dots_b[rb, : s_b.shape[1]] = s_b
+    cand_a = np.empty((len(FA), m), _index_dtype(len(B)))
+    dots_a = np.empty((len(FA), m), np.float32)
+    for s in range(0, len(FA), CHUNK):
+        dots_a[s : s + CHUNK], cand_a[s : s + CHUNK] = _unkey(np.sort(best_a[s : s + CHUNK], axis=1)[:, ::-1])
+    return cand_a, dots_a, cand_b, dots_b
+
+
+def _hubness(dots: np.ndarray, csls_k: int) -> np.ndarray:
+    """CSLS's r per row, as the C++ kernel forms it: v the ``kc``-th best listed value (``kc`` =
+    ``csls_k`` or fewer listed), the values above v summed in list order in float64, plus the
+    ``kc - #above`` copies of v, over ``kc``; 0 for a row without candidates."""
+    top = dots[:, :csls_k]
+    kc = np.isfinite(top).sum(axis=1)
+    v = np.where(kc > 0, top[np.arange(len(top)), np.maximum(kc, 1) - 1], 0).astype(np.float64)
+    above = top > v[:, None]
+    total = np.cumsum(np.where(above, top, 0).astype(np.float64), axis=1)[:, -1]
+    total += (kc - above.sum(axis=1)) * v
+    return np.where(kc > 0, total / np.maximum(kc, 1), 0.0)
+
+
+def _best(cand, dots, r_own, r_other) -> Tuple[np.ndarray, np.ndarray]:
+    """Each row's CSLS-best candidate (-1: none) and its score (float32), ties to the lower row."""
+    best = np.full(len(cand), -1, np.int64)
+    top = np.full(len(cand), -np.inf, np.float32)
+    for s in range(0, len(cand), CHUNK):
+        c, d = cand[s : s + CHUNK], dots[s : s + CHUNK]
+        csls = (2.0 * d.astype(np.float64) - (r_own[s : s + CHUNK, None] + r_other[np.maximum(c, 0)])).astype(
+            np.float32
+        )
+        csls[c < 0] = -np.inf
+        order = np.lexsort((np.where(c < 0, np.iinfo(np.int64).max, c), -csls), axis=1)[:, 0]
+        at = np.arange(len(c))
+        best[s : s + CHUNK] = np.where(np.isfinite(csls[at, order]), c[at, order], -1)
+        top[s : s + CHUNK] = csls[at, order]
+    return best, top
+
+
+def mutual_best(
+    cand_a: np.ndarray, dots_a: np.ndarray, cand_b: np.ndarray, dots_b: np.ndarray, *, csls_k: int
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Mutual CSLS best pairs ``(P, 2)`` over the lists of :func:`cell_lists` and their scores, best
+    first (ties to the lower A row).
+
+    ``CSLS(i, j) = 2 s_ij - r_A(i) - r_B(j)``, ``r`` the mean of a row's
+    ``csls_k`` best listed values. Mutual best pairs are one-to-one by
+    construction. :func:`crossembed.kernels.csls_mutual_topk_candidates`
+    with ``k=1`` on the same lists and dot products gives the same pairs.
+    """
+    r_a, r_b = _hubness(dots_a, csls_k), _hubness(dots_b, csls_k)
+    best_a, score_a = _best(cand_a, dots_a, r_a, r_b)
+    best_b, _ = _best(cand_b, dots_b, r_b, r_a)
+    i = np.flatnonzero(best_a >= 0)
+    i = i[best_b[best_a[i]] == i]
+    order = np.lexsort((i, -score_a[i]))
+    i = i[order]
+    return np.stack([i, best_a[i]], axis=1), score_a[i]

@@ -1,0 +1,197 @@
+"""The map pass at scale (crossembed.linking.mapcells): B-space cells, streamed lists, mutual CSLS best."""
+
+import numpy as np
+import pytest
+
+from _linking_data import linking_problem
+from crossembed import kernels
+from crossembed.linking import (
+    CellCandidates,
+    Center,
+    GEHLinker,
+    MapPass,
+    RowSample,
+    ValidatedPromotion,
+    evaluate_links,
+    mapcells,
+    refine,
+)
+from crossembed.linking.mapcells import CellIndex, _keys, _unkey, cell_lists, mapped_rows, mutual_best
+from crossembed.linking.refine import map_links, ridge_map, ridge_map_rows
+
+
+def _integer_rows(rng, n, d):
+    """Small-integer features: every dot product is exact in float32, whatever the kernel's order."""
+    return rng.integers(-3, 4, size=(n, d)).astype(np.float32)
+
+
+def test_keys_order_by_score_then_lower_row_and_round_trip():
+    scores = np.array([[0.5, -0.25, 0.5, -np.inf, 0.0, -0.0, 3.0]], np.float32)
+    rows = np.array([[7, 2, 3, 9, 4, 5, 1]])
+    keys = _keys(scores, rows)
+    want = np.lexsort((rows[0], -scores[0].astype(np.float64)))
+    assert [rows[0][i] for i in np.argsort(-keys[0], kind="stable")][:3] == [1, 3, 7]
+    assert list(np.argsort(-keys[0], kind="stable"))[:5] == list(want)[:5]
+    back_scores, back_rows = _unkey(keys)
+    np.testing.assert_array_equal(back_rows, rows)
+    np.testing.assert_array_equal(back_scores, scores)
+
+
+def _brute_force(FA, B, probes, cell_of_b, m):
+    S = FA.astype(np.float64) @ B.astype(np.float64).T
+    share = (probes[:, :, None] == cell_of_b[None, None, :]).any(axis=1) & (cell_of_b >= 0)[None, :]
+
+    def lists(S, share):
+        cand = np.full((len(S), m), -1, np.int64)
+        for i in range(len(S)):
+            js = np.flatnonzero(share[i])
+            js = js[np.lexsort((js, -S[i, js]))][:m]
+            cand[i, : len(js)] = js
+        return cand
+
+    return lists(S, share), lists(S.T, share.T)
+
+
+@pytest.mark.parametrize("n_a,n_b,d,per,r,m", [(120, 90, 9, 10, 3, 6), (40, 70, 5, 20, 1, 30), (3, 50, 4, 7, 2, 4)])
+def test_cell_lists_equal_the_float64_brute_force(n_a, n_b, d, per, r, m):
+    rng = np.random.default_rng(n_a)
+    FA, B = _integer_rows(rng, n_a, d), _integer_rows(rng, n_b, d)
+    index = CellIndex(B, np.array([0, 5]), rows_per_centre=per, n_rows=max(n_a, n_b))
+    probes = index.nearest(FA, r)
+    probes[1] = -1  # a row in no cell (a seed)
+    cand_a, dots_a, cand_b, dots_b = cell_lists(FA, B, probes, index, m)
+    want_a, want_b = _brute_force(FA, B, probes, index.cell_of_b, m)
+    np.testing.assert_array_equal(cand_a, want_a)
+    np.testing.assert_array_equal(cand_b, want_b)
+    assert (cand_a[1] == -1).all() and (cand_b[[0, 5]] == -1).all()
+    listed = cand_a >= 0
+    np.testing.assert_array_equal(dots_a[listed], (FA[np.nonzero(listed)[0]] * B[cand_a[listed]]).sum(1))
+    assert np.isneginf(dots_a[~listed]).all() and np.isneginf(dots_b[cand_b < 0]).all()
+
+
+def test_cell_index_centres_are_evenly_spaced_rows_of_b_and_the_nearest_are_best_first():
+    rng = np.random.default_rng(1)
+    B = rng.normal(size=(1000, 8)).astype(np.float32)
+    index = CellIndex(B, np.array([0, 999]), rows_per_centre=100, n_rows=2_000)
+    assert index.n_cells == 20 and not np.isin([0, 999], index.centres).any()
+    assert index.cell_of_b[0] == -1 and index.cell_of_b[999] == -1
+    X = rng.normal(size=(50, 8)).astype(np.float32)
+    got = index.nearest(X, 3)
+    S = (X @ index.projection).astype(np.float64) @ index.projected.astype(np.float64).T
+    np.testing.assert_array_equal(got, np.stack([np.lexsort((np.arange(20), -row))[:3] for row in S]))
+
+
+def test_lists_do_not_depend_on_threads_or_chunks(monkeypatch):
+    rng = np.random.default_rng(2)
+    FA, B = rng.normal(size=(700, 16)).astype(np.float16), rng.normal(size=(600, 16)).astype(np.float16)
+    index = CellIndex(B, np.array([3]), rows_per_centre=40, n_rows=700)
+    probes = index.nearest(FA, 4)
+    one = cell_lists(FA, B, probes, index, 12, num_threads=1)
+    two = cell_lists(FA, B, probes, index, 12, num_threads=2)
+    monkeypatch.setattr(mapcells, "CHUNK", 64)
+    small = cell_lists(FA, B, index.nearest(FA, 4), index, 12, num_threads=2)
+    for x, y, z in zip(one, two, small):
+        np.testing.assert_array_equal(x, y)
+        np.testing.assert_array_equal(x, z)
+
+
+def test_mutual_best_is_the_kernels_k1_csls_on_the_same_lists():
+    rng = np.random.default_rng(3)
+    FA, B = _integer_rows(rng, 300, 12), _integer_rows(rng, 260, 12)
+    index = CellIndex(B, np.zeros(0, np.int64), rows_per_centre=20, n_rows=300)
+    cand_a, dots_a, cand_b, dots_b = cell_lists(FA, B, index.nearest(FA, 3), index, 16)
+    pairs, scores = mutual_best(cand_a, dots_a, cand_b, dots_b, csls_k=5)
+    want, want_scores = kernels.csls_mutual_topk_candidates(FA, B, cand_a, cand_b, k=1, csls_k=5)
+    assert len(pairs) > 50
+    # the same pairs and scores; within a tied score the kernel's greedy order may differ
+    key = lambda p, s: sorted(zip(s.tolist(), p[:, 0].tolist(), p[:, 1].tolist()))  # noqa: E731
+    assert key(pairs, scores) == key(want, want_scores)
+
+
+def test_mapped_rows_and_the_chunked_ridge_map():
+    rng = np.random.default_rng(4)
+    A, B = rng.normal(size=(500, 6)).astype(np.float32), rng.normal(size=(500, 5)).astype(np.float32)
+    pairs = np.stack([rng.permutation(500)[:300], rng.permutation(500)[:300]], 1)
+    W = ridge_map_rows(A, B, pairs)
+    np.testing.assert_array_equal(W, ridge_map(A[pairs[:, 0]], B[pairs[:, 1]]))  # one chunk: the same bits
+    FA = mapped_rows(A, W, np.float16)
+    assert FA.dtype == np.float16
+    np.testing.assert_allclose(np.linalg.norm(FA.astype(np.float64), axis=1), 1.0, atol=2e-3)
+
+
+def test_map_pass_over_cells_keeps_the_exact_links(monkeypatch):
+    monkeypatch.setattr(refine, "_ROWS_PER_CENTRE", 50)  # 40 cells of 2,000 rows: the cells restrict
+    A, B, split = linking_problem(2000, noise=0.05, seed=2)
+    A, B = Center().apply(A), Center().apply(B)
+    anchors = np.concatenate([split.seeds, split.truth[:200]])
+    kw = dict(exclude_a=split.seeds[:, 0], exclude_b=split.seeds[:, 1])
+    exact, _, _ = map_links(A, B, anchors, **kw)
+    fast, _, _ = map_links(A, B, anchors, cells=True, **kw)
+    e, f = evaluate_links(exact, split.truth), evaluate_links(fast, split.truth)
+    assert e["f1"] > 0.9 and f["f1"] > e["f1"] - 0.02, (e, f)
+    shared = len({tuple(p) for p in exact.tolist()} & {tuple(p) for p in fast.tolist()})
+    assert shared >= 0.95 * len(exact)
+
+
+def _fit(A, B, seeds, **kw):
+    linker = GEHLinker(
+        candidates=CellCandidates(),
+        sample=RowSample(rows=600),
+        random_state=0,
+        max_iter=6,
+        show_progress_bar=False,
+        **kw,
+    )
+    return linker.link(A, B, seeds)
+
+
+def test_float16_memory_mapped_and_in_place_inputs_give_the_in_memory_links(tmp_path, monkeypatch):
+    monkeypatch.setattr(refine, "_ROWS_PER_CENTRE", 60)
+    A, B, split = linking_problem(2400, noise=0.05, seed=5)
+    A16, B16 = A.astype(np.float16), B.astype(np.float16)
+    base = _fit(A16, B16, split.seeds)
+    assert evaluate_links(base.links, split.truth)["f1"] > 0.8
+    np.save(tmp_path / "a.npy", A16)
+    np.save(tmp_path / "b.npy", B16)
+    mapped = _fit(np.load(tmp_path / "a.npy", mmap_mode="r"), np.load(tmp_path / "b.npy", mmap_mode="r"), split.seeds)
+    np.testing.assert_array_equal(mapped.links, base.links)
+    own_a, own_b = A16.copy(), B16.copy()
+    in_place = _fit(own_a, own_b, split.seeds, center=Center(copy=False))
+    np.testing.assert_array_equal(in_place.links, base.links)
+    assert not np.array_equal(own_a, A16)  # centred where it lay: no copy held
+    np.testing.assert_array_equal(own_a, Center().apply(A16))
+    f32 = _fit(A, B, split.seeds)
+    assert abs(evaluate_links(f32.links, split.truth)["f1"] - evaluate_links(base.links, split.truth)["f1"]) < 0.02
+
+
+def test_center_in_chunks_is_the_whole_array_computation(monkeypatch):
+    rng = np.random.default_rng(6)
+    X = (rng.normal(size=(300, 7)) + 2.0).astype(np.float32)
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    C = U.astype(np.float64) - U.astype(np.float64).mean(axis=0)
+    want = (C / np.linalg.norm(C, axis=1, keepdims=True)).astype(np.float32)
+    np.testing.assert_array_equal(Center().apply(X), want)  # one chunk: the same bits as before
+    monkeypatch.setattr("crossembed.linking.preprocess.ROW_CHUNK", 64)
+    np.testing.assert_allclose(Center().apply(X), want, atol=1e-6)  # the mean's sum order moves last bits
+    Y = X.copy()
+    assert Center(copy=False).apply(Y) is Y and Center().apply(X) is not X
+    assert Center(copy=False).apply(X.astype(np.float64)).dtype == np.float32  # float64: a new float32 array
+
+
+def test_map_pass_probes_reach_the_cells_and_are_checked(monkeypatch):
+    monkeypatch.setattr(refine, "_ROWS_PER_CENTRE", 50)  # ~16 cells: 3 probes are not clipped
+    seen = []
+    real = refine.cell_lists
+    monkeypatch.setattr(
+        refine, "cell_lists", lambda FA, B, near, *a, **k: seen.append(near.shape[1]) or real(FA, B, near, *a, **k)
+    )
+    A, B, split = linking_problem(1200, noise=0.05, seed=7)
+    promotion = ValidatedPromotion(final_pass=MapPass(probes=3))
+    GEHLinker(
+        candidates=CellCandidates(), promotion=promotion, random_state=0, max_iter=4, show_progress_bar=False
+    ).link(A, B, split.seeds)
+    assert seen and set(seen) == {3}
+    with pytest.raises(ValueError, match="probes"):
+        MapPass(probes=0)
+    with pytest.raises(TypeError, match="probes"):
+        MapPass(probes=2.5)
