@@ -135,20 +135,11 @@ def map_links(
     if cells:  # B's cells do not depend on the map: one index serves every refit
         n = max(len(A), len(B))
         index = CellIndex(B, exclude_b, rows_per_centre=_ROWS_PER_CENTRE, n_rows=n, num_threads=num_threads)
+    kw = dict(csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=num_threads, cells=index)
     for t in range(refits + 1):
         W = ridge_map_rows(A, B, fit_on, lam=lam)
-        pairs, scores = map_propose(
-            A,
-            B,
-            W,
-            csls_k=csls_k,
-            exclude_a=exclude_a,
-            exclude_b=exclude_b,
-            num_threads=num_threads,
-            cells=index,
-            probes=probes,
-            every=_REFIT_EVERY if index is not None and t < refits else 1,
-        )
+        every = _REFIT_EVERY if index is not None and t < refits else 1
+        pairs, scores = map_propose(A, B, W, probes=probes, every=every, **kw)
         if score_filter and len(pairs) > 1:
             thr = kernels.otsu_threshold(scores.astype(np.float64))
             keep = scores > thr
