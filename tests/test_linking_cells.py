@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from _cell_lists import best_sharing
 from _linking_data import linking_problem
 from crossembed import reference
 from crossembed.linking import (
@@ -29,15 +30,7 @@ def _brute_force(FA, FB, cells_a, cells_b, m):
     S = FA.astype(np.float64) @ FB.astype(np.float64).T
     share = (cells_a[:, :, None, None] == cells_b[None, None, :, :]).any(axis=(1, 3))
 
-    def lists(S, share):
-        out = np.full((len(S), m), -1, np.int64)
-        for i in range(len(S)):
-            cand = np.flatnonzero(share[i])
-            cand = cand[np.lexsort((cand, -S[i, cand]))][:m]
-            out[i, : len(cand)] = cand
-        return out
-
-    return lists(S, share), lists(S.T, share.T)
+    return best_sharing(S, share, m), best_sharing(S.T, share.T, m)
 
 
 @pytest.mark.parametrize("n_a,n_b,f,n_cells,r,m", [(90, 70, 12, 9, 3, 8), (40, 55, 7, 5, 1, 30), (1, 6, 3, 4, 2, 3)])

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from _cell_lists import best_sharing
 from _linking_data import linking_problem
 from crossembed import kernels
 from crossembed.linking import (
@@ -41,15 +42,7 @@ def _brute_force(FA, B, probes, cell_of_b, m):
     S = FA.astype(np.float64) @ B.astype(np.float64).T
     share = (probes[:, :, None] == cell_of_b[None, None, :]).any(axis=1) & (cell_of_b >= 0)[None, :]
 
-    def lists(S, share):
-        cand = np.full((len(S), m), -1, np.int64)
-        for i in range(len(S)):
-            js = np.flatnonzero(share[i])
-            js = js[np.lexsort((js, -S[i, js]))][:m]
-            cand[i, : len(js)] = js
-        return cand
-
-    return lists(S, share), lists(S.T, share.T)
+    return best_sharing(S, share, m), best_sharing(S.T, share.T, m)
 
 
 @pytest.mark.parametrize("n_a,n_b,d,per,r,m", [(120, 90, 9, 10, 3, 6), (40, 70, 5, 20, 1, 30), (3, 50, 4, 7, 2, 4)])
