@@ -23,6 +23,7 @@ from crossembed.linking import (
     CellCandidates,
     CosineSignatures,
     CrossFitCheck,
+    DecoyPass,
     ExactCandidates,
     FoldPass,
     GEHLinker,
@@ -85,6 +86,8 @@ METHODS: Dict[str, Callable[..., LinkResult]] = {
     "geh-validated-no-final-pass": _geh(promotion=ValidatedPromotion(final_pass=None)),
     # the map pass fitted on the links the no-partner check keeps (the low-overlap option)
     "geh-checked": _geh(promotion=ValidatedPromotion(final_pass=MapPass(check=CrossFitCheck()))),
+    # every row linked out of sample, links kept down to 85 % precision estimated on decoys
+    "geh-decoys": _geh(promotion=ValidatedPromotion(final_pass=DecoyPass())),
     "geh-validated-exact": _geh(candidates=ExactCandidates()),
     "geh-validated-pool": _geh(candidates=PoolCandidates()),
     "geh-validated-cells": _geh(candidates=CellCandidates()),

@@ -4,8 +4,9 @@
   signatures, CSLS mutual top-k votes, Beta posterior, bootstrap). Each
   choice is an object: growth rules (:class:`ValidatedPromotion`,
   :class:`PaperPromotion`, :class:`CappedPromotion`) and their final passes
-  (:class:`MapPass` with its no-partner check :class:`CrossFitCheck`,
-  :class:`FoldPass`), the stop rule (:class:`StopRule`),
+  (:class:`MapPass` with its no-partner check :class:`CrossFitCheck`;
+  :class:`DecoyPass`, out-of-sample links kept down to a precision
+  estimated on decoys; :class:`FoldPass`), the stop rule (:class:`StopRule`),
   candidate sources (:class:`AutoCandidates`, :class:`ExactCandidates`,
   :class:`PoolCandidates`, :class:`CellCandidates`, :class:`AnnCandidates`),
   the row sample (:class:`RowSample`), the schedule (:class:`Schedule`),
@@ -30,6 +31,7 @@ from crossembed.linking.preprocess import Center, Whiten
 from crossembed.linking.promotion import (
     PROMOTIONS,
     CappedPromotion,
+    DecoyPass,
     FoldPass,
     MapPass,
     PaperPromotion,
@@ -65,6 +67,7 @@ __all__ = [
     "ExactCandidates",
     "ExactProposer",
     "FarthestPointViews",
+    "DecoyPass",
     "FoldPass",
     "GEHLinker",
     "KernelSignatures",

@@ -42,6 +42,7 @@ from crossembed import kernels
 from crossembed._config import Configured, check_plugin
 from crossembed._validation import check_fraction, check_int, check_positive, resolve_num_threads
 from crossembed.linking._fit import FitState
+from crossembed.linking.decoys import decoy_links
 from crossembed.linking.pairs import (
     contains,
     count_new,
@@ -53,10 +54,12 @@ from crossembed.linking.pairs import (
 )
 from crossembed.linking.proposers import Proposer
 from crossembed.linking.refine import map_links
+from crossembed.linking.verify import CrossFitCheck
 
 __all__ = [
     "PROMOTIONS",
     "CappedPromotion",
+    "DecoyPass",
     "FoldPass",
     "MapPass",
     "PaperPromotion",
@@ -267,6 +270,75 @@ class MapPass(Configured):
             "proposals": len(final),
             "final_pass": "map",
             "threshold": thr,
+            "promoted": len(final) - n_confirmed,
+            "dropped": len(links) - n_confirmed,
+        }
+        fit.set_links(final, post, vts)
+        return info
+
+
+_CHECK = CrossFitCheck()  # DecoyPass's default pool check (settings only, shared)
+
+
+class DecoyPass(Configured):
+    """Final pass for partial overlap: every row linked out of sample, links kept down to a target
+    precision estimated on decoys (:func:`~crossembed.linking.decoys.decoy_links`).
+
+    Parameters
+    ----------
+    precision : float
+        Target share of right links among those kept, in (0, 1) (default 0.85).
+    folds : int
+        Parts of A's rows, ``>= 2``; each is linked by the map fitted without
+        its anchors, and its anchors are the decoys (default 5).
+    check : CrossFitCheck or None
+        Cleans the pool before it becomes the anchors (default
+        :class:`~crossembed.linking.verify.CrossFitCheck`); None: the whole pool.
+    lam : float
+        Ridge penalty, ``> 0`` (default 1.0).
+
+    Fits whose map pass uses cells (above 30,000 rows a side) need :class:`MapPass`.
+    """
+
+    kind = "decoys"
+    links_every_row = True
+
+    def __init__(self, *, precision: float = 0.85, folds: int = 5, check: Optional[Any] = _CHECK, lam: float = 1.0):
+        self.precision = check_fraction(precision, "precision")
+        if self.precision >= 1.0:
+            raise ValueError(f"precision must be below 1, got {precision!r}")
+        self.folds = check_int(folds, "folds", low=2)
+        self.check = check_plugin(check, "check", ("__call__",), "CrossFitCheck()", optional=True)
+        self.lam = check_positive(lam, "lam")
+
+    def run(self, fit: FitState, propose: Proposer) -> Info:
+        """Replace ``fit``'s links by the kept out-of-sample links; returns the pass's history entry."""
+        if fit.cells:
+            raise ValueError("DecoyPass links without cells: above 30,000 rows a side use MapPass")
+        links = fit.links
+        anchors = links
+        if self.check is not None:
+            anchors = self.check(fit.A, fit.B, links, fit.seeds, fit.rng, num_threads=fit.num_threads)
+        final, _, found = decoy_links(
+            fit.A,
+            fit.B,
+            anchors,
+            fit.seeds,
+            fit.rng,
+            precision=self.precision,
+            folds=self.folds,
+            lam=self.lam,
+            num_threads=fit.num_threads,
+        )
+        post, vts, n_confirmed = _carry_over(fit, final, np.full(len(final), 0.5))  # new links: no votes
+        info: Info = {
+            "pool": len(links) + fit.n_seeds,
+            "views": self.folds,
+            "anchors": len(anchors) + fit.n_seeds,
+            "proposals": len(final),
+            "final_pass": "decoys",
+            "threshold": found["threshold"],
+            "partnered": found["partnered"],
             "promoted": len(final) - n_confirmed,
             "dropped": len(links) - n_confirmed,
         }
