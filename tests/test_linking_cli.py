@@ -127,6 +127,11 @@ def test_table_rendering_and_markers(tmp_path):
     md2 = render_markdown(recs + low)
     assert "| pair | alpha 0.1 | alpha 0.3 |" in md2
     assert "| x ↔ y | 25.0 ± 5.0 (90.0 / 50.0) [2] | 50.0 ± 0.0 (50.0 / 50.0) [2] |" in md2
+    assert "| mean of the pairs (± std across pairs) | – | – |" in md2  # one pair: no mean
+    other = [dict(r, a="z", f1=r["f1"] / 2) for r in recs + low if r["method"] == "geh-validated"]
+    md3 = render_markdown(recs + low + other)
+    # each pair's mean counts once: (25 + 12.5) / 2 at alpha 0.1, (50 + 25) / 2 at alpha 0.3
+    assert "| mean of the pairs (± std across pairs) | 18.8 ± 6.2 (90.0 / 50.0) [2 pairs] | 37.5 ± 12.5" in md3
     doc = tmp_path / "linking.md"
     doc.write_text("# Title\n\ntext\n")
     replace_block(doc, "link-table", md)

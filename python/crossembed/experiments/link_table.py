@@ -240,7 +240,7 @@ def render_markdown(records: List[dict]) -> str:
             f_g = np.mean([r["f1"] for r in by_method["geh-validated"]])
             ratio = f"{f_g / f_p:.1f}x" if f_p > 0 else "inf"
         out.append(f"| {a} ↔ {b} | {alpha} | {s} | " + " | ".join(vals) + f" | {ratio} |")
-    for method in ("geh-validated", "geh-checked"):
+    for method in ("geh-validated", "geh-checked", "geh-decoys"):
         out.extend(_by_overlap(cells, method))
     for (a, b, corpus, n_obj, alpha, s), by_method in cells.items():
         out.append(f"\n#### {a} ↔ {b} — alpha {alpha}, {s} seeds ({n_obj} of {corpus} glosses per draw)\n")
@@ -276,6 +276,7 @@ def _by_overlap(cells: Dict[tuple, Dict[str, List[dict]]], method: str) -> List[
         "|---" * (len(heads) + 1) + "|",
     ]
     pairs = list(dict.fromkeys(key[:4] for key in cells))
+    means: Dict[tuple, List[List[float]]] = {}
     for pair in pairs:
         row = []
         for alpha, s in settings:
@@ -285,5 +286,18 @@ def _by_overlap(cells: Dict[tuple, Dict[str, List[dict]]], method: str) -> List[
                 continue
             p, r = (100 * np.mean([x[k] for x in rs]) for k in ("precision", "recall"))
             row.append(f"{_fmt([x['f1'] for x in rs])} ({p:.1f} / {r:.1f}) [{len(rs)}]")
+            means.setdefault((alpha, s), []).append(
+                [np.mean([x[k] for x in rs]) for k in ("f1", "precision", "recall")]
+            )
         out.append(f"| {pair[0]} ↔ {pair[1]} | " + " | ".join(row) + " |")
+    # the mean over pairs, where every pair has the setting: each pair's mean counts once
+    row = []
+    for setting in settings:
+        per_pair = np.array(means.get(setting, []))
+        if len(per_pair) != len(pairs) or len(pairs) < 2:
+            row.append("–")
+            continue
+        f1, p, r = 100 * per_pair.mean(axis=0)
+        row.append(f"{f1:.1f} ± {100 * per_pair[:, 0].std():.1f} ({p:.1f} / {r:.1f}) [{len(pairs)} pairs]")
+    out.append("| mean of the pairs (± std across pairs) | " + " | ".join(row) + " |")
     return out
