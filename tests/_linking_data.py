@@ -21,3 +21,16 @@ def linking_problem(n=600, *, alpha=0.3, n_seeds=15, noise=0.05, seed=0, **kw):
     XA, XB = rotated_pair(n, noise=noise, seed=seed, **kw)
     split = make_partial_overlap(n, alpha=alpha, n_seeds=n_seeds, random_state=seed)
     return XA[split.rows_a], XB[split.rows_b], split
+
+
+def linear_problem(n=1200, *, d=24, d_b=32, alpha=0.4, noise=0.15, seed=0):
+    """Unit rows of a noisy linear pair (B = A M up to noise, dimensions differ) split at overlap ``alpha``;
+    returns the seed's generator too, for what the caller draws next."""
+    rng = np.random.default_rng(seed)
+    Z = rng.standard_normal((n, d))
+    M = rng.standard_normal((d, d_b))
+    XA = Z + noise * rng.standard_normal(Z.shape)
+    XB = Z @ M + noise * rng.standard_normal((n, d_b)) * np.linalg.norm(M, axis=0)
+    split = make_partial_overlap(n, alpha=alpha, n_seeds=15, random_state=seed)
+    unit = lambda X: (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)  # noqa: E731
+    return unit(XA[split.rows_a]), unit(XB[split.rows_b]), split, Z, rng

@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
+from _linking_data import linear_problem
 from crossembed.linking import (
     CrossFitCheck,
     DecoyPass,
     GEHLinker,
     ValidatedPromotion,
     evaluate_links,
-    make_partial_overlap,
 )
 from crossembed.linking.decoys import decoy_links, decoy_threshold
 
@@ -63,16 +63,9 @@ def test_threshold_without_decoys_or_signal():
     assert decoy_threshold(scores, both, both, np.array([-0.2, -np.inf]), 10, 0.85)["threshold"] == 0.3
 
 
-def _low_overlap(seed, n=2400, d=24, d_b=32, noise=0.35, alpha=0.15):
+def _low_overlap(seed, n=2400, alpha=0.15):
     """Unit rows of a noisy linear pair at low overlap and a pool: 60 % of the true pairs."""
-    rng = np.random.default_rng(seed)
-    Z = rng.standard_normal((n, d))
-    M = rng.standard_normal((d, d_b))
-    XA = Z + noise * rng.standard_normal(Z.shape)
-    XB = Z @ M + noise * rng.standard_normal((n, d_b)) * np.linalg.norm(M, axis=0)
-    split = make_partial_overlap(n, alpha=alpha, n_seeds=15, random_state=seed)
-    unit = lambda X: (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)  # noqa: E731
-    A, B = unit(XA[split.rows_a]), unit(XB[split.rows_b])
+    A, B, split, _, rng = linear_problem(n, alpha=alpha, noise=0.35, seed=seed)
     pool = split.truth[rng.permutation(len(split.truth))[: int(0.6 * len(split.truth))]]
     return A, B, split, pool
 

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from crossembed.linking import FoldPass, GEHLinker, MapPass, ValidatedPromotion, evaluate_links, make_partial_overlap
+from _linking_data import linear_problem
+from crossembed.linking import FoldPass, GEHLinker, MapPass, ValidatedPromotion, evaluate_links
 from crossembed.linking.refine import map_links, ridge_map
 
 
@@ -18,14 +19,8 @@ def test_ridge_map_matches_the_float64_normal_equations():
 
 
 def _partial_problem(n=1200, d=24, d_b=32, alpha=0.4, seed=0, noise=0.15):
-    rng = np.random.default_rng(seed)
-    Z = rng.standard_normal((n, d))
-    M = rng.standard_normal((d, d_b))
-    XA = Z + noise * rng.standard_normal(Z.shape)
-    XB = Z @ M + noise * rng.standard_normal((n, d_b)) * np.linalg.norm(M, axis=0)
-    split = make_partial_overlap(n, alpha=alpha, n_seeds=15, random_state=seed)
-    unit = lambda X: (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)  # noqa: E731
-    return unit(XA[split.rows_a]), unit(XB[split.rows_b]), split
+    A, B, split, _, _ = linear_problem(n, d=d, d_b=d_b, alpha=alpha, noise=noise, seed=seed)
+    return A, B, split
 
 
 def test_map_links_recovers_a_linear_map_and_filters_absent_rows():

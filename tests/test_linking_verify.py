@@ -3,20 +3,14 @@
 import numpy as np
 import pytest
 
-from crossembed.linking import CrossFitCheck, MapPass, evaluate_links, make_partial_overlap
+from _linking_data import linear_problem
+from crossembed.linking import CrossFitCheck, MapPass, evaluate_links
 
 
 def _low_overlap_pool(seed=0, n=900, d=24, d_b=32, noise=0.3):
     """Unit rows of a noisy linear pair at alpha 0.2, and a pool like GEH's at low overlap: 60 % of
     the true pairs plus as many links between rows that have no partner (their nearest such row)."""
-    rng = np.random.default_rng(seed)
-    Z = rng.standard_normal((n, d))
-    M = rng.standard_normal((d, d_b))
-    XA = Z + noise * rng.standard_normal(Z.shape)
-    XB = Z @ M + noise * rng.standard_normal((n, d_b)) * np.linalg.norm(M, axis=0)
-    split = make_partial_overlap(n, alpha=0.2, n_seeds=15, random_state=seed)
-    unit = lambda X: (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)  # noqa: E731
-    A, B = unit(XA[split.rows_a]), unit(XB[split.rows_b])
+    A, B, split, Z, rng = linear_problem(n, d=d, d_b=d_b, alpha=0.2, noise=noise, seed=seed)
     truth = split.truth[rng.permutation(len(split.truth))[: int(0.6 * len(split.truth))]]
     lone_a = np.setdiff1d(np.arange(len(A)), np.concatenate([split.truth[:, 0], split.seeds[:, 0]]))
     lone_b = np.setdiff1d(np.arange(len(B)), np.concatenate([split.truth[:, 1], split.seeds[:, 1]]))
