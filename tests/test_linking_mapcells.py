@@ -62,22 +62,58 @@ def test_cell_lists_equal_the_float64_brute_force(n_a, n_b, d, per, r, m):
     assert np.isneginf(dots_a[~listed]).all() and np.isneginf(dots_b[cand_b < 0]).all()
 
 
-def test_cell_index_centres_are_evenly_spaced_rows_of_b_and_the_nearest_are_best_first():
+def test_cell_index_starts_at_evenly_spaced_rows_of_b_and_the_nearest_are_best_first(monkeypatch):
     rng = np.random.default_rng(1)
     B = rng.normal(size=(1000, 8)).astype(np.float32)
+    B /= np.linalg.norm(B, axis=1, keepdims=True)
+    monkeypatch.setattr(mapcells, "_LLOYD_ITERATIONS", 0)  # untrained: the centres are the starting rows
     index = CellIndex(B, np.array([0, 999]), rows_per_centre=100, n_rows=2_000)
-    assert index.n_cells == 20 and not np.isin([0, 999], index.centres).any()
+    assert index.n_cells == 20 and index.projection is None  # 8 dimensions: no projection
+    start = np.flatnonzero(np.isin(np.arange(1000), [0, 999], invert=True))[np.linspace(0, 997, 20).astype(int)]
+    np.testing.assert_allclose(index.projected, B[start], atol=1e-6)
     assert index.cell_of_b[0] == -1 and index.cell_of_b[999] == -1
     X = rng.normal(size=(50, 8)).astype(np.float32)
     got = index.nearest(X, 3)
-    S = (X @ index.projection).astype(np.float64) @ index.projected.astype(np.float64).T
+    S = X.astype(np.float64) @ index.projected.astype(np.float64).T
     np.testing.assert_array_equal(got, np.stack([np.lexsort((np.arange(20), -row))[:3] for row in S]))
+
+
+def _clustered_rows(rng, n, d):
+    """Unit rows from 20 clusters of very different sizes and spreads in 16 dimensions, embedded in
+    ``d``, stored cluster by cluster."""
+    sizes = rng.pareto(1.0, 20) + 1
+    sizes = (sizes / sizes.sum() * n).astype(int) + 5
+    spreads = rng.uniform(0.05, 0.6, 20)
+    parts = [c + s * rng.normal(size=(k, 16)) for c, s, k in zip(rng.normal(size=(20, 16)), spreads, sizes)]
+    B = np.concatenate(parts) @ np.linalg.qr(rng.normal(size=(d, 16)))[0].T
+    return (B / np.linalg.norm(B, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_trained_centres_even_out_the_cells_and_the_index_is_deterministic(monkeypatch):
+    B = _clustered_rows(np.random.default_rng(0), 6000, 200)  # more dimensions than the quantiser's axes
+    monkeypatch.setattr(mapcells, "_SAMPLE_PER_CENTRE", 16)  # a sample of a third of the rows
+    index = CellIndex(B, np.array([4, 17]), rows_per_centre=50, n_rows=len(B), num_threads=1)
+    assert index.projection.shape == (200, mapcells._PROJECTED_DIMS) and index.n_cells == len(B) // 50 + 1
+    sizes = np.bincount(index.cell_of_b[index.cell_of_b >= 0], minlength=index.n_cells)
+    again = CellIndex(B, np.array([4, 17]), rows_per_centre=50, n_rows=len(B), num_threads=2)
+    np.testing.assert_array_equal(again.projected, index.projected)
+    np.testing.assert_array_equal(again.cell_of_b, index.cell_of_b)
+    other = CellIndex(B, np.array([4, 17]), rows_per_centre=50, n_rows=len(B), random_state=1)
+    assert not np.array_equal(other.projected, index.projected)  # the seed picks the training sample
+    monkeypatch.setattr(mapcells, "_LLOYD_ITERATIONS", 0)
+    untrained = CellIndex(B, np.array([4, 17]), rows_per_centre=50, n_rows=len(B))
+    before = np.bincount(untrained.cell_of_b[untrained.cell_of_b >= 0], minlength=untrained.n_cells)
+    assert sizes.max() <= 3 * sizes.mean() and sizes.max() < 0.6 * before.max(), (sizes.max(), before.max())
+    np.testing.assert_allclose(np.linalg.norm(index.projected, axis=1), 1.0, atol=1e-6)
 
 
 def test_lists_do_not_depend_on_threads_or_chunks(monkeypatch):
     rng = np.random.default_rng(2)
     FA, B = rng.normal(size=(700, 16)).astype(np.float16), rng.normal(size=(600, 16)).astype(np.float16)
-    index = CellIndex(B, np.array([3]), rows_per_centre=40, n_rows=700)
+    index = CellIndex(B, np.array([3]), rows_per_centre=40, n_rows=700, num_threads=1)
+    np.testing.assert_array_equal(
+        CellIndex(B, np.array([3]), rows_per_centre=40, n_rows=700, num_threads=2).cell_of_b, index.cell_of_b
+    )
     probes = index.nearest(FA, 4)
     one = cell_lists(FA, B, probes, index, 12, num_threads=1)
     two = cell_lists(FA, B, probes, index, 12, num_threads=2)
@@ -169,6 +205,9 @@ def test_center_in_chunks_is_the_whole_array_computation(monkeypatch):
     Y = X.copy()
     assert Center(copy=False).apply(Y) is Y and Center().apply(X) is not X
     assert Center(copy=False).apply(X.astype(np.float64)).dtype == np.float32  # float64: a new float32 array
+    # float16 rows are widened to float32 for the arithmetic, then stored as float16
+    X16 = X.astype(np.float16)
+    np.testing.assert_array_equal(Center().apply(X16), Center().apply(X16.astype(np.float32)).astype(np.float16))
 
 
 def test_map_pass_probes_reach_the_cells_and_are_checked(monkeypatch):

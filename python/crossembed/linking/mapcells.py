@@ -1,20 +1,23 @@
 """The map pass at scale: an inverted file in B's space, streamed over row chunks.
 
 Once a ridge map ``W`` takes A to B's space, both sides are points of one
-space and linking them is a nearest-neighbour search. ``C`` evenly spaced
-rows of B centre the cells; every B row sits in its nearest centre's cell
-and every mapped A row probes its ``probes`` nearest cells (an IVF index:
-``probes N_A N_B / C`` pairs scored instead of ``N_A N_B``). The nearest
-centres are found on the top principal directions of the centres (a
-quantiser only decides which pairs are scored; the pairs themselves are
-scored in full). Each cell's block goes through the fused C++ top-k; an A
-row keeps its ``m`` best over its cells (a strict order on (score, row), so
-the lists do not depend on the order the cells finish), a B row has one
-cell and takes that cell's list. Links are mutual CSLS best pairs over the
-lists, with the kernel's hubness terms.
+space and linking them is a nearest-neighbour search. ``C`` centres,
+trained by a few spherical k-means steps on a sample of B's rows from
+evenly spaced rows, define the cells; every B row sits in its nearest
+centre's cell and every mapped A row probes its ``probes`` nearest cells
+(an IVF index: ``probes N_A N_B / C`` pairs scored instead of
+``N_A N_B``). The centres are trained and the nearest ones found on the
+sample's top principal directions (a quantiser only decides which pairs
+are scored; the pairs themselves are scored in full). Each cell's block
+goes through the fused C++ top-k; an A row keeps its ``m`` best over its
+cells (a strict order on (score, row), so the lists do not depend on the
+order the cells finish), a B row has one cell and takes that cell's list.
+Links are mutual CSLS best pairs over the lists, with the kernel's hubness
+terms.
 
 Nothing of size ``N x D`` is held beyond the inputs and the mapped A rows,
-which are stored in B's dtype (float16 halves them); every pass over the
+which are stored in B's dtype (float16 halves them); the centres' training
+holds its sample on the quantiser's axes only; every pass over the
 rows goes in chunks of rows, so the result does not depend on
 how the inputs are held (memory-mapped or not).
 """
@@ -33,8 +36,13 @@ from crossembed.linking._inputs import unit_rows
 
 __all__ = ["CellIndex", "cell_lists", "mapped_rows", "mutual_best"]
 
-# dimensions the nearest centres are found in (the quantiser only; pairs are scored in full)
-_PROJECTED_DIMS = 64
+# dimensions the centres are trained and the nearest centres found in (the quantiser only; pairs are
+# scored in full): 128 axes find more partners than 64 at a small cost, all dimensions cost 4x that at
+# 1M rows and more beyond (docs/linking.md measures them)
+_PROJECTED_DIMS = 128
+# the centres' training: Lloyd steps and sampled B rows per centre (docs/linking.md)
+_LLOYD_ITERATIONS = 6
+_SAMPLE_PER_CENTRE = 64
 _EMPTY = np.iinfo(np.int64).min
 
 
@@ -43,7 +51,15 @@ def _float32(X: np.ndarray) -> np.ndarray:
 
 
 class CellIndex:
-    """Cells of B's rows: ``centres`` (rows of B), each B row's cell, the quantiser's projection.
+    """Cells of B's rows: the centres (``projected``: unit rows on the quantiser's axes), each B
+    row's cell (``cell_of_b``), the quantiser's ``projection`` (None: all dimensions).
+
+    The centres start at evenly spaced rows of B and take ``_LLOYD_ITERATIONS``
+    spherical k-means (Lloyd) steps on a fixed random sample of
+    ``_SAMPLE_PER_CENTRE`` B rows a centre, in the quantiser's space (the
+    sample's top principal axes): a centre moves to the unit mean of the
+    sample rows nearest it, so the cells follow the density of B and their
+    sizes even out.
 
     Parameters
     ----------
@@ -55,38 +71,95 @@ class CellIndex:
         Rows of the larger side per cell centre, ``>= 1``.
     n_rows : int
         Rows of the larger side.
+    random_state : int
+        Seed of the training sample (default 0); the index does not depend on the threads.
     num_threads : int, optional
     """
 
-    def __init__(self, B: np.ndarray, exclude_b: np.ndarray, *, rows_per_centre: int, n_rows: int, num_threads=None):
+    def __init__(
+        self,
+        B: np.ndarray,
+        exclude_b: np.ndarray,
+        *,
+        rows_per_centre: int,
+        n_rows: int,
+        random_state=0,
+        num_threads=None,
+    ):
         keep = np.ones(len(B), bool)
         keep[np.asarray(exclude_b, np.int64)] = False
         rows = np.flatnonzero(keep)
         want = max(1, min(len(rows), -(-n_rows // rows_per_centre)))
-        self.centres = rows[np.unique(np.linspace(0, len(rows) - 1, want).astype(np.int64))]
-        C = _float32(B[self.centres])
-        # the quantiser's directions: the centres' top principal axes (uncentred: scores are dot products)
-        _, _, vt = np.linalg.svd(C, full_matrices=False)
-        self.projection = _float32(vt[: min(_PROJECTED_DIMS, vt.shape[0])].T)
-        # unit rows: a centre must not win by a larger share of the top axes (hub cells cost N^2)
-        self.projected = unit_rows(C @ self.projection)
+        start = rows[np.unique(np.linspace(0, len(rows) - 1, want).astype(np.int64))]
+        rng = np.random.default_rng(random_state)
+        sample = np.sort(rng.choice(rows, size=min(len(rows), _SAMPLE_PER_CENTRE * len(start)), replace=False))
+        self.projection = _principal_axes(B, sample, _PROJECTED_DIMS)
+        self.projected = self._project(B[start])
+        if _LLOYD_ITERATIONS > 0:
+            self.projected = _lloyd(self._project_rows(B, sample), self.projected, _LLOYD_ITERATIONS, num_threads)
         cell = self.nearest(B, 1, num_threads=num_threads)[:, 0]
         cell[~keep] = -1
         self.cell_of_b = cell
 
     @property
     def n_cells(self) -> int:
-        return len(self.centres)
+        return len(self.projected)
+
+    def _project(self, X: np.ndarray) -> np.ndarray:
+        """Unit rows of ``X`` on the quantiser's axes (float32): a centre must not win by a larger share
+        of the top axes (hub cells cost N^2)."""
+        Y = _float32(X)
+        return unit_rows(Y if self.projection is None else Y @ self.projection)
+
+    def _project_rows(self, X: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """:meth:`_project` of ``X[rows]``, gathered in chunks."""
+        return np.concatenate([self._project(X[rows[s : s + CHUNK]]) for s in range(0, len(rows), CHUNK)])
 
     def nearest(self, X: np.ndarray, r: int, *, num_threads=None) -> np.ndarray:
         """``(N, r)`` int64: each row's ``r`` nearest centres by cosine on the top axes, best first."""
         r = min(int(r), self.n_cells)
         out = np.empty((len(X), r), np.int64)
         for s in range(0, len(X), CHUNK):
-            Y = _float32(X[s : s + CHUNK]) @ self.projection
-            _, idx, _, _ = kernels.topk_rows_and_columns(Y, self.projected, r, 1, num_threads=num_threads)
+            _, idx, _, _ = kernels.topk_rows_and_columns(
+                self._project(X[s : s + CHUNK]), self.projected, r, 1, num_threads=num_threads
+            )
             out[s : s + CHUNK] = idx
         return out
+
+
+def _principal_axes(B: np.ndarray, rows: np.ndarray, dims: int) -> Optional[np.ndarray]:
+    """``(D, dims)`` float32: the top principal axes of ``B[rows]`` (uncentred: scores are dot
+    products; the Gram matrix summed over chunks in float64); None when ``dims`` is 0 or ``>= D``
+    (the quantiser then works in all dimensions)."""
+    if dims <= 0 or dims >= B.shape[1]:
+        return None
+    gram = np.zeros((B.shape[1], B.shape[1]))
+    for s in range(0, len(rows), CHUNK):
+        X = np.asarray(B[rows[s : s + CHUNK]], np.float64)
+        gram += X.T @ X
+    _, vecs = np.linalg.eigh(gram)
+    return _float32(vecs[:, ::-1][:, :dims])
+
+
+def _lloyd(X: np.ndarray, centres: np.ndarray, iterations: int, num_threads) -> np.ndarray:
+    """Spherical k-means from ``centres`` on the unit rows ``X``: each centre becomes the unit
+    mean (float64 sums in row order) of the rows nearest it; a centre nearest to no row stays."""
+    for _ in range(iterations):
+        cell = np.concatenate(
+            [
+                kernels.topk_rows_and_columns(X[s : s + CHUNK], centres, 1, 1, num_threads=num_threads)[1][:, 0]
+                for s in range(0, len(X), CHUNK)
+            ]
+        )
+        order = np.argsort(cell, kind="stable")
+        bounds = np.searchsorted(cell[order], np.arange(len(centres) + 1))
+        filled = np.flatnonzero(np.diff(bounds))
+        sums = np.zeros(centres.shape)
+        sums[filled] = np.add.reduceat(X[order], bounds[filled], axis=0, dtype=np.float64)
+        moved = np.linalg.norm(sums, axis=1) > 0
+        centres = centres.copy()
+        centres[moved] = unit_rows(sums[moved])
+    return centres
 
 
 def mapped_rows(A: np.ndarray, W: np.ndarray, dtype) -> np.ndarray:

@@ -30,6 +30,11 @@ def centred_unit_rows(X: np.ndarray) -> np.ndarray:
     return C
 
 
+def _wide(X: np.ndarray) -> np.ndarray:
+    """float16 rows as float32 (numpy's float16 arithmetic is slow and rounds the norms); others as they are."""
+    return X.astype(np.float32) if X.dtype == np.float16 else X
+
+
 class Center(Configured):
     """Unit rows, minus each side's own column mean, unit rows again (the default).
 
@@ -55,7 +60,9 @@ class Center(Configured):
         with ThreadPoolExecutor(max_workers=default_num_threads()) as pool:  # numpy releases the GIL
             # the chunks' sums are added in chunk order: the mean does not depend on the threads
             mean = np.zeros(X.shape[1])
-            for part in pool.map(lambda s: unit_rows(X[s : s + ROW_CHUNK]).astype(np.float64).sum(axis=0), starts):
+            for part in pool.map(
+                lambda s: unit_rows(_wide(X[s : s + ROW_CHUNK])).astype(np.float64).sum(axis=0), starts
+            ):
                 mean += part
             mean /= len(X)
             dtype = np.float16 if X.dtype == np.float16 else np.float32
@@ -63,7 +70,7 @@ class Center(Configured):
             out = X if in_place else np.empty(X.shape, dtype)
 
             def centre(s: int) -> None:
-                C = unit_rows(X[s : s + ROW_CHUNK]).astype(np.float64)
+                C = unit_rows(_wide(X[s : s + ROW_CHUNK])).astype(np.float64)
                 C -= mean
                 out[s : s + ROW_CHUNK] = unit_rows(C)
 

@@ -74,10 +74,10 @@ def map_propose(
             unit_rows(A @ W), B, k=1, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=num_threads
         )
     FA = mapped_rows(A, W, B.dtype)
-    near = cells.nearest(FA, probes, num_threads=num_threads).astype(np.int32)
+    # only every ``every``-th A row takes part (a pass that only refits the map): only those probe
+    near = np.full((len(A), min(probes, cells.n_cells)), -1, np.int32)
+    near[::every] = cells.nearest(FA[::every], probes, num_threads=num_threads)
     near[np.asarray(exclude_a, np.int64)] = -1
-    if every > 1:  # only every ``every``-th A row takes part (a pass that only refits the map)
-        near[np.setdiff1d(np.arange(len(A)), np.arange(0, len(A), every))] = -1
     lists = cell_lists(FA, B, near, cells, max(_CELL_CANDIDATES, csls_k), num_threads=num_threads)
     del FA
     return mutual_best(*lists, csls_k=csls_k)
@@ -119,10 +119,11 @@ def map_links(
         Drop links in the lower Otsu class of scores.
     cells : bool
         Score only the pairs of an inverted file in B's space instead of all
-        N_A x N_B pairs: a cell per 512 rows of the larger side, centred on
-        evenly spaced B rows; each mapped A row is scored in its ``probes``
-        nearest cells, and a pass that only refits the map scores every 4th
-        A row (:mod:`crossembed.linking.mapcells`; large fits, float16 inputs).
+        N_A x N_B pairs: a cell per 512 rows of the larger side, its centre
+        trained by spherical k-means on a sample of B's rows; each mapped A
+        row is scored in its ``probes`` nearest cells, and a pass that only
+        refits the map scores every 4th A row
+        (:mod:`crossembed.linking.mapcells`; large fits, float16 inputs).
     probes : int
         Cells per mapped A row with ``cells``.
     """
