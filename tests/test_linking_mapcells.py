@@ -148,6 +148,24 @@ def test_mapped_rows_and_the_chunked_ridge_map():
     np.testing.assert_allclose(np.linalg.norm(FA.astype(np.float64), axis=1), 1.0, atol=2e-3)
 
 
+def test_a_refit_pass_maps_only_its_rows_and_gives_the_links_of_all_rows_with_the_others_left_out():
+    A, B, split = linking_problem(900, noise=0.05, seed=8)
+    A, B = Center().apply(A), Center().apply(B)
+    W = ridge_map(A[split.truth[:300, 0]], B[split.truth[:300, 1]])
+    index = CellIndex(B, split.seeds[:, 1], rows_per_centre=40, n_rows=len(B))
+    pairs, scores = refine.map_propose(
+        A, B, W, exclude_a=split.seeds[:, 0], exclude_b=split.seeds[:, 1], cells=index, probes=3, every=4
+    )
+    FA = mapped_rows(A, W, B.dtype)
+    near = index.nearest(FA, 3)
+    near[split.seeds[:, 0]] = -1
+    near[np.arange(len(A)) % 4 != 0] = -1  # the other rows in no cell: the pass before it mapped only these rows
+    want, want_scores = mutual_best(*cell_lists(FA, B, near, index, 32), csls_k=10)
+    assert len(want) > 100 and (pairs[:, 0] % 4 == 0).all()
+    np.testing.assert_array_equal(pairs, want)
+    np.testing.assert_array_equal(scores, want_scores)
+
+
 def test_map_pass_over_cells_keeps_the_exact_links(monkeypatch):
     monkeypatch.setattr(refine, "_ROWS_PER_CENTRE", 50)  # 40 cells of 2,000 rows: the cells restrict
     A, B, split = linking_problem(2000, noise=0.05, seed=2)

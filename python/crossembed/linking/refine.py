@@ -73,14 +73,16 @@ def map_propose(
         return kernels.csls_mutual_topk(
             unit_rows(A @ W), B, k=1, csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=num_threads
         )
-    FA = mapped_rows(A, W, B.dtype)
-    # only every ``every``-th A row takes part (a pass that only refits the map): only those probe
-    near = np.full((len(A), min(probes, cells.n_cells)), -1, np.int32)
-    near[::every] = cells.nearest(FA[::every], probes, num_threads=num_threads)
-    near[np.asarray(exclude_a, np.int64)] = -1
+    # only every ``every``-th A row takes part (a pass that only refits the map): only those are mapped
+    FA = mapped_rows(A[::every], W, B.dtype)
+    near = cells.nearest(FA, probes, num_threads=num_threads).astype(np.int32)
+    excluded = np.asarray(exclude_a, np.int64)
+    near[excluded[excluded % every == 0] // every] = -1
     lists = cell_lists(FA, B, near, cells, max(_CELL_CANDIDATES, csls_k), num_threads=num_threads)
     del FA
-    return mutual_best(*lists, csls_k=csls_k)
+    pairs, scores = mutual_best(*lists, csls_k=csls_k)
+    pairs[:, 0] *= every  # rows of the mapped part are A's rows 0, every, 2 every, ...
+    return pairs, scores
 
 
 def map_links(
