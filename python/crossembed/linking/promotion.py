@@ -262,19 +262,7 @@ class MapPass(Configured):
             probes=self.probes,
             num_threads=fit.num_threads,
         )
-        post, vts, n_confirmed = _carry_over(fit, final, np.full(len(final), 0.5))  # new links: no votes
-        info: Info = {
-            "pool": len(links) + fit.n_seeds,
-            "views": 1,
-            "anchors": len(anchors),
-            "proposals": len(final),
-            "final_pass": "map",
-            "threshold": thr,
-            "promoted": len(final) - n_confirmed,
-            "dropped": len(links) - n_confirmed,
-        }
-        fit.set_links(final, post, vts)
-        return info
+        return _relinked(fit, final, views=1, anchors=len(anchors), final_pass="map", threshold=thr)
 
 
 _CHECK = CrossFitCheck()  # DecoyPass's default pool check (settings only, shared)
@@ -330,20 +318,15 @@ class DecoyPass(Configured):
             lam=self.lam,
             num_threads=fit.num_threads,
         )
-        post, vts, n_confirmed = _carry_over(fit, final, np.full(len(final), 0.5))  # new links: no votes
-        info: Info = {
-            "pool": len(links) + fit.n_seeds,
-            "views": self.folds,
-            "anchors": len(anchors) + fit.n_seeds,
-            "proposals": len(final),
-            "final_pass": "decoys",
-            "threshold": found["threshold"],
-            "partnered": found["partnered"],
-            "promoted": len(final) - n_confirmed,
-            "dropped": len(links) - n_confirmed,
-        }
-        fit.set_links(final, post, vts)
-        return info
+        return _relinked(
+            fit,
+            final,
+            views=self.folds,
+            anchors=len(anchors) + fit.n_seeds,
+            final_pass="decoys",
+            threshold=found["threshold"],
+            partnered=found["partnered"],
+        )
 
 
 class FoldPass(Configured):
@@ -599,6 +582,23 @@ def _propose_views(fit: FitState, propose: Proposer, pool, views, geo, cosines):
         return [one(v, propose, None) for v in range(len(views))]
     with ThreadPoolExecutor(workers) as pool_of_views:
         return list(pool_of_views.map(lambda v: one(v, single, 1), range(len(views))))
+
+
+def _relinked(fit: FitState, final: np.ndarray, *, views: int, anchors: int, **fields) -> Info:
+    """Replace ``fit``'s links by a final pass's ``final`` (a new link gets posterior 0.5 and no
+    votes); returns the pass's history entry: the pool before, ``fields``, and what changed."""
+    post, vts, n_confirmed = _carry_over(fit, final, np.full(len(final), 0.5))
+    info: Info = {
+        "pool": len(fit.links) + fit.n_seeds,
+        "views": views,
+        "anchors": anchors,
+        "proposals": len(final),
+        **fields,
+        "promoted": len(final) - n_confirmed,
+        "dropped": len(fit.links) - n_confirmed,
+    }
+    fit.set_links(final, post, vts)
+    return info
 
 
 def _carry_over(fit: FitState, final: np.ndarray, new_post: np.ndarray):
