@@ -5,6 +5,7 @@ import pytest
 
 from _linking_data import linear_problem
 from crossembed.linking import (
+    CellCandidates,
     CrossFitCheck,
     DecoyPass,
     GEHLinker,
@@ -113,3 +114,13 @@ def test_decoy_pass_in_a_fit_and_its_arguments():
         with pytest.raises(exc, match=next(iter(kw))):
             DecoyPass(**kw)
     assert isinstance(DecoyPass(check=CrossFitCheck(folds=3)).check, CrossFitCheck)
+    # a fit whose map pass links within cells (above 30,000 rows a side) has no decoy pass
+    celled = GEHLinker(
+        random_state=0,
+        max_iter=2,
+        show_progress_bar=False,
+        candidates=CellCandidates(),
+        promotion=ValidatedPromotion(final_pass=DecoyPass()),
+    )
+    with pytest.raises(ValueError, match="DecoyPass links without cells"):
+        celled.link(A, B, split.seeds)

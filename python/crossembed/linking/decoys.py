@@ -78,12 +78,13 @@ def decoy_threshold(
     n_above = share_above(scores) * len(scores)  # links at or above each cut (ties count whole)
     # m from N(t) = m g(t) + (n - m) f0(t) at the cut where the estimate varies least (binomial
     # errors of f0 and g); a power at or below the null leaves no signal
-    gap = g - f0
-    est = np.where(gap > 0, (n_above - n_rows * f0) / np.where(gap > 0, gap, 1.0), 0.0)
-    est = np.clip(est, 0.0, n_rows)
-    variance = n_rows**2 * f0 * (1 - f0) / len(decoys) + est**2 * g * (1 - g) / len(linked)
-    spread = variance / np.maximum(gap, 1e-12) ** 2
-    m = float(est[np.argmin(np.where(gap > 0, spread, np.inf))]) if (gap > 0).any() else 0.0
+    cut = np.flatnonzero(g > f0)
+    m = 0.0
+    if len(cut):
+        gap, f0c, gc = g[cut] - f0[cut], f0[cut], g[cut]
+        est = np.clip((n_above[cut] - n_rows * f0c) / gap, 0.0, n_rows)
+        variance = n_rows**2 * f0c * (1 - f0c) / len(decoys) + est**2 * gc * (1 - gc) / len(linked)
+        m = float(est[np.argmin(variance / gap**2)])
     info["partnered"] = round(m, 1)
     # wrong links above t: partnerless rows linked (the decoys' rate) and partnered rows linked elsewhere
     wrong = (n_rows - m) * f0 + m * (g - f1)
