@@ -284,11 +284,9 @@ def _by_overlap(cells: Dict[tuple, Dict[str, List[dict]]], method: str) -> List[
             if not rs:
                 row.append("–")
                 continue
-            p, r = (100 * np.mean([x[k] for x in rs]) for k in ("precision", "recall"))
+            f1, p, r = (100 * np.mean([x[k] for x in rs]) for k in ("f1", "precision", "recall"))
             row.append(f"{_fmt([x['f1'] for x in rs])} ({p:.1f} / {r:.1f}) [{len(rs)}]")
-            means.setdefault((alpha, s), []).append(
-                [np.mean([x[k] for x in rs]) for k in ("f1", "precision", "recall")]
-            )
+            means.setdefault((alpha, s), []).append([f1, p, r])
         out.append(f"| {pair[0]} ↔ {pair[1]} | " + " | ".join(row) + " |")
     # the mean over pairs, where every pair has the setting: each pair's mean counts once
     row = []
@@ -297,7 +295,7 @@ def _by_overlap(cells: Dict[tuple, Dict[str, List[dict]]], method: str) -> List[
         if len(per_pair) != len(pairs) or len(pairs) < 2:
             row.append("–")
             continue
-        f1, p, r = 100 * per_pair.mean(axis=0)
-        row.append(f"{f1:.1f} ± {100 * per_pair[:, 0].std():.1f} ({p:.1f} / {r:.1f}) [{len(pairs)} pairs]")
+        f1, p, r = per_pair.mean(axis=0)
+        row.append(f"{f1:.1f} ± {per_pair[:, 0].std():.1f} ({p:.1f} / {r:.1f}) [{len(pairs)} pairs]")
     out.append("| mean of the pairs (± std across pairs) | " + " | ".join(row) + " |")
     return out
