@@ -67,7 +67,7 @@ def test_link_sample_rows_flag(saved, capsys):
     d, _ = saved
     args = ["link", str(d / "A.npy"), str(d / "B.npy"), "--seeds", str(d / "seeds.csv"), "--max-iter", "2"]
     assert main([*args, "--sample-rows", "100", "--quiet", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["history"][-1]["final_pass"] == "map"
+    assert json.loads(capsys.readouterr().out)["history"][-1]["final_pass"] == "decoys"
     assert main([*args, "--sample-rows", "0", "--quiet"]) == 0
     assert main([*args, "--sample-rows", "100", "--row-sample", "random", "--quiet"]) == 0
     capsys.readouterr()

@@ -9,6 +9,7 @@ from crossembed.linking import (
     CrossFitCheck,
     DecoyPass,
     GEHLinker,
+    MapPass,
     ValidatedPromotion,
     evaluate_links,
 )
@@ -28,12 +29,16 @@ def _reference_threshold(scores, right, linked, decoys, n_rows, precision):
         spread = (n_rows**2 * f0 * (1 - f0) / len(decoys) + est**2 * g * (1 - g) / len(linked)) / (g - f0) ** 2
         if spread < best_spread:
             best_spread, m = spread, est
-    best = np.inf
-    for t in scores:
+    # of the cuts reaching the precision, the best estimated F1 (ties: the higher cut); m = 0: the lowest cut
+    best, best_f1 = np.inf, -np.inf
+    for t in cuts:
         n_above = sum(1 for s in scores if s >= t)
         wrong = (n_rows - m) * share(decoys, t) + m * (share(linked, t) - share(right, t))
-        if wrong / n_above <= 1 - precision:
-            best = min(best, t)
+        if wrong / n_above > 1 - precision:
+            continue
+        f1 = 2 * (n_above - wrong) / (n_above + m) if m > 0 else -t
+        if f1 > best_f1:
+            best, best_f1 = t, f1
     return best, m
 
 
@@ -114,13 +119,14 @@ def test_decoy_pass_in_a_fit_and_its_arguments():
         with pytest.raises(exc, match=next(iter(kw))):
             DecoyPass(**kw)
     assert isinstance(DecoyPass(check=CrossFitCheck(folds=3)).check, CrossFitCheck)
-    # a fit whose map pass links within cells (above 30,000 rows a side) has no decoy pass
+    # a fit whose map pass links within cells (above 30,000 rows a side) goes through the cells pass
     celled = GEHLinker(
         random_state=0,
         max_iter=2,
         show_progress_bar=False,
         candidates=CellCandidates(),
-        promotion=ValidatedPromotion(final_pass=DecoyPass()),
+        promotion=ValidatedPromotion(final_pass=DecoyPass(cells_pass=MapPass(probes=3))),
     )
-    with pytest.raises(ValueError, match="DecoyPass links without cells"):
-        celled.link(A, B, split.seeds)
+    assert celled.link(A, B, split.seeds).history[-1]["final_pass"] == "map"
+    with pytest.raises(TypeError, match="cells_pass"):
+        DecoyPass(cells_pass="map")

@@ -341,7 +341,7 @@ def test_bad_inputs():
 
 
 @pytest.mark.parametrize("near_seeds", [True, False])
-def test_sampled_rounds_link_every_row_through_the_map_pass(near_seeds):
+def test_sampled_rounds_link_every_row_through_the_final_pass(near_seeds):
     A, B, split = linking_problem(3000, alpha=0.6, noise=0.05, seed=4)
     kw = dict(random_state=0, max_iter=15, show_progress_bar=False)
     full = GEHLinker(sample=None, **kw).link(A, B, split.seeds)
@@ -350,7 +350,7 @@ def test_sampled_rounds_link_every_row_through_the_map_pass(near_seeds):
     assert f_full["f1"] > 0.9 and f_sampled["f1"] > f_full["f1"] - 0.03, (f_full, f_sampled)
     # the rounds saw 800 rows a side, the links cover far more
     assert len(np.unique(sampled.links[:, 0])) > 1200
-    assert sampled.history[-1]["final_pass"] == "map"
+    assert sampled.history[-1]["final_pass"] == "decoys"
     assert all(h["pool"] <= 800 for h in sampled.history[:-1])
 
 

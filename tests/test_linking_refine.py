@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from _linking_data import linear_problem
-from crossembed.linking import FoldPass, GEHLinker, MapPass, ValidatedPromotion, evaluate_links
+from crossembed.linking import DecoyPass, FoldPass, GEHLinker, MapPass, ValidatedPromotion, evaluate_links
 from crossembed.linking.refine import map_links, ridge_map
 
 
@@ -56,7 +56,7 @@ def test_final_pass_choices_and_their_history():
     assert "final_pass" not in res["none"].history[-1]
     f1 = {k: evaluate_links(r.links, split.truth)["f1"] for k, r in res.items()}
     assert f1["map"] >= f1["none"] and f1["map"] > 0.8, f1
-    assert isinstance(ValidatedPromotion().final_pass, MapPass)  # the default
+    assert isinstance(ValidatedPromotion().final_pass, DecoyPass)  # the default
     assert ValidatedPromotion().links_every_row and not ValidatedPromotion(final_pass=FoldPass()).links_every_row
     assert not ValidatedPromotion(final_pass=None).has_final_pass
     for bad in ("procrustes", True, MapPass):

@@ -151,14 +151,14 @@ def test_a_fit_rebuilds_the_lists_by_list_reuse():
     assert _list_builds(problem, reuse=1, **sampled) < _list_builds(problem, reuse=0, **sampled)
 
 
-def test_the_map_final_pass_builds_no_candidate_lists():
+def test_the_default_final_pass_builds_no_candidate_lists():
     A, B, split = linking_problem(900, seed=3)
     backend = CountingCandidates()
     linker = GEHLinker(candidates=backend, random_state=0, max_iter=4, show_progress_bar=False)
     result = linker.link(A, B, split.seeds)
     calls = [1] * backend.calls
     rounds = [h for h in result.history if "final_pass" not in h]
-    assert result.history[-1].get("final_pass") == "map"
+    assert result.history[-1].get("final_pass") == "decoys"
     assert 1 <= len(calls) <= len(rounds)
 
 

@@ -88,13 +88,16 @@ def test_objects_report_their_config():
         "refresh": 0.1,
         "reuse": None,
     }
+    map_pass = {"kind": "map", "lam": 1.0, "score_filter": True, "check": None, "probes": 8}
     assert ValidatedPromotion().get_config()["final_pass"] == {
-        "kind": "map",
+        "kind": "decoys",
+        "precision": 0.85,
+        "folds": 5,
+        "check": {"kind": "crossfit", "folds": 5, "max_rounds": 2, "tol": 0.02, "rows": 20_000, "lam": 1.0},
         "lam": 1.0,
-        "score_filter": True,
-        "check": None,
-        "probes": 8,
+        "cells_pass": map_pass,
     }
+    assert MapPass().get_config() == map_pass
     checked = MapPass(check=CrossFitCheck()).get_config()["check"]
     assert checked == {"kind": "crossfit", "folds": 5, "max_rounds": 4, "tol": 0.02, "rows": 20_000, "lam": 1.0}
 

@@ -4,9 +4,10 @@
   signatures, CSLS mutual top-k votes, Beta posterior, bootstrap). Each
   choice is an object: growth rules (:class:`ValidatedPromotion`,
   :class:`PaperPromotion`, :class:`CappedPromotion`) and their final passes
-  (:class:`MapPass` with its no-partner check :class:`CrossFitCheck`;
-  :class:`DecoyPass`, out-of-sample links kept down to a precision
-  estimated on decoys; :class:`FoldPass`), the stop rule (:class:`StopRule`),
+  (:class:`DecoyPass`, the default: out-of-sample links kept at the best
+  F1 whose precision, estimated on decoys, reaches a floor; :class:`MapPass`
+  with its no-partner check :class:`CrossFitCheck`; :class:`FoldPass`),
+  the stop rule (:class:`StopRule`),
   candidate sources (:class:`AutoCandidates`, :class:`ExactCandidates`,
   :class:`PoolCandidates`, :class:`CellCandidates`, :class:`AnnCandidates`),
   the row sample (:class:`RowSample`), the schedule (:class:`Schedule`),

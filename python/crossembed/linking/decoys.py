@@ -20,8 +20,10 @@ from the rest), and nothing says where the scores of partnerless rows end.
 With ``n`` linkable A rows of which ``m`` have a partner, the links found at
 the lowest threshold number about ``m g + (n - m) f0``, which gives ``m``;
 the wrong links above ``t`` number about ``(n - m) f0(t) + m (g(t) -
-f1(t))``. The kept links are those above the lowest ``t`` where that
-estimate stays within ``1 - precision`` of the links above ``t``.
+f1(t))``, and the right ones about ``N(t)`` minus those. Of the thresholds where
+the wrong links stay within ``1 - precision`` of the links above, the kept
+links are those above the one with the best estimated F1: on an easy pair
+the precision floor alone would keep more wrong links than right ones gained.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
+from crossembed import kernels
+from crossembed.linking._inputs import unit_rows
 from crossembed.linking.pairs import contains, greedy_one_to_one, positions, row_positions
-from crossembed.linking.refine import map_propose, ridge_map_rows
+from crossembed.linking.refine import ridge_map_rows
 
 __all__ = ["decoy_links", "decoy_threshold"]
 
@@ -39,7 +43,7 @@ __all__ = ["decoy_links", "decoy_threshold"]
 def decoy_threshold(
     scores: np.ndarray, right: np.ndarray, linked: np.ndarray, decoys: np.ndarray, n_rows: int, precision: float
 ) -> Dict:
-    """The lowest score threshold whose estimated precision is ``>= precision``.
+    """The score threshold with the best estimated F1 among those whose estimated precision is ``>= precision``.
 
     Parameters
     ----------
@@ -54,7 +58,7 @@ def decoy_threshold(
     n_rows : int
         Rows that could be linked (``scores`` come from these).
     precision : float
-        Target share of right links, in (0, 1).
+        Least share of right links among those kept, in (0, 1).
 
     Returns
     -------
@@ -88,8 +92,13 @@ def decoy_threshold(
     info["partnered"] = round(m, 1)
     # wrong links above t: partnerless rows linked (the decoys' rate) and partnered rows linked elsewhere
     wrong = (n_rows - m) * f0 + m * (g - f1)
+    # of the cuts that reach the target, the one with the best estimated F1 (right links above t
+    # against m); with no partnered row estimated, the lowest that reaches it
     ok = np.flatnonzero(wrong / n_above <= 1.0 - precision)
-    return {"threshold": float(scores[ok[-1]]) if len(ok) else np.inf, **info}
+    if len(ok) == 0:
+        return {"threshold": np.inf, **info}
+    best = ok[-1] if m <= 0 else ok[int(np.argmax((n_above[ok] - wrong[ok]) / (n_above[ok] + m)))]
+    return {"threshold": float(scores[best]), **info}
 
 
 def decoy_links(
@@ -105,7 +114,7 @@ def decoy_links(
     csls_k: int = 10,
     num_threads: Optional[int] = None,
 ) -> Tuple[np.ndarray, np.ndarray, Dict]:
-    """One-to-one links ``(L, 2)`` and their scores, kept down to the estimated ``precision``.
+    """One-to-one links ``(L, 2)`` and their scores, kept above :func:`decoy_threshold`.
 
     Parameters
     ----------
@@ -118,7 +127,7 @@ def decoy_links(
     rng : numpy Generator
         Draws the folds.
     precision : float
-        Target share of right links, in (0, 1) (default 0.85).
+        Least share of right links among those kept, in (0, 1) (default 0.85).
     folds : int
         Parts of A's rows, ``>= 2``; each is linked by the map of the other
         parts' anchors (default 5).
@@ -141,15 +150,16 @@ def decoy_links(
     for f in range(folds):
         held = anchors[fold_of[anchors[:, 0]] == f]
         W = ridge_map_rows(A, B, np.concatenate([seeds, anchors[fold_of[anchors[:, 0]] != f]]), lam=lam)
-        kw = dict(csls_k=csls_k, exclude_a=seeds[:, 0], num_threads=num_threads)
-        p, s = map_propose(A, B, W, exclude_b=seeds[:, 1], **kw)
+        FA = unit_rows(A @ W)  # every row mapped once, linked twice: with the fold's partners and without
+        kw = dict(k=1, csls_k=csls_k, exclude_a=seeds[:, 0], num_threads=num_threads)
+        p, s = kernels.csls_mutual_topk(FA, B, exclude_b=seeds[:, 1], **kw)
         mine = fold_of[p[:, 0]] == f
         pairs.append(p[mine])
         scores.append(s[mine])
         right.append(_score_of(p, s, held, partner_only=True, n_a=len(A), n_b=len(B)))
         linked.append(_score_of(p, s, held, partner_only=False, n_a=len(A), n_b=len(B)))
         # the fold's anchors without their partners: rows known to have none
-        p, s = map_propose(A, B, W, exclude_b=np.concatenate([seeds[:, 1], held[:, 1]]), **kw)
+        p, s = kernels.csls_mutual_topk(FA, B, exclude_b=np.concatenate([seeds[:, 1], held[:, 1]]), **kw)
         decoys.append(_score_of(p, s, held, partner_only=False, n_a=len(A), n_b=len(B)))
     pairs, scores = np.concatenate(pairs), np.concatenate(scores)
     n_rows = len(A) - len(np.unique(seeds[:, 0]))

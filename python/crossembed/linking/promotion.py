@@ -21,8 +21,11 @@ Dask), which it passes in; a rule never builds one.
     where neither of its rows is an anchor (no link can vote for itself);
     held-out seeds measure the proposal precision, which sets how fast the
     pool may grow (growth pauses only on a significant drop against the
-    smoothed precision of earlier rounds); a final pass (:class:`MapPass`)
-    relinks every row through a ridge map fitted on the pool
+    smoothed precision of earlier rounds); a final pass (:class:`DecoyPass`)
+    relinks every row out of sample through ridge maps fitted on the checked
+    pool and keeps the links that decoys (anchors with their partner hidden)
+    say are right often enough (:mod:`crossembed.linking.decoys`); above
+    30,000 rows a side :class:`MapPass` relinks every row through one map
     (:mod:`crossembed.linking.refine`).
 
 ``posterior=False`` (every rule) is the fixed-vote ablation: promote pairs
@@ -265,44 +268,57 @@ class MapPass(Configured):
         return _relinked(fit, final, views=1, anchors=len(anchors), final_pass="map", threshold=thr)
 
 
-_CHECK = CrossFitCheck()  # DecoyPass's default pool check (settings only, shared)
+# DecoyPass's default pool check and pass above the cells size (settings only, shared)
+_CHECK, _MAP_PASS = CrossFitCheck(max_rounds=2), MapPass()
 
 
 class DecoyPass(Configured):
-    """Final pass for partial overlap: every row linked out of sample, links kept down to a target
-    precision estimated on decoys (:func:`~crossembed.linking.decoys.decoy_links`).
+    """Final pass (the default): every row linked out of sample, links kept at the best F1 whose
+    precision, estimated on decoys, reaches a floor (:func:`~crossembed.linking.decoys.decoy_links`).
 
     Parameters
     ----------
     precision : float
-        Target share of right links among those kept, in (0, 1) (default 0.85).
+        Least estimated share of right links among those kept, in (0, 1) (default 0.85).
     folds : int
         Parts of A's rows, ``>= 2``; each is linked by the map fitted without
         its anchors, and its anchors are the decoys (default 5).
     check : CrossFitCheck or None
         Cleans the pool before it becomes the anchors (default
-        :class:`~crossembed.linking.verify.CrossFitCheck`); None: the whole pool.
+        ``CrossFitCheck(max_rounds=2)``: more rounds changed F1 by less than
+        a point, docs/linking.md); None: the whole pool.
     lam : float
         Ridge penalty, ``> 0`` (default 1.0).
-
-    Fits whose map pass uses cells (above 30,000 rows a side) need :class:`MapPass`.
+    cells_pass : MapPass
+        The pass of fits whose map pass links within cells (above 30,000
+        rows a side by default), where a pass per fold would cost
+        ``2 x folds`` map passes over every row (default :class:`MapPass`).
     """
 
     kind = "decoys"
     links_every_row = True
 
-    def __init__(self, *, precision: float = 0.85, folds: int = 5, check: Optional[Any] = _CHECK, lam: float = 1.0):
+    def __init__(
+        self,
+        *,
+        precision: float = 0.85,
+        folds: int = 5,
+        check: Optional[Any] = _CHECK,
+        lam: float = 1.0,
+        cells_pass: Any = _MAP_PASS,
+    ):
         self.precision = check_fraction(precision, "precision")
         if self.precision >= 1.0:
             raise ValueError(f"precision must be below 1, got {precision!r}")
         self.folds = check_int(folds, "folds", low=2)
         self.check = check_plugin(check, "check", ("__call__",), "CrossFitCheck()", optional=True)
         self.lam = check_positive(lam, "lam")
+        self.cells_pass = check_plugin(cells_pass, "cells_pass", ("run",), "MapPass()")
 
     def run(self, fit: FitState, propose: Proposer) -> Info:
         """Replace ``fit``'s links by the kept out-of-sample links; returns the pass's history entry."""
         if fit.cells:
-            raise ValueError("DecoyPass links without cells: above 30,000 rows a side use MapPass")
+            return self.cells_pass.run(fit, propose)
         links = fit.links
         anchors = links
         if self.check is not None:
@@ -327,6 +343,9 @@ class DecoyPass(Configured):
             threshold=found["threshold"],
             partnered=found["partnered"],
         )
+
+
+_DECOY_PASS = DecoyPass()  # the default final pass (settings only, shared)
 
 
 class FoldPass(Configured):
@@ -398,9 +417,6 @@ class FoldPass(Configured):
         return merge_views(proposals, fold_scores, fit.n_b)
 
 
-_MAP_PASS = MapPass()  # the default final pass (settings only, shared)
-
-
 class ValidatedPromotion(PromotionRule):
     """Our default rule (module docstring).
 
@@ -414,10 +430,13 @@ class ValidatedPromotion(PromotionRule):
         Anchors per view at most; farthest-point sampling thins larger views (default 256).
     posterior, vote_fraction
         As for :class:`PaperPromotion`.
-    final_pass : MapPass, FoldPass or None
-        After the last round: :class:`MapPass` (default) relinks every row
-        through a ridge map fitted on the pool; :class:`FoldPass` is the
-        cross-validated relinking with signatures; None keeps the pool.
+    final_pass : DecoyPass, MapPass, FoldPass or None
+        After the last round: :class:`DecoyPass` (default) links every row
+        through ridge maps fitted without its fold's anchors and keeps the
+        links its decoys say are right often enough; :class:`MapPass`
+        relinks every row through one ridge map fitted on the pool;
+        :class:`FoldPass` is the cross-validated relinking with signatures;
+        None keeps the pool.
     smoothing : float
         Discount of earlier rounds in the smoothed held-out precision that a
         round's precision is tested against; growth pauses on a significant
@@ -434,7 +453,7 @@ class ValidatedPromotion(PromotionRule):
         max_view_anchors: int = 256,
         posterior: bool = True,
         vote_fraction: float = 0.5,
-        final_pass: Optional[Any] = _MAP_PASS,
+        final_pass: Optional[Any] = _DECOY_PASS,
         smoothing: float = 0.5,
     ):
         self.subsample = check_fraction(subsample, "subsample")
@@ -442,7 +461,9 @@ class ValidatedPromotion(PromotionRule):
         self.max_view_anchors = check_int(max_view_anchors, "max_view_anchors", low=2)
         self.posterior = bool(posterior)
         self.vote_fraction = check_fraction(vote_fraction, "vote_fraction")
-        self.final_pass = check_plugin(final_pass, "final_pass", ("run",), "MapPass() or FoldPass()", optional=True)
+        self.final_pass = check_plugin(
+            final_pass, "final_pass", ("run",), "DecoyPass(), MapPass() or FoldPass()", optional=True
+        )
         self.smoothing = check_fraction(smoothing, "smoothing", allow_zero=True)
 
     @property

@@ -82,12 +82,12 @@ class CrossFitCheck(Configured):
         sub_fixed = np.stack([pos_a[fixed[:, 0]], pos_b[fixed[:, 1]]], 1)
         cur = np.stack([pos_a[links[:, 0]], pos_b[links[:, 1]]], 1)
         kept = cur
-        for _ in range(self.max_rounds):
+        for check in range(self.max_rounds):
             kept_now = cur[self._confirmed(sub_a, sub_b, cur, sub_fixed, rng, num_threads)]
             changed = count_new(kept_now, kept, len(sub_b)) + count_new(kept, kept_now, len(sub_b))
             settled = changed <= self.tol * max(len(kept_now), 1)
             kept = kept_now
-            if settled or len(kept) < self.folds:
+            if settled or len(kept) < self.folds or check == self.max_rounds - 1:
                 break
             # relink through the map of the kept links: right pairs the pool missed join the next check
             pairs, scores = map_propose(
