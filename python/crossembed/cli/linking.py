@@ -47,7 +47,7 @@ def register(subparsers) -> None:
         "--sample-rows",
         type=int_arg(0),
         default=None,
-        help="GEH rounds on this many sampled rows a side, the map pass on all (default 20000; 0: every row)",
+        help="GEH rounds on this many sampled rows a side, the final pass on all (default 20000; 0: every row)",
     )
     p.add_argument(
         "--row-sample",

@@ -69,7 +69,7 @@ class GEHLinker:
         default :class:`~crossembed.linking.candidates.AutoCandidates`
         (exact, pool lists or anchor cells by size).
     sample : RowSample or None
-        Rows the rounds run on for large sides; the map pass then links every
+        Rows the rounds run on for large sides; the final pass then links every
         row. Default :class:`~crossembed.linking.sampling.RowSample` (20,000
         rows a side, nearest the seeds); None: every round on every row.
     schedule : Schedule
@@ -209,7 +209,7 @@ class GEHLinker:
             whole.set_links(links, fit.link_post, fit.link_votes)
         if len(whole.links) and self.promotion.has_final_pass:
             tic = time.perf_counter()
-            # built only if the final pass proposes (the default map pass does not)
+            # built only if the final pass proposes (the decoy and map passes do not)
             info = self.promotion.finish(whole, _LazyProposer(lambda: rounds(whole)))
             if info is not None:
                 info.update(round=len(history), links=len(whole.links), seconds=round(time.perf_counter() - tic, 4))

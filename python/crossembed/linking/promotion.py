@@ -285,8 +285,8 @@ class DecoyPass(Configured):
         its anchors, and its anchors are the decoys (default 5).
     check : CrossFitCheck or None
         Cleans the pool before it becomes the anchors (default
-        ``CrossFitCheck(max_rounds=2)``: more rounds changed F1 by less than
-        a point, docs/linking.md); None: the whole pool.
+        ``CrossFitCheck(max_rounds=2)``; docs/linking.md compares the
+        rounds); None: the whole pool.
     lam : float
         Ridge penalty, ``> 0`` (default 1.0).
     cells_pass : MapPass

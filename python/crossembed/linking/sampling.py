@@ -14,10 +14,10 @@ __all__ = ["RowSample"]
 
 
 class RowSample(Configured):
-    """Above ``rows`` rows a side, the rounds run on a sample of that side; the map pass links every row.
+    """Above ``rows`` rows a side, the rounds run on a sample of that side; the final pass links every row.
 
     Only a growth rule whose final pass links every row from the pool
-    (``ValidatedPromotion`` with its default map pass) samples; the other
+    (``ValidatedPromotion`` with its decoy or map pass) samples; the other
     rules always run on every row. ``GEHLinker(sample=None)``: every round
     on every row.
 

@@ -34,7 +34,7 @@ class StopRule(Configured):
     turnover : float or None
         Largest share of new links in a settled round, in ``[0, 1]``
         (default 0.2); None: any round may be stale. Not applied while the
-        rounds run on a row sample, whose pool only seeds the map pass.
+        rounds run on a row sample, whose pool only seeds the final pass.
     unsettled_patience : int or None
         Stale rounds in a row, settled or not, that end the fit anyway
         (default 20): a small fit can hover at the turnover bound for ever.
