@@ -26,10 +26,8 @@ __all__ = ["ridge_map", "ridge_map_rows", "map_links", "map_propose"]
 
 def ridge_map(X: np.ndarray, Y: np.ndarray, *, lam: float = 1.0) -> np.ndarray:
     """``(D_X, D_Y)`` float32 ridge solution of ``X W ~ Y`` (float64 normal equations)."""
-    X64, Y64 = np.asarray(X, np.float64), np.asarray(Y, np.float64)
-    gram = X64.T @ X64
-    gram[np.diag_indices_from(gram)] += lam
-    return np.linalg.solve(gram, X64.T @ Y64).astype(np.float32)
+    X64 = np.asarray(X, np.float64)
+    return _ridge_solve(X64.T @ X64, X64.T @ np.asarray(Y, np.float64), lam)
 
 
 def ridge_map_rows(A: np.ndarray, B: np.ndarray, pairs: np.ndarray, *, lam: float = 1.0) -> np.ndarray:
@@ -41,6 +39,11 @@ def ridge_map_rows(A: np.ndarray, B: np.ndarray, pairs: np.ndarray, *, lam: floa
         X = np.asarray(A[pairs[s : s + ROW_CHUNK, 0]], np.float64)
         gram += X.T @ X
         cross += X.T @ np.asarray(B[pairs[s : s + ROW_CHUNK, 1]], np.float64)
+    return _ridge_solve(gram, cross, lam)
+
+
+def _ridge_solve(gram: np.ndarray, cross: np.ndarray, lam: float) -> np.ndarray:
+    """float32 ``W`` of the normal equations ``(gram + lam I) W = cross`` (``gram`` is changed)."""
     gram[np.diag_indices_from(gram)] += lam
     return np.linalg.solve(gram, cross).astype(np.float32)
 
