@@ -145,11 +145,12 @@ def decoy_links(
     """
     anchors = np.asarray(anchors, np.int64).reshape(-1, 2)
     fold_of = rng.integers(0, folds, len(A))
-    fold_of[anchors[:, 0]] = rng.permutation(len(anchors)) % folds
+    anchor_fold = rng.permutation(len(anchors)) % folds
+    fold_of[anchors[:, 0]] = anchor_fold
     pairs, scores, right, linked, decoys = [], [], [], [], []
     for f in range(folds):
-        held = anchors[fold_of[anchors[:, 0]] == f]
-        W = ridge_map_rows(A, B, np.concatenate([seeds, anchors[fold_of[anchors[:, 0]] != f]]), lam=lam)
+        held = anchors[anchor_fold == f]
+        W = ridge_map_rows(A, B, np.concatenate([seeds, anchors[anchor_fold != f]]), lam=lam)
         FA = unit_rows(A @ W)  # every row mapped once, linked twice: with the fold's partners and without
         kw = dict(k=1, csls_k=csls_k, exclude_a=seeds[:, 0], num_threads=num_threads)
         p, s = kernels.csls_mutual_topk(FA, B, exclude_b=seeds[:, 1], **kw)
