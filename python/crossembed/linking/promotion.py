@@ -286,7 +286,8 @@ class DecoyPass(Configured):
     check : CrossFitCheck or None
         Cleans the pool before it becomes the anchors (default
         ``CrossFitCheck(max_rounds=2)``; docs/linking.md compares the
-        rounds); None: the whole pool.
+        rounds); None: the whole pool. A check that keeps no link leaves no
+        decoys, and the pass then keeps no link.
     lam : float
         Ridge penalty, ``> 0`` (default 1.0).
     cells_pass : MapPass
