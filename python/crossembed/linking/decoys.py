@@ -145,8 +145,7 @@ def decoy_links(
     """
     anchors = np.asarray(anchors, np.int64).reshape(-1, 2)
     fold_of = rng.integers(0, folds, len(A))
-    anchor_fold = rng.permutation(len(anchors)) % folds
-    fold_of[anchors[:, 0]] = anchor_fold
+    fold_of[anchors[:, 0]] = anchor_fold = rng.permutation(len(anchors)) % folds
     pairs, scores, right, linked, decoys = [], [], [], [], []
     for f in range(folds):
         held = anchors[anchor_fold == f]
