@@ -13,7 +13,7 @@ from crossembed.linking import (
     ValidatedPromotion,
     evaluate_links,
 )
-from crossembed.linking.decoys import decoy_links, decoy_threshold
+from crossembed.linking.decoys import _both_ways, decoy_links, decoy_threshold
 
 
 def _reference_threshold(scores, right, linked, decoys, n_rows, precision):
@@ -130,3 +130,27 @@ def test_decoy_pass_in_a_fit_and_its_arguments():
     assert celled.link(A, B, split.seeds).history[-1]["final_pass"] == "map"
     with pytest.raises(TypeError, match="cells_pass"):
         DecoyPass(cells_pass="map")
+
+
+@pytest.mark.parametrize("wider_b", [True, False])
+def test_both_ways_rows_sum_the_cosines_of_the_two_maps(wider_b):
+    """float64 reference: rows i, j of the two-way features dot to cos(A_i W, B_j) + cos(A_i, B_j V),
+    in 2 min(D_A, D_B) dimensions, whichever side is wider."""
+    A, B, split, pool = _low_overlap(5, n=600)
+    pairs = np.concatenate([split.seeds, pool])
+    if not wider_b:
+        A, B, pairs = B, A, pairs[:, ::-1].copy()
+    XA, XB = _both_ways(A, B, pairs, 1.0)
+    A64, B64 = A.astype(np.float64), B.astype(np.float64)
+
+    def ridge(X, Y):
+        return np.linalg.solve(X.T @ X + np.eye(X.shape[1]), X.T @ Y)
+
+    def cos(X, Y):
+        return (X / np.linalg.norm(X, axis=1, keepdims=True)) @ (Y / np.linalg.norm(Y, axis=1, keepdims=True)).T
+
+    W, V = ridge(A64[pairs[:, 0]], B64[pairs[:, 1]]), ridge(B64[pairs[:, 1]], A64[pairs[:, 0]])
+    want = cos(A64 @ W, B64) + cos(A64, B64 @ V)
+    assert XA.dtype == XB.dtype == np.float32 and XA.flags.c_contiguous and XB.flags.c_contiguous
+    assert XA.shape[1] == XB.shape[1] == 2 * min(A.shape[1], B.shape[1])
+    np.testing.assert_allclose(XA.astype(np.float64) @ XB.T.astype(np.float64), want, atol=2e-5)
