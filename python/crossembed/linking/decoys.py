@@ -12,11 +12,11 @@ from the rest), and nothing says where the scores of partnerless rows end.
 * every row is linked by maps fitted without its fold's anchors, so all
   scores are out of sample and comparable. A score is the sum of two
   cosines, through a ridge map from A to B and one from B to A: each map
-  shrinks toward its own target side and errs differently, and on the
-  table's pairs at alpha 0.1 the sum separates partners from partnerless
-  rows by several F1 points more than one map (docs/linking.md);
+  shrinks toward its own target side and errs differently, so the sum
+  separates partners from partnerless rows better than either
+  (docs/linking.md, *Two maps*);
 * each fold's anchors become **decoys** once their B rows are removed: A rows
-  known to have no partner, linked by the same map as every other row. The
+  known to have no partner, linked by the same maps as every other row. The
   share of decoys linked at a score ``>= t``, ``f0(t)``, is the null; with
   their partners present, the anchors give the shares linked at all,
   ``g(t)``, and linked to their own partner, ``f1(t)``.
@@ -188,16 +188,21 @@ def _both_ways(A: np.ndarray, B: np.ndarray, pairs: np.ndarray, lam: float) -> T
     W = ridge_map_rows(A, B, pairs, lam=lam)
     V = ridge_map_rows(B, A, pairs[:, ::-1], lam=lam)
     QW, QV = _row_basis(W), _row_basis(V)
-    XA = np.hstack([unit_rows(A @ W) @ QW, A @ QV])
-    XB = np.hstack([B @ QW, unit_rows(B @ V) @ QV])
+    XA = np.hstack([_onto(unit_rows(A @ W), QW), _onto(A, QV)])
+    XB = np.hstack([_onto(B, QW), _onto(unit_rows(B @ V), QV)])
     return np.ascontiguousarray(XA, np.float32), np.ascontiguousarray(XB, np.float32)
 
 
-def _row_basis(W: np.ndarray) -> np.ndarray:
-    """Orthonormal columns spanning the rows of ``W`` (the identity when they may span all of its columns' space)."""
+def _row_basis(W: np.ndarray) -> Optional[np.ndarray]:
+    """Orthonormal columns spanning the rows of ``W``; None when they may span all of its columns' space."""
     if W.shape[0] >= W.shape[1]:
-        return np.eye(W.shape[1], dtype=np.float32)
+        return None
     return np.linalg.qr(W.T.astype(np.float64))[0].astype(np.float32)
+
+
+def _onto(X: np.ndarray, basis: Optional[np.ndarray]) -> np.ndarray:
+    """``X`` in the coordinates of ``basis`` (None: ``X`` itself)."""
+    return X if basis is None else X @ basis
 
 
 def _score_of(pairs, scores, rows, *, partner_only: bool, n_a: int, n_b: int) -> np.ndarray:
