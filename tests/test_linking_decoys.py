@@ -76,12 +76,14 @@ def _low_overlap(seed, n=2400, alpha=0.15):
     return A, B, split, pool
 
 
+@pytest.mark.parametrize("both_ways", [False, True])
 @pytest.mark.parametrize("precision", [0.75, 0.9])
-def test_kept_links_reach_the_target_precision(precision):
+def test_kept_links_reach_the_target_precision(precision, both_ways):
     got = []
     for seed in range(3):
         A, B, split, pool = _low_overlap(seed)
-        links, scores, info = decoy_links(A, B, pool, split.seeds, np.random.default_rng(seed), precision=precision)
+        rng = np.random.default_rng(seed)
+        links, scores, info = decoy_links(A, B, pool, split.seeds, rng, precision=precision, both_ways=both_ways)
         m = evaluate_links(links, split.truth)
         got.append(m["precision"])
         assert m["recall"] > 0.3, m
@@ -107,6 +109,9 @@ def test_decoy_pass_in_a_fit_and_its_arguments():
     ).link(A, B, split.seeds)
     assert res.history[-1]["final_pass"] == "decoys"
     assert evaluate_links(res.links, split.truth)["precision"] > 0.75
+    both = ValidatedPromotion(final_pass=DecoyPass(both_ways=True))
+    res = GEHLinker(random_state=0, max_iter=6, show_progress_bar=False, promotion=both).link(A, B, split.seeds)
+    assert evaluate_links(res.links, split.truth)["precision"] > 0.75
     assert DecoyPass().get_config()["check"]["kind"] == "crossfit"
     assert DecoyPass(check=None).check is None
     for kw, exc in (
@@ -115,6 +120,7 @@ def test_decoy_pass_in_a_fit_and_its_arguments():
         (dict(folds=1), ValueError),
         (dict(lam=0.0), ValueError),
         (dict(check="crossfit"), TypeError),
+        (dict(both_ways="yes"), TypeError),
     ):
         with pytest.raises(exc, match=next(iter(kw))):
             DecoyPass(**kw)

@@ -93,8 +93,9 @@ def test_objects_report_their_config():
         "kind": "decoys",
         "precision": 0.85,
         "folds": 5,
-        "check": {"kind": "crossfit", "folds": 5, "max_rounds": 1, "tol": 0.02, "rows": 20_000, "lam": 1.0},
+        "check": {"kind": "crossfit", "folds": 5, "max_rounds": 2, "tol": 0.02, "rows": 20_000, "lam": 1.0},
         "lam": 1.0,
+        "both_ways": False,
         "cells_pass": map_pass,
     }
     assert MapPass().get_config() == map_pass

@@ -23,6 +23,7 @@ from crossembed.linking import (
     CellCandidates,
     CosineSignatures,
     CrossFitCheck,
+    DecoyPass,
     ExactCandidates,
     FoldPass,
     GEHLinker,
@@ -87,6 +88,8 @@ METHODS: Dict[str, Callable[..., LinkResult]] = {
     "geh-checked": _geh(promotion=ValidatedPromotion(final_pass=MapPass(check=CrossFitCheck()))),
     # the default before the decoy pass: one ridge map fitted on the whole pool relinks every row
     "geh-map-pass": _geh(promotion=ValidatedPromotion(final_pass=MapPass())),
+    # the decoy pass scoring each pair through a ridge map each way (docs/linking.md, *Two maps*)
+    "geh-two-maps": _geh(promotion=ValidatedPromotion(final_pass=DecoyPass(both_ways=True))),
     "geh-validated-exact": _geh(candidates=ExactCandidates()),
     "geh-validated-pool": _geh(candidates=PoolCandidates()),
     "geh-validated-cells": _geh(candidates=CellCandidates()),

@@ -9,14 +9,15 @@ from the rest), and nothing says where the scores of partnerless rows end.
 
 :func:`decoy_links` fixes both with one split of A's rows into folds:
 
-* every row is linked by maps fitted without its fold's anchors, so all
-  scores are out of sample and comparable. A score is the sum of two
-  cosines, through a ridge map from A to B and one from B to A: each map
-  shrinks toward its own target side and errs differently, so the sum
-  separates partners from partnerless rows better than either
+* every row is linked by the map fitted without its fold's anchors, so all
+  scores are out of sample and comparable. With ``both_ways`` a score is the
+  sum of two cosines, through a ridge map from A to B and one from B to A:
+  each map shrinks toward its own target side and errs differently, so the
+  sum separates partners from partnerless rows better than either, for a
+  CSLS pass of ``2 min(D_A, D_B)`` dimensions instead of ``D_B``
   (docs/linking.md, *Two maps*);
 * each fold's anchors become **decoys** once their B rows are removed: A rows
-  known to have no partner, linked by the same maps as every other row. The
+  known to have no partner, linked by the same map as every other row. The
   share of decoys linked at a score ``>= t``, ``f0(t)``, is the null; with
   their partners present, the anchors give the shares linked at all,
   ``g(t)``, and linked to their own partner, ``f1(t)``.
@@ -116,6 +117,7 @@ def decoy_links(
     folds: int = 5,
     lam: float = 1.0,
     csls_k: int = 10,
+    both_ways: bool = False,
     num_threads: Optional[int] = None,
 ) -> Tuple[np.ndarray, np.ndarray, Dict]:
     """One-to-one links ``(L, 2)`` and their scores, kept above :func:`decoy_threshold`.
@@ -139,6 +141,8 @@ def decoy_links(
         Ridge penalty (default 1.0).
     csls_k : int
         Neighbours of the CSLS hubness terms (default 10).
+    both_ways : bool
+        Score pairs through a ridge map each way (:func:`_both_ways`), not A to B alone (default False).
     num_threads : int, optional
         Kernel threads; None: all cores.
 
@@ -153,8 +157,7 @@ def decoy_links(
     pairs, scores, right, linked, decoys = [], [], [], [], []
     for f in range(folds):
         held = anchors[anchor_fold == f]
-        # every row mapped once, linked twice: with the fold's partners and without
-        XA, XB = _both_ways(A, B, np.concatenate([seeds, anchors[anchor_fold != f]]), lam)
+        XA, XB = (_both_ways if both_ways else _one_way)(A, B, np.concatenate([seeds, anchors[anchor_fold != f]]), lam)
         kw = dict(k=1, csls_k=csls_k, exclude_a=seeds[:, 0], num_threads=num_threads)
         p, s = kernels.csls_mutual_topk(XA, XB, exclude_b=seeds[:, 1], **kw)
         mine = fold_of[p[:, 0]] == f
@@ -167,14 +170,17 @@ def decoy_links(
         decoys.append(_score_of(p, s, held, partner_only=False, n_a=len(A), n_b=len(B)))
     pairs, scores = np.concatenate(pairs), np.concatenate(scores)
     n_rows = len(A) - len(np.unique(seeds[:, 0]))
-    info = decoy_threshold(
-        scores, np.concatenate(right), np.concatenate(linked), np.concatenate(decoys), n_rows, precision
-    )
+    info = decoy_threshold(scores, *map(np.concatenate, (right, linked, decoys)), n_rows, precision)
     # rows of different folds may claim one B row: the better score keeps it (ties to the lower A row)
     links = greedy_one_to_one(pairs, scores.astype(np.float64))
     at = positions(pairs, links, len(B))
     keep = scores[at] >= info["threshold"]
     return links[keep], scores[at][keep], info
+
+
+def _one_way(A: np.ndarray, B: np.ndarray, pairs: np.ndarray, lam: float) -> Tuple[np.ndarray, np.ndarray]:
+    """Rows whose dot products are ``cos(A W, B)``, ``W`` the ridge map from A to B fitted on ``pairs``."""
+    return unit_rows(A @ ridge_map_rows(A, B, pairs, lam=lam)), B
 
 
 def _both_ways(A: np.ndarray, B: np.ndarray, pairs: np.ndarray, lam: float) -> Tuple[np.ndarray, np.ndarray]:

@@ -269,7 +269,7 @@ class MapPass(Configured):
 
 
 # DecoyPass's default pool check and pass above the cells size (settings only, shared)
-_CHECK, _MAP_PASS = CrossFitCheck(max_rounds=1), MapPass()
+_CHECK, _MAP_PASS = CrossFitCheck(max_rounds=2), MapPass()
 
 
 class DecoyPass(Configured):
@@ -281,17 +281,20 @@ class DecoyPass(Configured):
     precision : float
         Least estimated share of right links among those kept, in (0, 1) (default 0.85).
     folds : int
-        Parts of A's rows, ``>= 2``; each is linked by the maps (A to B and
-        B to A) fitted without its anchors, and its anchors are the decoys
-        (default 5).
+        Parts of A's rows, ``>= 2``; each is linked by the map fitted without
+        its anchors, and its anchors are the decoys (default 5).
     check : CrossFitCheck or None
         Cleans the pool before it becomes the anchors (default
-        ``CrossFitCheck(max_rounds=1)``: with the pass's two maps a second
-        round gains nothing at alpha 0.3 and costs 2-3 s a 10k fit;
-        docs/linking.md compares the rounds); None: the whole pool. A check that keeps no link leaves no
+        ``CrossFitCheck(max_rounds=2)``; docs/linking.md compares the
+        rounds); None: the whole pool. A check that keeps no link leaves no
         decoys, and the pass then keeps no link.
     lam : float
         Ridge penalty, ``> 0`` (default 1.0).
+    both_ways : bool
+        Score a pair by the sum of its cosines through a ridge map each way,
+        A to B and B to A, instead of the first alone (default False). A CSLS
+        pass then has ``2 min(D_A, D_B)`` dimensions instead of ``D_B``;
+        docs/linking.md (*Two maps*) measures what it gains and costs.
     cells_pass : MapPass
         The pass of fits whose map pass links within cells (above 30,000
         rows a side by default), where a pass per fold would cost
@@ -308,6 +311,7 @@ class DecoyPass(Configured):
         folds: int = 5,
         check: Optional[Any] = _CHECK,
         lam: float = 1.0,
+        both_ways: bool = False,
         cells_pass: Any = _MAP_PASS,
     ):
         self.precision = check_fraction(precision, "precision")
@@ -316,6 +320,9 @@ class DecoyPass(Configured):
         self.folds = check_int(folds, "folds", low=2)
         self.check = check_plugin(check, "check", ("__call__",), "CrossFitCheck()", optional=True)
         self.lam = check_positive(lam, "lam")
+        if not isinstance(both_ways, (bool, np.bool_)):
+            raise TypeError(f"both_ways must be True or False, got {type(both_ways).__name__}")
+        self.both_ways = bool(both_ways)
         self.cells_pass = check_plugin(cells_pass, "cells_pass", ("run",), "MapPass()")
 
     def run(self, fit: FitState, propose: Proposer) -> Info:
@@ -335,6 +342,7 @@ class DecoyPass(Configured):
             precision=self.precision,
             folds=self.folds,
             lam=self.lam,
+            both_ways=self.both_ways,
             num_threads=fit.num_threads,
         )
         return _relinked(
