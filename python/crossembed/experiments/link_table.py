@@ -242,7 +242,7 @@ def render_markdown(records: List[dict]) -> str:
             f_g = np.mean([r["f1"] for r in by_method["geh-validated"]])
             ratio = f"{f_g / f_p:.1f}x" if f_p > 0 else "inf"
         out.append(f"| {a} ↔ {b} | {alpha} | {s} | " + " | ".join(vals) + f" | {ratio} |")
-    for method in ("geh-validated", "geh-map-pass", "geh-checked"):
+    for method in ("geh-validated", "geh-two-maps", "geh-map-pass", "geh-checked"):
         out.extend(_by_overlap(cells, method))
     for (a, b, corpus, n_obj, alpha, s), by_method in cells.items():
         out.append(f"\n#### {a} ↔ {b} — alpha {alpha}, {s} seeds ({n_obj} of {corpus} glosses per draw)\n")
