@@ -187,6 +187,13 @@ def check_int(value, name: str, *, low: Optional[int] = None, high: Optional[int
     return value
 
 
+def check_bool(value, name: str) -> bool:
+    """A Python or numpy bool (an int or a string is a TypeError, not truthiness)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return bool(value)
+
+
 def check_fraction(value, name: str, *, allow_zero: bool = False) -> float:
     """A real number in ``(0, 1]`` (``[0, 1]`` with ``allow_zero``)."""
     value = check_positive(value, name, allow_zero=allow_zero)

@@ -43,7 +43,7 @@ import numpy as np
 
 from crossembed import kernels
 from crossembed._config import Configured, check_plugin
-from crossembed._validation import check_fraction, check_int, check_positive, resolve_num_threads
+from crossembed._validation import check_bool, check_fraction, check_int, check_positive, resolve_num_threads
 from crossembed.linking._fit import FitState
 from crossembed.linking.decoys import decoy_links
 from crossembed.linking.pairs import (
@@ -320,9 +320,7 @@ class DecoyPass(Configured):
         self.folds = check_int(folds, "folds", low=2)
         self.check = check_plugin(check, "check", ("__call__",), "CrossFitCheck()", optional=True)
         self.lam = check_positive(lam, "lam")
-        if not isinstance(both_ways, (bool, np.bool_)):
-            raise TypeError(f"both_ways must be True or False, got {type(both_ways).__name__}")
-        self.both_ways = bool(both_ways)
+        self.both_ways = check_bool(both_ways, "both_ways")
         self.cells_pass = check_plugin(cells_pass, "cells_pass", ("run",), "MapPass()")
 
     def run(self, fit: FitState, propose: Proposer) -> Info:

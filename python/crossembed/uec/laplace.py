@@ -61,7 +61,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from crossembed._io import CorruptFileError, load_arrays, save_arrays
-from crossembed._validation import as_matrix, check_choice, check_int, check_positive, check_random_state
+from crossembed._validation import as_matrix, check_bool, check_choice, check_int, check_positive, check_random_state
 from crossembed.uec.curvature import diag_curvature, kron_factors, normalize_rows
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.heads import ModelHeads
@@ -201,9 +201,7 @@ class LaplaceEmbedder:
             if isinstance(hessian, Posterior) and not isinstance(hessian, self._posterior_cls):
                 raise ValueError("hessian: a Posterior instance for layer='last_dense' must be a last-dense form")
         self.ln_rank = check_int(ln_rank, "ln_rank", low=1)
-        if not isinstance(query_head, (bool, np.bool_)):
-            raise TypeError(f"query_head must be a bool, got {type(query_head).__name__}")
-        self.query_head = bool(query_head)
+        self.query_head = check_bool(query_head, "query_head")
         self._posterior_template = hessian if isinstance(hessian, Posterior) else None
         self.hessian = self._posterior_cls.name
         self.curvature = check_choice(curvature, "curvature", _CURVATURES)

@@ -37,7 +37,7 @@ from typing import Any, Dict, Optional, Sequence
 import numpy as np
 
 from crossembed._config import Configured, from_config
-from crossembed._validation import as_matrix, check_int, check_positive, check_random_state
+from crossembed._validation import as_matrix, check_bool, check_int, check_positive, check_random_state
 from crossembed.uec._random import int_seed
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.heads import ModelHeads
@@ -86,11 +86,9 @@ class ScoreMixing(Configured):
         hubness_k: int = 10,
         query_head: Optional[bool] = None,
     ):
-        if not isinstance(calibrate, (bool, np.bool_)):
-            raise TypeError(f"calibrate must be a bool, got {type(calibrate).__name__}")
+        self.calibrate = check_bool(calibrate, "calibrate")
         if query_head is not None and not isinstance(query_head, (bool, np.bool_)):
             raise TypeError(f"query_head must be a bool or None, got {type(query_head).__name__}")
-        self.calibrate = bool(calibrate)
         self.hubness = None if hubness is None else check_positive(hubness, "hubness", allow_zero=True)
         self.hubness_k = check_int(hubness_k, "hubness_k", low=1)
         self.query_head = None if query_head is None else bool(query_head)

@@ -48,7 +48,7 @@ import numpy as np
 
 import crossembed.uec.rules as rules
 from crossembed._config import Configured, from_config
-from crossembed._validation import as_matrix, check_int, check_positive
+from crossembed._validation import as_matrix, check_bool, check_int, check_positive
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.heads import ModelHeads
 from crossembed.uec.languages import LangidIdentifier, identifier_from_config, language_posterior, model_languages
@@ -71,12 +71,6 @@ __all__ = [
 
 _ROLES = ("query", "passage")
 Routed = Tuple[np.ndarray, List[GaussianEmbedding]]
-
-
-def _check_bool(value, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    return bool(value)
 
 
 def _uniform(n: int, k: int) -> np.ndarray:
@@ -244,7 +238,7 @@ class LaplaceRouting(_PosteriorRouting):
 
     def __init__(self, temperature: float = 10.0, *, standardize: bool = True):
         self.temperature = check_positive(temperature, "temperature")
-        self.standardize = _check_bool(standardize, "standardize")
+        self.standardize = check_bool(standardize, "standardize")
 
     def logits(self, components, heads: Sequence[ModelHeads]) -> np.ndarray:
         """``z`` (n, K) with ``pi = softmax(z / T)``: minus the (standardised) traces."""
@@ -291,7 +285,7 @@ class RankRouting(Routing):
 
     def __init__(self, temperature: float = 1.0, *, laplace_variances: bool = False):
         self.temperature = check_positive(temperature, "temperature")
-        self.laplace_variances = _check_bool(laplace_variances, "laplace_variances")
+        self.laplace_variances = check_bool(laplace_variances, "laplace_variances")
 
     def route(self, components, heads, *, role: str = "query", reference=None) -> Routed:
         comps = list(components) if self.laplace_variances else _deterministic(components)
@@ -369,7 +363,7 @@ class LanguageRouting(Routing):
         self.languages = _check_languages(languages)
         self.temperature = check_positive(temperature, "temperature")
         self.identifier = LangidIdentifier() if identifier == "langid" else identifier_from_config(identifier)
-        self.probe = _check_bool(probe, "probe")
+        self.probe = check_bool(probe, "probe")
         prior = check_positive(prior, "prior")
         if prior >= 1.0:
             raise ValueError(f"prior must be in (0, 1), got {prior}")
@@ -377,7 +371,7 @@ class LanguageRouting(Routing):
         if isinstance(fit_languages, str) or not all(isinstance(x, str) for x in fit_languages) or not fit_languages:
             raise TypeError(f"fit_languages must be a non-empty list of language codes, got {fit_languages!r}")
         self.fit_languages = list(fit_languages)
-        self.laplace_variances = _check_bool(laplace_variances, "laplace_variances")
+        self.laplace_variances = check_bool(laplace_variances, "laplace_variances")
 
     @property
     def needs_texts(self) -> bool:
@@ -492,14 +486,14 @@ class ConfidenceRouting(Routing):
         laplace_variances: bool = False,
         fallback=None,
     ):
-        self.times_laplace = _check_bool(times_laplace, "times_laplace")
+        self.times_laplace = check_bool(times_laplace, "times_laplace")
         if temperature is None:
             temperature = 1.0 if self.times_laplace else 2.0
         self.temperature = check_positive(temperature, "temperature")
         self.top = check_int(top, "top", low=2)
-        self.standardize = _check_bool(standardize, "standardize")
-        self.center = _check_bool(center, "center") or self.standardize  # a z-score is centred
-        self.laplace_variances = _check_bool(laplace_variances, "laplace_variances")
+        self.standardize = check_bool(standardize, "standardize")
+        self.center = check_bool(center, "center") or self.standardize  # a z-score is centred
+        self.laplace_variances = check_bool(laplace_variances, "laplace_variances")
         self.fallback = LaplaceRouting() if fallback is None else fallback
         if not callable(getattr(self.fallback, "logits", None)):
             raise TypeError(

@@ -27,7 +27,7 @@ import numpy as np
 import crossembed.uec.rules as rules
 from crossembed import kernels
 from crossembed._config import Configured, from_config
-from crossembed._validation import as_matrix, check_positive
+from crossembed._validation import as_matrix, check_bool, check_positive
 from crossembed.uec.gaussian import GaussianEmbedding, normalize_gaussian
 
 __all__ = ["BetaCosineScoring", "PreparedDocs", "ProbitScoring", "Scoring", "scoring_from_config"]
@@ -98,9 +98,7 @@ class ProbitScoring(Configured):
     decomposes = True
 
     def __init__(self, use_variance: bool = True):
-        if not isinstance(use_variance, (bool, np.bool_)):
-            raise TypeError(f"use_variance must be a bool, got {type(use_variance).__name__}")
-        self.use_variance = bool(use_variance)
+        self.use_variance = check_bool(use_variance, "use_variance")
 
     def normalize(self, g: GaussianEmbedding) -> GaussianEmbedding:
         """Unit means, the variance scaled alike (``v / |mu|^2``)."""
