@@ -94,8 +94,7 @@ def test_objects_report_their_config():
         "precision": 0.85,
         "folds": 5,
         "check": {"kind": "crossfit", "folds": 5, "max_rounds": 2, "tol": 0.02, "rows": 20_000, "lam": 1.0},
-        "lam": 1.0,
-        "both_ways": False,
+        "scorer": {"kind": "cca", "shrinkage": 0.5},
         "cells_pass": map_pass,
     }
     assert MapPass().get_config() == map_pass

@@ -32,6 +32,7 @@ from crossembed.linking import (
     PaperPromotion,
     PoolCandidates,
     RandomViews,
+    RidgeMap,
     ValidatedPromotion,
     Whiten,
     bootstrap_procrustes_link,
@@ -88,8 +89,9 @@ METHODS: Dict[str, Callable[..., LinkResult]] = {
     "geh-checked": _geh(promotion=ValidatedPromotion(final_pass=MapPass(check=CrossFitCheck()))),
     # the default before the decoy pass: one ridge map fitted on the whole pool relinks every row
     "geh-map-pass": _geh(promotion=ValidatedPromotion(final_pass=MapPass())),
-    # the decoy pass scoring each pair through a ridge map each way (docs/linking.md, *Two maps*)
-    "geh-two-maps": _geh(promotion=ValidatedPromotion(final_pass=DecoyPass(both_ways=True))),
+    # the decoy pass scoring through a ridge map (the default before CCA), and through one each way
+    "geh-ridge-map": _geh(promotion=ValidatedPromotion(final_pass=DecoyPass(scorer=RidgeMap()))),
+    "geh-two-maps": _geh(promotion=ValidatedPromotion(final_pass=DecoyPass(scorer=RidgeMap(both_ways=True)))),
     "geh-validated-exact": _geh(candidates=ExactCandidates()),
     "geh-validated-pool": _geh(candidates=PoolCandidates()),
     "geh-validated-cells": _geh(candidates=CellCandidates()),
@@ -242,7 +244,7 @@ def render_markdown(records: List[dict]) -> str:
             f_g = np.mean([r["f1"] for r in by_method["geh-validated"]])
             ratio = f"{f_g / f_p:.1f}x" if f_p > 0 else "inf"
         out.append(f"| {a} ↔ {b} | {alpha} | {s} | " + " | ".join(vals) + f" | {ratio} |")
-    for method in ("geh-validated", "geh-two-maps", "geh-map-pass", "geh-checked"):
+    for method in ("geh-validated", "geh-ridge-map", "geh-two-maps", "geh-map-pass", "geh-checked"):
         out.extend(_by_overlap(cells, method))
     for (a, b, corpus, n_obj, alpha, s), by_method in cells.items():
         out.append(f"\n#### {a} ↔ {b} — alpha {alpha}, {s} seeds ({n_obj} of {corpus} glosses per draw)\n")

@@ -4,8 +4,9 @@
   signatures, CSLS mutual top-k votes, Beta posterior, bootstrap). Each
   choice is an object: growth rules (:class:`ValidatedPromotion`,
   :class:`PaperPromotion`, :class:`CappedPromotion`) and their final passes
-  (:class:`DecoyPass`, the default: out-of-sample links kept at the best
-  F1 whose precision, estimated on decoys, reaches a floor; :class:`MapPass`
+  (:class:`DecoyPass`, the default: out-of-sample links, scored by
+  :class:`CCAMap` or :class:`RidgeMap`, kept at the best F1 whose
+  precision, estimated on decoys, reaches a floor; :class:`MapPass`
   with its no-partner check :class:`CrossFitCheck`; :class:`FoldPass`),
   the stop rule (:class:`StopRule`),
   candidate sources (:class:`AutoCandidates`, :class:`ExactCandidates`,
@@ -27,6 +28,7 @@ from crossembed.linking.candidates import (
     PoolCandidates,
 )
 from crossembed.linking.geh import GEHLinker
+from crossembed.linking.maps import CCAMap, RidgeMap
 from crossembed.linking.pairs import greedy_one_to_one
 from crossembed.linking.preprocess import Center, Whiten
 from crossembed.linking.promotion import (
@@ -59,6 +61,7 @@ __all__ = [
     "AnnCandidates",
     "AnnProposer",
     "AutoCandidates",
+    "CCAMap",
     "CandidateSource",
     "CappedPromotion",
     "CellCandidates",
@@ -81,6 +84,7 @@ __all__ = [
     "PromotionRule",
     "Proposer",
     "RandomViews",
+    "RidgeMap",
     "RowSample",
     "Schedule",
     "StopRule",

@@ -9,15 +9,11 @@ from the rest), and nothing says where the scores of partnerless rows end.
 
 :func:`decoy_links` fixes both with one split of A's rows into folds:
 
-* every row is linked by the map fitted without its fold's anchors, so all
-  scores are out of sample and comparable. With ``both_ways`` a score is the
-  sum of two cosines, through a ridge map from A to B and one from B to A:
-  each map shrinks toward its own target side and errs differently, so the
-  sum separates partners from partnerless rows better than either, for a
-  CSLS pass of ``2 min(D_A, D_B)`` dimensions instead of ``D_B``
-  (docs/linking.md, *Two maps*);
+* every row is linked by the scores fitted without its fold's anchors
+  (``scorer``, :mod:`crossembed.linking.maps`: regularised CCA by default),
+  so all scores are out of sample and comparable;
 * each fold's anchors become **decoys** once their B rows are removed: A rows
-  known to have no partner, linked by the same map as every other row. The
+  known to have no partner, scored like every other row. The
   share of decoys linked at a score ``>= t``, ``f0(t)``, is the null; with
   their partners present, the anchors give the shares linked at all,
   ``g(t)``, and linked to their own partner, ``f1(t)``.
@@ -33,14 +29,13 @@ the precision floor alone would keep more wrong links than right ones gained.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
 from crossembed import kernels
-from crossembed.linking._inputs import unit_rows
+from crossembed.linking.maps import CCAMap
 from crossembed.linking.pairs import contains, greedy_one_to_one, positions, row_positions
-from crossembed.linking.refine import ridge_map_rows
 
 __all__ = ["decoy_links", "decoy_threshold"]
 
@@ -115,9 +110,8 @@ def decoy_links(
     *,
     precision: float = 0.85,
     folds: int = 5,
-    lam: float = 1.0,
+    scorer: Optional[Any] = None,
     csls_k: int = 10,
-    both_ways: bool = False,
     num_threads: Optional[int] = None,
 ) -> Tuple[np.ndarray, np.ndarray, Dict]:
     """One-to-one links ``(L, 2)`` and their scores, kept above :func:`decoy_threshold`.
@@ -137,12 +131,11 @@ def decoy_links(
     folds : int
         Parts of A's rows, ``>= 2``; each is linked by the map of the other
         parts' anchors (default 5).
-    lam : float
-        Ridge penalty (default 1.0).
+    scorer : object with ``rows(A, B, pairs)``, optional
+        Fits the scores on a fold's anchors (:mod:`crossembed.linking.maps`);
+        None: ``CCAMap()``.
     csls_k : int
         Neighbours of the CSLS hubness terms (default 10).
-    both_ways : bool
-        Score pairs through a ridge map each way (:func:`_both_ways`), not A to B alone (default False).
     num_threads : int, optional
         Kernel threads; None: all cores.
 
@@ -152,12 +145,13 @@ def decoy_links(
         ``info`` is :func:`decoy_threshold`'s dict.
     """
     anchors = np.asarray(anchors, np.int64).reshape(-1, 2)
+    scorer = CCAMap() if scorer is None else scorer
     fold_of = rng.integers(0, folds, len(A))
     fold_of[anchors[:, 0]] = anchor_fold = rng.permutation(len(anchors)) % folds
     pairs, scores, right, linked, decoys = [], [], [], [], []
     for f in range(folds):
         held = anchors[anchor_fold == f]
-        XA, XB = (_both_ways if both_ways else _one_way)(A, B, np.concatenate([seeds, anchors[anchor_fold != f]]), lam)
+        XA, XB = scorer.rows(A, B, np.concatenate([seeds, anchors[anchor_fold != f]]))
         kw = dict(k=1, csls_k=csls_k, exclude_a=seeds[:, 0], num_threads=num_threads)
         p, s = kernels.csls_mutual_topk(XA, XB, exclude_b=seeds[:, 1], **kw)
         mine = fold_of[p[:, 0]] == f
@@ -176,39 +170,6 @@ def decoy_links(
     at = positions(pairs, links, len(B))
     keep = scores[at] >= info["threshold"]
     return links[keep], scores[at][keep], info
-
-
-def _one_way(A: np.ndarray, B: np.ndarray, pairs: np.ndarray, lam: float) -> Tuple[np.ndarray, np.ndarray]:
-    """Rows whose dot products are ``cos(A W, B)``, ``W`` the ridge map from A to B fitted on ``pairs``."""
-    return unit_rows(A @ ridge_map_rows(A, B, pairs, lam=lam)), B
-
-
-def _both_ways(A: np.ndarray, B: np.ndarray, pairs: np.ndarray, lam: float) -> Tuple[np.ndarray, np.ndarray]:
-    """Rows whose dot products are ``cos(A W, B) + cos(A, B V)``, ``W`` and ``V`` the ridge maps
-    fitted on ``pairs`` each way (``A`` and ``B`` unit rows).
-
-    ``A W`` lies in the row space of ``W``, of at most ``min(D_A, D_B)`` dimensions, so its dot
-    products with ``B`` are taken there (the same for ``B V``): two maps cost a CSLS pass of
-    ``2 min(D_A, D_B)`` dimensions, where one map in B's space costs ``D_B``.
-    """
-    W = ridge_map_rows(A, B, pairs, lam=lam)
-    V = ridge_map_rows(B, A, pairs[:, ::-1], lam=lam)
-    QW, QV = _row_basis(W), _row_basis(V)
-    XA = np.hstack([_onto(unit_rows(A @ W), QW), _onto(A, QV)])
-    XB = np.hstack([_onto(B, QW), _onto(unit_rows(B @ V), QV)])
-    return np.ascontiguousarray(XA, np.float32), np.ascontiguousarray(XB, np.float32)
-
-
-def _row_basis(W: np.ndarray) -> Optional[np.ndarray]:
-    """Orthonormal columns spanning the rows of ``W``; None when they may span all of its columns' space."""
-    if W.shape[0] >= W.shape[1]:
-        return None
-    return np.linalg.qr(W.T.astype(np.float64))[0].astype(np.float32)
-
-
-def _onto(X: np.ndarray, basis: Optional[np.ndarray]) -> np.ndarray:
-    """``X`` in the coordinates of ``basis`` (None: ``X`` itself)."""
-    return X if basis is None else X @ basis
 
 
 def _score_of(pairs, scores, rows, *, partner_only: bool, n_a: int, n_b: int) -> np.ndarray:

@@ -43,9 +43,10 @@ import numpy as np
 
 from crossembed import kernels
 from crossembed._config import Configured, check_plugin
-from crossembed._validation import check_bool, check_fraction, check_int, check_positive, resolve_num_threads
+from crossembed._validation import check_fraction, check_int, check_positive, resolve_num_threads
 from crossembed.linking._fit import FitState
 from crossembed.linking.decoys import decoy_links
+from crossembed.linking.maps import CCAMap
 from crossembed.linking.pairs import (
     contains,
     count_new,
@@ -268,8 +269,8 @@ class MapPass(Configured):
         return _relinked(fit, final, views=1, anchors=len(anchors), final_pass="map", threshold=thr)
 
 
-# DecoyPass's default pool check and pass above the cells size (settings only, shared)
-_CHECK, _MAP_PASS = CrossFitCheck(max_rounds=2), MapPass()
+# DecoyPass's default pool check, scores and pass above the cells size (settings only, shared)
+_CHECK, _MAP_PASS, _CCA = CrossFitCheck(max_rounds=2), MapPass(), CCAMap()
 
 
 class DecoyPass(Configured):
@@ -288,13 +289,10 @@ class DecoyPass(Configured):
         ``CrossFitCheck(max_rounds=2)``; docs/linking.md compares the
         rounds); None: the whole pool. A check that keeps no link leaves no
         decoys, and the pass then keeps no link.
-    lam : float
-        Ridge penalty, ``> 0`` (default 1.0).
-    both_ways : bool
-        Score a pair by the sum of its cosines through a ridge map each way,
-        A to B and B to A, instead of the first alone (default False). A CSLS
-        pass then has ``2 min(D_A, D_B)`` dimensions instead of ``D_B``;
-        docs/linking.md (*Two maps*) measures what it gains and costs.
+    scorer : CCAMap or RidgeMap
+        Scores a candidate link, fitted on each fold's anchors (default
+        ``CCAMap()``; :mod:`crossembed.linking.maps`, and docs/linking.md
+        compares them).
     cells_pass : MapPass
         The pass of fits whose map pass links within cells (above 30,000
         rows a side by default), where a pass per fold would cost
@@ -310,8 +308,7 @@ class DecoyPass(Configured):
         precision: float = 0.85,
         folds: int = 5,
         check: Optional[Any] = _CHECK,
-        lam: float = 1.0,
-        both_ways: bool = False,
+        scorer: Any = _CCA,
         cells_pass: Any = _MAP_PASS,
     ):
         self.precision = check_fraction(precision, "precision")
@@ -319,8 +316,7 @@ class DecoyPass(Configured):
             raise ValueError(f"precision must be below 1, got {precision!r}")
         self.folds = check_int(folds, "folds", low=2)
         self.check = check_plugin(check, "check", ("__call__",), "CrossFitCheck()", optional=True)
-        self.lam = check_positive(lam, "lam")
-        self.both_ways = check_bool(both_ways, "both_ways")
+        self.scorer = check_plugin(scorer, "scorer", ("rows",), "CCAMap()")
         self.cells_pass = check_plugin(cells_pass, "cells_pass", ("run",), "MapPass()")
 
     def run(self, fit: FitState, propose: Proposer) -> Info:
@@ -339,8 +335,7 @@ class DecoyPass(Configured):
             fit.rng,
             precision=self.precision,
             folds=self.folds,
-            lam=self.lam,
-            both_ways=self.both_ways,
+            scorer=self.scorer,
             num_threads=fit.num_threads,
         )
         return _relinked(
