@@ -88,18 +88,19 @@ def test_objects_report_their_config():
         "refresh": 0.1,
         "reuse": None,
     }
+    ridge = {"kind": "ridge", "lam": 1.0, "both_ways": False}
     map_pass = {"kind": "map", "lam": 1.0, "score_filter": True, "check": None, "probes": 8}
     assert ValidatedPromotion().get_config()["final_pass"] == {
         "kind": "decoys",
         "precision": 0.85,
         "folds": 5,
-        "check": {"kind": "crossfit", "folds": 5, "max_rounds": 2, "tol": 0.02, "rows": 20_000, "lam": 1.0},
+        "check": {"kind": "crossfit", "folds": 5, "max_rounds": 2, "tol": 0.02, "rows": 20_000, "scorer": ridge},
         "scorer": {"kind": "cca", "shrinkage": 0.5},
         "cells_pass": map_pass,
     }
     assert MapPass().get_config() == map_pass
     checked = MapPass(check=CrossFitCheck()).get_config()["check"]
-    assert checked == {"kind": "crossfit", "folds": 5, "max_rounds": 4, "tol": 0.02, "rows": 20_000, "lam": 1.0}
+    assert checked == {"kind": "crossfit", "folds": 5, "max_rounds": 4, "tol": 0.02, "rows": 20_000, "scorer": ridge}
 
 
 def test_paper_promotes_on_the_threshold_capped_does_not(problem):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from _linking_data import linear_problem
-from crossembed.linking import CrossFitCheck, MapPass, evaluate_links
+from crossembed.linking import CCAMap, CrossFitCheck, MapPass, RidgeMap, evaluate_links
 
 
 def _low_overlap_pool(seed=0, n=900, d=24, d_b=32, noise=0.3):
@@ -27,10 +27,11 @@ def _low_overlap_pool(seed=0, n=900, d=24, d_b=32, noise=0.3):
     return A, B, split, pool[rng.permutation(len(pool))]
 
 
-def test_check_removes_links_between_rows_without_partners():
+@pytest.mark.parametrize("scorer", [RidgeMap(), CCAMap()], ids=repr)
+def test_check_removes_links_between_rows_without_partners(scorer):
     A, B, split, pool = _low_overlap_pool()
     assert evaluate_links(pool, split.truth)["precision"] == pytest.approx(0.5, abs=0.01)
-    kept = CrossFitCheck()(A, B, pool, split.seeds, np.random.default_rng(0), num_threads=1)
+    kept = CrossFitCheck(scorer=scorer)(A, B, pool, split.seeds, np.random.default_rng(0), num_threads=1)
     m = evaluate_links(kept, split.truth)
     assert m["precision"] > 0.8, m
     assert m["recall"] > 0.4, m  # most of the pool's right links survive (the pool holds 60 % of the truth)
@@ -54,6 +55,9 @@ def test_map_pass_check_is_an_object_and_off_by_default():
     for bad in (CrossFitCheck, "crossfit", 5):
         with pytest.raises(TypeError, match="check"):
             MapPass(check=bad)
-    for kw in (dict(folds=1), dict(max_rounds=0), dict(tol=1.5), dict(lam=0)):
-        with pytest.raises(ValueError):
+    for kw in (dict(folds=1), dict(max_rounds=0), dict(tol=1.5)):
+        with pytest.raises(ValueError, match=next(iter(kw))):
             CrossFitCheck(**kw)
+    for bad in ("cca", CCAMap):
+        with pytest.raises(TypeError, match="scorer"):
+            CrossFitCheck(scorer=bad)

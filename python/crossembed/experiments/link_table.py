@@ -20,6 +20,7 @@ from crossembed._io import atomic_write
 from crossembed.experiments._records import read_checked
 from crossembed.linking import (
     CappedPromotion,
+    CCAMap,
     CellCandidates,
     CosineSignatures,
     CrossFitCheck,
@@ -92,6 +93,10 @@ METHODS: Dict[str, Callable[..., LinkResult]] = {
     # the decoy pass scoring through a ridge map (the default before CCA), and through one each way
     "geh-ridge-map": _geh(promotion=ValidatedPromotion(final_pass=DecoyPass(scorer=RidgeMap()))),
     "geh-two-maps": _geh(promotion=ValidatedPromotion(final_pass=DecoyPass(scorer=RidgeMap(both_ways=True)))),
+    # the decoy pass whose pool check scores through CCA too (docs/linking.md, *Scores of the decoy pass*)
+    "geh-cca-check": _geh(
+        promotion=ValidatedPromotion(final_pass=DecoyPass(check=CrossFitCheck(max_rounds=2, scorer=CCAMap())))
+    ),
     "geh-validated-exact": _geh(candidates=ExactCandidates()),
     "geh-validated-pool": _geh(candidates=PoolCandidates()),
     "geh-validated-cells": _geh(candidates=CellCandidates()),
@@ -244,7 +249,7 @@ def render_markdown(records: List[dict]) -> str:
             f_g = np.mean([r["f1"] for r in by_method["geh-validated"]])
             ratio = f"{f_g / f_p:.1f}x" if f_p > 0 else "inf"
         out.append(f"| {a} ↔ {b} | {alpha} | {s} | " + " | ".join(vals) + f" | {ratio} |")
-    for method in ("geh-validated", "geh-ridge-map", "geh-two-maps", "geh-map-pass", "geh-checked"):
+    for method in ("geh-validated", "geh-cca-check", "geh-ridge-map", "geh-two-maps", "geh-map-pass", "geh-checked"):
         out.extend(_by_overlap(cells, method))
     for (a, b, corpus, n_obj, alpha, s), by_method in cells.items():
         out.append(f"\n#### {a} ↔ {b} — alpha {alpha}, {s} seeds ({n_obj} of {corpus} glosses per draw)\n")

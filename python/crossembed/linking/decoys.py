@@ -129,8 +129,8 @@ def decoy_links(
     precision : float
         Least share of right links among those kept, in (0, 1) (default 0.85).
     folds : int
-        Parts of A's rows, ``>= 2``; each is linked by the map of the other
-        parts' anchors (default 5).
+        Parts of A's rows, ``>= 2``; each is linked by the scores fitted on the
+        other parts' anchors (default 5).
     scorer : object with ``rows(A, B, pairs)``, optional
         Fits the scores on a fold's anchors (:mod:`crossembed.linking.maps`);
         None: ``CCAMap()``.

@@ -282,7 +282,7 @@ class DecoyPass(Configured):
     precision : float
         Least estimated share of right links among those kept, in (0, 1) (default 0.85).
     folds : int
-        Parts of A's rows, ``>= 2``; each is linked by the map fitted without
+        Parts of A's rows, ``>= 2``; each is linked by the scores fitted without
         its anchors, and its anchors are the decoys (default 5).
     check : CrossFitCheck or None
         Cleans the pool before it becomes the anchors (default

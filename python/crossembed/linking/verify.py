@@ -20,21 +20,23 @@ the index beyond that.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from crossembed import kernels
-from crossembed._config import Configured
-from crossembed._validation import check_fraction, check_int, check_positive
+from crossembed._config import Configured, check_plugin
+from crossembed._validation import check_fraction, check_int
+from crossembed.linking.maps import RidgeMap
 from crossembed.linking.pairs import contains, count_new, row_positions
-from crossembed.linking.refine import map_propose, ridge_map
 
 __all__ = ["CrossFitCheck"]
 
+_RIDGE = RidgeMap()  # the default scores (settings only, shared)
+
 
 class CrossFitCheck(Configured):
-    """Out-of-sample check of pool links against the ridge map (module docstring).
+    """Out-of-sample check of pool links against the scores fitted without them (module docstring).
 
     Parameters
     ----------
@@ -48,18 +50,22 @@ class CrossFitCheck(Configured):
         links (default 0.02).
     rows : int
         Rows a side the check runs on at most (default 20,000).
-    lam : float
-        Ridge penalty of the check's maps (default 1.0, as :class:`MapPass`).
+    scorer : RidgeMap or CCAMap
+        Scores the check links by, fitted on the fixed pairs and the other
+        folds (default ``RidgeMap()``, the ridge map of :class:`MapPass`;
+        :mod:`crossembed.linking.maps`; docs/linking.md measures ``CCAMap()``).
     """
 
     kind = "crossfit"
 
-    def __init__(self, *, folds: int = 5, max_rounds: int = 4, tol: float = 0.02, rows: int = 20_000, lam: float = 1.0):
+    def __init__(
+        self, *, folds: int = 5, max_rounds: int = 4, tol: float = 0.02, rows: int = 20_000, scorer: Any = _RIDGE
+    ):
         self.folds = check_int(folds, "folds", low=2)
         self.max_rounds = check_int(max_rounds, "max_rounds", low=1)
         self.tol = check_fraction(tol, "tol", allow_zero=True)
         self.rows = check_int(rows, "rows", low=2)
-        self.lam = check_positive(lam, "lam")
+        self.scorer = check_plugin(scorer, "scorer", ("rows",), "RidgeMap()")
 
     def __call__(
         self,
@@ -89,15 +95,8 @@ class CrossFitCheck(Configured):
             kept = kept_now
             if settled or len(kept) < self.folds or check == self.max_rounds - 1:
                 break
-            # relink through the map of the kept links: right pairs the pool missed join the next check
-            pairs, scores = map_propose(
-                sub_a,
-                sub_b,
-                ridge_map(*_rows_of(sub_a, sub_b, sub_fixed, kept), lam=self.lam),
-                exclude_a=sub_fixed[:, 0],
-                exclude_b=sub_fixed[:, 1],
-                num_threads=num_threads,
-            )
+            # relink through the scores of the kept links: right pairs the pool missed join the next check
+            pairs, scores = self._propose(sub_a, sub_b, sub_fixed, kept, num_threads)
             if len(pairs) > 1:
                 pairs = pairs[scores > kernels.otsu_threshold(scores.astype(np.float64))]
             cur = pairs
@@ -116,15 +115,16 @@ class CrossFitCheck(Configured):
         ok = np.zeros(len(links), bool)
         for f in range(self.folds):
             held = fold == f
-            W = ridge_map(*_rows_of(A, B, fixed, links[~held]), lam=self.lam)
-            pairs, _ = map_propose(A, B, W, exclude_a=fixed[:, 0], exclude_b=fixed[:, 1], num_threads=num_threads)
+            pairs, _ = self._propose(A, B, fixed, links[~held], num_threads)
             ok[held] = contains(pairs, links[held], len(B))
         return ok
 
-
-def _rows_of(A, B, fixed, links):
-    both = np.concatenate([fixed, links])
-    return A[both[:, 0]], B[both[:, 1]]
+    def _propose(self, A, B, fixed, links, num_threads):
+        """Mutual CSLS pairs and scores of every row under the scores fitted on ``fixed`` and ``links``."""
+        XA, XB = self.scorer.rows(A, B, np.concatenate([fixed, links]))
+        return kernels.csls_mutual_topk(
+            XA, XB, k=1, csls_k=10, exclude_a=fixed[:, 0], exclude_b=fixed[:, 1], num_threads=num_threads
+        )
 
 
 def _rows(n: int, must: np.ndarray, at_most: int, rng: np.random.Generator) -> np.ndarray:
