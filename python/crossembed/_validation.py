@@ -187,10 +187,13 @@ def check_int(value, name: str, *, low: Optional[int] = None, high: Optional[int
     return value
 
 
-def check_bool(value, name: str) -> bool:
-    """A Python or numpy bool (an int or a string is a TypeError, not truthiness)."""
+def check_bool(value, name: str, *, optional: bool = False) -> Optional[bool]:
+    """A Python or numpy bool (an int or a string is a TypeError, not truthiness); ``optional``: None
+    passes too."""
+    if value is None and optional:
+        return None
     if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+        raise TypeError(f"{name} must be a bool{' or None' if optional else ''}, got {type(value).__name__}")
     return bool(value)
 
 

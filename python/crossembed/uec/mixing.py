@@ -87,11 +87,10 @@ class ScoreMixing(Configured):
         query_head: Optional[bool] = None,
     ):
         self.calibrate = check_bool(calibrate, "calibrate")
-        if query_head is not None and not isinstance(query_head, (bool, np.bool_)):
-            raise TypeError(f"query_head must be a bool or None, got {type(query_head).__name__}")
+        query_head = check_bool(query_head, "query_head", optional=True)
         self.hubness = None if hubness is None else check_positive(hubness, "hubness", allow_zero=True)
         self.hubness_k = check_int(hubness_k, "hubness_k", low=1)
-        self.query_head = None if query_head is None else bool(query_head)
+        self.query_head = query_head
 
     def bind(self, heads: Sequence[ModelHeads], scoring) -> ScoreMixing:
         """A copy with ``hubness`` and ``query_head`` resolved for these models and this scoring."""
