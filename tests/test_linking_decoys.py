@@ -114,7 +114,7 @@ def test_decoy_pass_in_a_fit_and_its_arguments():
     both = ValidatedPromotion(final_pass=DecoyPass(scorer=RidgeMap(both_ways=True)))
     res = GEHLinker(random_state=0, max_iter=6, show_progress_bar=False, promotion=both).link(A, B, split.seeds)
     assert evaluate_links(res.links, split.truth)["precision"] > 0.75
-    assert DecoyPass().get_config()["check"]["kind"] == "crossfit"
+    assert DecoyPass().get_config()["check"]["kind"] == "relink"
     assert DecoyPass(check=None).check is None
     for kw, exc in (
         (dict(precision=1.0), ValueError),

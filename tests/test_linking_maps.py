@@ -64,6 +64,22 @@ def test_cca_rows_dot_to_the_float64_reference(wider_b, shrinkage):
     np.testing.assert_allclose(XA.astype(np.float64) @ XB.T.astype(np.float64), want, atol=2e-4)
 
 
+def test_cca_components_are_the_most_correlated_directions_of_the_full_rows():
+    """``n_components=r`` keeps the first r canonical directions: the full rows' first r coordinates,
+    re-normalised; above ``min(D_A, D_B)`` it changes nothing."""
+    A, B, pairs = _pairs_problem(1)
+    full_a, full_b = CCAMap().rows(A, B, pairs)
+    r = 5
+    XA, XB = CCAMap(n_components=r).rows(A, B, pairs)
+    assert XA.shape == (len(A), r) and XB.shape == (len(B), r)
+    unit = lambda X: X / np.linalg.norm(X, axis=1, keepdims=True)  # noqa: E731
+    np.testing.assert_allclose(XA, unit(full_a[:, :r]), atol=1e-5)
+    np.testing.assert_allclose(XB, unit(full_b[:, :r]), atol=1e-5)
+    wide_a, wide_b = CCAMap(n_components=10_000).rows(A, B, pairs)
+    np.testing.assert_array_equal(wide_a, full_a)
+    np.testing.assert_array_equal(wide_b, full_b)
+
+
 def test_cca_scores_do_not_change_when_either_side_is_rotated():
     A, B, pairs = _pairs_problem(2)
     rng = np.random.default_rng(0)
@@ -125,6 +141,8 @@ def test_ridge_rows_dot_to_the_cosines_of_one_map_or_two(wider_b):
         (lambda: CCAMap(shrinkage=0.0), ValueError, "shrinkage"),
         (lambda: CCAMap(shrinkage=1.5), ValueError, "shrinkage"),
         (lambda: CCAMap(shrinkage="0.5"), TypeError, "shrinkage"),
+        (lambda: CCAMap(n_components=0), ValueError, "n_components"),
+        (lambda: CCAMap(n_components=2.5), TypeError, "n_components"),
         (lambda: RidgeMap(lam=0.0), ValueError, "lam"),
         (lambda: RidgeMap(both_ways="yes"), TypeError, "both_ways"),
     ],
@@ -135,5 +153,5 @@ def test_bad_arguments_name_themselves(make, exc, name):
 
 
 def test_configs():
-    assert CCAMap().get_config() == {"kind": "cca", "shrinkage": 0.5}
+    assert CCAMap().get_config() == {"kind": "cca", "shrinkage": 0.5, "n_components": None}
     assert RidgeMap(both_ways=True).get_config() == {"kind": "ridge", "lam": 1.0, "both_ways": True}

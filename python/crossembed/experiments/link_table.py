@@ -64,6 +64,9 @@ DEFAULT_PAIRS = (
 )
 
 
+_CHECK2 = CrossFitCheck(max_rounds=2)  # the decoy pass's pool check before CrossFitRelink
+
+
 def _geh(**parts) -> Callable[..., LinkResult]:
     """A method running :class:`GEHLinker` with the default objects except ``parts``."""
 
@@ -90,12 +93,18 @@ METHODS: Dict[str, Callable[..., LinkResult]] = {
     "geh-checked": _geh(promotion=ValidatedPromotion(final_pass=MapPass(check=CrossFitCheck()))),
     # the default before the decoy pass: one ridge map fitted on the whole pool relinks every row
     "geh-map-pass": _geh(promotion=ValidatedPromotion(final_pass=MapPass())),
-    # the decoy pass scoring through a ridge map (the default before CCA), and through one each way
-    "geh-ridge-map": _geh(promotion=ValidatedPromotion(final_pass=DecoyPass(scorer=RidgeMap()))),
-    "geh-two-maps": _geh(promotion=ValidatedPromotion(final_pass=DecoyPass(scorer=RidgeMap(both_ways=True)))),
-    # the decoy pass whose pool check scores through CCA too (docs/linking.md, *Scores of the decoy pass*)
+    # the decoy pass on the checked pool, without relinking it first (the default before
+    # CrossFitRelink), scoring through CCA, a ridge map (the default before CCA) or one each way
+    "geh-pool-check": _geh(promotion=ValidatedPromotion(final_pass=DecoyPass(check=_CHECK2, scorer=CCAMap()))),
+    "geh-ridge-map": _geh(promotion=ValidatedPromotion(final_pass=DecoyPass(check=_CHECK2, scorer=RidgeMap()))),
+    "geh-two-maps": _geh(
+        promotion=ValidatedPromotion(final_pass=DecoyPass(check=_CHECK2, scorer=RidgeMap(both_ways=True)))
+    ),
+    # ... and with the pool check scoring through CCA too (docs/linking.md, *Scores of the decoy pass*)
     "geh-cca-check": _geh(
-        promotion=ValidatedPromotion(final_pass=DecoyPass(check=CrossFitCheck(max_rounds=2, scorer=CCAMap())))
+        promotion=ValidatedPromotion(
+            final_pass=DecoyPass(check=CrossFitCheck(max_rounds=2, scorer=CCAMap()), scorer=CCAMap())
+        )
     ),
     "geh-validated-exact": _geh(candidates=ExactCandidates()),
     "geh-validated-pool": _geh(candidates=PoolCandidates()),
@@ -249,7 +258,15 @@ def render_markdown(records: List[dict]) -> str:
             f_g = np.mean([r["f1"] for r in by_method["geh-validated"]])
             ratio = f"{f_g / f_p:.1f}x" if f_p > 0 else "inf"
         out.append(f"| {a} ↔ {b} | {alpha} | {s} | " + " | ".join(vals) + f" | {ratio} |")
-    for method in ("geh-validated", "geh-cca-check", "geh-ridge-map", "geh-two-maps", "geh-map-pass", "geh-checked"):
+    for method in (
+        "geh-validated",
+        "geh-pool-check",
+        "geh-cca-check",
+        "geh-ridge-map",
+        "geh-two-maps",
+        "geh-map-pass",
+        "geh-checked",
+    ):
         out.extend(_by_overlap(cells, method))
     for (a, b, corpus, n_obj, alpha, s), by_method in cells.items():
         out.append(f"\n#### {a} ↔ {b} — alpha {alpha}, {s} seeds ({n_obj} of {corpus} glosses per draw)\n")

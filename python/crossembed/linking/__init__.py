@@ -4,7 +4,8 @@
   signatures, CSLS mutual top-k votes, Beta posterior, bootstrap). Each
   choice is an object: growth rules (:class:`ValidatedPromotion`,
   :class:`PaperPromotion`, :class:`CappedPromotion`) and their final passes
-  (:class:`DecoyPass`, the default: out-of-sample links, scored by
+  (:class:`DecoyPass`, the default: the pool rebuilt out of sample by
+  :class:`CrossFitRelink`, then out-of-sample links, scored by
   :class:`CCAMap` or :class:`RidgeMap`, kept at the best F1 whose
   precision, estimated on decoys, reaches a floor; :class:`MapPass`
   with its no-partner check :class:`CrossFitCheck`; :class:`FoldPass`),
@@ -47,7 +48,7 @@ from crossembed.linking.result import LinkResult
 from crossembed.linking.sampling import RowSample
 from crossembed.linking.schedule import Schedule
 from crossembed.linking.stopping import StopRule
-from crossembed.linking.verify import CrossFitCheck
+from crossembed.linking.verify import CrossFitCheck, CrossFitRelink
 from crossembed.linking.views import (
     CosineSignatures,
     FarthestPointViews,
@@ -68,6 +69,7 @@ __all__ = [
     "Center",
     "CosineSignatures",
     "CrossFitCheck",
+    "CrossFitRelink",
     "ExactCandidates",
     "ExactProposer",
     "FarthestPointViews",

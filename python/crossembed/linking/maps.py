@@ -21,7 +21,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from crossembed._config import Configured
-from crossembed._validation import check_bool, check_fraction, check_positive
+from crossembed._validation import check_bool, check_fraction, check_int, check_positive
 from crossembed.linking._inputs import unit_rows
 from crossembed.linking.refine import ridge_map_rows
 
@@ -40,21 +40,27 @@ class CCAMap(Configured):
         ``(1 - s) C + s tr(C) / D I``: the anchors are few against the
         dimensions, and their raw covariance whitens noise into signal
         (default 0.5).
+    n_components : int or None
+        Canonical directions kept, the most correlated first; fewer make
+        every score cheaper, and the weak directions count little anyway
+        (default None: all ``min(D_A, D_B)``).
     """
 
     kind = "cca"
 
-    def __init__(self, *, shrinkage: float = 0.5):
+    def __init__(self, *, shrinkage: float = 0.5, n_components: Optional[int] = None):
         self.shrinkage = check_fraction(shrinkage, "shrinkage")
+        self.n_components = None if n_components is None else check_int(n_components, "n_components", low=1)
 
     def rows(self, A: np.ndarray, B: np.ndarray, pairs: np.ndarray) -> Rows:
-        """float32 C-contiguous unit rows of A and of B, ``min(D_A, D_B)`` wide: row ``i`` of the first
-        dotted with row ``j`` of the second is the score of linking A row ``i`` to B row ``j``."""
+        """float32 C-contiguous unit rows of A and of B, ``min(D_A, D_B, n_components)`` wide: row ``i``
+        of the first dotted with row ``j`` of the second is the score of linking A row ``i`` to B row ``j``."""
         PA = np.asarray(A[pairs[:, 0]], np.float64)
         PB = np.asarray(B[pairs[:, 1]], np.float64)
         n = len(pairs)
         KA, KB = _inverse_sqrt(PA.T @ PA / n, self.shrinkage), _inverse_sqrt(PB.T @ PB / n, self.shrinkage)
         U, corr, Vt = np.linalg.svd((PA @ KA).T @ (PB @ KB) / n, full_matrices=False)
+        U, corr, Vt = U[:, : self.n_components], corr[: self.n_components], Vt[: self.n_components]
         XA = unit_rows(A @ (KA @ (U * corr)).astype(np.float32))
         XB = unit_rows(B @ (KB @ (Vt.T * corr)).astype(np.float32))
         return np.ascontiguousarray(XA, np.float32), np.ascontiguousarray(XB, np.float32)

@@ -58,7 +58,7 @@ from crossembed.linking.pairs import (
 )
 from crossembed.linking.proposers import Proposer
 from crossembed.linking.refine import map_links
-from crossembed.linking.verify import CrossFitCheck
+from crossembed.linking.verify import CrossFitRelink
 
 __all__ = [
     "PROMOTIONS",
@@ -270,7 +270,7 @@ class MapPass(Configured):
 
 
 # DecoyPass's default pool check, scores and pass above the cells size (settings only, shared)
-_CHECK, _MAP_PASS, _CCA = CrossFitCheck(max_rounds=2), MapPass(), CCAMap()
+_RELINK, _MAP_PASS, _CCA_128 = CrossFitRelink(), MapPass(), CCAMap(n_components=128)
 
 
 class DecoyPass(Configured):
@@ -284,15 +284,17 @@ class DecoyPass(Configured):
     folds : int
         Parts of A's rows, ``>= 2``; each is linked by the scores fitted without
         its anchors, and its anchors are the decoys (default 5).
-    check : CrossFitCheck or None
-        Cleans the pool before it becomes the anchors (default
-        ``CrossFitCheck(max_rounds=2)``; docs/linking.md compares the
-        rounds); None: the whole pool. A check that keeps no link leaves no
+    check : CrossFitRelink, CrossFitCheck or None
+        Makes the anchors out of the pool (default ``CrossFitRelink()``,
+        which relinks every row out of sample until the links settle and
+        recovers pools that are mostly wrong; ``CrossFitCheck(max_rounds=2)``
+        only drops the links it does not re-find; docs/linking.md compares
+        them); None: the whole pool. A check that keeps no link leaves no
         decoys, and the pass then keeps no link.
     scorer : CCAMap or RidgeMap
         Scores a candidate link, fitted on each fold's anchors (default
-        ``CCAMap()``; :mod:`crossembed.linking.maps`, and docs/linking.md
-        compares them).
+        ``CCAMap(n_components=128)``; :mod:`crossembed.linking.maps`, and
+        docs/linking.md compares them).
     cells_pass : MapPass
         The pass of fits whose map pass links within cells (above 30,000
         rows a side by default), where a pass per fold would cost
@@ -307,15 +309,15 @@ class DecoyPass(Configured):
         *,
         precision: float = 0.85,
         folds: int = 5,
-        check: Optional[Any] = _CHECK,
-        scorer: Any = _CCA,
+        check: Optional[Any] = _RELINK,
+        scorer: Any = _CCA_128,
         cells_pass: Any = _MAP_PASS,
     ):
         self.precision = check_fraction(precision, "precision")
         if self.precision >= 1.0:
             raise ValueError(f"precision must be below 1, got {precision!r}")
         self.folds = check_int(folds, "folds", low=2)
-        self.check = check_plugin(check, "check", ("__call__",), "CrossFitCheck()", optional=True)
+        self.check = check_plugin(check, "check", ("__call__",), "CrossFitRelink()", optional=True)
         self.scorer = check_plugin(scorer, "scorer", ("rows",), "CCAMap()")
         self.cells_pass = check_plugin(cells_pass, "cells_pass", ("run",), "MapPass()")
 

@@ -16,6 +16,17 @@ rows again, and those links are checked the same way until the kept set
 settles. The check runs on at most ``rows`` rows a side (every row a link
 touches, then a random share of the others), so its cost does not grow with
 the index beyond that.
+
+:class:`CrossFitRelink` (the decoy pass's default) grows a clean pool out of a
+dirty one instead of only filtering it: every row is relinked by the scores
+fitted without its fold's links (one fold split for the whole run), the
+links scored above the Otsu cut of those scores become the next anchors, and
+that repeats until they settle. Out of sample, a wrong link cannot confirm
+itself, while a right one is re-found by maps fitted on other right links;
+regularised CCA (:class:`~crossembed.linking.maps.CCAMap`) still learns the
+right directions from a pool that is mostly wrong, so the right share grows
+relink by relink. Every link of the last relink then goes through a
+:class:`CrossFitCheck` (docs/linking.md, *Relinking out of sample*).
 """
 
 from __future__ import annotations
@@ -27,10 +38,10 @@ import numpy as np
 from crossembed import kernels
 from crossembed._config import Configured, check_plugin
 from crossembed._validation import check_fraction, check_int
-from crossembed.linking.maps import RidgeMap
-from crossembed.linking.pairs import contains, count_new, row_positions
+from crossembed.linking.maps import CCAMap, RidgeMap
+from crossembed.linking.pairs import contains, count_new, greedy_one_to_one, positions, row_positions
 
-__all__ = ["CrossFitCheck"]
+__all__ = ["CrossFitCheck", "CrossFitRelink"]
 
 _RIDGE = RidgeMap()  # the default scores (settings only, shared)
 
@@ -125,6 +136,109 @@ class CrossFitCheck(Configured):
         return kernels.csls_mutual_topk(
             XA, XB, k=1, csls_k=10, exclude_a=fixed[:, 0], exclude_b=fixed[:, 1], num_threads=num_threads
         )
+
+
+_CCA_128, _CHECK_ONCE = CCAMap(n_components=128), CrossFitCheck(max_rounds=1)  # CrossFitRelink's defaults
+
+
+class CrossFitRelink(Configured):
+    """Pool rebuilt by relinking every row out of sample until the links settle (module docstring).
+
+    Parameters
+    ----------
+    folds : int
+        Parts of A's rows; a row is linked by the scores fitted on the fixed
+        pairs and the links of the other parts (default 5).
+    max_rounds : int
+        Relinks at most (default 12; a clean pool settles in 2-3, one that
+        is a few percent right takes 6-10, docs/linking.md).
+    tol : float
+        Stop once the next anchors differ from the last by less than this
+        fraction of their links: rows without a partner keep some links
+        turning over at a low overlap (default 0.15).
+    rows : int
+        Rows a side the relinking runs on at most (default 20,000).
+    scorer : CCAMap or RidgeMap
+        The scores, fitted per fold (default ``CCAMap(n_components=128)``).
+    check : CrossFitCheck or None
+        Judges the last relink's links, the ones under the Otsu cut
+        included, before they are returned (default
+        ``CrossFitCheck(max_rounds=1)``); None returns them all.
+    """
+
+    kind = "relink"
+
+    def __init__(
+        self,
+        *,
+        folds: int = 5,
+        max_rounds: int = 12,
+        tol: float = 0.15,
+        rows: int = 20_000,
+        scorer: Any = _CCA_128,
+        check: Optional[Any] = _CHECK_ONCE,
+    ):
+        self.folds = check_int(folds, "folds", low=2)
+        self.max_rounds = check_int(max_rounds, "max_rounds", low=1)
+        self.tol = check_fraction(tol, "tol", allow_zero=True)
+        self.rows = check_int(rows, "rows", low=2)
+        self.scorer = check_plugin(scorer, "scorer", ("rows",), "CCAMap()")
+        self.check = check_plugin(check, "check", ("__call__",), "CrossFitCheck()", optional=True)
+
+    def __call__(
+        self,
+        A: np.ndarray,
+        B: np.ndarray,
+        links: np.ndarray,
+        fixed: np.ndarray,
+        rng: np.random.Generator,
+        *,
+        num_threads: Optional[int] = None,
+    ) -> np.ndarray:
+        """The rebuilt pool ``(L', 2)`` (rows of A and B) from the pool ``links`` and the ``fixed`` pairs (seeds)."""
+        links = np.asarray(links, np.int64).reshape(-1, 2)
+        if len(links) < self.folds:
+            return links
+        rows_a = _rows(len(A), np.concatenate([fixed[:, 0], links[:, 0]]), self.rows, rng)
+        rows_b = _rows(len(B), np.concatenate([fixed[:, 1], links[:, 1]]), self.rows, rng)
+        pos_a, pos_b = row_positions(rows_a, len(A)), row_positions(rows_b, len(B))
+        sub_a, sub_b = A[rows_a], B[rows_b]
+        sub_fixed = np.stack([pos_a[fixed[:, 0]], pos_b[fixed[:, 1]]], 1)
+        cur = np.stack([pos_a[links[:, 0]], pos_b[links[:, 1]]], 1)
+        # one split for every relink: a pool that has settled then maps to itself
+        fold_of = rng.integers(0, self.folds, len(sub_a))
+        for _ in range(self.max_rounds):
+            relinked, scores = self._relink(sub_a, sub_b, sub_fixed, cur, fold_of, num_threads)
+            top = relinked[scores > kernels.otsu_threshold(scores)] if len(relinked) > 1 else relinked
+            changed = count_new(top, cur, len(sub_b)) + count_new(cur, top, len(sub_b))
+            cur = top
+            if changed <= self.tol * len(cur) or len(cur) < self.folds:
+                break
+        # the links under the cut go to the check too: anchors of the clean top alone make decoys
+        # that over-read the null, and the pass then keeps too few links (docs/linking.md)
+        if self.check is not None:
+            relinked = self.check(sub_a, sub_b, relinked, sub_fixed, rng, num_threads=num_threads)
+        return (
+            np.stack([rows_a[relinked[:, 0]], rows_b[relinked[:, 1]]], 1)
+            if len(relinked)
+            else np.zeros((0, 2), np.int64)
+        )
+
+    def _relink(self, A, B, fixed, links, fold_of, num_threads):
+        """One-to-one links of every row, each by the scores fitted without its fold's links, and their scores."""
+        found, found_scores = [], []
+        for f in range(self.folds):
+            XA, XB = self.scorer.rows(A, B, np.concatenate([fixed, links[fold_of[links[:, 0]] != f]]))
+            pairs, scores = kernels.csls_mutual_topk(
+                XA, XB, k=1, csls_k=10, exclude_a=fixed[:, 0], exclude_b=fixed[:, 1], num_threads=num_threads
+            )
+            mine = fold_of[pairs[:, 0]] == f
+            found.append(pairs[mine])
+            found_scores.append(scores[mine])
+        pairs, scores = np.concatenate(found), np.concatenate(found_scores).astype(np.float64)
+        # rows of different folds may claim one B row: the better score keeps it
+        kept = greedy_one_to_one(pairs, scores)
+        return kept, scores[positions(pairs, kept, len(B))]
 
 
 def _rows(n: int, must: np.ndarray, at_most: int, rng: np.random.Generator) -> np.ndarray:
