@@ -94,8 +94,16 @@ def test_objects_report_their_config():
         "kind": "decoys",
         "precision": 0.85,
         "folds": 5,
-        "check": {"kind": "crossfit", "folds": 5, "max_rounds": 2, "tol": 0.02, "rows": 20_000, "scorer": ridge},
-        "scorer": {"kind": "cca", "shrinkage": 0.5},
+        "check": {
+            "kind": "relink",
+            "folds": 5,
+            "max_rounds": 12,
+            "tol": 0.15,
+            "rows": 20_000,
+            "scorer": {"kind": "cca", "shrinkage": 0.5, "n_components": 128},
+            "check": {"kind": "crossfit", "folds": 5, "max_rounds": 2, "tol": 0.02, "rows": 20_000, "scorer": ridge},
+        },
+        "scorer": {"kind": "cca", "shrinkage": 0.5, "n_components": 128},
         "cells_pass": map_pass,
     }
     assert MapPass().get_config() == map_pass

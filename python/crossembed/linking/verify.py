@@ -46,7 +46,35 @@ __all__ = ["CrossFitCheck", "CrossFitRelink"]
 _RIDGE = RidgeMap()  # the default scores (settings only, shared)
 
 
-class CrossFitCheck(Configured):
+class _PoolCheck(Configured):
+    """What both checks share: the call on a pool, restricted to at most ``rows`` rows a side."""
+
+    folds: int
+    rows: int
+
+    def __call__(
+        self,
+        A: np.ndarray,
+        B: np.ndarray,
+        links: np.ndarray,
+        fixed: np.ndarray,
+        rng: np.random.Generator,
+        *,
+        num_threads: Optional[int] = None,
+    ) -> np.ndarray:
+        """The links ``(L', 2)`` (rows of A and B) made from the pool ``links`` and the ``fixed`` pairs (seeds);
+        a pool of fewer links than folds comes back as it is."""
+        links = np.asarray(links, np.int64).reshape(-1, 2)
+        if len(links) < self.folds:
+            return links
+        rows_a, rows_b, sub_a, sub_b, sub_fixed, sub_links = _restricted(A, B, links, fixed, self.rows, rng)
+        return _unrestricted(rows_a, rows_b, self._on_rows(sub_a, sub_b, sub_links, sub_fixed, rng, num_threads))
+
+    def _on_rows(self, sub_a, sub_b, cur, sub_fixed, rng, num_threads) -> np.ndarray:
+        raise NotImplementedError
+
+
+class CrossFitCheck(_PoolCheck):
     """Out-of-sample check of pool links against the scores fitted without them (module docstring).
 
     Parameters
@@ -78,26 +106,8 @@ class CrossFitCheck(Configured):
         self.rows = check_int(rows, "rows", low=2)
         self.scorer = check_plugin(scorer, "scorer", ("rows",), "RidgeMap()")
 
-    def __call__(
-        self,
-        A: np.ndarray,
-        B: np.ndarray,
-        links: np.ndarray,
-        fixed: np.ndarray,
-        rng: np.random.Generator,
-        *,
-        num_threads: Optional[int] = None,
-    ) -> np.ndarray:
-        """The checked links ``(L', 2)`` (rows of A and B) from the pool ``links`` and the ``fixed`` pairs (seeds)."""
-        links = np.asarray(links, np.int64).reshape(-1, 2)
-        if len(links) < self.folds:
-            return links
-        rows_a = _rows(len(A), np.concatenate([fixed[:, 0], links[:, 0]]), self.rows, rng)
-        rows_b = _rows(len(B), np.concatenate([fixed[:, 1], links[:, 1]]), self.rows, rng)
-        pos_a, pos_b = row_positions(rows_a, len(A)), row_positions(rows_b, len(B))
-        sub_a, sub_b = A[rows_a], B[rows_b]
-        sub_fixed = np.stack([pos_a[fixed[:, 0]], pos_b[fixed[:, 1]]], 1)
-        cur = np.stack([pos_a[links[:, 0]], pos_b[links[:, 1]]], 1)
+    def _on_rows(self, sub_a, sub_b, cur, sub_fixed, rng, num_threads) -> np.ndarray:
+        """The kept links of ``cur`` (positions in the restricted rows)."""
         kept = cur
         for check in range(self.max_rounds):
             kept_now = cur[self._confirmed(sub_a, sub_b, cur, sub_fixed, rng, num_threads)]
@@ -111,7 +121,7 @@ class CrossFitCheck(Configured):
             if len(pairs) > 1:
                 pairs = pairs[scores > kernels.otsu_threshold(scores.astype(np.float64))]
             cur = pairs
-        return np.stack([rows_a[kept[:, 0]], rows_b[kept[:, 1]]], 1) if len(kept) else np.zeros((0, 2), np.int64)
+        return kept
 
     def _confirmed(self, A, B, links, fixed, rng, num_threads) -> np.ndarray:
         """Mask of ``links`` that are mutual CSLS pairs of the map fitted on ``fixed`` and the other folds.
@@ -141,7 +151,7 @@ class CrossFitCheck(Configured):
 _CCA_128, _CHECK = CCAMap(n_components=128), CrossFitCheck(max_rounds=2)  # CrossFitRelink's defaults
 
 
-class CrossFitRelink(Configured):
+class CrossFitRelink(_PoolCheck):
     """Pool rebuilt by relinking every row out of sample until the links settle (module docstring).
 
     Parameters
@@ -186,26 +196,8 @@ class CrossFitRelink(Configured):
         self.scorer = check_plugin(scorer, "scorer", ("rows",), "CCAMap()")
         self.check = check_plugin(check, "check", ("__call__",), "CrossFitCheck()", optional=True)
 
-    def __call__(
-        self,
-        A: np.ndarray,
-        B: np.ndarray,
-        links: np.ndarray,
-        fixed: np.ndarray,
-        rng: np.random.Generator,
-        *,
-        num_threads: Optional[int] = None,
-    ) -> np.ndarray:
-        """The rebuilt pool ``(L', 2)`` (rows of A and B) from the pool ``links`` and the ``fixed`` pairs (seeds)."""
-        links = np.asarray(links, np.int64).reshape(-1, 2)
-        if len(links) < self.folds:
-            return links
-        rows_a = _rows(len(A), np.concatenate([fixed[:, 0], links[:, 0]]), self.rows, rng)
-        rows_b = _rows(len(B), np.concatenate([fixed[:, 1], links[:, 1]]), self.rows, rng)
-        pos_a, pos_b = row_positions(rows_a, len(A)), row_positions(rows_b, len(B))
-        sub_a, sub_b = A[rows_a], B[rows_b]
-        sub_fixed = np.stack([pos_a[fixed[:, 0]], pos_b[fixed[:, 1]]], 1)
-        cur = np.stack([pos_a[links[:, 0]], pos_b[links[:, 1]]], 1)
+    def _on_rows(self, sub_a, sub_b, cur, sub_fixed, rng, num_threads) -> np.ndarray:
+        """The rebuilt pool (positions in the restricted rows) from the links ``cur``."""
         # one split for every relink: a pool that has settled then maps to itself
         fold_of = rng.integers(0, self.folds, len(sub_a))
         for _ in range(self.max_rounds):
@@ -219,11 +211,7 @@ class CrossFitRelink(Configured):
         # that over-read the null, and the pass then keeps too few links (docs/linking.md)
         if self.check is not None:
             relinked = self.check(sub_a, sub_b, relinked, sub_fixed, rng, num_threads=num_threads)
-        return (
-            np.stack([rows_a[relinked[:, 0]], rows_b[relinked[:, 1]]], 1)
-            if len(relinked)
-            else np.zeros((0, 2), np.int64)
-        )
+        return relinked
 
     def _relink(self, A, B, fixed, links, fold_of, num_threads):
         """One-to-one links of every row, each by the scores fitted without its fold's links, and their scores."""
@@ -240,6 +228,22 @@ class CrossFitRelink(Configured):
         # rows of different folds may claim one B row: the better score keeps it
         kept = greedy_one_to_one(pairs, scores)
         return kept, scores[positions(pairs, kept, len(B))]
+
+
+def _restricted(A, B, links, fixed, at_most: int, rng: np.random.Generator):
+    """The rows a check runs on (:func:`_rows` per side), those rows of A and B, and ``fixed`` and
+    ``links`` in their positions: ``(rows_a, rows_b, sub_a, sub_b, sub_fixed, sub_links)``."""
+    rows_a = _rows(len(A), np.concatenate([fixed[:, 0], links[:, 0]]), at_most, rng)
+    rows_b = _rows(len(B), np.concatenate([fixed[:, 1], links[:, 1]]), at_most, rng)
+    pos_a, pos_b = row_positions(rows_a, len(A)), row_positions(rows_b, len(B))
+    sub_fixed = np.stack([pos_a[fixed[:, 0]], pos_b[fixed[:, 1]]], 1)
+    sub_links = np.stack([pos_a[links[:, 0]], pos_b[links[:, 1]]], 1)
+    return rows_a, rows_b, A[rows_a], B[rows_b], sub_fixed, sub_links
+
+
+def _unrestricted(rows_a: np.ndarray, rows_b: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    """``pairs`` of restricted positions as rows of A and B."""
+    return np.stack([rows_a[pairs[:, 0]], rows_b[pairs[:, 1]]], 1) if len(pairs) else np.zeros((0, 2), np.int64)
 
 
 def _rows(n: int, must: np.ndarray, at_most: int, rng: np.random.Generator) -> np.ndarray:
