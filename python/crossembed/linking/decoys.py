@@ -121,7 +121,7 @@ def decoy_links(
     A, B : ndarray
         Unit rows of both sides (dimensions may differ).
     anchors : ndarray, shape (P, 2)
-        Links the maps are fitted on besides the seeds (the checked pool).
+        Links the scores are fitted on besides the seeds (the pool as the pool check hands it over).
     seeds : ndarray, shape (S, 2)
         Known pairs: in every map, linked to nothing.
     rng : numpy Generator

@@ -22,9 +22,11 @@ Dask), which it passes in; a rule never builds one.
     held-out seeds measure the proposal precision, which sets how fast the
     pool may grow (growth pauses only on a significant drop against the
     smoothed precision of earlier rounds); a final pass (:class:`DecoyPass`)
-    relinks every row out of sample through ridge maps fitted on the checked
-    pool and keeps the links that decoys (anchors with their partner hidden)
-    say are right often enough (:mod:`crossembed.linking.decoys`); above
+    rebuilds the pool out of sample
+    (:class:`~crossembed.linking.verify.CrossFitRelink`), relinks every row
+    out of sample through scores fitted on it and keeps the links that
+    decoys (anchors with their partner hidden) say are right often enough
+    (:mod:`crossembed.linking.decoys`); above
     30,000 rows a side :class:`MapPass` relinks every row through one map
     (:mod:`crossembed.linking.refine`).
 
@@ -438,7 +440,7 @@ class ValidatedPromotion(PromotionRule):
         As for :class:`PaperPromotion`.
     final_pass : DecoyPass, MapPass, FoldPass or None
         After the last round: :class:`DecoyPass` (default) links every row
-        through ridge maps fitted without its fold's anchors and keeps the
+        through scores fitted without its fold's anchors and keeps the
         links its decoys say are right often enough; :class:`MapPass`
         relinks every row through one ridge map fitted on the pool;
         :class:`FoldPass` is the cross-validated relinking with signatures;
