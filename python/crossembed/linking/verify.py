@@ -117,7 +117,7 @@ class CrossFitCheck(_PoolCheck):
             if settled or len(kept) < self.folds or check == self.max_rounds - 1:
                 break
             # relink through the scores of the kept links: right pairs the pool missed join the next check
-            pairs, scores = self._propose(sub_a, sub_b, sub_fixed, kept, num_threads)
+            pairs, scores = _mutual_pairs(self.scorer, sub_a, sub_b, sub_fixed, kept, num_threads)
             if len(pairs) > 1:
                 pairs = pairs[scores > kernels.otsu_threshold(scores.astype(np.float64))]
             cur = pairs
@@ -136,16 +136,9 @@ class CrossFitCheck(_PoolCheck):
         ok = np.zeros(len(links), bool)
         for f in range(self.folds):
             held = fold == f
-            pairs, _ = self._propose(A, B, fixed, links[~held], num_threads)
+            pairs, _ = _mutual_pairs(self.scorer, A, B, fixed, links[~held], num_threads)
             ok[held] = contains(pairs, links[held], len(B))
         return ok
-
-    def _propose(self, A, B, fixed, links, num_threads):
-        """Mutual CSLS pairs and scores of every row under the scores fitted on ``fixed`` and ``links``."""
-        XA, XB = self.scorer.rows(A, B, np.concatenate([fixed, links]))
-        return kernels.csls_mutual_topk(
-            XA, XB, k=1, csls_k=10, exclude_a=fixed[:, 0], exclude_b=fixed[:, 1], num_threads=num_threads
-        )
 
 
 _CCA_128, _CHECK = CCAMap(n_components=128), CrossFitCheck(max_rounds=2)  # CrossFitRelink's defaults
@@ -217,10 +210,7 @@ class CrossFitRelink(_PoolCheck):
         """One-to-one links of every row, each by the scores fitted without its fold's links, and their scores."""
         found, found_scores = [], []
         for f in range(self.folds):
-            XA, XB = self.scorer.rows(A, B, np.concatenate([fixed, links[fold_of[links[:, 0]] != f]]))
-            pairs, scores = kernels.csls_mutual_topk(
-                XA, XB, k=1, csls_k=10, exclude_a=fixed[:, 0], exclude_b=fixed[:, 1], num_threads=num_threads
-            )
+            pairs, scores = _mutual_pairs(self.scorer, A, B, fixed, links[fold_of[links[:, 0]] != f], num_threads)
             mine = fold_of[pairs[:, 0]] == f
             found.append(pairs[mine])
             found_scores.append(scores[mine])
@@ -228,6 +218,15 @@ class CrossFitRelink(_PoolCheck):
         # rows of different folds may claim one B row: the better score keeps it
         kept = greedy_one_to_one(pairs, scores)
         return kept, scores[positions(pairs, kept, len(B))]
+
+
+def _mutual_pairs(scorer, A, B, fixed, links, num_threads):
+    """Mutual CSLS pairs and scores of every row under ``scorer`` fitted on ``fixed`` and ``links``
+    (the fixed pairs' rows linked to nothing)."""
+    XA, XB = scorer.rows(A, B, np.concatenate([fixed, links]))
+    return kernels.csls_mutual_topk(
+        XA, XB, k=1, csls_k=10, exclude_a=fixed[:, 0], exclude_b=fixed[:, 1], num_threads=num_threads
+    )
 
 
 def _restricted(A, B, links, fixed, at_most: int, rng: np.random.Generator):
