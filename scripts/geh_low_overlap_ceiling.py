@@ -1,16 +1,18 @@
-"""What a map-based no-partner decision can reach at low overlap, measured with half of the answer.
+"""What the decoy pass's scores can reach at low overlap, measured with the whole answer.
 
 For each draw of the link table (``--n-objects`` glosses of the first 20,000,
-the partial-overlap protocol at ``--alpha``), half of the true pairs are given
-away: a ridge map is fitted on them (and the seeds), every other row is linked
-by mutual CSLS nearest neighbours through it, and the links are scored against
-the other half. The threshold is then chosen *with* the answers: the best F1,
-and the best F1 among thresholds that keep precision >= 85 %. No method that
-decides from these scores can do better on those rows; a GEH fit starts from 15
-seeds, not from half of the truth.
-
-Two maps: one way (A mapped into B, as ``MapPass``) and both ways (each side's
-rows beside the other side's rows mapped into them, compared as one vector).
+the partial-overlap protocol at ``--alpha``, 15 seeds), the true pairs stand
+in for the pass's anchors: A's rows are split into 5 folds as
+:func:`crossembed.linking.decoys.decoy_links` splits them, each fold's rows
+are linked by mutual CSLS nearest neighbours through scores fitted on the
+seeds and the *other* folds' true pairs, and the links (one-to-one over the
+folds) are scored against the truth with the threshold chosen *with* the
+answers: the best F1, and the best F1 among thresholds that keep precision
+>= 85 %. A GEH fit knows neither the pairs nor the threshold, so no pass
+deciding from these scores does better. ``--maps`` names the scorers
+(:mod:`crossembed.linking.maps`): ``ridge`` (``RidgeMap()``), ``ridge2``
+(``RidgeMap(both_ways=True)``), ``cca`` (``CCAMap()``) and ``cca128``
+(``CCAMap(n_components=128)``, the pass's default).
 
     python scripts/geh_low_overlap_ceiling.py --pairs minilm:use,minilm:e5 --alpha 0.1 --draws 0,1,2
 """
@@ -23,32 +25,40 @@ import numpy as np
 
 from crossembed import kernels
 from crossembed.experiments.corpora import embed_corpus
-from crossembed.linking import make_partial_overlap
+from crossembed.linking import CCAMap, RidgeMap, make_partial_overlap
+from crossembed.linking.pairs import contains, greedy_one_to_one, positions
 from crossembed.linking.preprocess import Center
-from crossembed.linking.refine import ridge_map
+
+MAPS = {
+    "ridge": RidgeMap(),
+    "ridge2": RidgeMap(both_ways=True),
+    "cca": CCAMap(),
+    "cca128": CCAMap(n_components=128),
+}
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+def out_of_fold_links(A, B, truth, seeds, scorer, rng, folds: int = 5):
+    """One-to-one links of every A row, each by ``scorer`` fitted on the seeds and the other folds' true pairs."""
+    fold_of = rng.integers(0, folds, len(A))
+    fold_of[truth[:, 0]] = pair_fold = rng.permutation(len(truth)) % folds
+    found, found_scores = [], []
+    for f in range(folds):
+        XA, XB = scorer.rows(A, B, np.concatenate([seeds, truth[pair_fold != f]]))
+        pairs, scores = kernels.csls_mutual_topk(XA, XB, k=1, csls_k=10, exclude_a=seeds[:, 0], exclude_b=seeds[:, 1])
+        mine = fold_of[pairs[:, 0]] == f
+        found.append(pairs[mine])
+        found_scores.append(scores[mine])
+    pairs, scores = np.concatenate(found), np.concatenate(found_scores).astype(np.float64)
+    links = greedy_one_to_one(pairs, scores)
+    return links, scores[positions(pairs, links, len(B))]
 
 
-def _features(A: np.ndarray, B: np.ndarray, fit: np.ndarray, both: bool):
-    FA = _unit(A @ ridge_map(A[fit[:, 0]], B[fit[:, 1]]))
-    if not both:
-        return FA, _unit(B)
-    GB = _unit(B @ ridge_map(B[fit[:, 1]], A[fit[:, 0]]))
-    return _unit(np.hstack([FA, _unit(A)])), _unit(np.hstack([_unit(B), GB]))
-
-
-def ceiling(A: np.ndarray, B: np.ndarray, fit: np.ndarray, held_out: np.ndarray, both: bool) -> dict:
-    """Best F1 (and its P, R) and the best F1 at precision >= 0.85 on ``held_out``, with the oracle threshold."""
-    FA, FB = _features(A, B, fit, both)
-    pairs, scores = kernels.csls_mutual_topk(FA, FB, k=1, csls_k=10, exclude_a=fit[:, 0], exclude_b=fit[:, 1])
-    truth = set(map(tuple, held_out.tolist()))
-    right = np.array([tuple(p) in truth for p in pairs.tolist()], bool)
-    hits = np.cumsum(right[np.argsort(-scores, kind="stable")])
+def ceiling(links: np.ndarray, scores: np.ndarray, truth: np.ndarray, n_b: int) -> dict:
+    """Best F1 (and its P, R) and the best F1 at precision >= 0.85, with the oracle threshold."""
+    right = contains(truth, links[np.argsort(-scores, kind="stable")], n_b)
+    hits = np.cumsum(right)
     precision = hits / np.arange(1, len(hits) + 1)
-    recall = hits / len(held_out)
+    recall = hits / len(truth)
     f1 = 2 * precision * recall / np.maximum(precision + recall, 1e-12)
     best = int(f1.argmax())
     strict = np.flatnonzero(precision >= 0.85)
@@ -57,36 +67,41 @@ def ceiling(A: np.ndarray, B: np.ndarray, fit: np.ndarray, held_out: np.ndarray,
         "precision": float(precision[best]),
         "recall": float(recall[best]),
         "f1_at_p85": float(f1[strict].max()) if len(strict) else 0.0,
+        "recall_at_p85": float(recall[strict[f1[strict].argmax()]]) if len(strict) else 0.0,
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", default="minilm:use,minilm:e5,minilm:minilm-l3")
+    parser.add_argument("--pairs", default="minilm:use,minilm:e5,minilm:minilm-l3,minilm:mpnet,mpnet:use")
     parser.add_argument("--alpha", type=float, default=0.1)
     parser.add_argument("--draws", default="0,1,2")
+    parser.add_argument("--maps", default="cca128", help=f"comma-separated, of {', '.join(MAPS)}")
     parser.add_argument("--n-objects", type=int, default=10_000)
     parser.add_argument("--corpus", type=int, default=20_000)
     args = parser.parse_args()
+    maps = args.maps.split(",")
+    unknown = sorted(set(maps) - set(MAPS))
+    if unknown:
+        parser.error(f"--maps: unknown {', '.join(unknown)} (known: {', '.join(MAPS)})")
     for pair in args.pairs.split(","):
         a, b = pair.split(":")
         XA, XB = embed_corpus(a, args.corpus), embed_corpus(b, args.corpus)
-        rows = {False: [], True: []}
+        rows = {name: [] for name in maps}
         for draw in map(int, args.draws.split(",")):
+            # the objects and the split of the link table's draw `draw` (crossembed link-table)
             rng = np.random.default_rng(draw)
             objects = np.sort(rng.choice(len(XA), size=args.n_objects, replace=False))
             split = make_partial_overlap(args.n_objects, alpha=args.alpha, n_seeds=15, random_state=draw)
             A, B = Center().apply(XA[objects[split.rows_a]]), Center().apply(XB[objects[split.rows_b]])
-            truth = np.asarray(split.truth)
-            order = np.random.default_rng(1000 + draw).permutation(len(truth))
-            fit = np.concatenate([split.seeds, truth[order[: len(truth) // 2]]])
-            held_out = truth[order[len(truth) // 2 :]]
-            for both in (False, True):
-                rows[both].append(ceiling(A, B, fit, held_out, both))
-        for both, runs in rows.items():
+            truth, seeds = np.asarray(split.truth), np.asarray(split.seeds)
+            for name in maps:
+                links, scores = out_of_fold_links(A, B, truth, seeds, MAPS[name], np.random.default_rng(draw))
+                rows[name].append(ceiling(links, scores, truth, len(B)))
+        for name, runs in rows.items():
             stats = {k: (np.mean([r[k] for r in runs]), np.std([r[k] for r in runs])) for k in runs[0]}
             print(
-                f"{a} <-> {b}  alpha {args.alpha}  {'both ways' if both else 'one way '}  ({len(runs)} draws)  "
+                f"{a} <-> {b}  alpha {args.alpha}  {name:7s} ({len(runs)} draws)  "
                 + "  ".join(f"{k} {100 * m:.1f} ± {100 * s:.1f}" for k, (m, s) in stats.items()),
                 flush=True,
             )
