@@ -89,6 +89,7 @@ def test_objects_report_their_config():
         "reuse": None,
     }
     ridge = {"kind": "ridge", "lam": 1.0, "both_ways": False}
+    cca_128 = {"kind": "cca", "shrinkage": 0.5, "n_components": 128}
     map_pass = {"kind": "map", "lam": 1.0, "score_filter": True, "check": None, "probes": 8}
     assert ValidatedPromotion().get_config()["final_pass"] == {
         "kind": "decoys",
@@ -100,10 +101,10 @@ def test_objects_report_their_config():
             "max_rounds": 12,
             "tol": 0.15,
             "rows": 20_000,
-            "scorer": {"kind": "cca", "shrinkage": 0.5, "n_components": 128},
-            "check": {"kind": "crossfit", "folds": 5, "max_rounds": 2, "tol": 0.02, "rows": 20_000, "scorer": ridge},
+            "scorer": cca_128,
+            "check": {"kind": "crossfit", "folds": 5, "max_rounds": 2, "tol": 0.02, "rows": 20_000, "scorer": cca_128},
         },
-        "scorer": {"kind": "cca", "shrinkage": 0.5, "n_components": 128},
+        "scorer": cca_128,
         "cells_pass": map_pass,
     }
     assert MapPass().get_config() == map_pass

@@ -24,6 +24,7 @@ from crossembed.linking import (
     CellCandidates,
     CosineSignatures,
     CrossFitCheck,
+    CrossFitRelink,
     DecoyPass,
     ExactCandidates,
     FoldPass,
@@ -99,6 +100,10 @@ METHODS: Dict[str, Callable[..., LinkResult]] = {
     "geh-ridge-map": _geh(promotion=ValidatedPromotion(final_pass=DecoyPass(check=_CHECK2, scorer=RidgeMap()))),
     "geh-two-maps": _geh(
         promotion=ValidatedPromotion(final_pass=DecoyPass(check=_CHECK2, scorer=RidgeMap(both_ways=True)))
+    ),
+    # the default of session 10: the relinked pool checked through a ridge map
+    "geh-relink-ridge-check": _geh(
+        promotion=ValidatedPromotion(final_pass=DecoyPass(check=CrossFitRelink(check=_CHECK2)))
     ),
     # ... and with the pool check scoring through CCA too (docs/linking.md, *Scores of the decoy pass*)
     "geh-cca-check": _geh(
@@ -260,6 +265,7 @@ def render_markdown(records: List[dict]) -> str:
         out.append(f"| {a} ↔ {b} | {alpha} | {s} | " + " | ".join(vals) + f" | {ratio} |")
     for method in (
         "geh-validated",
+        "geh-relink-ridge-check",
         "geh-pool-check",
         "geh-cca-check",
         "geh-ridge-map",

@@ -54,15 +54,31 @@ class CCAMap(Configured):
 
     def rows(self, A: np.ndarray, B: np.ndarray, pairs: np.ndarray) -> Rows:
         """float32 C-contiguous unit rows of A and of B, ``min(D_A, D_B, n_components)`` wide: row ``i``
-        of the first dotted with row ``j`` of the second is the score of linking A row ``i`` to B row ``j``."""
+        of the first dotted with row ``j`` of the second is the score of linking A row ``i`` to B row ``j``.
+
+        With ``C_A = V_A W_A V_A'`` (shrunk, eigendecomposed) and likewise for B, the whitened
+        cross-covariance ``C_A^(-1/2) C_AB C_B^(-1/2)`` is ``V_A N V_B'`` with ``N = W_A^(-1/2) V_A'
+        C_AB V_B W_B^(-1/2)``; the canonical directions scaled by their correlations are ``N V``
+        and ``V S`` for ``N'N = V S^2 V'``. That takes one small symmetric eigendecomposition
+        where an SVD of ``N`` costs 2-4x more (``D_A x D_B``, 768 x 512 on mpnet <-> USE), and
+        divides by no correlation, so directions the anchors hardly agree on stay finite."""
         PA = np.asarray(A[pairs[:, 0]], np.float64)
         PB = np.asarray(B[pairs[:, 1]], np.float64)
         n = len(pairs)
-        KA, KB = _inverse_sqrt(PA.T @ PA / n, self.shrinkage), _inverse_sqrt(PB.T @ PB / n, self.shrinkage)
-        U, corr, Vt = np.linalg.svd((PA @ KA).T @ (PB @ KB) / n, full_matrices=False)
-        U, corr, Vt = U[:, : self.n_components], corr[: self.n_components], Vt[: self.n_components]
-        XA = unit_rows(A @ (KA @ (U * corr)).astype(np.float32))
-        XB = unit_rows(B @ (KB @ (Vt.T * corr)).astype(np.float32))
+        wa, VA = _shrunk_eigh(PA.T @ PA / n, self.shrinkage)
+        wb, VB = _shrunk_eigh(PB.T @ PB / n, self.shrinkage)
+        ha, hb = VA / np.sqrt(wa), VB / np.sqrt(wb)  # C^(-1/2) = h V', so h' C_AB h_B = N
+        N = ha.T @ (PA.T @ PB / n) @ hb
+        flip = N.shape[0] < N.shape[1]  # the eigendecomposition of the smaller Gram matrix
+        G = N @ N.T if flip else N.T @ N
+        s2, V = np.linalg.eigh(G)
+        keep = slice(None, None, -1) if self.n_components is None else slice(None, -self.n_components - 1, -1)
+        s2, V = s2[keep], V[:, keep]  # most correlated first
+        scaled = V * np.sqrt(np.maximum(s2, 0.0))  # the canonical directions of the small side, times S
+        other = (N.T @ V) if flip else (N @ V)  # the other side's, times S
+        ua, ub = (scaled, other) if flip else (other, scaled)
+        XA = unit_rows(A @ (ha @ ua).astype(np.float32))
+        XB = unit_rows(B @ (hb @ ub).astype(np.float32))
         return np.ascontiguousarray(XA, np.float32), np.ascontiguousarray(XB, np.float32)
 
 
@@ -101,14 +117,13 @@ class RidgeMap(Configured):
         return np.ascontiguousarray(XA, np.float32), np.ascontiguousarray(XB, np.float32)
 
 
-def _inverse_sqrt(gram: np.ndarray, shrinkage: float) -> np.ndarray:
-    """``C^(-1/2)`` of ``C = (1 - s) gram + s tr(gram) / D I`` (symmetric; eigenvalues floored
-    at a tiny multiple of the largest so a zero side still inverts)."""
+def _shrunk_eigh(gram: np.ndarray, shrinkage: float) -> Tuple[np.ndarray, np.ndarray]:
+    """Eigenvalues and eigenvectors of ``C = (1 - s) gram + s tr(gram) / D I`` (eigenvalues floored
+    at a tiny multiple of the largest so that a zero side still inverts)."""
     d = len(gram)
     C = (1.0 - shrinkage) * gram + shrinkage * np.trace(gram) / d * np.eye(d)
     w, V = np.linalg.eigh(C)
-    w = np.maximum(w, 1e-12 * max(float(w[-1]), 1e-300))
-    return (V / np.sqrt(w)) @ V.T
+    return np.maximum(w, 1e-12 * max(float(w[-1]), 1e-300)), V
 
 
 def _row_basis(W: np.ndarray) -> Optional[np.ndarray]:
