@@ -102,7 +102,7 @@ def test_objects_report_their_config():
             "tol": 0.15,
             "rows": 20_000,
             "scorer": cca_128,
-            "check": {"kind": "crossfit", "folds": 5, "max_rounds": 2, "tol": 0.02, "rows": 20_000, "scorer": cca_128},
+            "check": {"kind": "crossfit", "folds": 5, "max_rounds": 2, "tol": 0.02, "rows": 20_000, "scorer": ridge},
         },
         "scorer": cca_128,
         "cells_pass": map_pass,

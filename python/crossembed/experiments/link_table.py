@@ -101,9 +101,13 @@ METHODS: Dict[str, Callable[..., LinkResult]] = {
     "geh-two-maps": _geh(
         promotion=ValidatedPromotion(final_pass=DecoyPass(check=_CHECK2, scorer=RidgeMap(both_ways=True)))
     ),
-    # the default of session 10: the relinked pool checked through a ridge map
-    "geh-relink-ridge-check": _geh(
-        promotion=ValidatedPromotion(final_pass=DecoyPass(check=CrossFitRelink(check=_CHECK2)))
+    # the relinked pool checked through 128 canonical directions instead of a ridge map
+    "geh-relink-cca-check": _geh(
+        promotion=ValidatedPromotion(
+            final_pass=DecoyPass(
+                check=CrossFitRelink(check=CrossFitCheck(max_rounds=2, scorer=CCAMap(n_components=128)))
+            )
+        )
     ),
     # ... and with the pool check scoring through CCA too (docs/linking.md, *Scores of the decoy pass*)
     "geh-cca-check": _geh(
@@ -265,7 +269,7 @@ def render_markdown(records: List[dict]) -> str:
         out.append(f"| {a} ↔ {b} | {alpha} | {s} | " + " | ".join(vals) + f" | {ratio} |")
     for method in (
         "geh-validated",
-        "geh-relink-ridge-check",
+        "geh-relink-cca-check",
         "geh-pool-check",
         "geh-cca-check",
         "geh-ridge-map",

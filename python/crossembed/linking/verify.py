@@ -141,8 +141,7 @@ class CrossFitCheck(_PoolCheck):
         return ok
 
 
-_CCA_128 = CCAMap(n_components=128)  # CrossFitRelink's scores and its check's (settings only, shared)
-_CHECK = CrossFitCheck(max_rounds=2, scorer=_CCA_128)
+_CCA_128, _CHECK = CCAMap(n_components=128), CrossFitCheck(max_rounds=2)  # CrossFitRelink's defaults
 
 
 class CrossFitRelink(_PoolCheck):
@@ -167,10 +166,9 @@ class CrossFitRelink(_PoolCheck):
     check : CrossFitCheck or None
         Judges the last relink's links, the ones under the Otsu cut
         included, before they are returned (default
-        ``CrossFitCheck(max_rounds=2, scorer=CCAMap(n_components=128))``: one round lets links
-        between rows without a partner through on a near-exact map; 128 canonical directions
-        make its CSLS passes narrower than a ridge map's ``D_B``, docs/linking.md); None returns
-        them all.
+        ``CrossFitCheck(max_rounds=2)``: one round lets links between rows without a partner
+        through on a near-exact map; docs/linking.md compares it with the check through
+        ``CCAMap(n_components=128)``); None returns them all.
     """
 
     kind = "relink"
