@@ -23,11 +23,11 @@ import argparse
 
 import numpy as np
 
-from crossembed import kernels
 from crossembed.experiments.corpora import embed_corpus
 from crossembed.linking import CCAMap, RidgeMap, make_partial_overlap
-from crossembed.linking.pairs import contains, greedy_one_to_one, positions
+from crossembed.linking.pairs import contains
 from crossembed.linking.preprocess import Center
+from crossembed.linking.verify import relink_out_of_fold
 
 MAPS = {
     "ridge": RidgeMap(),
@@ -35,22 +35,6 @@ MAPS = {
     "cca": CCAMap(),
     "cca128": CCAMap(n_components=128),
 }
-
-
-def out_of_fold_links(A, B, truth, seeds, scorer, rng, folds: int = 5):
-    """One-to-one links of every A row, each by ``scorer`` fitted on the seeds and the other folds' true pairs."""
-    fold_of = rng.integers(0, folds, len(A))
-    fold_of[truth[:, 0]] = pair_fold = rng.permutation(len(truth)) % folds
-    found, found_scores = [], []
-    for f in range(folds):
-        XA, XB = scorer.rows(A, B, np.concatenate([seeds, truth[pair_fold != f]]))
-        pairs, scores = kernels.csls_mutual_topk(XA, XB, k=1, csls_k=10, exclude_a=seeds[:, 0], exclude_b=seeds[:, 1])
-        mine = fold_of[pairs[:, 0]] == f
-        found.append(pairs[mine])
-        found_scores.append(scores[mine])
-    pairs, scores = np.concatenate(found), np.concatenate(found_scores).astype(np.float64)
-    links = greedy_one_to_one(pairs, scores)
-    return links, scores[positions(pairs, links, len(B))]
 
 
 def ceiling(links: np.ndarray, scores: np.ndarray, truth: np.ndarray, n_b: int) -> dict:
@@ -96,7 +80,11 @@ def main() -> None:
             A, B = Center().apply(XA[objects[split.rows_a]]), Center().apply(XB[objects[split.rows_b]])
             truth, seeds = np.asarray(split.truth), np.asarray(split.seeds)
             for name in maps:
-                links, scores = out_of_fold_links(A, B, truth, seeds, MAPS[name], np.random.default_rng(draw))
+                # A's rows in 5 folds as decoy_links splits them: the true pairs spread evenly
+                fold_rng = np.random.default_rng(draw)
+                fold_of = fold_rng.integers(0, 5, len(A))
+                fold_of[truth[:, 0]] = fold_rng.permutation(len(truth)) % 5
+                links, scores = relink_out_of_fold(MAPS[name], A, B, seeds, truth, fold_of, 5)
                 rows[name].append(ceiling(links, scores, truth, len(B)))
         for name, runs in rows.items():
             stats = {k: (np.mean([r[k] for r in runs]), np.std([r[k] for r in runs])) for k in runs[0]}

@@ -41,7 +41,7 @@ from crossembed._validation import check_fraction, check_int
 from crossembed.linking.maps import CCAMap, RidgeMap
 from crossembed.linking.pairs import contains, count_new, greedy_one_to_one, positions, row_positions
 
-__all__ = ["CrossFitCheck", "CrossFitRelink"]
+__all__ = ["CrossFitCheck", "CrossFitRelink", "relink_out_of_fold"]
 
 _RIDGE = RidgeMap()  # the default scores (settings only, shared)
 
@@ -195,7 +195,9 @@ class CrossFitRelink(_PoolCheck):
         # one split for every relink: a pool that has settled then maps to itself
         fold_of = rng.integers(0, self.folds, len(sub_a))
         for _ in range(self.max_rounds):
-            relinked, scores = self._relink(sub_a, sub_b, sub_fixed, cur, fold_of, num_threads)
+            relinked, scores = relink_out_of_fold(
+                self.scorer, sub_a, sub_b, sub_fixed, cur, fold_of, self.folds, num_threads=num_threads
+            )
             top = relinked[scores > kernels.otsu_threshold(scores)] if len(relinked) > 1 else relinked
             changed = count_new(top, cur, len(sub_b)) + count_new(cur, top, len(sub_b))
             cur = top
@@ -207,18 +209,48 @@ class CrossFitRelink(_PoolCheck):
             relinked = self.check(sub_a, sub_b, relinked, sub_fixed, rng, num_threads=num_threads)
         return relinked
 
-    def _relink(self, A, B, fixed, links, fold_of, num_threads):
-        """One-to-one links of every row, each by the scores fitted without its fold's links, and their scores."""
-        found, found_scores = [], []
-        for f in range(self.folds):
-            pairs, scores = _mutual_pairs(self.scorer, A, B, fixed, links[fold_of[links[:, 0]] != f], num_threads)
-            mine = fold_of[pairs[:, 0]] == f
-            found.append(pairs[mine])
-            found_scores.append(scores[mine])
-        pairs, scores = np.concatenate(found), np.concatenate(found_scores).astype(np.float64)
-        # rows of different folds may claim one B row: the better score keeps it
-        kept = greedy_one_to_one(pairs, scores)
-        return kept, scores[positions(pairs, kept, len(B))]
+
+def relink_out_of_fold(
+    scorer: Any,
+    A: np.ndarray,
+    B: np.ndarray,
+    fixed: np.ndarray,
+    links: np.ndarray,
+    fold_of: np.ndarray,
+    folds: int,
+    *,
+    num_threads: Optional[int] = None,
+):
+    """One-to-one links of every A row and their float64 scores, each row linked by mutual CSLS
+    through ``scorer`` fitted on ``fixed`` and the ``links`` whose A row is not in its fold.
+
+    Parameters
+    ----------
+    scorer : CCAMap or RidgeMap
+        The scores (:mod:`crossembed.linking.maps`).
+    A, B : ndarray
+        Unit rows of both sides.
+    fixed : ndarray, shape (S, 2)
+        Pairs in every fit (the seeds); their rows are linked to nothing.
+    links : ndarray, shape (L, 2)
+        Pairs a fold's scores are fitted on when their A row lies in another fold.
+    fold_of : ndarray of int, shape (len(A),)
+        Fold of each A row, in ``[0, folds)``.
+    folds : int
+        Number of folds.
+    num_threads : int, optional
+        Kernel threads; None: all cores.
+    """
+    found, found_scores = [], []
+    for f in range(folds):
+        pairs, scores = _mutual_pairs(scorer, A, B, fixed, links[fold_of[links[:, 0]] != f], num_threads)
+        mine = fold_of[pairs[:, 0]] == f
+        found.append(pairs[mine])
+        found_scores.append(scores[mine])
+    pairs, scores = np.concatenate(found), np.concatenate(found_scores).astype(np.float64)
+    # rows of different folds may claim one B row: the better score keeps it
+    kept = greedy_one_to_one(pairs, scores)
+    return kept, scores[positions(pairs, kept, len(B))]
 
 
 def _mutual_pairs(scorer, A, B, fixed, links, num_threads):
