@@ -20,7 +20,8 @@ def _nearest(X, Y, m):
 
 
 @pytest.mark.parametrize(
-    "n_a,n_b,m,k,csls_k", [(60, 50, 8, 3, 5), (40, 70, 12, 5, 50), (1, 9, 4, 5, 2), (30, 30, 30, 5, 10)]
+    "n_a,n_b,m,k,csls_k",
+    [(60, 50, 8, 3, 5), (40, 70, 12, 5, 50), (1, 9, 4, 5, 2), (30, 30, 30, 5, 10), (90, 170, 150, 4, 60)],
 )
 def test_matches_reference(n_a, n_b, m, k, csls_k):
     rng = np.random.default_rng(n_a * 1000 + n_b)
@@ -126,3 +127,20 @@ def test_bad_candidate_lists_name_the_argument():
         csls_mutual_topk_lists(SA, SB, (good_a, good_b))
     with pytest.raises(ValueError, match="cand_a has 3 rows but there are 4"):
         csls_mutual_topk_lists(np.ones((4, 4), np.float32), SB, CandidateLists(good_a, good_b))
+
+
+@pytest.mark.parametrize("m", [8, 64, 256])
+def test_tied_similarities_match_the_reference(m):
+    # the hubness term takes the csls_k-th largest of a row's candidate similarities; with many
+    # equal values (duplicated, coarsely quantised rows) any selection must land on the same value.
+    # Small integers, and means over a power of two, keep every score exact in float32 and
+    # float64, so both break the ties the same way
+    rng = np.random.default_rng(m)
+    SA = rng.integers(0, 3, (300, 5)).astype(np.float32)
+    SB = np.repeat(rng.integers(0, 3, (150, 5)), 2, axis=0).astype(np.float32)
+    cand_a, cand_b = _nearest(SA, SB, m), _nearest(SB, SA, m)
+    for csls_k in (1, 2, m // 4, m):
+        got = ce.csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, k=2, csls_k=csls_k)
+        want = ref.csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, k=2, csls_k=csls_k)
+        assert np.array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])

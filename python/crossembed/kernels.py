@@ -402,7 +402,8 @@ class AnchorCosines:
 
     def __init__(self, C):
         C = as_matrix(C, "C", allow_empty=True, finite=False)
-        if not np.abs(C).max(initial=0.0) <= 1.0 + 1e-3:  # one pass: NaN and inf fail it too
+        # min and max, not abs: no temporary the size of C; NaN and inf fail them too
+        if not (-1.0 - 1e-3 <= C.min(initial=0.0) and C.max(initial=0.0) <= 1.0 + 1e-3):
             raise ValueError("C must hold finite cosines (|C| <= 1)")
         self.C = C
 

@@ -349,15 +349,37 @@ inline CslsResult csls_mutual_topk(const float* SA, std::size_t na_all, const fl
 }
 
 namespace detail {
+// The kc-th largest of s[0..c) (kc in 1..c). A candidate row is short (GEH lists 64), where
+// counting, for each value in turn, those above it and those not below it (two compares per
+// pair, vectorised) finds it several times faster than nth_element's partitioning; longer
+// rows, and rows holding a NaN (no value then passes the count), take nth_element on scratch.
+inline float kth_largest(const float* s, std::size_t c, std::size_t kc, float* scratch) {
+  if (c <= 128) {
+    // lists come best first, so the kc-th largest usually sits near position kc - 1: look there first
+    for (std::size_t step = 0; step < 2 * c; ++step) {
+      const std::size_t t = step % 2 ? kc - 1 + (step + 1) / 2 : kc - 1 - step / 2;
+      if (t >= c) continue;  // past either end (t wraps below 0)
+      const float x = s[t];
+      int above = 0, not_below = 0;  // int: the compares vectorise into 32-bit lanes
+      for (std::size_t u = 0; u < c; ++u) {
+        above += s[u] > x;
+        not_below += s[u] >= x;
+      }
+      if (std::size_t(above) < kc && kc <= std::size_t(not_below)) return x;
+    }
+  }
+  std::copy(s, s + c, scratch);
+  std::nth_element(scratch, scratch + (kc - 1), scratch + c, [](float a, float b) { return a > b; });
+  return scratch[kc - 1];
+}
+
 // Mean of the kc largest of s[0..c) (kc in 1..c) without sorting the row: v =
-// the kc-th largest (nth_element on a copy), then the values above v summed in
+// the kc-th largest (kth_largest), then the values above v summed in
 // float64 in their order in s, plus the kc - #above copies of v. The value
 // depends on the order of s (the candidate list's), not on how the selection
 // permutes the copy; distributed.csls_from_candidate_dots repeats it step for step.
 inline double mean_of_best(const float* s, std::size_t c, std::size_t kc, float* scratch) {
-  std::copy(s, s + c, scratch);
-  std::nth_element(scratch, scratch + (kc - 1), scratch + c, [](float a, float b) { return a > b; });
-  const float v = scratch[kc - 1];
+  const float v = kth_largest(s, c, kc, scratch);
   double sum = 0;
   std::size_t above = 0;
   for (std::size_t t = 0; t < c; ++t)
