@@ -200,3 +200,23 @@ def test_small_fits_run_on_one_thread_by_default(monkeypatch):
     assert GEHLinker().fit_threads(300, 300) == 1
     assert GEHLinker().fit_threads(5000, 5000) is None  # large: the kernels' all-cores default
     assert GEHLinker(num_threads=2).fit_threads(300, 300) == 2  # an explicit choice wins
+
+
+def test_the_default_runs_fifteen_rounds_and_the_table_keeps_the_thirty_round_default(monkeypatch):
+    from crossembed.experiments import link_table
+    from crossembed.linking import DEFAULT_MAX_ITER
+
+    assert GEHLinker().max_iter == DEFAULT_MAX_ITER == 15
+    asked = {}
+
+    class Recorder:
+        def __init__(self, *, max_iter, **_):
+            self.max_iter = max_iter
+
+        def link(self, A, B, seeds):
+            return self.max_iter
+
+    monkeypatch.setattr(link_table, "GEHLinker", Recorder)
+    for name in ("geh-validated", "geh-30-rounds"):
+        asked[name] = [link_table.run_method(name, None, None, None, max_iter=m) for m in (10, 30)]
+    assert asked == {"geh-validated": [10, 15], "geh-30-rounds": [10, 30]}

@@ -42,7 +42,7 @@ def register(subparsers) -> None:
     p.add_argument("--out", help="write links as CSV (a,b,posterior,votes)")
     p.add_argument("--method", default="geh", choices=_METHODS)
     p.add_argument("--promotion", default="validated", choices=sorted(PROMOTIONS))
-    p.add_argument("--max-iter", type=int_arg(1), default=100)
+    p.add_argument("--max-iter", type=int_arg(1), default=15, help="most GEH rounds (default 15)")
     p.add_argument(
         "--sample-rows",
         type=int_arg(0),

@@ -28,7 +28,7 @@ from crossembed.linking.candidates import (
     ExactCandidates,
     PoolCandidates,
 )
-from crossembed.linking.geh import GEHLinker
+from crossembed.linking.geh import DEFAULT_MAX_ITER, GEHLinker
 from crossembed.linking.maps import CCAMap, RidgeMap
 from crossembed.linking.pairs import greedy_one_to_one
 from crossembed.linking.preprocess import Center, Whiten
@@ -75,6 +75,7 @@ __all__ = [
     "FarthestPointViews",
     "DecoyPass",
     "FoldPass",
+    "DEFAULT_MAX_ITER",
     "GEHLinker",
     "KernelSignatures",
     "LinkResult",

@@ -42,7 +42,10 @@ from crossembed.linking.schedule import Schedule
 from crossembed.linking.stopping import StopCounter, StopRule, turnover
 from crossembed.linking.views import FarthestPointViews, KernelSignatures
 
-__all__ = ["GEHLinker"]
+__all__ = ["DEFAULT_MAX_ITER", "GEHLinker"]
+
+#: the most rounds a fit runs by default (``GEHLinker(max_iter=...)``)
+DEFAULT_MAX_ITER = 15
 
 # below this many row pairs (N_A * N_B) a fit with num_threads=None runs on one thread: its kernels
 # take milliseconds, and waking a team of threads on a busy machine costs more than it saves
@@ -85,7 +88,9 @@ class GEHLinker:
         Per-side preprocessing fitted on each side's own rows; default
         :class:`~crossembed.linking.preprocess.Center`; None: unit rows only.
     max_iter : int
-        Most rounds (default 100).
+        Most rounds (default :data:`DEFAULT_MAX_ITER`, 15): the default final pass
+        relinks every row out of sample from the pool, so later rounds, which mostly
+        swap pool links, buy little (docs/linking.md, *Fifteen rounds*).
     random_state : None, int or numpy Generator
     num_threads : int, optional
         Kernel threads. None: one thread below 1e6 row pairs (N_A x N_B),
@@ -116,7 +121,7 @@ class GEHLinker:
         views=_VIEWS,
         signatures=_SIGNATURES,
         center=_CENTER,
-        max_iter: int = 100,
+        max_iter: int = DEFAULT_MAX_ITER,
         random_state=None,
         num_threads: Optional[int] = None,
         show_progress_bar: bool = True,
