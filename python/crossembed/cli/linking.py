@@ -33,6 +33,7 @@ _METHODS = ("geh", "procrustes", "relative", "bootstrap-procrustes")
 
 
 def register(subparsers) -> None:
+    from crossembed.linking.geh import DEFAULT_MAX_ITER
     from crossembed.linking.promotion import PROMOTIONS
 
     p = subparsers.add_parser("link", help="link the rows of two embedding matrices (GEH or a baseline)")
@@ -42,7 +43,9 @@ def register(subparsers) -> None:
     p.add_argument("--out", help="write links as CSV (a,b,posterior,votes)")
     p.add_argument("--method", default="geh", choices=_METHODS)
     p.add_argument("--promotion", default="validated", choices=sorted(PROMOTIONS))
-    p.add_argument("--max-iter", type=int_arg(1), default=15, help="most GEH rounds (default 15)")
+    p.add_argument(
+        "--max-iter", type=int_arg(1), default=DEFAULT_MAX_ITER, help=f"most GEH rounds (default {DEFAULT_MAX_ITER})"
+    )
     p.add_argument(
         "--sample-rows",
         type=int_arg(0),

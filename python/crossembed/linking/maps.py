@@ -60,8 +60,8 @@ class CCAMap(Configured):
         cross-covariance ``C_A^(-1/2) C_AB C_B^(-1/2)`` is ``V_A N V_B'`` with ``N = W_A^(-1/2) V_A'
         C_AB V_B W_B^(-1/2)``; the canonical directions scaled by their correlations are ``N V``
         and ``V S`` for ``N'N = V S^2 V'``. That takes one small symmetric eigendecomposition
-        where an SVD of ``N`` costs 2-4x more (``D_A x D_B``, 768 x 512 on mpnet <-> USE), and
-        divides by no correlation, so directions the anchors hardly agree on stay finite."""
+        instead of an SVD of ``N`` (``D_A x D_B``; docs/linking.md times both), and divides by no
+        correlation, so directions the anchors hardly agree on stay finite."""
         PA = np.asarray(A[pairs[:, 0]], np.float64)
         PB = np.asarray(B[pairs[:, 1]], np.float64)
         n = len(pairs)
