@@ -28,6 +28,7 @@ from crossembed.linking.candidates import (
     ExactCandidates,
     PoolCandidates,
 )
+from crossembed.linking.final_pass import DecoyPass, FoldPass, MapPass
 from crossembed.linking.geh import DEFAULT_MAX_ITER, GEHLinker
 from crossembed.linking.maps import CCAMap, RidgeMap
 from crossembed.linking.pairs import greedy_one_to_one
@@ -35,9 +36,6 @@ from crossembed.linking.preprocess import Center, Whiten
 from crossembed.linking.promotion import (
     PROMOTIONS,
     CappedPromotion,
-    DecoyPass,
-    FoldPass,
-    MapPass,
     PaperPromotion,
     PromotionRule,
     ValidatedPromotion,
