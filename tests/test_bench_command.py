@@ -7,7 +7,7 @@ import pytest
 
 from crossembed import baselines
 from crossembed.cli import main
-from crossembed.experiments import kernel_bench as bench
+from experiments import kernel_bench as bench
 
 
 def test_bench_lorentz_json(capsys):

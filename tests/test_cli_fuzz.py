@@ -279,7 +279,7 @@ def test_the_good_inputs_are_good(env, capsys, monkeypatch):
 
 def test_saved_results_still_load():
     """The shape checks accept what the commands wrote (the results behind docs/), and the reports render."""
-    from crossembed.experiments import link_table, uec_eval, uec_perf
+    from experiments import link_table, uec_eval, uec_perf
 
     docs = Path(__file__).resolve().parents[1] / "docs"
     if not (docs / "uec_perf.json").is_file():
@@ -292,7 +292,7 @@ def test_saved_results_still_load():
 
 
 def test_good_sizes_still_parse():
-    from crossembed.experiments.uec_perf import parse_sizes
+    from experiments.uec_perf import parse_sizes
 
     assert parse_sizes("100000x1152, 1e6,10x1") == [(100000, 1152), (1000000, 384), (10, 1)]
     assert parse_sizes("") == [] and parse_sizes(" , ") == []

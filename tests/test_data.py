@@ -304,7 +304,7 @@ def test_retrieval_task_split_and_pairs():
 
 
 def test_wordnet_task_parts_of_speech(wndir):
-    from crossembed.experiments.tasks import wordnet_task
+    from experiments.tasks import wordnet_task
 
     noun = wordnet_task(wordnet_dir=wndir, fit_fraction=0.5)
     verb = wordnet_task(wordnet_dir=wndir, pos="verb", fit_fraction=0.5)

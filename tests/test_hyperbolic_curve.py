@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from crossembed.experiments import uncha_curve as C
-from crossembed.experiments.uncha_plots import plot_learning_curve
+from experiments import uncha_curve as C
+from experiments.uncha_plots import plot_learning_curve
 from crossembed.hyperbolic import data as D
 from crossembed.hyperbolic import evaluate as E
 from crossembed.hyperbolic.train import EncoderConfig, OptimiserConfig, SceneConfig, TrainConfig, _lr_factor

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from crossembed.experiments.uncha_plots import plot_history, plot_radii, plot_radius_by_depth, plot_uncertainty
-from crossembed.experiments.uncha_table import METRICS, render_markdown, write_report
+from experiments.uncha_plots import plot_history, plot_radii, plot_radius_by_depth, plot_uncertainty
+from experiments.uncha_table import METRICS, render_markdown, write_report
 from crossembed.hyperbolic import data as D
 from crossembed.hyperbolic.evaluate import HeldOutSet
 from crossembed.hyperbolic.train import EncoderConfig, SceneConfig, TrainConfig, build_model
@@ -80,7 +80,7 @@ def test_plots_write_pngs(tmp_path):
 
 
 def test_benchmark_topk_reports_both_paths():
-    from crossembed.experiments.uncha_speed import benchmark_topk
+    from experiments.uncha_speed import benchmark_topk
 
     rng = np.random.default_rng(0)
     X, Y = rng.normal(size=(5, 4)).astype(np.float32), rng.normal(size=(50, 4)).astype(np.float32)

@@ -8,8 +8,8 @@ import pytest
 from _linking_data import linking_problem
 from crossembed.cli import main
 from crossembed.cli.linking import read_seeds
-from crossembed.experiments._report import replace_block
-from crossembed.experiments.link_table import render_markdown
+from experiments._report import replace_block
+from experiments.link_table import render_markdown
 
 
 @pytest.fixture

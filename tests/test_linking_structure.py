@@ -203,7 +203,7 @@ def test_small_fits_run_on_one_thread_by_default(monkeypatch):
 
 
 def test_the_default_runs_fifteen_rounds_and_the_table_keeps_the_thirty_round_default(monkeypatch):
-    from crossembed.experiments import link_table
+    from experiments import link_table
     from crossembed.linking import DEFAULT_MAX_ITER
 
     assert GEHLinker().max_iter == DEFAULT_MAX_ITER == 15

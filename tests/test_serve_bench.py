@@ -8,7 +8,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from crossembed.cli import main
-from crossembed.experiments import serve_bench
+from experiments import serve_bench
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from crossembed.data.tasks import RetrievalTask
-from crossembed.experiments.tasks import UECTask, dev_test_draws
-from crossembed.experiments.uec_eval import TaskEmbeddings, evaluate_task, render_markdown
+from experiments.tasks import UECTask, dev_test_draws
+from experiments.uec_eval import TaskEmbeddings, evaluate_task, render_markdown
 from crossembed.uec.metrics import (
     expected_calibration_error,
     fit_confidence_temperature,
@@ -146,7 +146,7 @@ def test_evaluate_task_end_to_end():
 
 
 def test_perf_benchmarks_on_a_small_synthetic_index():
-    from crossembed.experiments.uec_perf import benchmark_fit, benchmark_search, render_perf_markdown
+    from experiments.uec_perf import benchmark_fit, benchmark_search, render_perf_markdown
 
     run = benchmark_search(2000, 64, n_queries=50, reranks=(20, 2000), M=8, ef_construction=50, show_progress_bar=False)
     assert run["n_docs"] == 2000 and [a["rerank"] for a in run["ann"]] == [20, 2000]
@@ -172,7 +172,7 @@ def test_perf_benchmarks_on_a_small_synthetic_index():
 
 
 def test_perf_reuses_a_saved_index_with_the_same_settings(tmp_path):
-    from crossembed.experiments.uec_perf import benchmark_search
+    from experiments.uec_perf import benchmark_search
 
     kw = dict(n_queries=20, reranks=(10,), M=8, ef_construction=20, show_progress_bar=False, index_dir=tmp_path)
     built = benchmark_search(500, 32, **kw)
@@ -188,7 +188,7 @@ def test_perf_reuses_a_saved_index_with_the_same_settings(tmp_path):
 
 
 def test_row_options_build_the_behaviour_objects():
-    from crossembed.experiments.uec_configs import build_ensemble
+    from experiments.uec_configs import build_ensemble
     from crossembed.uec import (
         BetaCosineScoring,
         ConfidenceRouting,

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from crossembed.data.tasks import RetrievalTask
-from crossembed.experiments.uec_eval import (
+from experiments.uec_eval import (
     DEFAULT_ROW,
     RANK_ROW,
     TRUE_LANGUAGE_ROW,
@@ -12,7 +12,7 @@ from crossembed.experiments.uec_eval import (
     evaluate_task,
     render_markdown,
 )
-from crossembed.experiments.uec_languages import LanguageTransferTask, language_draws, unseen_language_task
+from experiments.uec_languages import LanguageTransferTask, language_draws, unseen_language_task
 
 EN = ["dog", "house", "water", "tree", "garden", "window", "kitchen", "mother", "winter", "bread"]
 DE = ["Hund", "Haus", "Wasser", "Baum", "Garten", "Fenster", "Küche", "Mutter", "Winterzeit", "Brot"]

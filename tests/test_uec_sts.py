@@ -7,9 +7,9 @@ import pytest
 from scipy.stats import spearmanr
 
 from crossembed.data.sts import find_sts_dir, lee_documents, load_rated_pairs, simlex999, wordsim353
-from crossembed.experiments.tasks import UECTask
-from crossembed.experiments.uec_eval import TaskEmbeddings
-from crossembed.experiments.uec_sts import (
+from experiments.tasks import UECTask
+from experiments.uec_eval import TaskEmbeddings
+from experiments.uec_sts import (
     DEFAULT_STS_ROW,
     evaluate_sts,
     load_all_results,

@@ -86,7 +86,7 @@ def _add_common(p) -> None:
 
 # --------------------------------------------------------------------------- commands
 def _cmd_train(args) -> int:
-    from crossembed.experiments.uncha_plots import plot_history
+    from experiments.uncha_plots import plot_history
     from crossembed.hyperbolic.train import CHECKPOINT_NAME, train
 
     _set_threads(args.num_threads)
@@ -109,7 +109,7 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_eval(args) -> int:
-    from crossembed.experiments.uncha_plots import plot_radii
+    from experiments.uncha_plots import plot_radii
     from crossembed.hyperbolic.evaluate import evaluate, make_test_set
     from crossembed.hyperbolic.train import load_checkpoint
 
@@ -130,7 +130,7 @@ _TABLE_DEFAULTS = {"fashion-mnist": (500, 64), "openclipart": (1000, 128)}
 
 
 def _cmd_table(args) -> int:
-    from crossembed.experiments.uncha_table import public_result, render_markdown, run_comparison, write_report
+    from experiments.uncha_table import public_result, render_markdown, run_comparison, write_report
 
     _set_threads(args.num_threads)
     n_seeds = check_int(args.seeds, "--seeds", low=1)
@@ -168,9 +168,9 @@ def _cmd_table(args) -> int:
 
 
 def _table_openclipart(args, models, n_seeds: int, out: Optional[Path]) -> int:
-    from crossembed.experiments._report import replace_block
-    from crossembed.experiments.uncha_clipart_data import clipart_features
-    from crossembed.experiments.uncha_openclipart import BLOCK, TITLE, render_openclipart, run_openclipart
+    from experiments._report import replace_block
+    from experiments.uncha_clipart_data import clipart_features
+    from experiments.uncha_openclipart import BLOCK, TITLE, render_openclipart, run_openclipart
 
     feats = {
         name: clipart_features(
@@ -203,9 +203,9 @@ def _table_openclipart(args, models, n_seeds: int, out: Optional[Path]) -> int:
 
 
 def _cmd_curve(args) -> int:
-    from crossembed.experiments._report import replace_block
-    from crossembed.experiments.uncha_curve import CURVE_BLOCK, CURVE_METRICS, learning_curve, render_curve
-    from crossembed.experiments.uncha_plots import plot_learning_curve
+    from experiments._report import replace_block
+    from experiments.uncha_curve import CURVE_BLOCK, CURVE_METRICS, learning_curve, render_curve
+    from experiments.uncha_plots import plot_learning_curve
 
     _set_threads(args.num_threads)
     models = split_list(args.models, "models") if args.models else ["clip", "hycoclip", "uncha"]
@@ -257,7 +257,7 @@ def _cmd_wordnet(args) -> int:
     )
     embedding, hierarchy = res.pop("_embedding")
     if args.plot:
-        from crossembed.experiments.uncha_plots import plot_radius_by_depth
+        from experiments.uncha_plots import plot_radius_by_depth
 
         plot_radius_by_depth(embedding, hierarchy, args.plot)
     print_result(res, args.json)

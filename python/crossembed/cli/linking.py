@@ -182,8 +182,8 @@ def _default_results(name: str) -> Path:
 
 
 def _link_table(args) -> int:
-    from crossembed.experiments._report import replace_block
-    from crossembed.experiments.link_table import DEFAULT_PAIRS, SUMMARY, load_records, render_markdown, run_table
+    from experiments._report import replace_block
+    from experiments.link_table import DEFAULT_PAIRS, SUMMARY, load_records, render_markdown, run_table
 
     results = Path(args.results) if args.results else _default_results("link_table.json")
     if args.render_only:
@@ -216,7 +216,7 @@ def _link_table(args) -> int:
 
 
 def _link_scale(args) -> int:
-    from crossembed.experiments.link_scale import MIN_FIT_ROWS, VIEW_ANCHORS, plot_scaling, time_scaling
+    from experiments.link_scale import MIN_FIT_ROWS, VIEW_ANCHORS, plot_scaling, time_scaling
 
     records = time_scaling(
         parse_ints(args.sizes, "sizes", low=MIN_FIT_ROWS) if args.sizes.strip() else [],

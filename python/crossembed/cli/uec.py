@@ -73,14 +73,14 @@ def _fit_pairs(args) -> list:
                 raise ValueError(f"{args.fit_pairs}:{i}: expected 'anchor<TAB>positive'")
             pairs.append((parts[0], parts[1]))
         return pairs
-    from crossembed.experiments.tasks import wordnet_task
+    from experiments.tasks import wordnet_task
 
     return wordnet_task(seed=args.seed).fit_pairs  # WordNet example/gloss pairs of the fit split
 
 
 def _ensemble(args, embedders):
     """The ensemble ``--uncertainty``, ``--rules``, ``--temperature``, ``--mixing``, ``--hubness`` and ``--no-query-head`` name."""
-    from crossembed.experiments.uec_configs import build_ensemble
+    from experiments.uec_configs import build_ensemble
 
     if args.mixing == "embedding" and args.hubness:
         raise ValueError("--hubness needs --mixing score (per-model scores)")
@@ -203,8 +203,8 @@ _EVAL_TASKS = ("wordnet", "wordnet-verb", "freedict", "languages", "sts")
 
 def _eval_task(name: str, args):
     """The UECTask ``--tasks`` names (``sts`` is fitted on the WordNet noun task's pairs)."""
-    from crossembed.experiments.tasks import freedict_task, wordnet_task
-    from crossembed.experiments.uec_languages import unseen_language_task
+    from experiments.tasks import freedict_task, wordnet_task
+    from experiments.uec_languages import unseen_language_task
 
     if name == "freedict":
         return freedict_task(seed=args.seed, n_per_language=args.n_per_language)
@@ -221,7 +221,7 @@ def _eval_task(name: str, args):
 def _sts_result(args, models, task, emb) -> dict:
     from crossembed.data.sts import load_rated_pairs
     from crossembed.encoders import encode_cached
-    from crossembed.experiments.uec_sts import STS_SETS, evaluate_sts
+    from experiments.uec_sts import STS_SETS, evaluate_sts
 
     sets = [load_rated_pairs(name) for name in STS_SETS]
     text_emb: dict = {p.name: {"query": {}, "passage": {}} for p in sets}
@@ -237,8 +237,8 @@ def _sts_result(args, models, task, emb) -> dict:
 
 def _uec_eval(args) -> int:
     from crossembed._io import atomic_write
-    from crossembed.experiments.uec_eval import embed_task, evaluate_task, plot_coefficients
-    from crossembed.experiments.uec_sts import load_all_results, render_all_markdown
+    from experiments.uec_eval import embed_task, evaluate_task, plot_coefficients
+    from experiments.uec_sts import load_all_results, render_all_markdown
 
     models = split_list(args.models, "models")
     tasks = split_list(args.tasks, "tasks")
@@ -290,7 +290,7 @@ def _uec_eval(args) -> int:
 
 def _uec_perf(args) -> int:
     from crossembed._io import atomic_write
-    from crossembed.experiments.uec_perf import (
+    from experiments.uec_perf import (
         benchmark_encode,
         benchmark_fit,
         benchmark_search,
@@ -436,7 +436,7 @@ def _add_index_search(isub) -> None:
 
 
 def _add_uec_eval(subparsers) -> None:
-    from crossembed.experiments.uec_languages import DEV_LANGUAGES, TEST_LANGUAGES
+    from experiments.uec_languages import DEV_LANGUAGES, TEST_LANGUAGES
 
     e = subparsers.add_parser("uec-eval", help="reproduce the UEC retrieval tables (docs/uec.md)")
     e.add_argument(

@@ -13,7 +13,7 @@
   hierarchy embedded with the same ops.
 
 This package is the library only: the comparison table, its plots and the
-speed measurement live in :mod:`crossembed.experiments` (``uncha_table``,
+speed measurement live in :mod:`experiments` (``uncha_table``,
 ``uncha_plots``, ``uncha_speed``). torch is imported lazily so that
 ``import crossembed`` works without it.
 """

@@ -21,7 +21,7 @@
 * :mod:`crossembed.uec.metrics` - retrieval and calibration metrics.
 
 The evaluation harness behind ``crossembed uec-eval`` and ``docs/uec.md`` is
-:mod:`crossembed.experiments.uec_eval` (this package is library only).
+:mod:`experiments.uec_eval` (this package is library only).
 """
 
 from crossembed.uec.ensemble import UECEnsemble, convolve, uncertainty_coefficients

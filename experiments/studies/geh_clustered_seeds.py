@@ -15,7 +15,7 @@ import time
 import numpy as np
 from geh_scale_run import n_glosses
 
-from crossembed.experiments.corpora import embed_corpus
+from experiments.corpora import embed_corpus
 from crossembed.linking import GEHLinker, RowSample, evaluate_links, make_partial_overlap
 
 

@@ -45,8 +45,8 @@ MODES = ("exact", "ann")
 
 def encode(task_name: str, out: str, seed: int = 0, num_threads: int = 1) -> None:
     """Default-ensemble passage and query Gaussians of one task, saved to ``out``."""
-    from crossembed.experiments.tasks import freedict_task, wordnet_task
-    from crossembed.experiments.uec_eval import DEFAULT_MODELS, embed_task
+    from experiments.tasks import freedict_task, wordnet_task
+    from experiments.uec_eval import DEFAULT_MODELS, embed_task
     from crossembed.uec import LaplaceEmbedder, UECEnsemble
 
     t0 = time.perf_counter()

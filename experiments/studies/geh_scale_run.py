@@ -31,7 +31,7 @@ import numpy as np
 
 from crossembed import linking
 from crossembed.data.wordnet import read_synsets
-from crossembed.experiments.corpora import embed_corpus
+from experiments.corpora import embed_corpus
 from crossembed.linking import GEHLinker, evaluate_links, make_partial_overlap
 from crossembed.linking.promotion import PROMOTIONS, PromotionRule
 

@@ -21,8 +21,8 @@ from tqdm.auto import tqdm
 
 from crossembed import kernels
 from crossembed._io import load_arrays, save_arrays
-from crossembed.experiments._records import read_checked
-from crossembed.experiments.uec_eval import DEFAULT_MODELS
+from experiments._records import read_checked
+from experiments.uec_eval import DEFAULT_MODELS
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.index import UECIndex, merge_topk
@@ -437,7 +437,7 @@ def render_perf_markdown(
         "Synthetic documents, stated as such: clustered unit-norm means (1,000 random centres plus a 48-dimensional "
         "spread) with per-dimension variances `var` * U(0.5, 1.5) (0.016 is the size of real kron posteriors; "
         "*none*: no variances, as the default ensemble gives) "
-        "(`crossembed.experiments.uec_perf.synthetic_chunks`); queries are more rows of the same distribution, "
+        "(`experiments.uec_perf.synthetic_chunks`); queries are more rows of the same distribution, "
         "searched in one batch. Recall@10 is that of the HNSW + exact-rerank path against the exact probit "
         "top-10. Exact q/s is the fused kernel over packed blocks (cached when they fit, else packed per call: "
         "*cold*).",

@@ -24,10 +24,10 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 from scipy.stats import rankdata
 
-from crossembed.experiments._records import check_loaded, read_json
-from crossembed.experiments.tasks import UECTask
-from crossembed.experiments.uec_configs import build_ensemble
-from crossembed.experiments.uec_eval import RESULT_SHAPE, TaskEmbeddings, check_comparable, render_markdown
+from experiments._records import check_loaded, read_json
+from experiments.tasks import UECTask
+from experiments.uec_configs import build_ensemble
+from experiments.uec_eval import RESULT_SHAPE, TaskEmbeddings, check_comparable, render_markdown
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.laplace import LaplaceEmbedder
 

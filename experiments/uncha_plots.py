@@ -129,7 +129,7 @@ def plot_radius_by_depth(embedding: np.ndarray, hierarchy: Hierarchy, path: Path
 def plot_learning_curve(rows, metrics, path: PathLike):
     """One panel per metric: its value against the training step, one line per model.
 
-    ``rows`` are the ``rows`` of :func:`crossembed.experiments.uncha_curve.learning_curve`
+    ``rows`` are the ``rows`` of :func:`experiments.uncha_curve.learning_curve`
     and ``metrics`` a sequence of ``(key, label)``. Returns the written path.
     """
     fig, axes = _pyplot().subplots(1, len(metrics), figsize=(3.0 * len(metrics), 2.8), squeeze=False)

@@ -23,7 +23,7 @@ import argparse
 
 import numpy as np
 
-from crossembed.experiments.corpora import embed_corpus
+from experiments.corpora import embed_corpus
 from crossembed.linking import CCAMap, RidgeMap, make_partial_overlap
 from crossembed.linking.pairs import contains
 from crossembed.linking.preprocess import Center

@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from crossembed._validation import check_int, check_random_state
-from crossembed.experiments.tasks import UECTask
+from experiments.tasks import UECTask
 
 __all__ = ["DEV_LANGUAGES", "TEST_LANGUAGES", "LanguageTransferTask", "language_draws", "unseen_language_task"]
 

@@ -1,7 +1,7 @@
 """Search throughput of a UECIndex with and without a concurrent writer (in-process, threads).
 
 Builds (or loads) an index of synthetic clustered Gaussians
-(:func:`crossembed.experiments.uec_perf.synthetic_gaussians`), then for each
+(:func:`experiments.uec_perf.synthetic_gaussians`), then for each
 setting runs ``--searchers`` threads of single-query (or ``--batch``-query)
 searches for ``--seconds``, alone and beside one writer thread that adds
 ``--write-batch`` new documents and removes as many old ones every
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from crossembed.experiments.uec_perf import synthetic_gaussians
+from experiments.uec_perf import synthetic_gaussians
 from crossembed.uec import GaussianEmbedding, UECIndex
 
 

@@ -1,7 +1,7 @@
 """Real linking experiments: encoder pairs x protocol settings x methods -> a markdown table.
 
 Each draw picks ``n_objects`` glosses at random from the embedded corpus
-(:mod:`crossembed.experiments.corpora`), applies :func:`make_partial_overlap` to
+(:mod:`experiments.corpora`), applies :func:`make_partial_overlap` to
 them, runs every method on the same A, B and seeds, and scores the links.
 Results are appended to a JSON file after every run (atomically), so an
 interrupted table keeps what it measured and a rerun skips finished runs.
@@ -17,7 +17,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence
 import numpy as np
 
 from crossembed._io import atomic_write
-from crossembed.experiments._records import read_checked
+from experiments._records import read_checked
 from crossembed.linking import (
     DEFAULT_MAX_ITER,
     CappedPromotion,
@@ -192,10 +192,10 @@ def run_table(
     n_objects : glosses sampled from the corpus per draw
     results_path : JSON file the records are appended to (resumable)
     embed : ``embed(encoder_name, corpus_size) -> (n, dim)``; default
-        :func:`crossembed.experiments.corpora.embed_corpus`
+        :func:`experiments.corpora.embed_corpus`
     """
     if embed is None:
-        from crossembed.experiments.corpora import embed_corpus as embed
+        from experiments.corpora import embed_corpus as embed
     for m in methods:
         if m not in METHODS:
             raise ValueError(f"unknown method {m!r}; choose from {sorted(METHODS)}")

@@ -18,7 +18,7 @@ import time
 import numpy as np
 from geh_scale_run import _Traced, n_glosses
 
-from crossembed.experiments.corpora import embed_corpus
+from experiments.corpora import embed_corpus
 from crossembed.linking import Center, GEHLinker, RowSample, ValidatedPromotion, evaluate_links, make_partial_overlap
 from crossembed.linking.refine import map_links
 

@@ -4,7 +4,7 @@
 (after the warm-up) and evaluates it every ``every`` steps on a held-out set,
 so the value at step ``s`` is what ``s`` steps buy, not an artefact of a
 cosine decay tied to the curve's length. ``render_curve`` writes the markdown
-table; the plot is :func:`crossembed.experiments.uncha_plots.plot_learning_curve`.
+table; the plot is :func:`experiments.uncha_plots.plot_learning_curve`.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Starts ``crossembed serve`` as a subprocess on loopback with a synthetic
 index (clustered unit means with small variances,
-:func:`crossembed.experiments.uec_perf.synthetic_chunks`), checks that its
+:func:`experiments.uec_perf.synthetic_chunks`), checks that its
 answers equal in-process :meth:`UECIndex.search` on the same queries, then
-drives it from this process with :func:`crossembed.experiments.serve_load.run_load`
+drives it from this process with :func:`experiments.serve_load.run_load`
 (single-query vector requests, ``concurrency`` keep-alive connections, a
 fixed duration): requests/s, p50/p99 latency and the mean queries per index
 call (from the server's ``/metrics``), without and with a concurrent writer
@@ -29,8 +29,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from crossembed._validation import check_int
-from crossembed.experiments.serve_load import Connection, Writer, http_request, run_load
-from crossembed.experiments.uec_perf import synthetic_chunks
+from experiments.serve_load import Connection, Writer, http_request, run_load
+from experiments.uec_perf import synthetic_chunks
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.index import UECIndex
 

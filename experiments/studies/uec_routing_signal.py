@@ -28,8 +28,8 @@ from typing import Dict, List
 
 import numpy as np
 
-from crossembed.experiments.tasks import dev_test_draws, freedict_task, wordnet_task
-from crossembed.experiments.uec_eval import embed_task
+from experiments.tasks import dev_test_draws, freedict_task, wordnet_task
+from experiments.uec_eval import embed_task
 from crossembed.uec import LaplaceEmbedder
 from crossembed.uec import rules as R
 from crossembed.uec.metrics import ranking_metrics, roc_auc

@@ -22,9 +22,9 @@ import torch
 from tqdm.auto import tqdm
 
 from crossembed._io import PathLike
-from crossembed.experiments._report import replace_block
-from crossembed.experiments.uncha_plots import plot_history, plot_radii, plot_uncertainty
-from crossembed.experiments.uncha_speed import benchmark_topk
+from experiments._report import replace_block
+from experiments.uncha_plots import plot_history, plot_radii, plot_uncertainty
+from experiments.uncha_speed import benchmark_topk
 from crossembed.hyperbolic import lorentz as L
 from crossembed.hyperbolic.evaluate import evaluate, make_test_set
 from crossembed.hyperbolic.losses import MODEL_NAMES
