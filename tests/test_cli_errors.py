@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from crossembed._validation import check_int
-from crossembed.cli import _common, main
+from crossembed.cli import options, main
 from crossembed.linking.views import CosineSignatures
 
 

@@ -52,7 +52,7 @@ def test_unwritable_outputs_and_forged_inputs(files, capsys, argv, match):
 
 
 def test_oserror_on_a_named_path_is_a_user_error():
-    from crossembed.cli._common import is_user_error
+    from crossembed.cli.options import is_user_error
 
     assert is_user_error(FileExistsError(17, "File exists", "x"))
     assert is_user_error(OSError(28, "No space left on device", "out.bin"))

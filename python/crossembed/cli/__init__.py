@@ -2,7 +2,7 @@
 
 One module per command group registers its sub-commands
 (``register(subparsers)`` in the modules of ``_COMMAND_MODULES``); shared
-options and helpers live in :mod:`crossembed.cli._common`, so this file stays
+options and helpers live in :mod:`crossembed.cli.options`, so this file stays
 a thin dispatcher. User errors (bad arguments, files or data) print one line
 and exit 2; anything else is a bug and keeps its traceback.
 """
@@ -14,7 +14,7 @@ import importlib
 import sys
 from typing import List, Optional
 
-from crossembed.cli._common import OptionValueError, Parser, check_output_paths, is_user_error
+from crossembed.cli.options import OptionValueError, Parser, check_output_paths, is_user_error
 
 _COMMAND_MODULES = (
     "crossembed.cli.demo",

@@ -21,7 +21,7 @@ from typing import BinaryIO, Iterator, Tuple
 import numpy as np
 
 from crossembed._io import atomic_open
-from crossembed.cli._common import check_real_dtype, load_npy, read_lines
+from crossembed.cli.options import check_real_dtype, load_npy, read_lines
 
 __all__ = ["RESULT_DTYPE", "query_batches", "stream_search"]
 

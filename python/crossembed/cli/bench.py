@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from crossembed.cli._common import add_num_threads, add_seed, float_arg, int_arg, parse_ints, print_result
+from crossembed.cli.options import add_num_threads, add_seed, float_arg, int_arg, parse_ints, print_result
 
 __all__ = ["register"]
 

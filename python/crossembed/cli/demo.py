@@ -25,7 +25,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from crossembed.cli._common import add_num_threads, add_output_flags, add_seed, float_arg, print_result
+from crossembed.cli.options import add_num_threads, add_output_flags, add_seed, float_arg, print_result
 
 _DEFAULT_MODELS = "minilm,minilm-l3,e5"
 

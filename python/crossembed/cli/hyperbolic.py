@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from crossembed._validation import check_choice, check_int, check_num_threads
-from crossembed.cli._common import (
+from crossembed.cli.options import (
     add_num_threads,
     add_output_flags,
     add_seed,

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from crossembed._validation import INT64_MAX, check_fraction, check_int
-from crossembed.cli._common import (
+from crossembed.cli.options import (
     add_num_threads,
     add_output_flags,
     add_seed,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from crossembed.cli._common import add_num_threads, float_arg, int_arg
+from crossembed.cli.options import add_num_threads, float_arg, int_arg
 
 __all__ = ["register"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from crossembed._validation import INT_MAX
-from crossembed.cli._common import (
+from crossembed.cli.options import (
     add_num_threads,
     add_output_flags,
     add_seed,

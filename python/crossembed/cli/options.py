@@ -1,4 +1,4 @@
-"""What every command group shares: the parser class, common options, input
+"""The options, readers and printing every command shares (also the research harness's, `python -m experiments`):
 readers, output printing and the line between a user error and a bug."""
 
 from __future__ import annotations
