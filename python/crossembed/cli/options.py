@@ -1,5 +1,5 @@
-"""The options, readers and printing every command shares (also the research harness's, `python -m experiments`):
-readers, output printing and the line between a user error and a bug."""
+"""What every command shares (also the research harness's, ``python -m experiments``): the parser
+class, common options, input readers, output printing and the line between a user error and a bug."""
 
 from __future__ import annotations
 
