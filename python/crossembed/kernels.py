@@ -737,7 +737,7 @@ class VoteTable:
     def promote(
         self, pairs, scores, *, threshold: float, exclude_a=None, exclude_b=None, limit: Optional[int] = None
     ) -> np.ndarray:
-        """:func:`greedy_one_to_one` of ``pairs`` (kept for the SPEC's name of the promotion step)."""
+        """:func:`greedy_one_to_one` of ``pairs``: GEH's promotion step."""
         return greedy_one_to_one(
             pairs, scores, threshold=threshold, exclude_a=exclude_a, exclude_b=exclude_b, limit=limit
         )

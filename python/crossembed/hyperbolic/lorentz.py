@@ -1,4 +1,4 @@
-"""Differentiable Lorentz-model operations (SPEC 2.4 and 5).
+"""Differentiable Lorentz-model operations (docs/methods.md#uncha-lorentz to #uncha-uncertainty).
 
 A point of the hyperboloid ``{p : <p, p>_L = -1/c}`` is stored by its space
 components ``x`` in R^n; the time component ``x_t = sqrt(1/c + |x|^2)`` is
@@ -41,7 +41,7 @@ Curvature = Union[float, torch.Tensor]
 
 _TINY = 1e-30  # floor for squared norms: sqrt(1e-30) = 1e-15 is a normal float32
 _SERIES = 1e-3  # below this sqrt(c)|v| the sinh/asinh ratios use their Taylor series
-_MAX_ARG = math.asinh(2.0**15)  # SPEC: clamp sqrt(c)|v| so sinh never overflows float32
+_MAX_ARG = math.asinh(2.0**15)  # clamp sqrt(c)|v| so sinh never overflows float32
 APERTURE_K = 0.1
 
 
@@ -207,7 +207,7 @@ def pairwise_distance(
     Parameters
     ----------
     stable : bool
-        ``True`` (default): the cancellation-free chord of SPEC 2.4, which
+        ``True`` (default): the cancellation-free chord of :func:`distance`, which
         needs the (rows, M, n) difference tensor; rows of ``x`` are processed
         in chunks of at most ``chunk_elements`` elements. ``False``: the chord
         from one matrix product, ``q = 2 (x_t y_t - x.y - 1/c)``, several times

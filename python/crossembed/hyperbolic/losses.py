@@ -1,4 +1,4 @@
-"""UNCHA training objective and the baselines it contains (SPEC 5).
+"""UNCHA training objective and the baselines it contains (docs/methods.md#uncha-loss).
 
 Every model of the comparison is one :class:`LossConfig`: CLIP, MERU,
 HyCoCLIP, UNCHA and the two UNCHA ablations differ only in which terms are
@@ -34,7 +34,7 @@ __all__ = [
     "total_loss",
 ]
 
-MIN_TEMPERATURE = 0.01  # logit scale 1/tau capped at 100 (SPEC)
+MIN_TEMPERATURE = 0.01  # logit scale 1/tau capped at 100
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,7 @@ def calibration_loss(
 
 
 def uncertainty_temperature(parts: torch.Tensor, tau_gl: torch.Tensor) -> torch.Tensor:
-    """Per-part ``tau_un = exp(u(p)/2) * tau_gl`` with ``u`` detached (SPEC 5)."""
+    """Per-part ``tau_un = exp(u(p)/2) * tau_gl`` with ``u`` detached."""
     return torch.exp(L.uncertainty(parts).detach() / 2.0) * tau_gl
 
 

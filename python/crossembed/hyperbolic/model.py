@@ -171,7 +171,7 @@ class CompositionalModel(nn.Module):
         return self._project(self.text_encoder(tokens), self.log_scale_text)
 
     def no_decay_parameters(self):
-        """Temperatures, curvature and scalers: excluded from weight decay (SPEC 5)."""
+        """Temperatures, curvature and scalers: excluded from weight decay."""
         return [
             self.log_scale_image,
             self.log_scale_text,

@@ -1,4 +1,4 @@
-"""GEH: geometric embedding hashing for vector linking (SPEC section 4).
+"""GEH: geometric embedding hashing for vector linking (formulas: docs/methods.md#geh-signatures onwards).
 
 Two embedding clouds A and B from different black-box encoders share an
 unknown subset of objects. A handful of seed pairs acts as the first anchor

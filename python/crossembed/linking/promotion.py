@@ -10,9 +10,9 @@ Dask), which it passes in; a rule never builds one.
     The paper as written: all anchors in every view while the pool has
     < ``small_pool``, cumulative votes, Otsu threshold on posterior means
     (values on the threshold count as above, so identical votes promote
-    everything - the round-0 collapse SPEC measured), greedy one-to-one.
+    everything: the round-0 collapse of the rule as written), greedy one-to-one.
 :class:`CappedPromotion`
-    SPEC's robust variant: views of ``subsample`` of the anchors (>=
+    A robust variant of the paper's rule: views of ``subsample`` of the anchors (>=
     ``min_views`` views) while the pool is small, and at most as many new
     links per round as the pool holds, ranked by posterior then CSLS.
 :class:`ValidatedPromotion`
@@ -148,7 +148,7 @@ class PaperPromotion(PromotionRule):
 
 
 class CappedPromotion(PaperPromotion):
-    """SPEC's capped rule (module docstring).
+    """The capped rule (module docstring).
 
     Parameters
     ----------
