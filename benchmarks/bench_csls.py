@@ -102,7 +102,7 @@ def test_csls_candidates_kernel(benchmark, signatures, candidates):
     SA, SB = signatures
     run(
         benchmark,
-        ce.csls_mutual_topk_candidates,
+        ce.kernels.csls_mutual_topk_candidates,
         SA,
         SB,
         *candidates,
@@ -128,6 +128,6 @@ def test_csls_candidates_numpy_baseline(benchmark, signatures, candidates):
         role="numpy float32",
         flops=2.0 * 2 * N * M * A,
     )
-    kernel = ce.csls_mutual_topk_candidates(SA, SB, *candidates, k=K, csls_k=CSLS_K)
+    kernel = ce.kernels.csls_mutual_topk_candidates(SA, SB, *candidates, k=K, csls_k=CSLS_K)
     same = len(set(map(tuple, got[0].tolist())) & set(map(tuple, kernel[0].tolist())))
     assert same >= 0.99 * len(kernel[0]), f"the baseline computes something else ({same} of {len(kernel[0])} pairs)"

@@ -27,10 +27,10 @@ def candidates():
 
 @pytest.mark.benchmark(group="greedy_one_to_one")
 def test_greedy_kernel(benchmark, candidates):
-    run(benchmark, ce.greedy_one_to_one, *candidates, role="kernel", flops=0.0, primary=True)
+    run(benchmark, ce.kernels.greedy_one_to_one, *candidates, role="kernel", flops=0.0, primary=True)
 
 
 @pytest.mark.benchmark(group="greedy_one_to_one")
 def test_greedy_numpy_baseline(benchmark, candidates):
     got = run(benchmark, numpy_greedy_one_to_one, *candidates, role="numpy", flops=0.0)
-    np.testing.assert_array_equal(got, ce.greedy_one_to_one(*candidates))
+    np.testing.assert_array_equal(got, ce.kernels.greedy_one_to_one(*candidates))

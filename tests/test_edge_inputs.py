@@ -25,7 +25,7 @@ def test_anchor_signatures_finite_and_right_at_extreme_scales(rows):
     X = rows.astype(np.float32)
     got = ce.anchor_signatures(X, anchors)
     assert np.isfinite(got).all()
-    expect = ref.anchor_signatures(X, anchors, sigma=ce.median_anchor_distance(anchors))
+    expect = ref.anchor_signatures(X, anchors, sigma=ce.kernels.median_anchor_distance(anchors))
     np.testing.assert_allclose(got, expect, atol=2e-6)
     # extreme anchors are just directions too
     got = ce.anchor_signatures(anchors, np.concatenate([X, anchors[:3]]))
@@ -46,7 +46,7 @@ def test_anchor_signatures_tiny_sigma_is_one_hot(sigma):
 
 def test_median_anchor_distance_extreme_anchors():
     a = np.array([[3e38, 3e38], [1e-42, -1e-42], [1.0, 0.0]], np.float32)
-    assert ce.median_anchor_distance(a) == pytest.approx(ref.median_anchor_distance(a), rel=1e-6)
+    assert ce.kernels.median_anchor_distance(a) == pytest.approx(ref.median_anchor_distance(a), rel=1e-6)
 
 
 # --------------------------------------------------------------------------- otsu
@@ -55,11 +55,11 @@ def test_median_anchor_distance_extreme_anchors():
 def test_otsu_threshold_is_scale_free(scale, sign):
     rng = np.random.default_rng(2)
     v = sign * np.concatenate([rng.normal(0, 1, 70), rng.normal(5, 1, 30), rng.normal(9, 0.5, 10)])
-    base = ce.otsu_threshold(v)
+    base = ce.kernels.otsu_threshold(v)
     rtol = 1e-12 if abs(scale) > 1e-300 else 1e-6  # subnormals carry fewer digits
-    assert ce.otsu_threshold(v * scale) == pytest.approx(base * scale, rel=rtol)
+    assert ce.kernels.otsu_threshold(v * scale) == pytest.approx(base * scale, rel=rtol)
     assert ref.otsu_threshold(v * scale) == pytest.approx(base * scale, rel=rtol)
-    assert ce.otsu_threshold(v * scale) == ref.otsu_threshold(v * scale)
+    assert ce.kernels.otsu_threshold(v * scale) == ref.otsu_threshold(v * scale)
 
 
 def test_otsu_threshold_on_subnormals_is_exact():
@@ -69,23 +69,23 @@ def test_otsu_threshold_on_subnormals_is_exact():
 
     v = np.array([0.0, 1e-310, 2e-310, 5e-310])
     exact = float(Fraction(5e-310) * 41 / 100)
-    assert ce.otsu_threshold(v) == exact == ref.otsu_threshold(v)
+    assert ce.kernels.otsu_threshold(v) == exact == ref.otsu_threshold(v)
     for e in (60, 600, 1000):  # thresholds that are normal numbers, divided back: one rounding
-        assert ce.otsu_threshold(v * 2.0**e) / 2.0**e == exact
+        assert ce.kernels.otsu_threshold(v * 2.0**e) / 2.0**e == exact
     v = np.array([0.0, 1e-321])  # 202 units: a width of 2.02 units was rounded to 2 (1% off per bin)
-    assert ce.otsu_threshold(v, bins=3) == float(Fraction(1e-321) / 3) == ref.otsu_threshold(v, bins=3)
+    assert ce.kernels.otsu_threshold(v, bins=3) == float(Fraction(1e-321) / 3) == ref.otsu_threshold(v, bins=3)
 
 
 def test_otsu_threshold_full_double_range():
     v = np.array([-1.7e308, -1e308, 1e308, 1.7e308])
-    t = ce.otsu_threshold(v)
+    t = ce.kernels.otsu_threshold(v)
     assert math.isfinite(t) and -1e308 <= t <= 1e308
     assert t == ref.otsu_threshold(v)
 
 
 # --------------------------------------------------------------------------- votes and promotion
 def test_vote_ids_that_would_alias_are_rejected():
-    t = ce.VoteTable()
+    t = ce.kernels.VoteTable()
     t.add([[1, 2]])
     with pytest.raises(ValueError, match="pairs"):
         t.votes([[1 + 2**32, 2]])  # its key would be (1 << 32 | 2)'s neighbour: aliasing
@@ -103,23 +103,23 @@ def test_vote_ids_that_would_alias_are_rejected():
 
 @pytest.mark.parametrize("threshold", [float("nan"), np.float32("nan"), None, "0.5", True])
 def test_promote_threshold_must_be_a_number(threshold):
-    t = ce.VoteTable()
+    t = ce.kernels.VoteTable()
     with pytest.raises((ValueError, TypeError), match="threshold"):
         t.promote([[1, 2]], [0.5], threshold=threshold)
     with pytest.raises((ValueError, TypeError), match="threshold"):
-        ce.greedy_one_to_one([[1, 2]], [0.5], threshold=threshold)
+        ce.kernels.greedy_one_to_one([[1, 2]], [0.5], threshold=threshold)
 
 
 @pytest.mark.parametrize("bad", [[1.7], [np.nan], np.array([2.0]), [-1]])
 def test_float_and_negative_exclusions_are_rejected(bad):
     with pytest.raises((ValueError, TypeError), match="exclude_a"):
-        ce.greedy_one_to_one([[1, 2]], [0.5], exclude_a=bad)
+        ce.kernels.greedy_one_to_one([[1, 2]], [0.5], exclude_a=bad)
     with pytest.raises((ValueError, TypeError), match="exclude_b"):
-        ce.VoteTable().promote([[1, 2]], [0.5], threshold=0.0, exclude_b=bad)
+        ce.kernels.VoteTable().promote([[1, 2]], [0.5], threshold=0.0, exclude_b=bad)
 
 
 def test_integer_exclusions_still_work():
-    got = ce.greedy_one_to_one([[1, 2], [3, 4]], [0.9, 0.5], exclude_a=np.array([1], np.uint8), exclude_b=[])
+    got = ce.kernels.greedy_one_to_one([[1, 2], [3, 4]], [0.9, 0.5], exclude_a=np.array([1], np.uint8), exclude_b=[])
     assert got.tolist() == [[3, 4]]
 
 
@@ -222,13 +222,13 @@ def test_messages_name_the_argument():
     with pytest.raises(ValueError, match="^X must be a rectangular"):
         ce.lorentz_pairwise([[1, 2], [3]], A)
     with pytest.raises(ValueError, match="^pairs must be a rectangular"):
-        ce.greedy_one_to_one([[1, 2], [3]], [0.5, 1.0])
+        ce.kernels.greedy_one_to_one([[1, 2], [3]], [0.5, 1.0])
     with pytest.raises(ValueError, match="^candidates must be a rectangular"):
         ce.probit_topk(A, A, A, A, 1, candidates=[[0, 1], [2]])
     with pytest.raises(TypeError, match="^Y must be an array, got None"):
         ce.lorentz_pairwise(A, None)
     with pytest.raises(TypeError, match="^pairs must be an integer array, got None"):
-        ce.VoteTable().votes(None)
+        ce.kernels.VoteTable().votes(None)
 
 
 @pytest.mark.parametrize("max_pairs,exc", [(-1, ValueError), ("x", TypeError), (1.5, TypeError), (True, TypeError)])

@@ -35,6 +35,14 @@ CLEAR = (ValueError, TypeError)  # CorruptFileError is a ValueError
 EPS32 = 2.0**-24
 
 
+def not_a_signature_error(exc: BaseException) -> None:
+    """A ``TypeError`` from calling with a keyword or argument count that does not exist is the test's bug, not a
+    clear rejection of the input: re-raise it so that a case cannot pass by calling the wrong signature."""
+    text = str(exc)
+    if isinstance(exc, TypeError) and ("unexpected keyword argument" in text or "positional argument" in text):
+        raise AssertionError(f"the test called a signature that does not exist: {text}") from exc
+
+
 def fuzz(n):
     return settings(
         max_examples=max(1, int(n * SCALE)),
@@ -161,7 +169,8 @@ def test_probit_against_reference(mq, vq, mc, vc, k):
         vc = np.abs(np.resize(vc, mc.shape)) if vc.size else np.zeros_like(mc)
     try:
         got = ce.probit_scores(mq, vq, mc, vc)
-    except CLEAR:
+    except CLEAR as exc:
+        not_a_signature_error(exc)
         return
     with np.errstate(all="ignore"):
         expect = ref.probit_scores(mq, vq, mc, vc)
@@ -169,7 +178,8 @@ def test_probit_against_reference(mq, vq, mc, vc, k):
     close(got, expect, _probit_bound(mq, vq, mc, vc, expect))
     try:
         s, i = ce.probit_topk(mq, vq, mc, vc, k)
-    except CLEAR:
+    except CLEAR as exc:
+        not_a_signature_error(exc)
         assert not 1 <= k <= len(mc)
         return
     assert 1 <= k <= len(mc) and s.shape == i.shape == (len(mq), k)
@@ -189,7 +199,8 @@ def test_probit_candidates_against_reference(mq, mc, data):
     vq, vc = np.zeros_like(mq), np.zeros_like(mc)
     try:
         s, i = ce.probit_topk(mq, vq, mc, vc, k, candidates=cand)
-    except CLEAR:
+    except CLEAR as exc:
+        not_a_signature_error(exc)
         rows_ok = all(len(set(r[r >= 0])) == (r >= 0).sum() for r in cand)
         assert not (1 <= k <= m and cand.min() >= -1 and cand.max() < n and rows_ok)
         return
@@ -205,10 +216,11 @@ def test_probit_candidates_against_reference(mq, mc, data):
 def test_anchor_signatures_against_reference(X, A, sigma):
     try:
         got = ce.anchor_signatures(X, A, sigma=sigma)
-    except CLEAR:
+    except CLEAR as exc:
+        not_a_signature_error(exc)
         return
     assert np.isfinite(got).all()
-    s = ce.median_anchor_distance(A) if sigma is None else sigma
+    s = ce.kernels.median_anchor_distance(A) if sigma is None else sigma
     with np.errstate(all="ignore"):
         expect = ref.anchor_signatures(X, A, sigma=s)
     # float32 cosines (error ~ D eps) pass through exp(-d / sigma): amplified by 1 / sigma
@@ -228,7 +240,8 @@ def test_csls_against_reference(SA, SB, data):
     ex_a = data.draw(st.one_of(st.none(), st.lists(st.integers(-1, len(SA)), max_size=3)))
     try:
         got = ce.csls_mutual_topk(SA, SB, k=k, csls_k=csls_k, exclude_a=ex_a)
-    except CLEAR:
+    except CLEAR as exc:
+        not_a_signature_error(exc)
         assert k < 1 or csls_k < 1 or (ex_a and (min(ex_a) < 0 or max(ex_a) >= len(SA)))
         return
     expect = ref.csls_mutual_topk(SA, SB, k=k, csls_k=csls_k, exclude_a=ex_a)
@@ -236,7 +249,7 @@ def test_csls_against_reference(SA, SB, data):
     close(got[1], expect[1], 1e-5)
     ca = np.tile(np.arange(len(SB)), (len(SA), 1)) if len(SB) else np.zeros((len(SA), 1), np.int64) - 1
     cb = np.tile(np.arange(len(SA)), (len(SB), 1)) if len(SA) else np.zeros((len(SB), 1), np.int64) - 1
-    got_c = ce.csls_mutual_topk_candidates(SA, SB, ca, cb, k=k, csls_k=csls_k, exclude_a=ex_a)
+    got_c = ce.kernels.csls_mutual_topk_candidates(SA, SB, ca, cb, k=k, csls_k=csls_k, exclude_a=ex_a)
     exp_c = ref.csls_mutual_topk_candidates(SA, SB, ca, cb, k=k, csls_k=csls_k, exclude_a=ex_a)
     np.testing.assert_array_equal(got_c[0], exp_c[0])
 
@@ -255,8 +268,9 @@ def test_greedy_against_reference(pairs, data):
         st.one_of(st.none(), st.lists(st.integers(-1, 6), max_size=2), st.lists(st.floats(0, 5), max_size=2))
     )
     try:
-        got = ce.greedy_one_to_one(pairs, scores, threshold=thr, exclude_a=ex, limit=limit)
-    except CLEAR:
+        got = ce.kernels.greedy_one_to_one(pairs, scores, threshold=thr, exclude_a=ex, limit=limit)
+    except CLEAR as exc:
+        not_a_signature_error(exc)
         return
     assert (pairs >= 0).all() and not (isinstance(thr, float) and math.isnan(thr))
     expect = ref.greedy_one_to_one(pairs, scores, threshold=thr, exclude_a=ex, limit=limit)
@@ -279,8 +293,9 @@ def test_greedy_against_reference(pairs, data):
 @counted
 def test_otsu_against_reference(v, bins):
     try:
-        got = ce.otsu_threshold(v, bins=bins)
-    except CLEAR:
+        got = ce.kernels.otsu_threshold(v, bins=bins)
+    except CLEAR as exc:
+        not_a_signature_error(exc)
         return
     assert len(v) and np.isfinite(v).all()
     assert math.isfinite(got) and v.min() <= got <= v.max()
@@ -326,15 +341,15 @@ _FUNCS = {
     "probit_scores": lambda a, b: ce.probit_scores(a, np.abs(a) if isinstance(a, np.ndarray) else a, b, b),
     "probit_topk": lambda a, b: ce.probit_topk(a, a, b, b, 1),
     "anchor_signatures": lambda a, b: ce.anchor_signatures(a, b),
-    "median_anchor_distance": lambda a, b: ce.median_anchor_distance(a),
+    "median_anchor_distance": lambda a, b: ce.kernels.median_anchor_distance(a),
     "csls_mutual_topk": lambda a, b: ce.csls_mutual_topk(a, b, k=1, csls_k=1),
-    "csls_candidates": lambda a, b: ce.csls_mutual_topk_candidates(a, a, b, b),
-    "otsu_threshold": lambda a, b: ce.otsu_threshold(a, bins=b),
-    "greedy_one_to_one": lambda a, b: ce.greedy_one_to_one(a, b),
+    "csls_candidates": lambda a, b: ce.kernels.csls_mutual_topk_candidates(a, a, b, b),
+    "otsu_threshold": lambda a, b: ce.kernels.otsu_threshold(a, bins=b),
+    "greedy_one_to_one": lambda a, b: ce.kernels.greedy_one_to_one(a, b),
     "lorentz_pairwise": lambda a, b: ce.lorentz_pairwise(a, b),
     "lorentz_topk": lambda a, b: ce.lorentz_topk(a, b, 1),
-    "votes": lambda a, b: ce.VoteTable().votes(a),
-    "add": lambda a, b: ce.VoteTable().add(a),
+    "votes": lambda a, b: ce.kernels.VoteTable().votes(a),
+    "add": lambda a, b: ce.kernels.VoteTable().add(a),
     "ProbitDocs": lambda a, b: ce.ProbitDocs(a, b),
 }
 
@@ -353,10 +368,12 @@ def test_wrong_arguments_raise_clear_errors(name, a, b, nt):
         try:
             _FUNCS[name](a, b)
         except CLEAR as exc:
+            not_a_signature_error(exc)
             assert str(exc)  # says something
         try:
             ce.lorentz_pairwise(np.ones((2, 2)), np.ones((2, 2)), num_threads=nt)
         except CLEAR as exc:
+            not_a_signature_error(exc)
             assert "num_threads" in str(exc)
 
 
@@ -375,12 +392,13 @@ def test_wrong_arguments_raise_clear_errors(name, a, b, nt):
 )
 @counted
 def test_vote_table_against_reference(views, probe):
-    table, twin = ce.VoteTable(), ref.VoteTable()
+    table, twin = ce.kernels.VoteTable(), ref.VoteTable()
     for view in views:
         ok = bool(((view >= 0) & (view < 2**32)).all())
         try:
             table.add(view)
-        except CLEAR:
+        except CLEAR as exc:
+            not_a_signature_error(exc)
             assert not ok
             continue
         assert ok
@@ -389,7 +407,8 @@ def test_vote_table_against_reference(views, probe):
     np.testing.assert_array_equal(table.items()[1], twin.items()[1])
     try:
         got = table.votes(probe)
-    except CLEAR:
+    except CLEAR as exc:
+        not_a_signature_error(exc)
         assert not ((probe >= 0) & (probe < 2**32)).all()
         return
     np.testing.assert_array_equal(got, twin.votes(probe))
@@ -507,7 +526,8 @@ def test_evaluate_links_against_sets(links, truth):
 
     try:
         res = evaluate_links(links, truth)
-    except CLEAR:
+    except CLEAR as exc:
+        not_a_signature_error(exc)
         assert len(truth) == 0 or (links < 0).any() or (truth < 0).any()
         return
     L, T = set(map(tuple, links.tolist())), set(map(tuple, truth.tolist()))
@@ -524,10 +544,14 @@ def test_linkers_reject_bad_inputs_clearly(A, seeds):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for run in (lambda: procrustes_link(A, A, seeds), lambda: GEHLinker(max_iter=1, n_views=2).fit(A, A, seeds)):
+        for run in (
+            lambda: procrustes_link(A, A, seeds),
+            lambda: GEHLinker(max_iter=1, show_progress_bar=False).fit(A, A, seeds),
+        ):
             try:
                 run()
-            except CLEAR:
+            except CLEAR as exc:
+                not_a_signature_error(exc)
                 pass
 
 
@@ -632,13 +656,13 @@ def _int_calls():
     return {
         "k": lambda v: ce.csls_mutual_topk(_S, _S, k=v, csls_k=2),
         "csls_k": lambda v: ce.csls_mutual_topk(_S, _S, k=2, csls_k=v),
-        "k ": lambda v: ce.csls_mutual_topk_candidates(_S, _S, _CAND, _CAND, k=v),
+        "k ": lambda v: ce.kernels.csls_mutual_topk_candidates(_S, _S, _CAND, _CAND, k=v),
         "csls_k ": lambda v: kernels.csls_mutual_topk_lists(_S, _S, kernels.CandidateLists(_CAND, _CAND), csls_k=v),
-        "k_row": lambda v: ce.topk_rows_and_columns(_S, _S, v),
-        "k_col": lambda v: ce.topk_rows_and_columns(_S, _S, 2, v),
-        "bins": lambda v: ce.otsu_threshold(_SCORES, bins=v),
-        "limit": lambda v: ce.VoteTable().promote(_PAIRS, _SCORES, threshold=0.0, limit=v),
-        "limit ": lambda v: ce.greedy_one_to_one(_PAIRS, _SCORES, limit=v),
+        "k_row": lambda v: ce.kernels.topk_rows_and_columns(_S, _S, v),
+        "k_col": lambda v: ce.kernels.topk_rows_and_columns(_S, _S, 2, v),
+        "bins": lambda v: ce.kernels.otsu_threshold(_SCORES, bins=v),
+        "limit": lambda v: ce.kernels.VoteTable().promote(_PAIRS, _SCORES, threshold=0.0, limit=v),
+        "limit ": lambda v: ce.kernels.greedy_one_to_one(_PAIRS, _SCORES, limit=v),
         "k  ": lambda v: ce.probit_topk(_S, z, _S, z, v),
         "k   ": lambda v: ce.ProbitDocs(_S, z).top_k(_S, z, v, candidates=_CAND),
         "k    ": lambda v: ce.lorentz_topk(_S, _S, v),
@@ -659,6 +683,7 @@ def test_int_arguments_are_named_with_their_range(name, value):
     try:
         got = call(value)
     except CLEAR as exc:
+        not_a_signature_error(exc)
         assert name.strip() in str(exc) and "incompatible function arguments" not in str(exc), str(exc)
         return
     assert value >= 0
@@ -679,20 +704,20 @@ def _array_calls():
         ("v_c", lambda a: ce.probit_topk(_S, z, _S, a, 1)),
         ("candidates", lambda a: ce.probit_topk(_S, z, _S, z, 1, candidates=a)),
         ("X", lambda a: ce.anchor_signatures(a, _S)),
-        ("anchors", lambda a: ce.median_anchor_distance(a)),
-        ("C", lambda a: ce.signatures_from_cosines(a, [0], sigma=1.0)),
-        ("cols", lambda a: ce.signatures_from_cosines(_S, a, sigma=1.0)),
+        ("anchors", lambda a: ce.kernels.median_anchor_distance(a)),
+        ("C", lambda a: ce.kernels.signatures_from_cosines(a, [0], sigma=1.0)),
+        ("cols", lambda a: ce.kernels.signatures_from_cosines(_S, a, sigma=1.0)),
         ("SB", lambda a: ce.csls_mutual_topk(_S, a)),
         ("exclude_a", lambda a: ce.csls_mutual_topk(_S, _S, exclude_a=a)),
-        ("cand_b", lambda a: ce.csls_mutual_topk_candidates(_S, _S, _CAND, a)),
+        ("cand_b", lambda a: ce.kernels.csls_mutual_topk_candidates(_S, _S, _CAND, a)),
         ("cand_a", lambda a: kernels.CandidateLists(a, _CAND)),
         ("cand", lambda a: kernels.candidate_dots(_S, _S, a)),
-        ("values", lambda a: ce.otsu_threshold(a)),
-        ("pairs", lambda a: ce.VoteTable().add(a)),
-        ("pairs", lambda a: ce.VoteTable().votes(a)),
-        ("pairs", lambda a: ce.greedy_one_to_one(a, [0.5, 0.5])),
-        ("scores", lambda a: ce.greedy_one_to_one(_PAIRS, a)),
-        ("exclude_b", lambda a: ce.VoteTable().promote(_PAIRS, _SCORES, threshold=0.0, exclude_b=a)),
+        ("values", lambda a: ce.kernels.otsu_threshold(a)),
+        ("pairs", lambda a: ce.kernels.VoteTable().add(a)),
+        ("pairs", lambda a: ce.kernels.VoteTable().votes(a)),
+        ("pairs", lambda a: ce.kernels.greedy_one_to_one(a, [0.5, 0.5])),
+        ("scores", lambda a: ce.kernels.greedy_one_to_one(_PAIRS, a)),
+        ("exclude_b", lambda a: ce.kernels.VoteTable().promote(_PAIRS, _SCORES, threshold=0.0, exclude_b=a)),
         ("Y", lambda a: ce.lorentz_pairwise(_S, a)),
         ("links", lambda a: evaluate_links(a, _PAIRS)),
         ("truth", lambda a: evaluate_links(_PAIRS, a)),
@@ -732,7 +757,7 @@ def test_otsu_scales_by_powers_of_two_subnormals_included(v, e, bins):
     """otsu(v * 2**e) = otsu(v) * 2**e: a threshold among subnormals is as exact as one among normal numbers."""
     if np.abs(v).max() * 2.0**e > 1e300:
         return
-    got, scaled = ce.otsu_threshold(v, bins=bins), ce.otsu_threshold(v * 2.0**e, bins=bins)
+    got, scaled = ce.kernels.otsu_threshold(v, bins=bins), ce.kernels.otsu_threshold(v * 2.0**e, bins=bins)
     if scaled == 0 or abs(scaled) >= np.finfo(np.float64).tiny:  # a subnormal divided by 2**e would round twice
         assert got == scaled / 2.0**e
     assert got == ref.otsu_threshold(v, bins=bins)
@@ -772,7 +797,7 @@ def _float_calls():
     return {
         "sigma": lambda v: ce.anchor_signatures(_S, _S, sigma=v),
         "curvature": lambda v: ce.lorentz_pairwise(_S.astype(np.float64), _S.astype(np.float64), curvature=v),
-        "threshold": lambda v: ce.greedy_one_to_one(_PAIRS, _SCORES, threshold=v),
+        "threshold": lambda v: ce.kernels.greedy_one_to_one(_PAIRS, _SCORES, threshold=v),
         "alpha": lambda v: make_partial_overlap(200, alpha=v, n_seeds=1, random_state=0),
     }
 
@@ -785,6 +810,7 @@ def test_float_arguments_at_the_edges(name, value):
     try:
         got = _float_calls()[name](value)
     except CLEAR as exc:
+        not_a_signature_error(exc)
         assert name in str(exc), str(exc)
         return
     for part in got if isinstance(got, tuple) else (got,):

@@ -28,7 +28,7 @@ def test_matches_reference(n_a, n_b, m, k, csls_k):
     SA, SB = _signatures(rng, n_a, n_b)
     cand_a, cand_b = _nearest(SA, SB, min(m, n_b)), _nearest(SB, SA, min(m, n_a))
     cand_a[::7, -1] = -1  # padding
-    got_p, got_s = ce.csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, k=k, csls_k=csls_k)
+    got_p, got_s = ce.kernels.csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, k=k, csls_k=csls_k)
     exp_p, exp_s = ref.csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, k=k, csls_k=csls_k)
     assert np.array_equal(got_p, exp_p)
     np.testing.assert_allclose(got_s, exp_s, rtol=1e-5, atol=1e-5)
@@ -40,7 +40,7 @@ def test_all_pairs_listed_equals_the_dense_kernel():
     cand_a = np.tile(np.arange(38), (45, 1))
     cand_b = np.tile(np.arange(45), (38, 1))
     dense = ce.csls_mutual_topk(SA, SB, k=4, csls_k=7)
-    sparse = ce.csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, k=4, csls_k=7)
+    sparse = ce.kernels.csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, k=4, csls_k=7)
     assert np.array_equal(dense[0], sparse[0])
     # the dense kernel sums each dot product in one FMA chain (panel GEMM), the
     # sparse one in SIMD lanes: equal up to float32 rounding
@@ -53,8 +53,8 @@ def test_exclusions_threads_and_empty_rows():
     cand_a, cand_b = _nearest(SA, SB, 6), _nearest(SB, SA, 6)
     cand_a[5] = -1  # a row with no candidates never pairs
     kw = dict(k=3, csls_k=4, exclude_a=[1, 2], exclude_b=[7])
-    p1 = ce.csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, num_threads=1, **kw)
-    p2 = ce.csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, num_threads=2, **kw)
+    p1 = ce.kernels.csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, num_threads=1, **kw)
+    p2 = ce.kernels.csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, num_threads=2, **kw)
     assert np.array_equal(p1[0], p2[0]) and np.array_equal(p1[1], p2[1])
     exp = ref.csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, **kw)
     assert np.array_equal(p1[0], exp[0])
@@ -66,15 +66,15 @@ def test_bad_candidates_are_refused():
     SB = np.ones((2, 4), np.float32)
     good_a, good_b = np.zeros((3, 1), np.int64), np.zeros((2, 1), np.int64)
     with pytest.raises(ValueError, match="cand_a"):
-        ce.csls_mutual_topk_candidates(SA, SB, np.full((3, 1), 2), good_b)
+        ce.kernels.csls_mutual_topk_candidates(SA, SB, np.full((3, 1), 2), good_b)
     with pytest.raises(ValueError, match="cand_b"):
-        ce.csls_mutual_topk_candidates(SA, SB, good_a, np.zeros((3, 1), np.int64))
+        ce.kernels.csls_mutual_topk_candidates(SA, SB, good_a, np.zeros((3, 1), np.int64))
     with pytest.raises(ValueError, match="repeated"):
-        ce.csls_mutual_topk_candidates(SA, SB, np.array([[0, 0], [0, 1], [1, -1]]), good_b)
+        ce.kernels.csls_mutual_topk_candidates(SA, SB, np.array([[0, 0], [0, 1], [1, -1]]), good_b)
     with pytest.raises(TypeError, match="cand_a"):
-        ce.csls_mutual_topk_candidates(SA, SB, good_a.astype(float), good_b)
+        ce.kernels.csls_mutual_topk_candidates(SA, SB, good_a.astype(float), good_b)
     with pytest.raises(ValueError, match="k"):
-        ce.csls_mutual_topk_candidates(SA, SB, good_a, good_b, k=0)
+        ce.kernels.csls_mutual_topk_candidates(SA, SB, good_a, good_b, k=0)
 
 
 @pytest.mark.parametrize("d", [16, 37, 256])
@@ -106,7 +106,7 @@ def test_candidate_lists_checked_once_give_the_candidates_kernel():
     cand_a[:] = 0  # the lists hold their own checked copy
     kw = dict(k=3, csls_k=6, exclude_a=[4], exclude_b=[9])
     got = csls_mutual_topk_lists(SA, SB, lists, **kw)
-    want = ce.csls_mutual_topk_candidates(SA, SB, lists.cand_a, lists.cand_b, **kw)
+    want = ce.kernels.csls_mutual_topk_candidates(SA, SB, lists.cand_a, lists.cand_b, **kw)
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
 
 
@@ -140,7 +140,7 @@ def test_tied_similarities_match_the_reference(m):
     SB = np.repeat(rng.integers(0, 3, (150, 5)), 2, axis=0).astype(np.float32)
     cand_a, cand_b = _nearest(SA, SB, m), _nearest(SB, SA, m)
     for csls_k in (1, 2, m // 4, m):
-        got = ce.csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, k=2, csls_k=csls_k)
+        got = ce.kernels.csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, k=2, csls_k=csls_k)
         want = ref.csls_mutual_topk_candidates(SA, SB, cand_a, cand_b, k=2, csls_k=csls_k)
         assert np.array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])

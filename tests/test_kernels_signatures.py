@@ -70,27 +70,27 @@ def test_signatures_tiny_sigma_do_not_underflow(rng):
 
 def test_median_anchor_distance_does_not_depend_on_threads(rng):
     anchors = rng.standard_normal((97, 19)).astype(np.float32)
-    one = ce.median_anchor_distance(anchors, num_threads=1)
-    assert ce.median_anchor_distance(anchors, num_threads=2) == one
-    assert ce.median_anchor_distance(anchors, num_threads=5) == one
+    one = ce.kernels.median_anchor_distance(anchors, num_threads=1)
+    assert ce.kernels.median_anchor_distance(anchors, num_threads=2) == one
+    assert ce.kernels.median_anchor_distance(anchors, num_threads=5) == one
 
 
 @pytest.mark.parametrize("D", [1, 7, 33, 384])
 def test_median_anchor_distance_matches_reference(rng, D):
     for A in (2, 3, 10, 11, 64):  # even and odd pair counts
         anchors = points(rng, A, D)
-        assert ce.median_anchor_distance(anchors) == pytest.approx(
+        assert ce.kernels.median_anchor_distance(anchors) == pytest.approx(
             ref.median_anchor_distance(anchors), abs=gamma(2 * D + 8)
         )
 
 
 def test_median_anchor_distance_fallbacks(rng):
     a = points(rng, 1, 9)
-    assert ce.median_anchor_distance(a) == 1.0  # one anchor
-    assert ce.median_anchor_distance(np.repeat(a, 5, axis=0)) == 1.0, "coinciding anchors must fall back to 1.0"
-    assert ce.median_anchor_distance(np.zeros((4, 9), np.float32)) == 1.0  # zero rows: cosine 0, distance 1
+    assert ce.kernels.median_anchor_distance(a) == 1.0  # one anchor
+    assert ce.kernels.median_anchor_distance(np.repeat(a, 5, axis=0)) == 1.0, "coinciding anchors must fall back to 1.0"
+    assert ce.kernels.median_anchor_distance(np.zeros((4, 9), np.float32)) == 1.0  # zero rows: cosine 0, distance 1
     b = np.vstack([np.repeat(a, 3, axis=0), points(rng, 1, 9)])  # 3 zero and 3 equal distances
-    assert ce.median_anchor_distance(b) == pytest.approx(ref.median_anchor_distance(b), abs=gamma(26))
+    assert ce.kernels.median_anchor_distance(b) == pytest.approx(ref.median_anchor_distance(b), abs=gamma(26))
 
 
 def test_signatures_zero_rows_and_zero_anchors(rng):

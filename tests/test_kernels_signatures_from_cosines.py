@@ -43,7 +43,7 @@ def cosines(n, p, seed):
 def test_equals_the_float64_reference(n, p, v, sigma):
     C = cosines(n, p, n + p + v)
     cols = np.random.default_rng(v).integers(0, p, v)  # repeats allowed
-    assert_close(ce.signatures_from_cosines(C, cols, sigma=sigma), C, cols, sigma)
+    assert_close(ce.kernels.signatures_from_cosines(C, cols, sigma=sigma), C, cols, sigma)
 
 
 def test_matches_anchor_signatures_on_the_same_anchors():
@@ -52,52 +52,56 @@ def test_matches_anchor_signatures_on_the_same_anchors():
     unit = lambda M: M / np.linalg.norm(M, axis=1, keepdims=True)  # noqa: E731
     C = (unit(X.astype(np.float64)) @ unit(P.astype(np.float64)).T).astype(np.float32)
     cols = np.array([3, 17, 5, 39, 0, 22, 8])
-    got = ce.signatures_from_cosines(C, cols, sigma=0.4)
+    got = ce.kernels.signatures_from_cosines(C, cols, sigma=0.4)
     np.testing.assert_allclose(got, ce.anchor_signatures(X, P[cols], sigma=0.4), atol=2e-6)
 
 
 def test_ties_zeros_and_extreme_widths():
     flat = np.full((3, 10), 0.25, np.float32)  # every anchor ties: a uniform row
-    np.testing.assert_allclose(ce.signatures_from_cosines(flat, np.arange(10), sigma=0.3), 1 / np.sqrt(10), rtol=1e-6)
+    np.testing.assert_allclose(
+        ce.kernels.signatures_from_cosines(flat, np.arange(10), sigma=0.3), 1 / np.sqrt(10), rtol=1e-6
+    )
     zeros = np.zeros((2, 4), np.float32)
-    np.testing.assert_allclose(ce.signatures_from_cosines(zeros, [0, 1, 2], sigma=1.0), 1 / np.sqrt(3), rtol=1e-6)
+    np.testing.assert_allclose(
+        ce.kernels.signatures_from_cosines(zeros, [0, 1, 2], sigma=1.0), 1 / np.sqrt(3), rtol=1e-6
+    )
     C = np.array([[0.9, 0.1, 0.9, -1.0]], np.float32)
     for sigma in (1e-30, 1e-3):  # the nearest anchors (a tie) take the whole row
-        got = ce.signatures_from_cosines(C, np.arange(4), sigma=sigma)
+        got = ce.kernels.signatures_from_cosines(C, np.arange(4), sigma=sigma)
         assert_close(got, C, np.arange(4), sigma)
         np.testing.assert_allclose(got[0, [0, 2]], 1 / np.sqrt(2), rtol=1e-6)
-    big = ce.signatures_from_cosines(C, np.arange(4), sigma=1e30)  # nearly flat, still finite
+    big = ce.kernels.signatures_from_cosines(C, np.arange(4), sigma=1e30)  # nearly flat, still finite
     assert np.isfinite(big).all()
 
 
 def test_empty_rows_or_columns_and_thread_independence():
     C = cosines(0, 6, 0)
-    assert ce.signatures_from_cosines(C, [1, 2], sigma=1.0).shape == (0, 2)
-    assert ce.signatures_from_cosines(cosines(4, 6, 0), np.zeros(0, np.int64), sigma=1.0).shape == (4, 0)
+    assert ce.kernels.signatures_from_cosines(C, [1, 2], sigma=1.0).shape == (0, 2)
+    assert ce.kernels.signatures_from_cosines(cosines(4, 6, 0), np.zeros(0, np.int64), sigma=1.0).shape == (4, 0)
     C, cols = cosines(300, 90, 5), np.arange(0, 90, 3)
-    one = ce.signatures_from_cosines(C, cols, sigma=0.5, num_threads=1)
-    np.testing.assert_array_equal(one, ce.signatures_from_cosines(C, cols, sigma=0.5, num_threads=2))
+    one = ce.kernels.signatures_from_cosines(C, cols, sigma=0.5, num_threads=1)
+    np.testing.assert_array_equal(one, ce.kernels.signatures_from_cosines(C, cols, sigma=0.5, num_threads=2))
 
 
 def test_bad_input_names_the_argument():
     C = cosines(5, 4, 0)
     with pytest.raises(ValueError, match="cols"):
-        ce.signatures_from_cosines(C, [0, 4], sigma=1.0)
+        ce.kernels.signatures_from_cosines(C, [0, 4], sigma=1.0)
     with pytest.raises(ValueError, match="cols"):
-        ce.signatures_from_cosines(C, [-1], sigma=1.0)
+        ce.kernels.signatures_from_cosines(C, [-1], sigma=1.0)
     with pytest.raises(TypeError, match="cols"):
-        ce.signatures_from_cosines(C, [0.5], sigma=1.0)
+        ce.kernels.signatures_from_cosines(C, [0.5], sigma=1.0)
     with pytest.raises(ValueError, match="sigma"):
-        ce.signatures_from_cosines(C, [0], sigma=0.0)
+        ce.kernels.signatures_from_cosines(C, [0], sigma=0.0)
     with pytest.raises(ValueError, match="C must be 2-dimensional"):
-        ce.signatures_from_cosines(C[0], [0], sigma=1.0)
+        ce.kernels.signatures_from_cosines(C[0], [0], sigma=1.0)
     with pytest.raises(ValueError, match="cosines"):
-        ce.signatures_from_cosines(C * 3, [0], sigma=1.0)
+        ce.kernels.signatures_from_cosines(C * 3, [0], sigma=1.0)
     for value in (np.nan, np.inf):
         bad = C.copy()
         bad[1, 2] = value
         with pytest.raises(ValueError, match="finite cosines"):
-            ce.signatures_from_cosines(bad, [0], sigma=1.0)
+            ce.kernels.signatures_from_cosines(bad, [0], sigma=1.0)
 
 
 def test_anchor_cosines_are_checked_once_and_give_the_function_s_signatures():
@@ -106,7 +110,9 @@ def test_anchor_cosines_are_checked_once_and_give_the_function_s_signatures():
     C, cols = cosines(120, 40, 3), np.array([3, 0, 17, 17, 39])
     checked = AnchorCosines(C)
     assert checked.shape == (120, 40)
-    np.testing.assert_array_equal(checked.signatures(cols, sigma=0.4), ce.signatures_from_cosines(C, cols, sigma=0.4))
+    np.testing.assert_array_equal(
+        checked.signatures(cols, sigma=0.4), ce.kernels.signatures_from_cosines(C, cols, sigma=0.4)
+    )
     with pytest.raises(ValueError, match="finite cosines"):
         AnchorCosines(C * 3)
     with pytest.raises(ValueError, match="cols"):

@@ -8,7 +8,7 @@ from crossembed import reference as ref
 
 
 def _check(SA, SB, k_row, k_col=None, **kw):
-    got = ce.topk_rows_and_columns(SA, SB, k_row, k_col, **kw)
+    got = ce.kernels.topk_rows_and_columns(SA, SB, k_row, k_col, **kw)
     exp = ref.topk_rows_and_columns(SA, SB, k_row, k_col)
     for g, e in zip(got[1::2], exp[1::2]):
         assert g.dtype == np.int64
@@ -69,9 +69,9 @@ def test_k_is_clipped_and_equals_two_top_k_calls():
     rng = np.random.default_rng(2)
     SA = rng.standard_normal((120, 32)).astype(np.float32)
     SB = rng.standard_normal((90, 32)).astype(np.float32)
-    rs, ri, cs, ci = ce.topk_rows_and_columns(SA, SB, 500)
+    rs, ri, cs, ci = ce.kernels.topk_rows_and_columns(SA, SB, 500)
     assert ri.shape == (120, 90) and ci.shape == (90, 120)
-    _, ri2, _, ci2 = ce.topk_rows_and_columns(SA, SB, 10, 12)
+    _, ri2, _, ci2 = ce.kernels.topk_rows_and_columns(SA, SB, 10, 12)
     np.testing.assert_array_equal(ri2, ri[:, :10])
     np.testing.assert_array_equal(ci2, ci[:, :12])
 
@@ -80,14 +80,14 @@ def test_threads_do_not_change_the_lists():
     rng = np.random.default_rng(3)
     SA = rng.standard_normal((700, 40)).astype(np.float32)
     SB = rng.standard_normal((650, 40)).astype(np.float32)
-    one = ce.topk_rows_and_columns(SA, SB, 16, num_threads=1)
-    two = ce.topk_rows_and_columns(SA, SB, 16, num_threads=2)
+    one = ce.kernels.topk_rows_and_columns(SA, SB, 16, num_threads=1)
+    two = ce.kernels.topk_rows_and_columns(SA, SB, 16, num_threads=2)
     for a, b in zip(one, two):
         np.testing.assert_array_equal(a, b)
 
 
 def test_empty_sides():
-    rs, ri, cs, ci = ce.topk_rows_and_columns(np.zeros((0, 3), np.float32), np.ones((4, 3), np.float32), 2)
+    rs, ri, cs, ci = ce.kernels.topk_rows_and_columns(np.zeros((0, 3), np.float32), np.ones((4, 3), np.float32), 2)
     assert ri.shape == (0, 2) and ci.shape == (4, 0)
 
 
@@ -103,7 +103,7 @@ def test_empty_sides():
 )
 def test_bad_input_names_the_argument(args, kwargs, err, match):
     with pytest.raises(err, match=match):
-        ce.topk_rows_and_columns(*args, **kwargs)
+        ce.kernels.topk_rows_and_columns(*args, **kwargs)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])

@@ -190,7 +190,7 @@ def test_signatures_bad_values(bad):
     with pytest.raises(ValueError, match="anchors"):
         ce.anchor_signatures(DOCS, _with(MU, (0, 0), bad))
     with pytest.raises(ValueError, match="anchors"):
-        ce.median_anchor_distance(_with(MU, (0, 0), bad))
+        ce.kernels.median_anchor_distance(_with(MU, (0, 0), bad))
 
 
 def test_signatures_bad_arguments():
@@ -237,7 +237,7 @@ def test_csls_bad_arguments():
 
 
 def test_votes_bad_arguments():
-    table = ce.VoteTable()
+    table = ce.kernels.VoteTable()
     with pytest.raises(ValueError, match="pairs"):
         table.add(np.zeros((3, 3), np.int64))
     with pytest.raises(TypeError, match="pairs"):
@@ -264,7 +264,7 @@ def test_votes_bad_arguments():
 )
 def test_otsu_bad_arguments(values, bins, exc, match):
     with pytest.raises(exc, match=match):
-        ce.otsu_threshold(values, bins=bins)
+        ce.kernels.otsu_threshold(values, bins=bins)
 
 
 def test_lorentz_bad_arguments():
@@ -301,16 +301,16 @@ def test_counts_beyond_c_mean_all_rows(big):
     for call in (
         lambda k: ce.csls_mutual_topk(SIG, SIG, k=k, csls_k=3),
         lambda k: ce.csls_mutual_topk(SIG, SIG, k=2, csls_k=k),
-        lambda k: ce.csls_mutual_topk_candidates(SIG, SIG, CAND, CAND, k=k),
-        lambda k: ce.csls_mutual_topk_candidates(SIG, SIG, CAND, CAND, csls_k=k),
-        lambda k: ce.topk_rows_and_columns(SIG, SIG, k, k),
+        lambda k: ce.kernels.csls_mutual_topk_candidates(SIG, SIG, CAND, CAND, k=k),
+        lambda k: ce.kernels.csls_mutual_topk_candidates(SIG, SIG, CAND, CAND, csls_k=k),
+        lambda k: ce.kernels.topk_rows_and_columns(SIG, SIG, k, k),
     ):
         for got, same in zip(call(big), call(7)):
             np.testing.assert_array_equal(got, same)
     pairs, scores = np.array([[0, 1], [2, 3], [0, 3]]), np.array([0.9, 0.5, 0.7])
-    expect = ce.greedy_one_to_one(pairs, scores)
-    np.testing.assert_array_equal(ce.VoteTable().promote(pairs, scores, threshold=-1.0, limit=big), expect)
-    np.testing.assert_array_equal(ce.greedy_one_to_one(pairs, scores, limit=big), expect)
+    expect = ce.kernels.greedy_one_to_one(pairs, scores)
+    np.testing.assert_array_equal(ce.kernels.VoteTable().promote(pairs, scores, threshold=-1.0, limit=big), expect)
+    np.testing.assert_array_equal(ce.kernels.greedy_one_to_one(pairs, scores, limit=big), expect)
 
 
 @pytest.mark.parametrize(
@@ -318,10 +318,10 @@ def test_counts_beyond_c_mean_all_rows(big):
     [
         (lambda v: ce.csls_mutual_topk(SIG, SIG, k=v), "k"),
         (lambda v: ce.csls_mutual_topk(SIG, SIG, csls_k=v), "csls_k"),
-        (lambda v: ce.csls_mutual_topk_candidates(SIG, SIG, CAND, CAND, k=v), "k"),
-        (lambda v: ce.topk_rows_and_columns(SIG, SIG, 2, v), "k_col"),
-        (lambda v: ce.greedy_one_to_one([[0, 1]], [0.5], limit=v), "limit"),
-        (lambda v: ce.otsu_threshold([0.1, 0.2], bins=v), "bins"),
+        (lambda v: ce.kernels.csls_mutual_topk_candidates(SIG, SIG, CAND, CAND, k=v), "k"),
+        (lambda v: ce.kernels.topk_rows_and_columns(SIG, SIG, 2, v), "k_col"),
+        (lambda v: ce.kernels.greedy_one_to_one([[0, 1]], [0.5], limit=v), "limit"),
+        (lambda v: ce.kernels.otsu_threshold([0.1, 0.2], bins=v), "bins"),
         (lambda v: ce.lorentz_topk(SIG, SIG, v), "k"),
         (lambda v: ce.probit_topk(SIG, SIG * 0, SIG, SIG * 0, v), "k"),
     ],
@@ -336,8 +336,8 @@ def test_negative_counts_name_the_argument(call, name, value):
 @pytest.mark.parametrize("bins", [2**24 + 1, 2**31, 2**40, 2**64])
 def test_otsu_bins_beyond_its_range(bins):
     with pytest.raises(ValueError, match=r"^bins must be <= 16777216, got "):
-        ce.otsu_threshold([0.1, 0.2, 0.9], bins=bins)
-    assert ce.otsu_threshold([0.1, 0.2, 0.9], bins=2**10) == pytest.approx(0.2, abs=1e-3)
+        ce.kernels.otsu_threshold([0.1, 0.2, 0.9], bins=bins)
+    assert ce.kernels.otsu_threshold([0.1, 0.2, 0.9], bins=2**10) == pytest.approx(0.2, abs=1e-3)
 
 
 @pytest.mark.parametrize(
@@ -350,8 +350,8 @@ def test_otsu_bins_beyond_its_range(bins):
     ],
 )
 def test_ragged_pairs_name_the_argument(pairs):
-    table = ce.VoteTable()
-    for call in (table.add, table.votes, lambda p: ce.greedy_one_to_one(p, [0.5, 0.5])):
+    table = ce.kernels.VoteTable()
+    for call in (table.add, table.votes, lambda p: ce.kernels.greedy_one_to_one(p, [0.5, 0.5])):
         with pytest.raises(ValueError, match=r"^pairs must be a rectangular array") as info:
             call(pairs)
         assert "inhomogeneous" not in str(info.value)
@@ -359,7 +359,7 @@ def test_ragged_pairs_name_the_argument(pairs):
 
 
 def test_ids_beyond_int64_are_out_of_range_not_wrapped():
-    table = ce.VoteTable()
+    table = ce.kernels.VoteTable()
     with pytest.raises(ValueError, match=r"^pairs has an entry out of the int64 range"):
         table.add([[0, 2**70]])
     with pytest.raises(ValueError, match=r"^pairs has an entry out of the int64 range"):

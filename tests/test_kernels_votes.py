@@ -26,7 +26,7 @@ def _random_views(rng, n_views, n_pairs, hi):
 
 
 def test_vote_table_matches_reference(rng):
-    table, twin = ce.VoteTable(), ref.VoteTable()
+    table, twin = ce.kernels.VoteTable(), ref.VoteTable()
     for view in _random_views(rng, 30, 12, 15):
         table.add(view)
         twin.add(view)
@@ -43,7 +43,7 @@ def test_vote_table_matches_reference(rng):
 
 
 def test_vote_table_counts_a_pair_once_per_view():
-    table, twin = ce.VoteTable(), ref.VoteTable()
+    table, twin = ce.kernels.VoteTable(), ref.VoteTable()
     for view in ([[1, 2], [1, 2], [3, 4]], [[1, 2]]):
         table.add(view)
         twin.add(view)
@@ -52,7 +52,7 @@ def test_vote_table_counts_a_pair_once_per_view():
 
 
 def test_vote_table_empty_views_and_large_indices():
-    table = ce.VoteTable()
+    table = ce.kernels.VoteTable()
     table.add(np.zeros((0, 2), dtype=np.int64))
     table.add([])
     assert table.n_views == 2 and len(table) == 0
@@ -91,7 +91,9 @@ def test_promote_matches_reference(data, n):
     ex_a = data.draw(st.lists(st.integers(0, 8), max_size=3))
     ex_b = data.draw(st.lists(st.integers(0, 8), max_size=3))
     limit = data.draw(st.sampled_from([None, 0, 1, 3]))
-    got = ce.VoteTable().promote(pairs, scores, threshold=threshold, exclude_a=ex_a, exclude_b=ex_b, limit=limit)
+    got = ce.kernels.VoteTable().promote(
+        pairs, scores, threshold=threshold, exclude_a=ex_a, exclude_b=ex_b, limit=limit
+    )
     expect = ref.greedy_one_to_one(pairs, scores, threshold, ex_a, ex_b, limit)
     assert got.dtype == np.int64
     assert got.reshape(-1, 2).tolist() == expect.tolist()
@@ -100,10 +102,10 @@ def test_promote_matches_reference(data, n):
 def test_promote_hand_worked():
     pairs = np.array([[5, 1], [0, 1], [0, 0], [1, 0], [2, 2]])
     scores = np.array([0.9, 0.9, 0.9, 0.8, 0.95])
-    got = ce.VoteTable().promote(pairs, scores, threshold=0.5)
+    got = ce.kernels.VoteTable().promote(pairs, scores, threshold=0.5)
     # 0.95 first; then the three 0.9 ties by lower i ([0,0] before [0,1]) then j; [5,1] still free
     assert got.tolist() == [[2, 2], [0, 0], [5, 1]]
-    assert ce.VoteTable().promote(pairs, scores, threshold=0.9).tolist() == [[2, 2]]  # strictly above
+    assert ce.kernels.VoteTable().promote(pairs, scores, threshold=0.9).tolist() == [[2, 2]]  # strictly above
 
 
 def _bimodal(rng, n):
@@ -120,21 +122,21 @@ def test_otsu_matches_reference(rng, bins):
         (rng.beta(0.5, 0.5, 2000) * 1e-9),
     ):
         width = (values.max() - values.min()) / bins
-        got = ce.otsu_threshold(values, bins=bins)
+        got = ce.kernels.otsu_threshold(values, bins=bins)
         assert got == pytest.approx(ref.otsu_threshold(values, bins=bins), abs=1e-9 * width)
 
 
 def test_otsu_separates_and_handles_degenerate_inputs(rng):
     values = _bimodal(rng, 400)
-    t = ce.otsu_threshold(values)
+    t = ce.kernels.otsu_threshold(values)
     assert 0.3 < t < 0.6
-    assert ce.otsu_threshold(np.full(7, 0.25)) == 0.25
-    assert ce.otsu_threshold([0.4]) == 0.4
-    assert ce.otsu_threshold(np.array([0.0, 1.0]), bins=10) == pytest.approx(
+    assert ce.kernels.otsu_threshold(np.full(7, 0.25)) == 0.25
+    assert ce.kernels.otsu_threshold([0.4]) == 0.4
+    assert ce.kernels.otsu_threshold(np.array([0.0, 1.0]), bins=10) == pytest.approx(
         ref.otsu_threshold(np.array([0.0, 1.0]), bins=10)
     )
     posterior = np.array([1 / 3] * 50 + [2 / 3] * 5)  # Beta means: two levels
-    assert ce.otsu_threshold(posterior) == pytest.approx(ref.otsu_threshold(posterior), rel=1e-12)
-    assert ce.otsu_threshold(np.float32([0.1, 0.2, 0.9]), bins=4) == pytest.approx(
+    assert ce.kernels.otsu_threshold(posterior) == pytest.approx(ref.otsu_threshold(posterior), rel=1e-12)
+    assert ce.kernels.otsu_threshold(np.float32([0.1, 0.2, 0.9]), bins=4) == pytest.approx(
         ref.otsu_threshold(np.float32([0.1, 0.2, 0.9]), bins=4)
     )

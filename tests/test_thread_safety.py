@@ -86,7 +86,7 @@ def test_csls_candidates_mutated_during_call():
         SA = rng.random((na, d)).astype(np.float32); SB = rng.random((nb, d)).astype(np.float32)
         ca = np.stack([rng.choice(nb, m, replace=False) for _ in range(na)]).astype(np.int64)
         cb = np.stack([rng.choice(na, m, replace=False) for _ in range(nb)]).astype(np.int64)
-        call = lambda: crossembed.csls_mutual_topk_candidates(SA, SB, ca, cb, k=3, csls_k=5, num_threads=2)
+        call = lambda: crossembed.kernels.csls_mutual_topk_candidates(SA, SB, ca, cb, k=3, csls_k=5, num_threads=2)
         expected = call()
         run(call, ca, 1 << 40, expected, 80)
         """
@@ -122,7 +122,7 @@ def test_csls_candidates_huge_k_does_not_reserve():
     SB = rng.random((30, 4)).astype(np.float32)
     ca = np.stack([rng.choice(30, 5, replace=False) for _ in range(20)])
     cb = np.stack([rng.choice(20, 5, replace=False) for _ in range(30)])
-    big = crossembed.csls_mutual_topk_candidates(SA, SB, ca, cb, k=2**40, csls_k=2**40)
-    ref = crossembed.csls_mutual_topk_candidates(SA, SB, ca, cb, k=5, csls_k=5)
+    big = crossembed.kernels.csls_mutual_topk_candidates(SA, SB, ca, cb, k=2**40, csls_k=2**40)
+    ref = crossembed.kernels.csls_mutual_topk_candidates(SA, SB, ca, cb, k=5, csls_k=5)
     np.testing.assert_array_equal(big[0], ref[0])
     np.testing.assert_array_equal(big[1], ref[1])

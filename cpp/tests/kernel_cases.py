@@ -104,7 +104,7 @@ def csls_cases(rng) -> dict:
     sim = SA.astype(np.float64) @ SB.astype(np.float64).T
     dots = np.where(ca >= 0, np.take_along_axis(sim, np.maximum(ca, 0), axis=1), np.nan)
     host = ce.csls_mutual_topk(SA, SB, k=3, csls_k=7, exclude_a=ex_a, exclude_b=ex_b)[0]
-    host_c = ce.csls_mutual_topk_candidates(SA, SB, ca, cb, k=3, csls_k=7, exclude_a=ex_a, exclude_b=ex_b)[0]
+    host_c = ce.kernels.csls_mutual_topk_candidates(SA, SB, ca, cb, k=3, csls_k=7, exclude_a=ex_a, exclude_b=ex_b)[0]
     assert np.array_equal(host, pairs) and np.array_equal(host_c, cpairs), "a CSLS case hinges on a near-tie"
     return {
         "csls.SA": SA,
@@ -127,7 +127,7 @@ def csls_cases(rng) -> dict:
 def discrete_cases(rng) -> dict:
     values = np.concatenate([rng.normal(0.2, 0.05, 700), rng.normal(0.7, 0.1, 300)])
     t100, t37 = ref.otsu_threshold(values, bins=100), ref.otsu_threshold(values, bins=37)
-    assert ce.otsu_threshold(values, bins=100) == t100 and ce.otsu_threshold(values, bins=37) == t37
+    assert ce.kernels.otsu_threshold(values, bins=100) == t100 and ce.kernels.otsu_threshold(values, bins=37) == t37
     pairs = rng.integers(0, 25, size=(200, 2)).astype(np.int64)
     scores = np.round(rng.random(200), 2)  # ties in score: broken by (i, j)
     ex_a, ex_b = np.array([3, 8], np.int64), np.array([0], np.int64)

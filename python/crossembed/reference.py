@@ -331,7 +331,7 @@ def otsu_threshold(values, *, bins: int = 100) -> float:
 def greedy_one_to_one(
     pairs, scores, threshold: float, exclude_a=(), exclude_b=(), limit: Optional[int] = None
 ) -> np.ndarray:
-    """The pairs that :meth:`crossembed.VoteTable.promote` returns, in promotion order.
+    """The pairs that :meth:`crossembed.kernels.VoteTable.promote` returns, in promotion order.
 
     Candidates are the pairs with ``score > threshold``, taken by descending
     score (ties: lower ``i``, then lower ``j``); a pair is skipped when its
@@ -357,7 +357,7 @@ def greedy_one_to_one(
 
 
 class VoteTable:
-    """Dictionary-backed twin of :class:`crossembed.VoteTable`.
+    """Dictionary-backed twin of :class:`crossembed.kernels.VoteTable`.
 
     Each :meth:`add` is one view: every distinct pair listed gets one vote
     (listing it twice in one view still counts once, so votes never exceed
