@@ -13,7 +13,7 @@ recall@10 = share of queries with a relevant document among the 10 most
 cosine-similar (ties count against the hit). Embeddings land in the
 crossembed cache (``encode_cached``), so later runs on the same texts reuse them.
 
-    python scripts/encoder_sanity.py --task wordnet --models minilm minilm-l3 e5 --out docs/encoder_sanity.md
+    python -m experiments.studies.encoder_sanity --task wordnet --models minilm minilm-l3 e5 --out docs/encoder_sanity.md
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def main() -> int:
         lines = [
             f"## {task.name}: {len(task)} queries, {len(task.documents)} documents",
             "",
-            f"`python scripts/encoder_sanity.py --task {args.task} --models {' '.join(args.models)} --out {args.out}`"
+            f"`python -m experiments.studies.encoder_sanity --task {args.task} --models {' '.join(args.models)} --out {args.out}`"
             " (seconds include encoding unless the embeddings were cached; shared 2-core machine)",
             "",
             "| model | dim | " + " | ".join(cols) + " | seconds |",
