@@ -7,8 +7,9 @@ distributed = pytest.importorskip("dask.distributed")
 
 from _linking_data import linking_problem  # noqa: E402
 from crossembed import kernels  # noqa: E402
-from crossembed.distributed import DaskCandidates, csls_from_candidate_dots  # noqa: E402
+from crossembed.distributed import DaskCandidates  # noqa: E402
 from crossembed.linking import GEHLinker, PoolCandidates  # noqa: E402
+from crossembed.linking.csls import csls_from_candidate_dots  # noqa: E402
 from crossembed.linking.proposers import pool_candidate_lists  # noqa: E402
 
 

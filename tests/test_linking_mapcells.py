@@ -163,7 +163,8 @@ def test_a_refit_pass_maps_only_its_rows_and_gives_the_links_of_all_rows_with_th
     want, want_scores = mutual_best(*cell_lists(FA, B, near, index, 32), csls_k=10)
     assert len(want) > 100 and (pairs[:, 0] % 4 == 0).all()
     np.testing.assert_array_equal(pairs, want)
-    np.testing.assert_array_equal(scores, want_scores)
+    # the mapped rows come from a GEMM over other rows (A[::4] against A), which BLAS may round differently
+    np.testing.assert_allclose(scores, want_scores, rtol=1e-6, atol=1e-6)
 
 
 def test_map_pass_over_cells_keeps_the_exact_links(monkeypatch):

@@ -17,3 +17,10 @@ def test_softmax_rows_sum_to_one_and_survive_large_logits():
     p = softmax_rows([[1000.0, 1000.0], [0.0, np.log(3.0)]])
     assert np.allclose(p, [[0.5, 0.5], [0.25, 0.75]])
     assert np.allclose(p.sum(axis=1), 1.0)
+
+
+def test_unit_rows_in_the_inputs_own_dtype():
+    x = np.array([[3.0, 4.0], [0.0, 0.0]], dtype=np.float32)
+    u = unit_rows(x, dtype=None)
+    assert u.dtype == np.float32
+    np.testing.assert_array_equal(u, x / np.where(row_norms(x) > 0, row_norms(x), 1.0))

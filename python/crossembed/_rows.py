@@ -12,9 +12,10 @@ def row_norms(x: np.ndarray) -> np.ndarray:
     return np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def unit_rows(x) -> np.ndarray:
-    """Rows scaled to unit L2 norm in float64; a zero row stays zero."""
-    x = np.asarray(x, dtype=np.float64)
+def unit_rows(x, dtype=np.float64) -> np.ndarray:
+    """Rows scaled to unit L2 norm, computed in ``dtype`` (default float64; None: ``x``'s own); a zero row
+    stays zero."""
+    x = np.asarray(x, dtype=dtype)
     n = row_norms(x)
     return x / np.where(n > 0, n, 1.0)
 

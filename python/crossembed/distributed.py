@@ -35,9 +35,9 @@ from typing import Optional, Tuple
 import numpy as np
 
 from crossembed import kernels
-from crossembed._validation import as_int_matrix, as_matrix, check_int
-from crossembed.linking._inputs import active_rows
+from crossembed._validation import as_matrix, check_int
 from crossembed.linking.candidates import CandidateSource, PoolCandidates
+from crossembed.linking.csls import csls_from_candidate_dots, excluded_mask
 from crossembed.linking.pairs import greedy_one_to_one, positions
 from crossembed.linking.proposers import Proposer
 
@@ -45,7 +45,6 @@ __all__ = [
     "DaskCandidates",
     "DaskExactCandidates",
     "DaskProposer",
-    "csls_from_candidate_dots",
     "sharded_csls_mutual_topk",
 ]
 
@@ -83,13 +82,6 @@ def _pass_two(SA, SB_shard, r_a, r_b, k: int, offset: int):
     return row_val, row_pos + offset, col_top
 
 
-def _exclusions(exclude, n: int, name: str) -> Optional[np.ndarray]:
-    """Excluded rows as validated int64 (integers in ``[0, n)``: no NaN, float or negative index)."""
-    if exclude is None:
-        return None
-    return as_int_matrix(np.asarray(exclude).reshape(-1), name, ndim=1, high=n)
-
-
 def sharded_csls_mutual_topk(
     client, SA, SB, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None, n_shards: Optional[int] = None
 ):
@@ -102,8 +94,8 @@ def sharded_csls_mutual_topk(
     if SA.shape[1] != SB.shape[1]:
         raise ValueError(f"SA and SB must be 2-D with the same width, got {SA.shape} and {SB.shape}")
     k, csls_k = check_int(k, "k", low=1), check_int(csls_k, "csls_k", low=1)
-    rows = active_rows(_exclusions(exclude_a, len(SA), "exclude_a"), len(SA))
-    cols = active_rows(_exclusions(exclude_b, len(SB), "exclude_b"), len(SB))
+    rows = np.flatnonzero(~excluded_mask(exclude_a, len(SA), "exclude_a"))
+    cols = np.flatnonzero(~excluded_mask(exclude_b, len(SB), "exclude_b"))
     if rows.size == 0 or cols.size == 0:
         return np.zeros((0, 2), np.int64), np.zeros(0)
     if n_shards is None:
@@ -205,73 +197,6 @@ def _shard_dots(SA: np.ndarray, SB_shard: np.ndarray, cand_a_local: np.ndarray, 
     return dots_a[cand_a_local >= 0], kernels.candidate_dots(SB_shard, SA, cand_b_shard)
 
 
-def csls_from_candidate_dots(
-    dots_a, cand_a, dots_b, cand_b, *, k: int = 5, csls_k: int = 50, exclude_a=None, exclude_b=None
-):
-    """:func:`crossembed.kernels.csls_mutual_topk_candidates` from its similarities (numpy).
-
-    ``dots_a``/``dots_b`` are :func:`crossembed.kernels.candidate_dots` of
-    the two lists. Every step is the kernel's, in its order of operations
-    (``r`` from the kc-th best value and the values above it, summed in list order in float64,
-    CSLS rounded to float32, ties to
-    the lower index, the same greedy one-to-one), so the result is the
-    kernel's bit for bit; the sharded path merges its shards' similarities
-    here.
-    """
-    cand_a, cand_b = np.asarray(cand_a, np.int64), np.asarray(cand_b, np.int64)
-    na, nb = len(cand_a), len(cand_b)
-    mask_a = np.zeros(na, bool)
-    mask_b = np.zeros(nb, bool)
-    if exclude_a is not None:
-        mask_a[_exclusions(exclude_a, na, "exclude_a")] = True
-    if exclude_b is not None:
-        mask_b[_exclusions(exclude_b, nb, "exclude_b")] = True
-
-    def side(dots, cand, mask_own, mask_other):
-        valid = (cand >= 0) & ~mask_own[:, None] & ~mask_other[np.maximum(cand, 0)]
-        s = np.where(valid, dots, -np.inf).astype(np.float32)
-        kc = np.minimum(csls_k, valid.sum(axis=1))
-        r = np.zeros(len(cand))
-        has = np.flatnonzero(kc > 0)
-        if len(has):
-            # the kernel's r: v = the kc-th best value, the values above v summed in list order
-            # (a sequential float64 cumsum; the zeros in between add nothing), plus kc - #above copies of v
-            v = -np.sort(-s[has], axis=1)[np.arange(len(has)), kc[has] - 1]
-            above = s[has] > v[:, None]
-            total = np.cumsum(np.where(above, s[has], 0).astype(np.float64), axis=1)[:, -1]
-            total += (kc[has] - above.sum(axis=1)) * v.astype(np.float64)
-            r[has] = total / kc[has]
-        return s, valid, r
-
-    sa, va, ra = side(dots_a, cand_a, mask_a, mask_b)
-    sb, vb, rb = side(dots_b, cand_b, mask_b, mask_a)
-    kk = min(k, max(cand_a.shape[1], cand_b.shape[1]))
-
-    def top(s, valid, cand, r_row, r_col, a_side):
-        other = r_col[np.maximum(cand, 0)]
-        r_sum = r_row[:, None] + other if a_side else other + r_row[:, None]  # the kernel's (r_A + r_B)
-        csls = (2.0 * s.astype(np.float64) - r_sum).astype(np.float32)
-        key = np.where(valid, -csls, np.inf)
-        order = np.lexsort((np.where(valid, cand, np.iinfo(np.int64).max), key), axis=1)[:, :kk]
-        return (
-            np.take_along_axis(cand, order, axis=1),
-            np.take_along_axis(csls, order, axis=1),
-            np.take_along_axis(valid, order, axis=1),
-        )
-
-    ta, ta_score, ta_valid = top(sa, va, cand_a, ra, rb, True)
-    tb, _, tb_valid = top(sb, vb, cand_b, rb, ra, False)
-    i, t = np.nonzero(ta_valid)
-    j = ta[i, t]
-    mutual = ((tb[j] == i[:, None]) & tb_valid[j]).any(axis=1)
-    pairs = np.stack([i[mutual], j[mutual]], axis=1).astype(np.int64)
-    scores = ta_score[i[mutual], t[mutual]]
-    if len(pairs) == 0:
-        return pairs.reshape(0, 2), scores
-    chosen = greedy_one_to_one(pairs, scores.astype(np.float64))
-    return chosen, scores[positions(pairs, chosen, nb)]
-
-
 class DaskCandidates(PoolCandidates):
     """``GEHLinker(candidates=DaskCandidates(client))``: GEH's pool path with B sharded.
 
@@ -281,7 +206,7 @@ class DaskCandidates(PoolCandidates):
     A side by score (ties to the lower row). Per view, each shard computes
     the similarities of the candidate pairs that touch it
     (:func:`crossembed.kernels.candidate_dots`) and the driver scores them
-    (:func:`csls_from_candidate_dots`). Both merges are exact, so the links
+    (:func:`~crossembed.linking.csls.csls_from_candidate_dots`). Both merges are exact, so the links
     equal the local :class:`~crossembed.linking.candidates.PoolCandidates`
     ones for the same ``random_state``.
 

@@ -6,6 +6,7 @@ from typing import Tuple
 
 import numpy as np
 
+from crossembed._rows import unit_rows as unit_rows_in
 from crossembed._validation import as_int_matrix, as_matrix
 
 #: rows per chunk of a pass over a whole side of a large fit (its temporaries stay ~CHUNK x D)
@@ -45,9 +46,8 @@ def active_rows(exclude, n: int) -> np.ndarray:
 
 
 def unit_rows(X: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit L2 norm (zero rows stay zero), float32."""
-    norms = np.linalg.norm(X, axis=1, keepdims=True)
-    return np.ascontiguousarray(X / np.where(norms > 0, norms, 1.0), dtype=np.float32)
+    """Rows scaled to unit L2 norm in ``X``'s own dtype (zero rows stay zero), as C-contiguous float32."""
+    return np.ascontiguousarray(unit_rows_in(X, dtype=None), dtype=np.float32)
 
 
 def mutual_nearest(X: np.ndarray, Y: np.ndarray, *, exclude_a=None, exclude_b=None, tile: int = 2048):

@@ -33,6 +33,7 @@ from crossembed import kernels
 from crossembed._validation import resolve_num_threads
 from crossembed.linking._inputs import ROW_CHUNK as CHUNK
 from crossembed.linking._inputs import unit_rows
+from crossembed.linking.csls import csls_hubness, csls_scores
 
 __all__ = ["CellIndex", "cell_lists", "mapped_rows", "mutual_best"]
 
@@ -267,28 +268,13 @@ def cell_lists(
     return cand_a, dots_a, cand_b, dots_b
 
 
-def _hubness(dots: np.ndarray, csls_k: int) -> np.ndarray:
-    """CSLS's r per row, as the C++ kernel forms it: v the ``kc``-th best listed value (``kc`` =
-    ``csls_k`` or fewer listed), the values above v summed in list order in float64, plus the
-    ``kc - #above`` copies of v, over ``kc``; 0 for a row without candidates."""
-    top = dots[:, :csls_k]
-    kc = np.isfinite(top).sum(axis=1)
-    v = np.where(kc > 0, top[np.arange(len(top)), np.maximum(kc, 1) - 1], 0).astype(np.float64)
-    above = top > v[:, None]
-    total = np.cumsum(np.where(above, top, 0).astype(np.float64), axis=1)[:, -1]
-    total += (kc - above.sum(axis=1)) * v
-    return np.where(kc > 0, total / np.maximum(kc, 1), 0.0)
-
-
 def _best(cand, dots, r_own, r_other) -> Tuple[np.ndarray, np.ndarray]:
     """Each row's CSLS-best candidate (-1: none) and its score (float32), ties to the lower row."""
     best = np.full(len(cand), -1, np.int64)
     top = np.full(len(cand), -np.inf, np.float32)
     for s in range(0, len(cand), CHUNK):
         c, d = cand[s : s + CHUNK], dots[s : s + CHUNK]
-        csls = (2.0 * d.astype(np.float64) - (r_own[s : s + CHUNK, None] + r_other[np.maximum(c, 0)])).astype(
-            np.float32
-        )
+        csls = csls_scores(d, c, r_own[s : s + CHUNK], r_other)
         csls[c < 0] = -np.inf
         order = np.lexsort((np.where(c < 0, np.iinfo(np.int64).max, c), -csls), axis=1)[:, 0]
         at = np.arange(len(c))
@@ -303,12 +289,13 @@ def mutual_best(
     """Mutual CSLS best pairs ``(P, 2)`` over the lists of :func:`cell_lists` and their scores, best
     first (ties to the lower A row).
 
-    ``CSLS(i, j) = 2 s_ij - r_A(i) - r_B(j)``, ``r`` the mean of a row's
-    ``csls_k`` best listed values. Mutual best pairs are one-to-one by
+    ``CSLS(i, j) = 2 s_ij - r_A(i) - r_B(j)``, ``r`` the kernel's hubness term
+    over a row's listed values (:func:`~crossembed.linking.csls.csls_hubness`). Mutual best pairs are one-to-one by
     construction. :func:`crossembed.kernels.csls_mutual_topk_candidates`
     with ``k=1`` on the same lists and dot products gives the same pairs.
     """
-    r_a, r_b = _hubness(dots_a, csls_k), _hubness(dots_b, csls_k)
+    # the lists are best first: a row's csls_k best listed values are its first csls_k
+    r_a, r_b = csls_hubness(dots_a[:, :csls_k], csls_k), csls_hubness(dots_b[:, :csls_k], csls_k)
     best_a, score_a = _best(cand_a, dots_a, r_a, r_b)
     best_b, _ = _best(cand_b, dots_b, r_b, r_a)
     i = np.flatnonzero(best_a >= 0)
