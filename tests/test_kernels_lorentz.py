@@ -4,7 +4,7 @@ Tolerance (derived): the kernel evaluates d = (2/sqrt c) asinh(sqrt(c q) / 2)
 with q = |x - y|^2 - (x_t - y_t)^2. In precision u (2^-24 or 2^-53), with
 gamma_n = n u / (1 - n u):
 
-* the cancellation-free form of the SPEC (|x - y|^2 from the coordinate
+* the cancellation-free form (docs/methods.md) (|x - y|^2 from the coordinate
   differences, x_t - y_t = (x - y).(x + y) / (x_t + y_t), |x + y| <= x_t + y_t)
   puts at most gamma_{D+6} |x - y|^2 absolute error on each of the two terms;
 * for well-separated pairs the kernel may take |x - y|^2 = |x|^2 + |y|^2 - 2 x.y

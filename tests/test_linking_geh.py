@@ -117,7 +117,7 @@ def test_links_are_one_to_one_and_exclude_seeds(problem, validated):
 
 
 def test_paper_rule_promotes_every_proposal_in_round_zero(problem):
-    # SPEC's measured failure mode: while the pool has < 50 anchors every view is identical,
+    # the failure mode the method description warns of: while the pool has < 50 anchors every view is identical,
     # every proposal gets the same votes, and Otsu cannot separate them
     res = _fit(problem, promotion=PaperPromotion(), max_iter=1)
     h = res.history[0]

@@ -4,7 +4,7 @@ The seeds are the 15 true pairs whose A rows are nearest one pair's A row: an
 adversarial draw for the seed-nearest row sample of ``GEHLinker(sample=RowSample(near_seeds=True))``.
 The other true pairs are what the links are scored against.
 
-    python scripts/geh_clustered_seeds.py --row-sample seeds     # or: random
+    python -m experiments.studies.geh_clustered_seeds --row-sample seeds     # or: random
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import argparse
 import time
 
 import numpy as np
-from geh_scale_run import n_glosses
+from experiments.studies.geh_scale_run import n_glosses
 
-from experiments.corpora import embed_corpus
 from crossembed.linking import GEHLinker, RowSample, evaluate_links, make_partial_overlap
+from experiments.corpora import embed_corpus
 
 
 def main() -> None:

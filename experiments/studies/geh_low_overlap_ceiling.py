@@ -14,7 +14,7 @@ deciding from these scores does better. ``--maps`` names the scorers
 (``RidgeMap(both_ways=True)``), ``cca`` (``CCAMap()``) and ``cca128``
 (``CCAMap(n_components=128)``, the pass's default).
 
-    python scripts/geh_low_overlap_ceiling.py --pairs minilm:use,minilm:e5 --alpha 0.1 --draws 0,1,2
+    python -m experiments.studies.geh_low_overlap_ceiling --pairs minilm:use,minilm:e5 --alpha 0.1 --draws 0,1,2
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import argparse
 
 import numpy as np
 
-from experiments.corpora import embed_corpus
 from crossembed.linking import CCAMap, RidgeMap, make_partial_overlap
 from crossembed.linking.pairs import contains
 from crossembed.linking.preprocess import Center
 from crossembed.linking.verify import relink_out_of_fold
+from experiments.corpora import embed_corpus
 
 MAPS = {
     "ridge": RidgeMap(),

@@ -7,7 +7,7 @@ each round's pool precision/recall against the truth mapped into the sample,
 then fits the ridge map on the sample's final links and links every row
 (``map_links``) with 1 and 3 refits.
 
-    python scripts/geh_sample_trace.py --pair minilm:use --alpha 0.714 --sample 20000
+    python -m experiments.studies.geh_sample_trace --pair minilm:use --alpha 0.714 --sample 20000
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import argparse
 import time
 
 import numpy as np
-from geh_scale_run import _Traced, n_glosses
+from experiments.studies.geh_scale_run import _Traced, n_glosses
 
-from experiments.corpora import embed_corpus
 from crossembed.linking import Center, GEHLinker, RowSample, ValidatedPromotion, evaluate_links, make_partial_overlap
 from crossembed.linking.refine import map_links
+from experiments.corpora import embed_corpus
 
 
 def main() -> None:

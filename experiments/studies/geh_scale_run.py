@@ -6,7 +6,7 @@ prints, per round, the seconds, pool size, links, turnover and the pool's
 true precision/recall (read off the hidden truth after the fact: the linker
 never sees it). Ends with P/R/F1 of the final links, wall time and peak RSS.
 
-    python scripts/geh_scale_run.py --pair minilm:use --alpha 0.714 --draw 0 --out .geh_work/100k.json
+    python -m experiments.studies.geh_scale_run --pair minilm:use --alpha 0.714 --draw 0 --out .geh_work/100k.json
 
 WordNet has 117k glosses; ``--mix-objects N`` makes N synthetic objects
 instead, for runs past that size: object o mixes two random glosses,
@@ -31,9 +31,9 @@ import numpy as np
 
 from crossembed import linking
 from crossembed.data.wordnet import read_synsets
-from experiments.corpora import embed_corpus
 from crossembed.linking import GEHLinker, evaluate_links, make_partial_overlap
 from crossembed.linking.promotion import PROMOTIONS, PromotionRule
+from experiments.corpora import embed_corpus
 
 
 class _Traced(PromotionRule):

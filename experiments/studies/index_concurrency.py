@@ -1,14 +1,14 @@
 """Search throughput of a UECIndex with and without a concurrent writer (in-process, threads).
 
 Builds (or loads) an index of synthetic clustered Gaussians
-(:func:`experiments.uec_perf.synthetic_gaussians`), then for each
+(:func:`crossembed.cli.serve_bench.synthetic_gaussians`), then for each
 setting runs ``--searchers`` threads of single-query (or ``--batch``-query)
 searches for ``--seconds``, alone and beside one writer thread that adds
 ``--write-batch`` new documents and removes as many old ones every
 ``--write-interval`` seconds. Prints a markdown table: searches/s, queries/s,
 p50/p99 latency, documents written per second.
 
-    python scripts/index_concurrency.py --n 100000 --dim 384 --seconds 10
+    python -m experiments.studies.index_concurrency --n 100000 --dim 384 --seconds 10
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.uec_perf import synthetic_gaussians
-from crossembed.uec import GaussianEmbedding, UECIndex
+from crossembed.cli.serve_bench import synthetic_gaussians
+from crossembed.uec import GaussianEmbedding, IndexConfig, UECIndex
 
 
 def _searchers(index, queries, batch, k, rerank, n_threads, seconds):
@@ -97,7 +97,8 @@ def main() -> None:
     if args.index:
         index = UECIndex.load(args.index)
     else:
-        index = UECIndex(synthetic_gaussians(args.n, args.dim, seed=0), M=args.M, ef_construction=args.ef_construction)
+        config = IndexConfig(M=args.M, ef_construction=args.ef_construction)
+        index = UECIndex(synthetic_gaussians(args.n, args.dim, seed=0), config=config)
     queries = synthetic_gaussians(2000, index.dim, seed=1)
     pool = synthetic_gaussians(5000, index.dim, seed=2)
     index.search(queries[:64], args.k, rerank=args.rerank)  # warm the cached panels

@@ -22,10 +22,10 @@ Three steps, so that the searching can run under another checkout of the library
 
 Reproduce (from the repository root, an older tree checked out under OLD with its ``_core`` built)::
 
-    PYTHONPATH=python python scripts/index_identity.py encode wordnet /tmp/bitcheck/wordnet.npz
-    PYTHONPATH=python python scripts/index_identity.py search /tmp/bitcheck/wordnet.npz /tmp/bitcheck/wordnet-new.npz
-    PYTHONPATH=OLD/python python scripts/index_identity.py search /tmp/bitcheck/wordnet.npz /tmp/bitcheck/wordnet-old.npz
-    PYTHONPATH=python python scripts/index_identity.py compare /tmp/bitcheck/wordnet-old.npz /tmp/bitcheck/wordnet-new.npz
+    python -m experiments.studies.index_identity encode wordnet /tmp/bitcheck/wordnet.npz
+    python -m experiments.studies.index_identity search /tmp/bitcheck/wordnet.npz /tmp/bitcheck/wordnet-new.npz
+    python -m experiments.studies.index_identity search /tmp/bitcheck/wordnet.npz /tmp/bitcheck/wordnet-old.npz
+    python -m experiments.studies.index_identity compare /tmp/bitcheck/wordnet-old.npz /tmp/bitcheck/wordnet-new.npz
 
 and the same with ``freedict``. Encoding reads (and fills) the embedding cache of ``uec-eval``.
 """
@@ -45,9 +45,9 @@ MODES = ("exact", "ann")
 
 def encode(task_name: str, out: str, seed: int = 0, num_threads: int = 1) -> None:
     """Default-ensemble passage and query Gaussians of one task, saved to ``out``."""
+    from crossembed.uec import LaplaceEmbedder, UECEnsemble
     from experiments.tasks import freedict_task, wordnet_task
     from experiments.uec_eval import DEFAULT_MODELS, embed_task
-    from crossembed.uec import LaplaceEmbedder, UECEnsemble
 
     t0 = time.perf_counter()
     task = freedict_task(seed=seed) if task_name == "freedict" else wordnet_task(seed=seed)
@@ -99,7 +99,7 @@ def search(data: str, out: str, k: int = 10) -> None:
         result[f"{mode}_scores"], result[f"{mode}_ids"] = index.search(queries, k, exact=mode == "exact")
         seconds[mode] = round(time.perf_counter() - t0, 2)
     t0 = time.perf_counter()
-    result["candidates"] = index.candidates(queries, index.rerank)  # the graph's own answer, before the rerank
+    result["candidates"] = index.candidates(queries, index.config.rerank)  # the graph's own answer, before the rerank
     seconds["candidates"] = round(time.perf_counter() - t0, 2)
     info = {
         "library": crossembed.__file__,

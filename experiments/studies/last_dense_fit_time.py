@@ -6,7 +6,7 @@ first ``--pairs`` of them. One JSON line per posterior form with the total fit
 time, the forward passes alone, the curvature + prior search, the selected
 prior precision and the trace statistics.
 
-    CROSSEMBED_NUM_THREADS=1 python scripts/last_dense_fit_time.py --model minilm --pairs 10000
+    CROSSEMBED_NUM_THREADS=1 python -m experiments.studies.last_dense_fit_time --model minilm --pairs 10000
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ z-score over the queries. Reports
   grid of the simplex chosen on each draw's dev half (what any global
   weighting can reach).
 
-    python scripts/uec_routing_signal.py --task freedict --out .uec_work/signal_freedict.json
+    python -m experiments.studies.uec_routing_signal --task freedict --out .uec_work/signal_freedict.json
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from typing import Dict, List
 
 import numpy as np
 
-from experiments.tasks import dev_test_draws, freedict_task, wordnet_task
-from experiments.uec_eval import embed_task
 from crossembed.uec import LaplaceEmbedder
 from crossembed.uec import rules as R
 from crossembed.uec.metrics import ranking_metrics, roc_auc
+from experiments.tasks import dev_test_draws, freedict_task, wordnet_task
+from experiments.uec_eval import embed_task
 
 MODELS = ("minilm", "minilm-l3", "e5")
 
