@@ -13,10 +13,10 @@ import argparse
 import time
 
 import numpy as np
-from experiments.studies.geh_scale_run import n_glosses
 
 from crossembed.linking import GEHLinker, RowSample, evaluate_links, make_partial_overlap
 from experiments.corpora import embed_corpus
+from experiments.studies.geh_scale_run import n_glosses
 
 
 def main() -> None:

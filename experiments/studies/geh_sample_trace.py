@@ -16,11 +16,11 @@ import argparse
 import time
 
 import numpy as np
-from experiments.studies.geh_scale_run import _Traced, n_glosses
 
 from crossembed.linking import Center, GEHLinker, RowSample, ValidatedPromotion, evaluate_links, make_partial_overlap
 from crossembed.linking.refine import map_links
 from experiments.corpora import embed_corpus
+from experiments.studies.geh_scale_run import _Traced, n_glosses
 
 
 def main() -> None:
