@@ -257,6 +257,62 @@ def test_encode_uses_the_encoder_with_roles():
     assert g.mean.shape == (2, 3) and seen[-1] == "passage"
 
 
+class _CharEncoder:
+    """A 6-d character-count encoder with a name (so encode_cached can key its files)."""
+
+    name = "chars"
+
+    def __init__(self):
+        self.calls = 0
+
+    def encode(self, texts, *, batch_size=64, show_progress_bar=False, role="query"):
+        self.calls += 1
+        out = np.full((len(texts), 6), 0.1 if role == "query" else 0.2, dtype=np.float32)
+        for i, t in enumerate(texts):
+            for ch in t:
+                out[i, ord(ch) % 6] += 1.0
+        return out
+
+
+def _text_pairs(n=30):
+    words = ["river bank", "money bank", "tree bark", "dog bark", "light beam", "heavy stone"]
+    return [(f"{words[i % 6]} {i}", f"the gloss of {words[(i + 1) % 6]} number {i}") for i in range(n)]
+
+
+def test_fit_from_texts_is_fit_embeddings_of_the_roles_and_the_scrambled_anchors(tmp_path):
+    from crossembed.uec.probe import scramble_sample
+
+    pairs, enc = _text_pairs(), _CharEncoder()
+    anchors, positives = [a for a, _ in pairs], [p for _, p in pairs]
+    by_hand = LaplaceEmbedder(None, batch_size=8, random_state=3).fit_embeddings(
+        enc.encode(anchors),
+        enc.encode(positives, role="passage"),
+        scrambled=enc.encode(scramble_sample(anchors, random_state=3)),
+    )
+    fits = {
+        "encoder": LaplaceEmbedder(enc, batch_size=8, random_state=3).fit(pairs, show_progress_bar=False),
+        "encode": LaplaceEmbedder(None, batch_size=8, random_state=3).fit(
+            pairs, encode=lambda texts, role: enc.encode(texts, role=role), show_progress_bar=False
+        ),
+        "cache": LaplaceEmbedder(enc, batch_size=8, random_state=3).fit(
+            pairs, cache_dir=tmp_path, show_progress_bar=False
+        ),
+        "probe_seed": LaplaceEmbedder(enc, batch_size=8, random_state=5).fit(
+            pairs, probe_seed=3, show_progress_bar=False
+        ),
+    }
+    ref = by_hand.heads_.probe_head.to_array()
+    for how, fitted in fits.items():
+        np.testing.assert_array_equal(fitted.heads_.probe_head.to_array(), ref, err_msg=how)
+    for name, value in by_hand.posterior_.to_arrays().items():
+        np.testing.assert_array_equal(fits["cache"].posterior_.to_arrays()[name], value)
+    calls = enc.calls
+    LaplaceEmbedder(enc, batch_size=8, random_state=3).fit(pairs, cache_dir=tmp_path, show_progress_bar=False)
+    assert enc.calls == calls  # every text read back from the cache
+    with pytest.raises(ValueError, match="not both"):
+        LaplaceEmbedder(enc).fit(pairs, encode=lambda texts, role: enc.encode(texts), cache_dir=tmp_path)
+
+
 def test_bad_inputs():
     with pytest.raises(ValueError, match="hessian"):
         LaplaceEmbedder(None, hessian="full")

@@ -55,7 +55,7 @@ import copy
 import math
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -112,6 +112,16 @@ def _concat(a, b):
     if isinstance(a, PooledLinearisation):
         return PooledLinearisation.concatenate([a, b])
     return np.concatenate([a, b])
+
+
+def _check_pairs(pairs) -> list:
+    pairs = list(pairs)
+    if len(pairs) < 2:
+        raise ValueError(f"pairs must hold at least 2 pairs (in-batch negatives), got {len(pairs)}")
+    for p in pairs:
+        if not (isinstance(p, (tuple, list)) and len(p) == 2 and all(isinstance(t, str) for t in p)):
+            raise TypeError("pairs must be (anchor, positive) string pairs")
+    return pairs
 
 
 class LaplaceEmbedder:
@@ -309,39 +319,74 @@ class LaplaceEmbedder:
             raise ValueError("this LaplaceEmbedder is not fitted yet; call fit() or load()")
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, pairs, *, show_progress_bar: bool = True, batch_size: int = 64) -> LaplaceEmbedder:
+    def fit(
+        self,
+        pairs,
+        *,
+        encode: Optional[Callable[[List[str], str], np.ndarray]] = None,
+        cache_dir=None,
+        probe_seed: Optional[int] = None,
+        batch_size: int = 64,
+        show_progress_bar: bool = True,
+    ) -> LaplaceEmbedder:
         """Fit the posterior on positive text pairs ``[(anchor, positive), ...]``.
 
         Anchors are encoded as queries, positives as passages (this matters
-        for e5). Use pairs disjoint from every evaluation split, covering the
-        languages and domains the embedder will serve. Scrambled copies of (at
-        most 4,096 of) the anchors are encoded too, for the probe head
-        (:mod:`crossembed.uec.probe`).
+        for e5), and scrambled copies of (at most 4,096 of) the anchors as
+        queries, the probe head's negatives (:mod:`crossembed.uec.probe`).
+        Use pairs disjoint from every evaluation split, covering the languages
+        and domains the embedder will serve.
+
+        Parameters
+        ----------
+        pairs : sequence of (str, str)
+            At least 2 pairs (the in-batch negatives).
+        encode : callable or None
+            ``encode(texts, role) -> (len(texts), D)``: this model's raw embeddings of
+            ``texts`` in ``role`` (``layer="head"`` only), e.g. rows of embeddings computed
+            before. Default: the encoder's ``encode`` with ``batch_size``.
+        cache_dir : path or None
+            Memoise the encoder's embeddings on disk there
+            (:func:`crossembed.encoders.encode_cached`; ``layer="head"`` only; not with ``encode``).
+        probe_seed : int or None
+            Seed of the scrambled anchors (default: ``random_state`` when it is an int, else 0).
+        batch_size : int
+            Texts per encoder batch (default 64).
+        show_progress_bar : bool
         """
-        pairs = list(pairs)
-        if len(pairs) < 2:
-            raise ValueError(f"pairs must hold at least 2 pairs (in-batch negatives), got {len(pairs)}")
-        for p in pairs:
-            if not (isinstance(p, (tuple, list)) and len(p) == 2 and all(isinstance(t, str) for t in p)):
-                raise TypeError("pairs must be (anchor, positive) string pairs")
+        pairs = _check_pairs(pairs)
+        anchors, positives = [a for a, _ in pairs], [p for _, p in pairs]
+        if probe_seed is None:
+            probe_seed = self.random_state if isinstance(self.random_state, (int, np.integer)) else 0
+        scrambled = scramble_sample(anchors, random_state=check_int(probe_seed, "probe_seed", low=0))
         if self.layer == "last_dense":
+            if encode is not None or cache_dir is not None:
+                raise ValueError("layer='last_dense' linearises the model itself: pass neither encode nor cache_dir")
             t0 = time.perf_counter()
-            A = self._linearise([a for a, _ in pairs], show_progress_bar, batch_size)
-            P = self._linearise([p for _, p in pairs], show_progress_bar, batch_size)
-            S = self._linearise(self._scrambled(pairs), show_progress_bar, batch_size).embeddings
+            A = self._linearise(anchors, show_progress_bar, batch_size)
+            P = self._linearise(positives, show_progress_bar, batch_size)
+            S = self._linearise(scrambled, show_progress_bar, batch_size).embeddings
             self.fit_forward_seconds_ = time.perf_counter() - t0
             self._fit_inputs(A, P, show_progress_bar, scrambled=S)
             self.fit_seconds_ = time.perf_counter() - t0  # includes the forward passes
             return self
-        A = self._embed([a for a, _ in pairs], "query", show_progress_bar, batch_size)
-        P = self._embed([p for _, p in pairs], "passage", show_progress_bar, batch_size)
-        S = self._embed(self._scrambled(pairs), "query", show_progress_bar, batch_size)
+        if encode is None:
+            encode = self._encoding(cache_dir, batch_size, show_progress_bar)
+        elif cache_dir is not None:
+            raise ValueError("pass encode or cache_dir, not both (encode may cache itself)")
+        A, P, S = encode(anchors, "query"), encode(positives, "passage"), encode(scrambled, "query")
         return self.fit_embeddings(A, P, scrambled=S, show_progress_bar=show_progress_bar)
 
-    def _scrambled(self, pairs) -> list:
-        """The scrambled anchors of the probe head (a seed of their own, so the fit's draws are unchanged)."""
-        seed = self.random_state if isinstance(self.random_state, (int, np.integer)) else 0
-        return scramble_sample([a for a, _ in pairs], random_state=int(seed))
+    def _encoding(self, cache_dir, batch_size: int, show_progress_bar: bool):
+        """``encode(texts, role)`` of :meth:`fit`: the encoder itself, memoised on disk under ``cache_dir``."""
+        if cache_dir is None:
+            return lambda texts, role: self._embed(texts, role, show_progress_bar, batch_size)
+        from crossembed.encoders import encode_cached
+
+        enc = self._get_encoder()
+        return lambda texts, role: encode_cached(
+            enc, texts, role=role, cache_dir=cache_dir, batch_size=batch_size, show_progress_bar=show_progress_bar
+        )
 
     def fit_embeddings(self, anchors, positives, *, scrambled=None, show_progress_bar: bool = False) -> LaplaceEmbedder:
         """Fit from precomputed pair embeddings (rows of ``anchors`` and ``positives`` pair up).
