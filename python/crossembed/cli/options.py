@@ -95,13 +95,27 @@ def float_arg(low: Optional[float] = None, high: Optional[float] = None, *, abov
     return number
 
 
+def prior_precision_arg(text: str):
+    """The argparse ``type`` of ``--prior-precision``: ``marglik``, ``nll`` or a finite number > 0."""
+    if text in ("marglik", "nll"):
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be 'marglik', 'nll' or a number > 0, got {text[:40]!r}")
+    return value
+
+
 # --------------------------------------------------------------------------- errors
-def is_user_error(exc: BaseException) -> bool:
+def is_user_error(exc: BaseException, *, also: Sequence[str] = ()) -> bool:
     """Whether ``exc`` is the user's to fix (one line, exit 2) rather than a bug (traceback).
 
     Missing files, unreadable paths and missing optional packages always are.
     A ``ValueError`` is when a ``raise`` statement in crossembed's own code
-    raised it - its boundary checks name the argument. One raised inside
+    (or under the directories ``also``: the research harness's) raised it -
+    its boundary checks name the argument. One raised inside
     numpy, torch or another library (or by an operation such as a matmul of
     the wrong shapes in crossembed's code) means crossembed computed
     something wrong, which is a bug. ``TypeError``, ``KeyError`` and the rest
@@ -119,7 +133,7 @@ def is_user_error(exc: BaseException) -> bool:
         if not frames:
             return False
         last = frames[-1]
-        ours = str(Path(last.filename).resolve()).startswith(_PACKAGE_DIR)
+        ours = str(Path(last.filename).resolve()).startswith((_PACKAGE_DIR, *also))
         return ours and (last.line or "").lstrip().startswith("raise")
     return False
 
@@ -246,9 +260,16 @@ def _jsonable(obj):
     raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
 
 
-def command_line() -> str:
-    """The command as typed (for the header of generated reports)."""
-    return "crossembed " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+def command_line(prog: str = "crossembed") -> str:
+    """The command as typed, ``prog`` then the arguments (for the header of generated reports)."""
+    return " ".join([prog, *(shlex.quote(a) for a in sys.argv[1:])])
+
+
+def write_file(path, content) -> Path:
+    """Write ``content`` (str as UTF-8, or bytes) to ``path`` atomically: readers see the old file or the new one."""
+    from crossembed._io import atomic_write
+
+    return atomic_write(path, content.encode() if isinstance(content, str) else content)
 
 
 # --------------------------------------------------------------------------- input parsing

@@ -2,9 +2,9 @@
 
 Starts ``crossembed serve`` as a subprocess on loopback with a synthetic
 index (clustered unit means with small variances,
-:func:`experiments.uec_perf.synthetic_chunks`), checks that its
+:func:`synthetic_chunks`), checks that its
 answers equal in-process :meth:`UECIndex.search` on the same queries, then
-drives it from this process with :func:`experiments.serve_load.run_load`
+drives it from this process with :func:`crossembed.cli.serve_load.run_load`
 (single-query vector requests, ``concurrency`` keep-alive connections, a
 fixed duration): requests/s, p50/p99 latency and the mean queries per index
 call (from the server's ``/metrics``), without and with a concurrent writer
@@ -16,6 +16,7 @@ stopped with SIGTERM and must exit 0.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import re
 import signal
@@ -24,17 +25,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from crossembed._validation import check_int
-from experiments.serve_load import Connection, Writer, http_request, run_load
-from experiments.uec_perf import synthetic_chunks
+from crossembed.cli.serve_load import Connection, Writer, http_request, run_load
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.index import UECIndex
 
-__all__ = ["SIZES", "benchmark_serve", "render"]
+__all__ = ["SIZES", "benchmark_serve", "render", "synthetic_chunks", "synthetic_gaussians"]
 
 #: Problem sizes: ``small`` runs in seconds (CI's smoke), ``full`` is the issue's 100k x 384.
 SIZES = {
@@ -42,6 +42,37 @@ SIZES = {
     "full": {"n_docs": 100_000, "dim": 384, "n_queries": 2000, "duration_s": 10.0, "warmup_s": 2.0},
 }
 _HOST = "127.0.0.1"
+
+
+# --------------------------------------------------------------------------- synthetic documents
+def synthetic_chunks(
+    n: int,
+    dim: int,
+    *,
+    n_clusters: int = 1000,
+    intrinsic: int = 48,
+    var_scale: float = 0.016,
+    seed: int = 0,
+    chunk: int = 100_000,
+) -> Iterator[GaussianEmbedding]:
+    """:func:`synthetic_gaussians` in chunks of ``chunk`` rows (for sizes that must not exist twice in memory)."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(n_clusters, dim))
+    intrinsic = min(intrinsic, dim)
+    basis = np.linalg.qr(rng.normal(size=(dim, intrinsic)))[0].T  # (intrinsic, dim)
+    for s in range(0, n, chunk):
+        m = min(chunk, n - s)
+        x = centers[rng.integers(0, n_clusters, m)] / math.sqrt(dim) * 2.0
+        x += rng.normal(size=(m, intrinsic)) @ basis * 0.25 + rng.normal(size=(m, dim)) * (0.02 / math.sqrt(dim))
+        means = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+        yield GaussianEmbedding(means, (var_scale * rng.uniform(0.5, 1.5, size=(m, dim))).astype(np.float32))
+
+
+def synthetic_gaussians(n: int, dim: int, **kwargs) -> GaussianEmbedding:
+    """Clustered unit-norm means (a 48-dimensional spread around 1,000 random centres) with
+    per-dimension variances ``var_scale * U(0.5, 1.5)`` - the size of real kron variances."""
+    parts = list(synthetic_chunks(n, dim, **kwargs))
+    return GaussianEmbedding(np.concatenate([p.mean for p in parts]), np.concatenate([p.var for p in parts]))
 
 
 def _data(n_docs: int, dim: int, n_queries: int, seed: int) -> Tuple[GaussianEmbedding, GaussianEmbedding]:
