@@ -57,7 +57,7 @@ close(ce.lorentz_topk(X, X, 2)[0], ref.lorentz_topk(X, X, 2)[0], 1e-9)
 close(ce.lorentz_pairwise(X.astype(np.float32), X), ref.lorentz_pairwise(X.astype(np.float32), X), 1e-4)
 # the compiled HNSW graph: exact neighbours on a tiny set, rows read back, and a UECIndex on it
 from crossembed.ann import MeanGraph  # noqa: E402
-from crossembed.uec import GaussianEmbedding, UECIndex  # noqa: E402
+from crossembed.uec import GaussianEmbedding, IndexConfig, UECIndex  # noqa: E402
 
 unit = (mu / np.linalg.norm(mu, axis=1, keepdims=True)).astype(np.float32)
 graph = MeanGraph(8, max_elements=40)
@@ -65,7 +65,7 @@ graph.add(unit, np.arange(40))
 labels, _ = graph.knn(unit[:5], 3, ef=40)
 np.testing.assert_array_equal(labels, np.argsort(-(unit[:5].astype(np.float64) @ unit.T), axis=1, kind="stable")[:, :3])
 np.testing.assert_array_equal(graph.rows([3, 7]), unit[[3, 7]])
-index = UECIndex(GaussianEmbedding(unit, np.zeros_like(unit)), M=8)
+index = UECIndex(GaussianEmbedding(unit, np.zeros_like(unit)), config=IndexConfig(M=8))
 np.testing.assert_array_equal(index.search(GaussianEmbedding(unit[:5], np.zeros_like(unit[:5])), 3)[1], labels)
 usage = subprocess.run(["crossembed", "--help"], check=True, capture_output=True, text=True).stdout.splitlines()[0]
 print(f"smoke test (Python {sys.version.split()[0]}): every kernel matches the reference; crossembed --help: {usage}")

@@ -25,8 +25,10 @@ from crossembed.cli.options import write_file
 from crossembed.cli.serve_bench import synthetic_chunks, synthetic_gaussians
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
-from crossembed.uec.index import UECIndex, merge_topk
+from crossembed.uec.index import UECIndex
+from crossembed.uec.index_config import IndexConfig
 from crossembed.uec.laplace import LaplaceEmbedder
+from crossembed.uec.rerank import merge_topk
 from experiments._records import read_checked
 from experiments.uec_eval import DEFAULT_MODELS
 
@@ -293,8 +295,10 @@ def benchmark_search(
     if len(efs) != len(reranks):
         raise ValueError(f"efs must have one value per rerank ({len(reranks)}), got {len(efs)}")
     chunks = synthetic_chunks(n_docs + n_queries, dim, var_scale=var_scale, seed=seed, chunk=25_000)
-    options = {"M": M, "ef_construction": ef_construction, "rerank": max(reranks), "dtype": dtype}
-    options.update(panel_cache_bytes=panel_cache_bytes, num_threads=num_threads)
+    config = IndexConfig(
+        M=M, ef_construction=ef_construction, rerank=max(reranks), dtype=dtype, panel_cache_bytes=panel_cache_bytes
+    )
+    options = {"config": config, "num_threads": num_threads}
     rss0, now0 = _peak_rss(), _rss()
     name = _saved_name(n_docs, dim, dtype, var_scale, M, ef_construction, seed)
     saved = None if index_dir is None else Path(index_dir) / name

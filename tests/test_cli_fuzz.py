@@ -80,7 +80,7 @@ _JSON += ["json_null.json"]
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     """Good inputs (``good``) beside the bad ones (``bad``)."""
-    from crossembed.uec import GaussianEmbedding, UECIndex
+    from crossembed.uec import GaussianEmbedding, IndexConfig, UECIndex
 
     root = tmp_path_factory.mktemp("clifuzz")
     good = root / "good"
@@ -90,7 +90,7 @@ def env(tmp_path_factory):
     (good / "seeds.csv").write_text("".join(f"{i},{i}\n" for i in range(6)))
     (good / "docs.txt").write_text("one doc\nanother doc\n")
     docs = GaussianEmbedding(rng.normal(size=(20, 4)).astype(np.float32), rng.random((20, 4)).astype(np.float32))
-    UECIndex(docs, M=4, ef_construction=10, rerank=5).save(good / "index.uec")
+    UECIndex(docs, config=IndexConfig(M=4, ef_construction=10, rerank=5)).save(good / "index.uec")
     (good / "uncha").mkdir()
     return {"good": good, "bad": _bad_files(root / "bad"), "out": root / "out"}
 

@@ -465,14 +465,14 @@ def test_mutated_files_are_detected(tmp_path_factory, blob, edits):
 @given(pos=st.integers(0, 10**6), byte=st.integers(1, 255))
 @counted
 def test_mutated_index_files_are_detected(tmp_path_factory, pos, byte):
-    from crossembed.uec import GaussianEmbedding, UECIndex
+    from crossembed.uec import GaussianEmbedding, IndexConfig, UECIndex
 
     d = tmp_path_factory.mktemp("idx", numbered=True)
     if not hasattr(test_mutated_index_files_are_detected, "_blob"):
         rng = np.random.default_rng(0)
         docs = GaussianEmbedding(rng.normal(size=(30, 4)).astype(np.float32), rng.random((30, 4)).astype(np.float32))
         test_mutated_index_files_are_detected._blob = (
-            UECIndex(docs, M=4, ef_construction=10, rerank=5).save(d / "good.uec").read_bytes()
+            UECIndex(docs, config=IndexConfig(M=4, ef_construction=10, rerank=5)).save(d / "good.uec").read_bytes()
         )
     data = bytearray(test_mutated_index_files_are_detected._blob)
     data[pos % len(data)] ^= byte

@@ -192,18 +192,18 @@ def test_atomic_write_rejects_directories_and_paths_under_files(tmp_path):
 
 
 def test_index_and_checkpoint_header_edits_are_detected(tmp_path):
-    from crossembed.uec import GaussianEmbedding, UECIndex
+    from crossembed.uec import GaussianEmbedding, IndexConfig, UECIndex
 
     rng = np.random.default_rng(0)
     docs = GaussianEmbedding(rng.normal(size=(50, 4)).astype(np.float32), rng.random((50, 4)).astype(np.float32))
-    p = UECIndex(docs, M=8, ef_construction=20, rerank=30).save(tmp_path / "i.uec")
+    p = UECIndex(docs, config=IndexConfig(M=8, ef_construction=20, rerank=30)).save(tmp_path / "i.uec")
     blob = p.read_bytes()
     for old, new in ((b'"rerank": 30', b'"rerank": 90'), (b'"M": 8', b'"M": 9')):
         assert old in blob
         (tmp_path / "e.uec").write_bytes(blob.replace(old, new))
         with pytest.raises(CorruptFileError):
             UECIndex.load(tmp_path / "e.uec")
-    assert UECIndex.load(p).rerank == 30
+    assert UECIndex.load(p).config.rerank == 30
 
 
 def test_raw_version_3_files_stream_memory_map_and_detect_corruption(tmp_path):

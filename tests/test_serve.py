@@ -22,7 +22,7 @@ from _word_encoder import WordEncoder  # noqa: E402
 from crossembed import reference  # noqa: E402
 from crossembed.serve import ServeConfig, create_app  # noqa: E402
 from crossembed.serve.server import BackgroundServer  # noqa: E402
-from crossembed.uec import GaussianEmbedding, LaplaceEmbedder, UECEnsemble, UECIndex  # noqa: E402
+from crossembed.uec import GaussianEmbedding, IndexConfig, LaplaceEmbedder, UECEnsemble, UECIndex  # noqa: E402
 from crossembed.uec.laplace import normalize_rows  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
@@ -56,7 +56,7 @@ def _assert_same(payload, expected):
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """A 3,000-document index behind a server (searches only: tests that update make their own)."""
-    index = UECIndex(_gaussians(3000, 0), M=16, ef_construction=100, rerank=30)
+    index = UECIndex(_gaussians(3000, 0), config=IndexConfig(M=16, ef_construction=100, rerank=30))
     path = tmp_path_factory.mktemp("serve") / "index.uec"
     config = ServeConfig(max_body_bytes=1 << 20, max_batch=16, max_k=500, save_path=path)
     with BackgroundServer(create_app(index, config=config)) as server:
@@ -130,7 +130,7 @@ def _text_index():
     P = normalize_rows(A + 0.3 * rng.normal(size=(40, 16)))
     ens = UECEnsemble([LaplaceEmbedder(WordEncoder(), batch_size=10).fit_embeddings(A, P)])
     texts = [f"{w} {i}" for i, w in enumerate(["apple pie", "banana split", "cherry tart", "date loaf"] * 10)]
-    return UECIndex.build(ens, texts, show_progress_bar=False, M=8, rerank=10), texts
+    return UECIndex.build(ens, texts, show_progress_bar=False, config=IndexConfig(M=8, rerank=10)), texts
 
 
 def test_text_queries_and_text_adds_go_through_the_ensemble():
@@ -271,7 +271,7 @@ async def _load(url, queries, extra, rounds=6):
 
 def test_updates_under_concurrent_load_have_no_5xx_and_no_foreign_ids():
     docs = _gaussians(2500, 7)
-    index = UECIndex(docs, M=16, ef_construction=80, rerank=30)
+    index = UECIndex(docs, config=IndexConfig(M=16, ef_construction=80, rerank=30))
     extra, queries = _gaussians(300, 8), _gaussians(40, 9)
     ever = set(range(2500)) | set(range(10_000, 10_300)) | {-1}
     with BackgroundServer(create_app(index)) as server:
@@ -283,7 +283,7 @@ def test_updates_under_concurrent_load_have_no_5xx_and_no_foreign_ids():
         r = httpx.post(server.url + "/search", json=_body(queries, k=10, exact=True))
         _assert_same(r.json(), index.search(queries, 10, exact=True))
         np.testing.assert_array_equal(r.json()["ids"], _exact_ids(live, index.ids, queries, 10))
-        fresh = UECIndex(live, ids=index.ids, M=16, rerank=30)
+        fresh = UECIndex(live, ids=index.ids, config=IndexConfig(M=16, rerank=30))
         np.testing.assert_array_equal(r.json()["ids"], fresh.search(queries, 10, exact=True)[1])
         assert httpx.get(server.url + "/healthz").json()["documents"] == len(index) == 2500 + 6 * (50 - 25 - 40)
 
@@ -304,12 +304,12 @@ def test_save_health_and_metrics(served, tmp_path):
     assert re.search(rf"^crossembed_documents {len(index)}\.0$", text, re.M)
     assert "crossembed_search_batch_queries_bucket" in text
     # another app has its own registry: nothing is shared through prometheus' global one
-    other = create_app(UECIndex(_gaussians(50, 12), M=8))
+    other = create_app(UECIndex(_gaussians(50, 12), config=IndexConfig(M=8)))
     assert other.state.service.metrics.registry is not create_app(index).state.service.metrics.registry
 
 
 def test_save_path_from_the_client_only_when_allowed(tmp_path):
-    index = UECIndex(_gaussians(200, 13), M=8)
+    index = UECIndex(_gaussians(200, 13), config=IndexConfig(M=8))
     config = ServeConfig(allow_save_path=True)
     with BackgroundServer(create_app(index, config=config)) as server:
         r = httpx.post(server.url + "/save")
@@ -326,11 +326,11 @@ def test_config_is_checked():
     with pytest.raises(ValueError, match="save_path"):
         ServeConfig(save_on_exit=True)
     with pytest.raises(TypeError, match="ServeConfig"):
-        create_app(UECIndex(_gaussians(20, 14), M=4), config={"max_batch": 4})
+        create_app(UECIndex(_gaussians(20, 14), config=IndexConfig(M=4)), config={"max_batch": 4})
 
 
 def test_a_server_fault_is_a_logged_500_and_the_routes_are_in_the_openapi_schema(caplog):
-    index = UECIndex(_gaussians(100, 15), M=8)
+    index = UECIndex(_gaussians(100, 15), config=IndexConfig(M=8))
     app = create_app(index)
     schema = app.openapi()
     assert set(schema["paths"]) >= {"/search", "/add", "/upsert", "/remove", "/save", "/healthz", "/metrics"}

@@ -105,11 +105,11 @@ def test_requests_with_one_key_get_what_their_own_call_returns():
     different candidate count would change the answer (few candidates, a narrow graph search)."""
     from crossembed.serve import ServeConfig
     from crossembed.serve.service import IndexService
-    from crossembed.uec import GaussianEmbedding, UECIndex
+    from crossembed.uec import GaussianEmbedding, IndexConfig, UECIndex
 
     rng = np.random.default_rng(0)
     docs = GaussianEmbedding(rng.normal(size=(3000, 16)).astype(np.float32), np.full((3000, 16), 0.01, np.float32))
-    index = UECIndex(docs, M=4, ef_construction=8, rerank=25)
+    index = UECIndex(docs, config=IndexConfig(M=4, ef_construction=8, rerank=25))
     service = IndexService(index, ServeConfig())
     q = GaussianEmbedding(rng.normal(size=(40, 16)).astype(np.float32), np.zeros((40, 16), np.float32))
     settings = [(1, False, 2, 2), (1, False, None, None), (3, False, None, None), (25, False, None, None)]

@@ -19,7 +19,7 @@ httpx = pytest.importorskip("httpx")
 
 import crossembed  # noqa: E402
 from crossembed.cli import main  # noqa: E402
-from crossembed.uec import GaussianEmbedding, UECIndex  # noqa: E402
+from crossembed.uec import GaussianEmbedding, IndexConfig, UECIndex  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -57,7 +57,7 @@ def _serve(path, port, *extra):
 
 def test_sigterm_answers_the_request_in_flight_saves_and_exits_0(tmp_path):
     path = tmp_path / "index.uec"
-    UECIndex(_gaussians(400, 0), M=8, rerank=20).save(path)
+    UECIndex(_gaussians(400, 0), config=IndexConfig(M=8, rerank=20)).save(path)
     port = _free_port()
     proc = _serve(path, port, "--save-on-exit", "--log-level", "debug")
     url = f"http://127.0.0.1:{port}"
@@ -95,7 +95,7 @@ def test_sigterm_answers_the_request_in_flight_saves_and_exits_0(tmp_path):
 
 def test_without_save_on_exit_the_file_is_left_alone_and_sigint_also_exits_0(tmp_path):
     path = tmp_path / "index.uec"
-    UECIndex(_gaussians(100, 3), M=8).save(path)
+    UECIndex(_gaussians(100, 3), config=IndexConfig(M=8)).save(path)
     before = path.read_bytes()
     port = _free_port()
     proc = _serve(path, port, "--log-level", "warning")
@@ -113,7 +113,7 @@ def test_user_errors_are_one_line_exit_2(tmp_path, capsys):
     assert main(["serve", str(tmp_path / "missing.uec"), "--port", "0"]) == 2
     assert "missing.uec" in capsys.readouterr().err
     path = tmp_path / "index.uec"
-    UECIndex(_gaussians(20, 5), M=4).save(path)
+    UECIndex(_gaussians(20, 5), config=IndexConfig(M=4)).save(path)
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()

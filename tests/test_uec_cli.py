@@ -101,12 +101,12 @@ def test_encode_build_search(tmp_path, capsys, monkeypatch):
 
 def test_batch_search_of_gaussian_queries_streams_npy_and_jsonl(tmp_path, capsys):
     from crossembed.cli.batch_search import RESULT_DTYPE
-    from crossembed.uec import GaussianEmbedding, UECIndex
+    from crossembed.uec import GaussianEmbedding, IndexConfig, UECIndex
 
     rng = np.random.default_rng(0)
     mean = rng.normal(size=(300, 12)).astype(np.float32)
     docs = GaussianEmbedding(mean / np.linalg.norm(mean, axis=1, keepdims=True), np.full((300, 12), 0.01, np.float32))
-    index = UECIndex(docs, ids=np.arange(300) * 2, M=8, rerank=30)
+    index = UECIndex(docs, ids=np.arange(300) * 2, config=IndexConfig(M=8, rerank=30))
     index.save(tmp_path / "g.uec")
     q = docs[:25]
     np.save(tmp_path / "q.npy", np.stack([q.mean, q.var]))

@@ -163,6 +163,46 @@ def test_state_round_trip(trio):
         assert back.scoring.use_variance is False
 
 
+def test_save_load_gives_bit_identical_encodings_and_search(tmp_path):
+    from _word_encoder import WordEncoder
+    from crossembed._io import CorruptFileError
+    from crossembed.uec import IndexConfig, UECIndex
+    from crossembed.uec.routing import ConfidenceRouting
+
+    rng = np.random.default_rng(5)
+    A = normalize_rows(rng.normal(size=(40, 16)))
+    P = normalize_rows(A + 0.3 * rng.normal(size=(40, 16)))
+    texts = ["apple pie", "banana split", "cherry tart", "date loaf", "elderberry jam"] * 4
+    queries = ["cherry pie", "banana jam", "date"]
+    fitted = [
+        LaplaceEmbedder(WordEncoder(), batch_size=10).fit_embeddings(A, P),
+        LaplaceEmbedder(WordEncoder(), batch_size=10, hessian="diag").fit_embeddings(P, A),
+    ]
+    default = UECEnsemble(fitted)
+    comps = default.encode_components(texts, role="passage", show_progress_bar=False)
+    confident = UECEnsemble(fitted, routing=ConfidenceRouting()).with_reference(comps)
+    for ens in (default, confident):
+        back = UECEnsemble.load(ens.save(tmp_path / "ens.uec"), encoders=[WordEncoder(), WordEncoder()])
+        assert back.has_reference == ens.has_reference and repr(back.routing) == repr(ens.routing)
+        for role, items in (("query", queries), ("passage", texts)):
+            a = ens.encode(items, role=role, show_progress_bar=False)
+            b = back.encode(items, role=role, show_progress_bar=False)
+            np.testing.assert_array_equal(a.mean, b.mean)
+            np.testing.assert_array_equal(a.var, b.var)
+        config = IndexConfig(M=8, rerank=10)
+        here = UECIndex.build(ens, texts, config=config, num_threads=1, show_progress_bar=False)
+        there = UECIndex.build(back, texts, config=config, num_threads=1, show_progress_bar=False)
+        for exact in (True, False):
+            np.testing.assert_array_equal(here.search(queries, 5, exact=exact), there.search(queries, 5, exact=exact))
+    blob = bytearray((tmp_path / "ens.uec").read_bytes())
+    blob[len(blob) // 2] ^= 1
+    (tmp_path / "bad.uec").write_bytes(bytes(blob))
+    with pytest.raises(CorruptFileError, match="checksum"):
+        UECEnsemble.load(tmp_path / "bad.uec")
+    with pytest.raises(CorruptFileError, match="expected 'crossembed.uec.UECEnsemble'"):
+        UECEnsemble.load(fitted[0].save(tmp_path / "one.lap"))
+
+
 def test_bad_inputs(trio):
     with pytest.raises(ValueError, match="at least one"):
         UECEnsemble([])

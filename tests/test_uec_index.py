@@ -6,7 +6,7 @@ import pytest
 from _word_encoder import WordEncoder
 from crossembed import reference
 from crossembed._io import CorruptFileError
-from crossembed.uec import GaussianEmbedding, LaplaceEmbedder, UECEnsemble, UECIndex
+from crossembed.uec import GaussianEmbedding, IndexConfig, LaplaceEmbedder, UECEnsemble, UECIndex
 from crossembed.uec.laplace import normalize_rows
 from crossembed.uec.mixing import EmbeddingMixing
 from crossembed.uec.routing import ConfidenceRouting, LaplaceRouting, PrecisionSumRouting
@@ -24,7 +24,7 @@ def _clustered(n, d, seed):
 def setup():
     docs = _clustered(3000, 24, 0)
     queries = _clustered(60, 24, 1)
-    return docs, queries, UECIndex(docs, M=16, ef_construction=100, rerank=100)
+    return docs, queries, UECIndex(docs, config=IndexConfig(M=16, ef_construction=100, rerank=100))
 
 
 def test_exact_search_matches_reference(setup):
@@ -63,10 +63,10 @@ def test_save_load_round_trip(tmp_path, setup):
     d = ens.combine(comps, role="passage")
     q = ens.combine([e.transform(rng.normal(size=(7, 12))) for e in ens.embedders])
     texts = [f"doc {i} ü" for i in range(200)]
-    index = UECIndex(d, ensemble=ens, texts=texts, M=8, rerank=20)
+    index = UECIndex(d, ensemble=ens, texts=texts, config=IndexConfig(M=8, rerank=20))
     path = index.save(tmp_path / "idx.uec")
     back = UECIndex.load(path)
-    assert back.texts == texts and len(back) == 200 and back.rerank == 20
+    assert back.texts == texts and len(back) == 200 and back.config == index.config
     assert [e.encoder for e in back.ensemble.embedders] == ["minilm", "e5"]
     assert back.ensemble.routing.get_config() == ens.routing.get_config()
     for exact in (True, False):
@@ -121,15 +121,14 @@ def test_build_encodes_texts_as_passages_and_keeps_them():
     P = normalize_rows(A + 0.3 * rng.normal(size=(40, 16)))
     ens = UECEnsemble([LaplaceEmbedder(WordEncoder(), batch_size=10).fit_embeddings(A, P)])
     texts = ["apple pie", "banana split", "cherry tart", "date loaf", "elderberry jam"] * 4
-    index = UECIndex.build(ens, texts, show_progress_bar=False, M=8, rerank=10)
+    index = UECIndex.build(ens, texts, show_progress_bar=False, config=IndexConfig(M=8, rerank=10))
     assert index.texts == texts and index.ensemble is ens
-    direct = UECIndex(ens.encode(texts, role="passage", show_progress_bar=False), M=8, rerank=10)
+    direct = UECIndex(ens.encode(texts, role="passage", show_progress_bar=False), config=IndexConfig(M=8, rerank=10))
     np.testing.assert_array_equal(index.docs.mean, direct.docs.mean)
     s, i = index.search(["cherry tart"], 3, exact=True)
     assert texts[i[0, 0]] == "cherry tart"
-    # a passage GaussianEmbedding is indexed as it is (no texts)
-    again = UECIndex.build(ens, direct.docs, M=8)
-    assert again.texts is None and len(again) == len(texts)
+    with pytest.raises(TypeError, match="UECIndex\\(docs"):  # encoded documents go to the constructor
+        UECIndex.build(ens, direct.docs)
     with pytest.raises(TypeError, match="UECEnsemble"):
         UECIndex.build(object(), texts)
     with pytest.raises(TypeError, match="one string"):
@@ -138,13 +137,13 @@ def test_build_encodes_texts_as_passages_and_keeps_them():
 
 def test_random_state_int_is_the_graph_seed_and_others_draw_one():
     docs = _clustered(50, 8, 4)
-    assert UECIndex(docs, M=8, random_state=7).random_state == 7
-    a = UECIndex(docs, M=8, random_state=np.random.default_rng(1)).random_state
-    b = UECIndex(docs, M=8, random_state=np.random.default_rng(1)).random_state
+    assert UECIndex(docs, config=IndexConfig(M=8, random_state=7)).config.random_state == 7
+    a = UECIndex(docs, config=IndexConfig(M=8, random_state=np.random.default_rng(1))).config.random_state
+    b = UECIndex(docs, config=IndexConfig(M=8, random_state=np.random.default_rng(1))).config.random_state
     assert a == b and isinstance(a, int)
-    assert isinstance(UECIndex(docs, M=8, random_state=None).random_state, int)
+    assert isinstance(UECIndex(docs, config=IndexConfig(M=8, random_state=None)).config.random_state, int)
     with pytest.raises(TypeError, match="random_state"):
-        UECIndex(docs, M=8, random_state="seed")
+        UECIndex(docs, config=IndexConfig(M=8, random_state="seed"))
 
 
 def test_confidence_reference_comes_from_the_documents_and_the_ensemble_is_not_changed(tmp_path):
@@ -161,7 +160,7 @@ def test_confidence_reference_comes_from_the_documents_and_the_ensemble_is_not_c
     built = make()
     assert built.needs_reference and not built.has_reference
     arrays, meta = built.get_state()
-    index = UECIndex.build(built, texts, show_progress_bar=False, M=8, rerank=10)
+    index = UECIndex.build(built, texts, show_progress_bar=False, config=IndexConfig(M=8, rerank=10))
     # the index holds a copy with the reference; the ensemble passed in is left as it was
     assert index.ensemble is not built and index.ensemble.has_reference
     assert index.ensemble.reference_.documents[0].shape == (20, 16)
@@ -178,7 +177,7 @@ def test_confidence_reference_comes_from_the_documents_and_the_ensemble_is_not_c
         back.search(["cherry tart"], 3, exact=True)[1], index.search(["cherry tart"], 3, exact=True)[1]
     )
     # an ensemble that already has its reference is used as given
-    again = UECIndex.build(index.ensemble, texts, show_progress_bar=False, M=8, rerank=10)
+    again = UECIndex.build(index.ensemble, texts, show_progress_bar=False, config=IndexConfig(M=8, rerank=10))
     assert again.ensemble is index.ensemble
     # encode() and similarity() never set it implicitly: queries fall back to the Laplace weights (warned)
     other = make()
@@ -190,28 +189,32 @@ def test_confidence_reference_comes_from_the_documents_and_the_ensemble_is_not_c
 
 
 def test_the_index_scores_with_its_scoring_object(tmp_path, monkeypatch):
-    from crossembed.uec import index as index_mod
+    from crossembed.uec import rerank as rerank_mod
     from crossembed.uec import rules
 
-    monkeypatch.setattr(index_mod, "_BLOCK", 64)  # several blocks: the block merge is exercised too
+    monkeypatch.setattr(rerank_mod, "_BLOCK", 64)  # several blocks: the block merge is exercised too
     docs, q = _clustered(300, 12, 5), _clustered(9, 12, 6)
-    assert UECIndex(docs[:10], M=8).scoring.get_config() == ProbitScoring().get_config()
-    beta = UECIndex(docs, scoring=BetaCosineScoring(beta=0.5), M=8, num_threads=1)
+    assert UECIndex(docs[:10], config=IndexConfig(M=8)).scoring.get_config() == ProbitScoring().get_config()
+    beta = UECIndex(docs, scoring=BetaCosineScoring(beta=0.5), num_threads=1, config=IndexConfig(M=8))
     s, i = beta.search(q, 7, exact=True)
     rs, ri = rules.beta_topk(q.mean, q.var, docs.mean, docs.var, 7, beta=0.5)
     np.testing.assert_array_equal(i, ri)
     np.testing.assert_array_equal(s, rs)
-    packed = UECIndex(docs, scoring=BetaCosineScoring(beta=0.5), M=8, num_threads=1, panel_cache_bytes=0)
+    packed = UECIndex(
+        docs, scoring=BetaCosineScoring(beta=0.5), num_threads=1, config=IndexConfig(M=8, panel_cache_bytes=0)
+    )
     for rerank in (10, 300):
         np.testing.assert_array_equal(beta.search(q, 7, rerank=rerank)[1], packed.search(q, 7, rerank=rerank)[1])
         np.testing.assert_array_equal(beta.search(q, 7, rerank=rerank)[0], packed.search(q, 7, rerank=rerank)[0])
     np.testing.assert_array_equal(beta.search(q, 7, rerank=300, ef=300)[1], ri)
     # the scoring is saved with the index
-    means = UECIndex(docs, scoring=ProbitScoring(use_variance=False), M=8)
+    means = UECIndex(docs, scoring=ProbitScoring(use_variance=False), config=IndexConfig(M=8))
     back = UECIndex.load(means.save(tmp_path / "means.uec"))
     assert back.scoring.get_config() == {"kind": "probit", "use_variance": False}
     dot = GaussianEmbedding(docs.mean, np.zeros_like(docs.var))
-    _, expected = UECIndex(dot, M=8).search(GaussianEmbedding(q.mean, np.zeros_like(q.var)), 5, exact=True)
+    _, expected = UECIndex(dot, config=IndexConfig(M=8)).search(
+        GaussianEmbedding(q.mean, np.zeros_like(q.var)), 5, exact=True
+    )
     np.testing.assert_array_equal(back.search(q, 5, exact=True)[1], expected)
     assert UECIndex.load(beta.save(tmp_path / "beta.uec")).scoring.get_config() == beta.scoring.get_config()
     with pytest.raises(TypeError, match="scoring"):
@@ -225,5 +228,7 @@ def test_an_ensemble_index_scores_with_the_ensembles_scoring():
     official = {"routing": PrecisionSumRouting(), "mixing": EmbeddingMixing(), "scoring": BetaCosineScoring()}
     for options in ({}, {"scoring": ProbitScoring(use_variance=False)}, official):
         ens = UECEnsemble([LaplaceEmbedder(WordEncoder(), batch_size=10).fit_embeddings(A, P)], **options)
-        index = UECIndex.build(ens, ["apple pie", "banana split", "cherry tart"] * 3, show_progress_bar=False, M=8)
+        index = UECIndex.build(
+            ens, ["apple pie", "banana split", "cherry tart"] * 3, show_progress_bar=False, config=IndexConfig(M=8)
+        )
         assert index.scoring.get_config() == ens.scoring.get_config()

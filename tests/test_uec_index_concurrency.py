@@ -6,8 +6,9 @@ import time
 import numpy as np
 import pytest
 
-from crossembed.uec import GaussianEmbedding, UECIndex
-from crossembed.uec import index as index_mod
+from crossembed.uec import GaussianEmbedding, IndexConfig, UECIndex
+from crossembed.uec import rerank as rerank_mod
+from crossembed.uec import writer as writer_mod
 from crossembed.uec.laplace import normalize_rows
 from crossembed.uec.locking import ReadWriteLock
 
@@ -19,12 +20,12 @@ def _docs(n, d, seed):
 
 
 def _fresh_exact(docs, ids, q, k):
-    return UECIndex(docs, ids=ids, M=8).search(q, k, exact=True)
+    return UECIndex(docs, ids=ids, config=IndexConfig(M=8)).search(q, k, exact=True)
 
 
 def test_k_above_the_live_count_pads_with_minus_one_and_minus_inf():
     docs, q = _docs(50, 16, 0), _docs(4, 16, 1)
-    index = UECIndex(docs, ids=np.arange(50) + 7, M=8)
+    index = UECIndex(docs, ids=np.arange(50) + 7, config=IndexConfig(M=8))
     for exact in (False, True):
         s, i = index.search(q, 100, exact=exact)
         assert s.shape == i.shape == (4, 100) and s.dtype == np.float32
@@ -38,7 +39,7 @@ def test_k_above_the_live_count_pads_with_minus_one_and_minus_inf():
 
 def test_an_emptied_index_answers_padding_and_refills():
     docs, q = _docs(30, 8, 2), _docs(3, 8, 3)
-    index = UECIndex(docs, M=8)
+    index = UECIndex(docs, config=IndexConfig(M=8))
     index.remove(np.arange(30))
     assert len(index) == 0
     for exact in (False, True):
@@ -52,7 +53,7 @@ def test_an_emptied_index_answers_padding_and_refills():
 def test_upsert_replaces_existing_ids_and_adds_new_ones():
     docs, q = _docs(400, 16, 4), _docs(20, 16, 5)
     new = _docs(100, 16, 6)
-    index = UECIndex(docs, M=8, ef_construction=60)
+    index = UECIndex(docs, config=IndexConfig(M=8, ef_construction=60))
     ids = np.concatenate([np.arange(350, 400), np.arange(1000, 1050)])  # 50 replaced, 50 new
     assert np.array_equal(index.upsert(new, ids=ids), ids)
     assert len(index) == 450
@@ -72,7 +73,7 @@ def test_upsert_replaces_existing_ids_and_adds_new_ones():
 
 def test_upsert_keeps_texts_in_step():
     docs = _docs(10, 8, 7)
-    index = UECIndex(docs, texts=[f"t{i}" for i in range(10)], M=8)
+    index = UECIndex(docs, texts=[f"t{i}" for i in range(10)], config=IndexConfig(M=8))
     index.upsert(docs[:2], ids=[3, 42], texts=["three", "forty-two"])
     assert index.get_texts([3, 42, 4, 77]) == ["three", "forty-two", "t4", None]
     with pytest.raises(ValueError, match="texts"):
@@ -115,10 +116,10 @@ def _hammer(index, q, k, n_readers, writer, seconds_cap=60.0):
 
 
 def test_searches_during_adds_removes_and_upserts_see_consistent_states(monkeypatch):
-    monkeypatch.setattr(index_mod, "_WRITE_CHUNK_MAX", 64)  # many chunks: searches interleave with each update
+    monkeypatch.setattr(writer_mod, "_WRITE_CHUNK_MAX", 64)  # many chunks: searches interleave with each update
     base, q = _docs(2000, 16, 8), _docs(16, 16, 9)
     pool = _docs(3000, 16, 10)
-    index = UECIndex(base, M=8, ef_construction=40, num_threads=1)
+    index = UECIndex(base, num_threads=1, config=IndexConfig(M=8, ef_construction=40))
     state = {i: (base.mean[i], base.var[i]) for i in range(2000)}
     rng = np.random.default_rng(11)
 
@@ -164,7 +165,7 @@ def test_a_search_sees_a_state_the_index_was_in():
     # Each add is one chunk here, so every search must see either none or all of a pair of ids added
     # together; the pair sits at the query itself, so both are in its top 2 once added.
     base, q = _docs(500, 16, 12), _docs(1, 16, 13)
-    index = UECIndex(base, M=8, num_threads=1)
+    index = UECIndex(base, num_threads=1, config=IndexConfig(M=8))
     pair = GaussianEmbedding(np.repeat(q.mean, 2, 0), np.zeros((2, 16), np.float32))
     torn = []
 
@@ -228,30 +229,30 @@ def test_readers_writer_lock_excludes_writers_and_prefers_them():
 
 
 def test_searches_after_an_update_rebuild_panels_only_once_they_pay(monkeypatch):
-    monkeypatch.setattr(index_mod, "_BLOCK", 256)  # 8 blocks
-    monkeypatch.setattr(index_mod, "_ROWS_PER_CACHED_BLOCK", 16)  # blocks pay from 8 x 16 = 128 candidate rows
+    monkeypatch.setattr(rerank_mod, "_BLOCK", 256)  # 8 blocks
+    monkeypatch.setattr(rerank_mod, "_ROWS_PER_CACHED_BLOCK", 16)  # blocks pay from 8 x 16 = 128 candidate rows
     docs, q = _docs(2048, 16, 14), _docs(64, 16, 15)
-    index = UECIndex(docs, M=8, ef_construction=40, rerank=8)
+    index = UECIndex(docs, config=IndexConfig(M=8, ef_construction=40, rerank=8))
     expected = index.search(q, 5)
-    assert len(index._blocks) == 0  # 64 x 8 candidates < 2048 rows: nothing packed ahead of need
+    assert len(index._panels) == 0  # 64 x 8 candidates < 2048 rows: nothing packed ahead of need
     for s in range(0, 64, 2):  # 16 rows a search: too few for blocks to pay, so they never count
         np.testing.assert_array_equal(index.search(q[s : s + 2], 5)[1], expected[1][s : s + 2])
-    assert len(index._blocks) == 0
+    assert len(index._panels) == 0
     for _ in range(2):
         index.search(q, 5)
-    assert len(index._blocks) == 0  # 3 x 512 rows packed so far, fewer than the index's 2048
+    assert len(index._panels) == 0  # 3 x 512 rows packed so far, fewer than the index's 2048
     got = index.search(q, 5)  # the fourth: the packing has paid for the blocks
-    assert len(index._blocks) == 8
+    assert len(index._panels) == 8
     np.testing.assert_array_equal(got[1], expected[1])
     index.remove([3])  # drops block 0 only
-    assert len(index._blocks) == 7
+    assert len(index._panels) == 7
     index.search(q[:1], 5)
-    assert len(index._blocks) == 7  # 8 candidate rows do not pay for packing 255
+    assert len(index._panels) == 7  # 8 candidate rows do not pay for packing 255
 
 
 def test_ids_filters_and_candidate_counts_are_named_when_malformed():
     docs, q = _docs(40, 8, 16), _docs(2, 8, 17)
-    index = UECIndex(docs, M=8)
+    index = UECIndex(docs, config=IndexConfig(M=8))
     for bad in ([[1, 2], [3]], [1, [2, 3]]):
         with pytest.raises(ValueError, match="filter must be a rectangular"):
             index.search(q, 3, filter=bad)
@@ -261,7 +262,7 @@ def test_ids_filters_and_candidate_counts_are_named_when_malformed():
         with pytest.raises(ValueError, match=f"{name} must be <="):
             index.search(q, 3, **{name: 2**64})
     with pytest.raises(ValueError, match="M must be <="):
-        UECIndex(docs, M=2**64)
+        UECIndex(docs, config=IndexConfig(M=2**64))
     with pytest.raises(ValueError, match="k=.* too large"):
         index.search(q, 2**70)
     assert len(index) == 40
@@ -300,22 +301,22 @@ def test_readers_waiting_at_a_writers_release_go_before_its_next_hold():
 def test_chunks_grow_while_nobody_searches_and_shrink_when_searches_come(monkeypatch):
     """A chunk after one during which nobody read the index is sized for the idle hold; after one during
     which someone did, for the short hold (the sizes follow the measured time a row)."""
-    monkeypatch.setattr(index_mod, "_WRITE_CHUNK_FIRST", 4)
-    monkeypatch.setattr(index_mod, "_WRITE_HOLD_S", 1e-9)  # one row a chunk once searches come
-    monkeypatch.setattr(index_mod, "_WRITE_HOLD_IDLE_S", 10.0)  # the largest chunk while none come
-    index = UECIndex(_docs(50, 16, 40), M=8)
+    monkeypatch.setattr(writer_mod, "_WRITE_CHUNK_FIRST", 4)
+    monkeypatch.setattr(writer_mod, "_WRITE_HOLD_S", 1e-9)  # one row a chunk once searches come
+    monkeypatch.setattr(writer_mod, "_WRITE_HOLD_IDLE_S", 10.0)  # the largest chunk while none come
+    index = UECIndex(_docs(50, 16, 40), config=IndexConfig(M=8))
     sizes, busy = [], []
 
     def record(n, apply, chunk=None):
         def spy(part):
             sizes.append(part.stop - part.start)
             if busy:
-                index._rw.reads += 1  # what a search arriving during this chunk leaves behind
+                index._writer.lock.reads += 1  # what a search arriving during this chunk leaves behind
             apply(part)
 
-        return UECIndex._chunked(index, n, spy, chunk)
+        return writer_mod.IndexWriter.chunked(index._writer, n, spy, chunk)
 
-    monkeypatch.setattr(index, "_chunked", record)
+    monkeypatch.setattr(index._writer, "chunked", record)
     index.add(_docs(300, 16, 41))
     assert sizes == [4, 296]  # nobody read: the rest in one chunk
     sizes.clear()

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from crossembed import reference
-from crossembed.uec import GaussianEmbedding, UECIndex
+from crossembed.uec import GaussianEmbedding, IndexConfig, UECIndex
 from crossembed.uec.laplace import normalize_rows
 
 
@@ -31,7 +31,7 @@ def _exact_ids(docs, ids, queries, k):
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_documents_without_variance_store_none_and_score_by_inner_product(dtype):
     docs, q = _plain(600, 24, 0), _plain(15, 24, 1)
-    index = UECIndex(docs, M=8, dtype=dtype)
+    index = UECIndex(docs, config=IndexConfig(M=8, dtype=dtype))
     assert not index.has_variance
     mem = index.memory_usage()
     assert mem["store"] == 600 * (8 + 1)  # ids and flags only
@@ -51,8 +51,8 @@ def test_plain_scores_equal_those_of_stored_zero_variances():
     """A store that holds variances (one document had some, then left) scores the same documents and
     queries without variance bit for bit as the store that holds none."""
     docs, q = _plain(500, 16, 2), _plain(12, 16, 3)
-    lean = UECIndex(docs, M=8, num_threads=1)
-    full = UECIndex(docs, M=8, num_threads=1)
+    lean = UECIndex(docs, num_threads=1, config=IndexConfig(M=8))
+    full = UECIndex(docs, num_threads=1, config=IndexConfig(M=8))
     full.add(_with_variance(_plain(1, 16, 4), 5), ids=[10_000])
     full.remove([10_000])
     assert full.has_variance and not lean.has_variance
@@ -64,7 +64,7 @@ def test_plain_scores_equal_those_of_stored_zero_variances():
 
 def test_a_document_with_variance_turns_the_stored_variances_on():
     docs, q = _plain(300, 12, 6), _with_variance(_plain(10, 12, 7), 8)
-    index = UECIndex(docs, M=8)
+    index = UECIndex(docs, config=IndexConfig(M=8))
     extra = _with_variance(_plain(40, 12, 9), 10, scale=0.5)
     index.add(extra[:20])  # ids 300..319
     assert index.has_variance
@@ -83,7 +83,7 @@ def test_a_document_with_variance_turns_the_stored_variances_on():
 @pytest.mark.parametrize("mmap", [False, True])
 def test_save_and_load_keep_the_store_without_variances(tmp_path, mmap):
     docs, q = _plain(250, 16, 11), _plain(6, 16, 12)
-    index = UECIndex(docs, ids=np.arange(250) * 3, M=8)
+    index = UECIndex(docs, ids=np.arange(250) * 3, config=IndexConfig(M=8))
     index.remove([0, 30])
     back = UECIndex.load(index.save(tmp_path / "p.uec"), mmap=mmap)
     assert not back.has_variance and len(back) == 248
@@ -95,5 +95,5 @@ def test_save_and_load_keep_the_store_without_variances(tmp_path, mmap):
 
 def test_queries_with_variance_against_plain_documents_are_scored_exactly():
     docs, q = _plain(400, 20, 15), _with_variance(_plain(9, 20, 16), 17, scale=0.3)
-    index = UECIndex(docs, M=8)
+    index = UECIndex(docs, config=IndexConfig(M=8))
     np.testing.assert_array_equal(index.search(q, 6, exact=True)[1], _exact_ids(docs, np.arange(400), q, 6))

@@ -4,7 +4,7 @@ import threading
 
 import numpy as np
 
-from crossembed.uec import GaussianEmbedding, UECIndex
+from crossembed.uec import GaussianEmbedding, IndexConfig, UECIndex
 from crossembed.uec.laplace import normalize_rows
 
 
@@ -17,7 +17,7 @@ def _docs(n, d, seed):
 def test_concurrent_searches_equal_sequential_ones():
     docs, queries = _docs(3000, 32, 0), _docs(40, 32, 1)
     # a sparse graph and very different ef values: answers depend on ef
-    index = UECIndex(docs, M=4, ef_construction=20, rerank=5, num_threads=1)
+    index = UECIndex(docs, num_threads=1, config=IndexConfig(M=4, ef_construction=20, rerank=5))
     settings = [dict(rerank=5, ef=5), dict(rerank=300, ef=600), dict(rerank=8, ef=8), dict(rerank=50, ef=120)]
     expected = [index.search(queries, 5, **kw) for kw in settings]
     assert any(not np.array_equal(expected[0][1], e[1]) for e in expected[1:])  # ef matters here
@@ -47,7 +47,7 @@ def test_identical_documents_k_equals_n():
     rng = np.random.default_rng(2)
     row = normalize_rows(rng.normal(size=(1, 8))).astype(np.float32)
     docs = GaussianEmbedding(np.repeat(row, 300, 0), np.full((300, 8), 0.01, np.float32))
-    index = UECIndex(docs, M=16, ef_construction=50, rerank=10)
+    index = UECIndex(docs, config=IndexConfig(M=16, ef_construction=50, rerank=10))
     s, i = index.search(docs[:3], 300)
     assert i.shape == (3, 300)
     assert all(sorted(r) == list(range(300)) for r in i)
@@ -57,7 +57,7 @@ def test_identical_documents_k_equals_n():
 
 def test_degenerate_graph_falls_back_to_exact_candidates():
     docs, queries = _docs(400, 16, 3), _docs(20, 16, 4)
-    index = UECIndex(docs, M=2, ef_construction=1, rerank=10)
+    index = UECIndex(docs, config=IndexConfig(M=2, ef_construction=1, rerank=10))
     s, i = index.search(queries, 400)  # k = N: every document, ANN or not
     s_ex, i_ex = index.search(queries, 400, exact=True)
     np.testing.assert_array_equal(i, i_ex)

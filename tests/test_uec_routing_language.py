@@ -226,13 +226,13 @@ def test_probe_head_is_saved_with_the_embedder(tmp_path, pair):
 def test_an_index_saves_and_serves_the_language_routing(tmp_path):
     pytest.importorskip("langid")
     from _word_encoder import WordEncoder
-    from crossembed.uec import UECIndex
+    from crossembed.uec import IndexConfig, UECIndex
 
     words = [f"{a} {b}" for a in ("red", "green", "blue", "dark") for b in ("apple", "pear", "plum")]
     pairs = [(w, w.split()[1] + " coloured " + w.split()[0]) for w in words]
     embedders = [LaplaceEmbedder(WordEncoder(), batch_size=4, prior_precision=2.0).fit(pairs) for _ in range(2)]
     ens = UECEnsemble(embedders, routing=LanguageRouting([("en",), None]))
-    index = UECIndex.build(ens, [p for _, p in pairs], show_progress_bar=False, M=8, rerank=10)
+    index = UECIndex.build(ens, [p for _, p in pairs], show_progress_bar=False, config=IndexConfig(M=8, rerank=10))
     queries = ["red apple", "der rote Apfel"]
     scores, ids = index.search(queries, 3, exact=True)
     w = ens.encode(queries, show_progress_bar=False).weights

@@ -10,6 +10,7 @@ from crossembed.uec import (
     ConfidenceRouting,
     EmbeddingMixing,
     GaussianEmbedding,
+    IndexConfig,
     LaplaceEmbedder,
     LaplaceRouting,
     PrecisionSumRouting,
@@ -247,7 +248,7 @@ def test_index_with_official_rules_and_confidence(tmp_path, duo):
         if ens.needs_reference:
             ens = ens.with_reference(d_comps)
         d = ens.combine(d_comps, role="passage")
-        index = UECIndex(d, ensemble=ens, M=8, rerank=300)
+        index = UECIndex(d, ensemble=ens, config=IndexConfig(M=8, rerank=300))
         q = ens.combine([duo[0].transform(q0), duo[1].transform(q1)])
         s_exact, i_exact = index.search(q, 5, exact=True)
         s_ann, i_ann = index.search(q, 5)  # reranking every document = exact

@@ -5,7 +5,7 @@ import pytest
 
 distributed = pytest.importorskip("dask.distributed")
 
-from crossembed.uec import GaussianEmbedding, UECIndex  # noqa: E402
+from crossembed.uec import GaussianEmbedding, IndexConfig, UECIndex  # noqa: E402
 from crossembed.uec.laplace import normalize_rows  # noqa: E402
 from crossembed.uec.sharded import ShardedUECIndex  # noqa: E402
 
@@ -21,8 +21,8 @@ def _docs(n, d, seed):
 def test_sharded_search_equals_the_local_index(client, n_shards):
     docs, q = _docs(500, 16, 0), _docs(15, 16, 1)
     ids = np.arange(500, dtype=np.int64) * 3 + 7
-    local = UECIndex(docs, ids=ids, M=8, ef_construction=60)
-    sharded = ShardedUECIndex(client, docs, ids=ids, n_shards=n_shards, M=8, ef_construction=60)
+    local = UECIndex(docs, ids=ids, config=IndexConfig(M=8, ef_construction=60))
+    sharded = ShardedUECIndex(client, docs, ids=ids, n_shards=n_shards, config=IndexConfig(M=8, ef_construction=60))
     assert len(sharded) == 500 and min(sharded.shard_sizes()) > 400 / n_shards  # strided ids spread evenly
     s0, i0 = local.search(q, 10, exact=True)
     s1, i1 = sharded.search(q, 10, exact=True)
@@ -41,8 +41,8 @@ def test_sharded_search_equals_the_local_index(client, n_shards):
 
 def test_sharded_updates_and_files(client, tmp_path):
     docs, extra, q = _docs(300, 8, 2), _docs(40, 8, 3), _docs(6, 8, 4)
-    local = UECIndex(docs, M=8)
-    sharded = ShardedUECIndex(client, docs, n_shards=2, M=8)
+    local = UECIndex(docs, config=IndexConfig(M=8))
+    sharded = ShardedUECIndex(client, docs, n_shards=2, config=IndexConfig(M=8))
     for index in (local, sharded):
         index.remove(np.arange(0, 300, 4))
         index.add(extra, ids=np.arange(1000, 1040))
@@ -68,7 +68,7 @@ def test_sharded_updates_and_files(client, tmp_path):
 def test_failed_updates_change_nothing(client):
     """An update refused by one shard is refused before any shard applies it."""
     docs, extra, q = _docs(200, 8, 10), _docs(4, 8, 11), _docs(5, 8, 12)
-    sharded = ShardedUECIndex(client, docs, n_shards=3, M=8)
+    sharded = ShardedUECIndex(client, docs, n_shards=3, config=IndexConfig(M=8))
     before = sharded.search(q, 7, exact=True)
     with pytest.raises(ValueError, match=r"ids \[150\] are already"):
         sharded.add(extra, ids=[150, 500, 501, 502])  # 500..502 land on other shards than 150
@@ -80,8 +80,8 @@ def test_failed_updates_change_nothing(client):
 
 def test_k_above_the_live_count_pads(client):
     docs, q = _docs(50, 8, 13), _docs(4, 8, 14)
-    local = UECIndex(docs, M=8)
-    sharded = ShardedUECIndex(client, docs, n_shards=3, M=8)
+    local = UECIndex(docs, config=IndexConfig(M=8))
+    sharded = ShardedUECIndex(client, docs, n_shards=3, config=IndexConfig(M=8))
     for kwargs in ({"exact": True}, {}):
         s, i = sharded.search(q, 100, **kwargs)
         assert s.shape == i.shape == (4, 100)
@@ -103,7 +103,7 @@ def test_a_busy_shard_times_out_within_the_bound(client):
     from crossembed.uec.sharded import ShardTimeoutError
 
     docs, q = _docs(100, 8, 15), _docs(3, 8, 16)
-    sharded = ShardedUECIndex(client, docs, n_shards=2, M=8)
+    sharded = ShardedUECIndex(client, docs, n_shards=2, config=IndexConfig(M=8))
     busy = client.submit(time.sleep, 2, workers=[sharded.shard_workers()[1]], pure=False)  # one thread per worker
     t0 = time.monotonic()
     with pytest.raises(ShardTimeoutError, match=r"shards \[1\]") as err:
@@ -122,8 +122,8 @@ def test_shards_score_with_the_given_scoring_or_the_ensembles(client, tmp_path):
     from crossembed.uec.scoring import BetaCosineScoring, ProbitScoring
 
     docs, q = _docs(200, 8, 7), _docs(5, 8, 8)
-    beta = ShardedUECIndex(client, docs, n_shards=2, scoring=BetaCosineScoring(0.5), M=8)
-    local = UECIndex(docs, scoring=BetaCosineScoring(0.5), M=8)
+    beta = ShardedUECIndex(client, docs, n_shards=2, scoring=BetaCosineScoring(0.5), config=IndexConfig(M=8))
+    local = UECIndex(docs, scoring=BetaCosineScoring(0.5), config=IndexConfig(M=8))
     np.testing.assert_array_equal(beta.search(q, 6, exact=True)[0], local.search(q, 6, exact=True)[0])
     back = ShardedUECIndex.load(client, beta.save(str(tmp_path / "b{shard}.uec")))
     np.testing.assert_array_equal(back.search(q, 6, exact=True)[1], local.search(q, 6, exact=True)[1])
@@ -138,11 +138,14 @@ def test_shards_score_with_the_given_scoring_or_the_ensembles(client, tmp_path):
     d = ens.combine([e.transform(rng.normal(size=(150, 8))) for e in ens.embedders], role="passage")
     qq = ens.combine([e.transform(rng.normal(size=(4, 8))) for e in ens.embedders])
     assert d.var.max() > 0 and qq.var.max() > 0  # the variances would change the scores
-    sharded = ShardedUECIndex(client, d, ensemble=ens, n_shards=2, M=8)
+    sharded = ShardedUECIndex(client, d, ensemble=ens, n_shards=2, config=IndexConfig(M=8))
     np.testing.assert_array_equal(
-        sharded.search(qq, 5, exact=True)[0], UECIndex(d, ensemble=ens, M=8).search(qq, 5, exact=True)[0]
+        sharded.search(qq, 5, exact=True)[0],
+        UECIndex(d, ensemble=ens, config=IndexConfig(M=8)).search(qq, 5, exact=True)[0],
     )
-    assert not np.array_equal(sharded.search(qq, 5, exact=True)[0], UECIndex(d, M=8).search(qq, 5, exact=True)[0])
+    assert not np.array_equal(
+        sharded.search(qq, 5, exact=True)[0], UECIndex(d, config=IndexConfig(M=8)).search(qq, 5, exact=True)[0]
+    )
 
 
 def test_worker_processes_hold_their_own_shards():
@@ -150,10 +153,10 @@ def test_worker_processes_hold_their_own_shards():
     docs, q = _docs(200, 8, 5), _docs(4, 8, 6)
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
     with cluster, distributed.Client(cluster) as c:
-        sharded = ShardedUECIndex(c, docs, M=8)
+        sharded = ShardedUECIndex(c, docs, config=IndexConfig(M=8))
         assert len(set(sharded.shard_workers())) == 2
         np.testing.assert_array_equal(
-            sharded.search(q, 6, exact=True)[1], UECIndex(docs, M=8).search(q, 6, exact=True)[1]
+            sharded.search(q, 6, exact=True)[1], UECIndex(docs, config=IndexConfig(M=8)).search(q, 6, exact=True)[1]
         )
 
 
@@ -162,8 +165,8 @@ def test_searches_run_beside_updates(client):
     import threading
 
     docs, extra, q = _docs(300, 8, 17), _docs(200, 8, 18), _docs(8, 8, 19)
-    sharded = ShardedUECIndex(client, docs, n_shards=3, M=8)
-    local = UECIndex(docs, M=8)
+    sharded = ShardedUECIndex(client, docs, n_shards=3, config=IndexConfig(M=8))
+    local = UECIndex(docs, config=IndexConfig(M=8))
     known = set(range(300)) | set(range(1000, 1200))
     errors, stop = [], threading.Event()
 

@@ -15,7 +15,7 @@ import pytest
 
 distributed = pytest.importorskip("dask.distributed")
 
-from crossembed.uec import GaussianEmbedding, UECIndex  # noqa: E402
+from crossembed.uec import GaussianEmbedding, IndexConfig, UECIndex  # noqa: E402
 from crossembed.uec.laplace import normalize_rows  # noqa: E402
 from crossembed.uec.sharded import ShardedUECIndex, ShardLostError, shard_of  # noqa: E402
 
@@ -64,12 +64,12 @@ class _Mirror:
         ids = np.array(sorted(self.rows), np.int64)
         mean = np.stack([self.rows[i][0] for i in ids])
         var = np.stack([self.rows[i][1] for i in ids])
-        return UECIndex(GaussianEmbedding(mean, var), ids=ids, M=8)
+        return UECIndex(GaussianEmbedding(mean, var), ids=ids, config=IndexConfig(M=8))
 
 
 def test_a_lost_shard_never_saved_raises_a_clear_error_promptly(processes):
     docs, q = _docs(300, 8, 0), _docs(5, 8, 1)
-    sharded = ShardedUECIndex(processes, docs, n_shards=3, M=8, timeout=BOUND_S)
+    sharded = ShardedUECIndex(processes, docs, n_shards=3, timeout=BOUND_S, config=IndexConfig(M=8))
     assert sharded.search(q, 5, exact=True)[1].shape == (5, 5)
     victim = sharded.shard_workers()[1]
     _kill(processes, victim)
@@ -90,7 +90,7 @@ def test_a_lost_shard_is_reloaded_and_its_updates_replayed(processes, tmp_path):
     docs, more, q = _docs(400, 8, 3), _docs(120, 8, 4), _docs(12, 8, 5)
     ids = np.arange(400, dtype=np.int64) * 7 + 3
     mirror = _Mirror(docs, ids)
-    sharded = ShardedUECIndex(processes, docs, ids=ids, n_shards=3, M=8, timeout=BOUND_S)
+    sharded = ShardedUECIndex(processes, docs, ids=ids, n_shards=3, timeout=BOUND_S, config=IndexConfig(M=8))
     sharded.save(str(tmp_path / "shard{shard}.uec"))
     # updates after the save, on every shard: only the driver's log holds them
     sharded.add(more[:60], ids=np.arange(5000, 5060))
@@ -127,11 +127,13 @@ def test_a_lost_shard_is_reloaded_and_its_updates_replayed(processes, tmp_path):
 
 def test_loaded_shards_are_recoverable_without_a_save(processes, tmp_path):
     docs, q = _docs(200, 8, 6), _docs(4, 8, 7)
-    paths = ShardedUECIndex(processes, docs, n_shards=2, M=8).save(str(tmp_path / "s{shard}.uec"))
+    paths = ShardedUECIndex(processes, docs, n_shards=2, config=IndexConfig(M=8)).save(str(tmp_path / "s{shard}.uec"))
     sharded = ShardedUECIndex.load(processes, paths, timeout=BOUND_S)
     sharded.remove(np.arange(0, 200, 3))
     _kill(processes, sharded.shard_workers()[1])
-    local = UECIndex(docs[np.arange(200) % 3 != 0], ids=np.flatnonzero(np.arange(200) % 3 != 0), M=8)
+    local = UECIndex(
+        docs[np.arange(200) % 3 != 0], ids=np.flatnonzero(np.arange(200) % 3 != 0), config=IndexConfig(M=8)
+    )
     np.testing.assert_array_equal(sharded.search(q, 9, exact=True)[1], local.search(q, 9, exact=True)[1])
 
 
@@ -159,7 +161,7 @@ def test_a_shard_rebuilt_by_dask_on_a_restarted_worker_is_never_served_stale(tmp
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0", worker_port=f"{base}:{base + 1}"
     )
     with cluster, distributed.Client(cluster) as client:
-        sharded = ShardedUECIndex(client, docs, n_shards=2, M=8, timeout=BOUND_S)
+        sharded = ShardedUECIndex(client, docs, n_shards=2, timeout=BOUND_S, config=IndexConfig(M=8))
         sharded.save(str(tmp_path / "s{shard}.uec"))
         sharded.add(more, ids=np.arange(1000, 1030))
         victim = sharded.shard_workers()[0]
@@ -170,14 +172,14 @@ def test_a_shard_rebuilt_by_dask_on_a_restarted_worker_is_never_served_stale(tmp
             time.sleep(0.05)
         all_ids = np.r_[np.arange(300), np.arange(1000, 1030)]
         both = GaussianEmbedding(np.vstack([docs.mean, more.mean]), np.vstack([docs.var, more.var]))
-        expected = UECIndex(both, ids=all_ids, M=8).search(q, 40, exact=True)[1]
+        expected = UECIndex(both, ids=all_ids, config=IndexConfig(M=8)).search(q, 40, exact=True)[1]
         np.testing.assert_array_equal(sharded.search(q, 40, exact=True)[1], expected)
         assert len(sharded) == 330
 
 
 def test_a_shard_file_no_worker_can_read_gives_a_clear_error(processes, tmp_path):
     docs, q = _docs(150, 8, 11), _docs(3, 8, 12)
-    sharded = ShardedUECIndex(processes, docs, n_shards=3, M=8, timeout=BOUND_S)
+    sharded = ShardedUECIndex(processes, docs, n_shards=3, timeout=BOUND_S, config=IndexConfig(M=8))
     paths = sharded.save(str(tmp_path / "u{shard}.uec"))
     os.remove(paths[2])
     _kill(processes, sharded.shard_workers()[2])

@@ -34,11 +34,11 @@ def test_real_laplace_keeps_the_pretrained_embedding(real):
 
 
 def test_real_uec_index_finds_glosses(real, tmp_path):
-    from crossembed.uec import UECIndex
+    from crossembed.uec import IndexConfig, UECIndex
 
     task, ens = real
     docs = task.documents[200:400]
-    index = UECIndex.build(ens, docs, show_progress_bar=False, M=16, rerank=50)
+    index = UECIndex.build(ens, docs, show_progress_bar=False, config=IndexConfig(M=16, rerank=50))
     q = ens.encode(task.queries[200:400], show_progress_bar=False)
     assert q.weights.shape == (200, 2)
     np.testing.assert_allclose(q.weights.sum(axis=1), 1.0, rtol=1e-5)
@@ -58,10 +58,12 @@ def test_real_index_served_over_http_answers_texts_as_in_process(real, tmp_path)
     httpx = pytest.importorskip("httpx")
     from crossembed.serve import create_app
     from crossembed.serve.server import BackgroundServer
-    from crossembed.uec import UECIndex
+    from crossembed.uec import IndexConfig, UECIndex
 
     task, ens = real
-    UECIndex.build(ens, task.documents[200:400], show_progress_bar=False, M=16, rerank=50).save(tmp_path / "r.uec")
+    UECIndex.build(ens, task.documents[200:400], show_progress_bar=False, config=IndexConfig(M=16, rerank=50)).save(
+        tmp_path / "r.uec"
+    )
     index = UECIndex.load(tmp_path / "r.uec")  # as `crossembed serve` loads it: the saved minilm + e5 ensemble
     local = UECIndex.load(tmp_path / "r.uec")
     queries = task.queries[200:216]

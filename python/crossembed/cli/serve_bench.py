@@ -33,6 +33,7 @@ from crossembed._validation import check_int
 from crossembed.cli.serve_load import Connection, Writer, http_request, run_load
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.index import UECIndex
+from crossembed.uec.index_config import IndexConfig
 
 __all__ = ["SIZES", "benchmark_serve", "render", "synthetic_chunks", "synthetic_gaussians"]
 
@@ -81,7 +82,7 @@ def _data(n_docs: int, dim: int, n_queries: int, seed: int) -> Tuple[GaussianEmb
     return g[:n_docs], g[n_docs:]  # documents; queries (first half) and documents for the writer (second)
 
 
-def _index(docs: GaussianEmbedding, path: Path, options: Dict[str, Any]) -> Tuple[UECIndex, float]:
+def _index(docs: GaussianEmbedding, path: Path, config: IndexConfig) -> Tuple[UECIndex, float]:
     """The index of ``docs`` saved at ``path`` (loaded from there when it holds the same documents)."""
     if path.is_file():
         index = UECIndex.load(path)
@@ -89,7 +90,7 @@ def _index(docs: GaussianEmbedding, path: Path, options: Dict[str, Any]) -> Tupl
         if same and np.array_equal(index.get_docs([0, len(docs) - 1]).mean, docs.mean[[0, -1]]):
             return index, 0.0
     start = time.perf_counter()
-    index = UECIndex(docs, **options)
+    index = UECIndex(docs, config=config)
     build_s = time.perf_counter() - start
     index.save(path)
     return index, build_s
@@ -264,7 +265,7 @@ def benchmark_serve(
         check_int(value, name, low=1)
     docs, rest = _data(n_docs, dim, n_queries, seed)
     queries, writer_docs = rest[:n_queries], rest[n_queries:]
-    options = {"M": M, "ef_construction": ef_construction, "rerank": rerank or 100}
+    config = IndexConfig(M=M, ef_construction=ef_construction, rerank=rerank or 100)
     settings = {"rerank": rerank, "ef": ef}
     plan = {
         "k": k,
@@ -278,7 +279,7 @@ def benchmark_serve(
     }
     with tempfile.TemporaryDirectory(prefix="crossembed-bench-") as tmp:
         path = Path(index_path) if index_path is not None else Path(tmp) / "index.uec"
-        index, build_s = _index(docs, path, options)
+        index, build_s = _index(docs, path, config)
         local = _in_process(index, queries, k, {key: v for key, v in settings.items() if v is not None})
         del index  # the server holds its own copy
         served = _serve_and_load(path, queries, writer_docs, local.pop("ids"), plan)

@@ -111,24 +111,17 @@ def _fit_embedders(args, models, pairs) -> list:
 
 
 def _index_build(args) -> int:
-    from crossembed.uec import UECIndex
+    from crossembed.uec import IndexConfig, UECIndex
 
     docs = read_lines(args.docs, "docs")
     models = split_list(args.models, "models")
     pairs = _fit_pairs(args)
     embedders = _fit_embedders(args, models, pairs)
     ens = _ensemble(args, embedders)
-    index = UECIndex.build(
-        ens,
-        docs,
-        M=args.M,
-        ef_construction=args.ef_construction,
-        rerank=args.rerank,
-        dtype=args.dtype,
-        random_state=args.seed,
-        num_threads=args.num_threads,
-        show_progress_bar=not args.quiet,
+    config = IndexConfig(
+        M=args.M, ef_construction=args.ef_construction, rerank=args.rerank, dtype=args.dtype, random_state=args.seed
     )
+    index = UECIndex.build(ens, docs, config=config, num_threads=args.num_threads, show_progress_bar=not args.quiet)
     index.save(args.output)
     info = {
         "output": str(args.output),

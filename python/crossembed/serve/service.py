@@ -119,7 +119,7 @@ class IndexService:
         allowed = None if filter is None else np.unique(np.asarray(filter, dtype=np.int64)).tobytes()
         if exact:
             return SearchKey(True, 0, 0, allowed)
-        m = max(k, rerank if rerank is not None else self.index.rerank)
+        m = max(k, rerank if rerank is not None else self.index.config.rerank)
         return SearchKey(False, m, max(m, ef) if ef is not None else 2 * m, allowed)
 
     def _run_batch(self, mean: np.ndarray, var: np.ndarray, k: int, key: SearchKey):

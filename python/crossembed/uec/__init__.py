@@ -28,6 +28,7 @@ from crossembed.uec.ensemble import UECEnsemble, convolve, uncertainty_coefficie
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.heads import ModelHeads
 from crossembed.uec.index import UECIndex
+from crossembed.uec.index_config import IndexConfig
 from crossembed.uec.languages import LangidIdentifier
 from crossembed.uec.laplace import LaplaceEmbedder
 from crossembed.uec.mixing import EmbeddingMixing, ScoreMixing
@@ -53,6 +54,7 @@ __all__ = [
     "EmbeddingMixing",
     "FixedRouting",
     "GaussianEmbedding",
+    "IndexConfig",
     "KronPosterior",
     "LangidIdentifier",
     "LanguageRouting",

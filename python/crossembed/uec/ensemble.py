@@ -36,12 +36,14 @@ depend on call order.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from crossembed._config import check_plugin
+from crossembed._io import CorruptFileError, load_arrays, save_arrays
 from crossembed._validation import as_matrix, check_choice, check_positive
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.heads import ModelHeads
@@ -53,6 +55,7 @@ from crossembed.uec.scoring import ProbitScoring, scoring_from_config
 __all__ = ["FORMAT_VERSION", "UECEnsemble", "convolve", "uncertainty_coefficients"]
 
 _ROLES = ("query", "passage")
+_KIND = "crossembed.uec.UECEnsemble"
 #: version of the saved ensemble state (``meta["format"]``); other versions are refused
 FORMAT_VERSION = 2
 
@@ -378,6 +381,25 @@ class UECEnsemble:
             scoring=scoring_from_config(meta["scoring"]),
             reference=reference,
         )
+
+    def save(self, path) -> Path:
+        """Write the fitted ensemble to ``path`` (atomic, checksummed, versioned): the :meth:`get_state` an
+        index file holds, the encoders by name."""
+        arrays, meta = self.get_state()
+        return save_arrays(path, _KIND, arrays, meta)
+
+    @classmethod
+    def load(cls, path, *, encoders=None) -> UECEnsemble:
+        """Read an ensemble written by :meth:`save`; ``encoders`` (K items) override the stored names.
+
+        Raises ValueError for another state version and :class:`~crossembed._io.CorruptFileError`
+        (a ValueError) for a truncated, edited or incomplete file.
+        """
+        arrays, meta = load_arrays(path, _KIND)
+        try:
+            return cls.from_state(arrays, meta, encoders=encoders)
+        except (KeyError, TypeError) as exc:
+            raise CorruptFileError(f"{path}: incomplete UECEnsemble ({type(exc).__name__}: {exc})") from None
 
     def __repr__(self) -> str:
         names = [e.encoder_name or type(e.encoder).__name__ for e in self.embedders]

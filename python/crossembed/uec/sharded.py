@@ -5,7 +5,7 @@ strided ids spread evenly too); each shard is a whole
 :class:`~crossembed.uec.UECIndex` (store + HNSW graph) held in one
 worker's memory. A search sends the queries to every shard, each returns its
 own top-``k`` (padded with id -1 / score -inf), and the driver merges them
-exactly with :func:`~crossembed.uec.index.merge_topk` (score descending, ties
+exactly with :func:`~crossembed.uec.rerank.merge_topk` (score descending, ties
 to the lower id, padding last). A pair's score does not depend on which other
 documents share its block, so exact search over any sharding returns what one
 local index returns, bit for bit.
@@ -26,7 +26,9 @@ import numpy as np
 from crossembed._validation import check_int, check_positive
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
-from crossembed.uec.index import merge_topk, query_gaussians
+from crossembed.uec.index import query_gaussians
+from crossembed.uec.index_config import IndexConfig
+from crossembed.uec.rerank import merge_topk
 from crossembed.uec.shards import (
     Deadline,
     ShardError,
@@ -115,19 +117,17 @@ class ShardedUECIndex:
         Number of shards (default: one per worker).
     ensemble : UECEnsemble, optional
         Encodes text queries on the driver; its ``scoring`` scores on every shard
-        unless ``scoring`` is among ``index_options`` (default none: Gaussian queries).
+        unless ``scoring`` is given (default none: Gaussian queries).
     timeout : float
         Seconds any call may take (default 60); building the shards is bounded by it too.
-    **index_options
-        :class:`UECIndex` options for every shard (``scoring``, ``M``,
-        ``ef_construction``, ``rerank``, ``dtype``, ``panel_cache_bytes``,
-        ``random_state``, ``num_threads``).
+    scoring, config, num_threads
+        Every shard's :class:`UECIndex` ``scoring``, :class:`IndexConfig` and threads (defaults as there).
 
     Examples
     --------
     >>> from dask.distributed import Client, LocalCluster  # doctest: +SKIP
     >>> with Client(LocalCluster(n_workers=2)) as client:  # doctest: +SKIP
-    ...     index = ShardedUECIndex(client, docs, M=32)
+    ...     index = ShardedUECIndex(client, docs, config=IndexConfig(M=32))
     ...     index.save("/shared/uec/shard{shard}.uec")  # makes the shards recoverable
     ...     scores, ids = index.search(queries, 10)
     """
@@ -142,7 +142,9 @@ class ShardedUECIndex:
         n_shards: Optional[int] = None,
         ensemble: Optional[UECEnsemble] = None,
         timeout: float = _DEFAULT_TIMEOUT_S,
-        **index_options,
+        scoring=None,
+        config: Optional[IndexConfig] = None,
+        num_threads: Optional[int] = None,
     ):
         _check_ensemble(ensemble)
         timeout = check_positive(timeout, "timeout")
@@ -156,15 +158,16 @@ class ShardedUECIndex:
         rows = [np.flatnonzero(shard_of(ids, n_shards) == s) for s in range(n_shards)]
         if min(len(r) for r in rows) == 0:
             raise ValueError(f"n_shards={n_shards} leaves a shard without documents: use fewer shards")
-        if ensemble is not None:
-            index_options.setdefault("scoring", ensemble.scoring)
+        if scoring is None and ensemble is not None:
+            scoring = ensemble.scoring
+        index_options = {"scoring": scoring, "config": config, "num_threads": num_threads}
         shards = [
             client.submit(
                 build_shard, docs.mean[r], docs.var[r], ids[r], _pick(texts, r), index_options, workers=[w], pure=False
             )
             for r, w in zip(rows, placed)
         ]
-        shard_set = ShardSet(client, shards, placed, [None] * n_shards, index_options.get("num_threads"))
+        shard_set = ShardSet(client, shards, placed, [None] * n_shards, num_threads)
         self._attach(client, ensemble, timeout, shard_set)
 
     def _attach(self, client, ensemble, timeout: float, shards: ShardSet) -> None:

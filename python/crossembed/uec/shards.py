@@ -95,7 +95,7 @@ def apply_update(index: UECIndex, op: tuple) -> None:
 
 
 def build_shard(mean, var, ids, texts, options) -> _Shard:
-    """A new shard of these documents (``options``: :class:`UECIndex` options)."""
+    """A new shard of these documents (``options``: the :class:`UECIndex` keywords scoring, config, num_threads)."""
     return _Shard(UECIndex(GaussianEmbedding(mean, var), ids=ids, texts=texts, **options), 0)
 
 

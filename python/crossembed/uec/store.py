@@ -18,18 +18,17 @@ import numpy as np
 
 from crossembed._validation import as_array, as_int_matrix
 
-__all__ = ["DocStore", "STORE_DTYPES", "as_ids", "check_ids"]
+__all__ = ["DocStore", "as_ids", "check_ids", "check_texts", "store_dtype"]
 
-STORE_DTYPES = {"float32": np.float32, "float16": np.float16}
 _FLOAT16_MAX = 65504.0
 
 
 def store_dtype(dtype) -> np.dtype:
-    """``dtype`` as one of :data:`STORE_DTYPES` (ValueError naming the argument otherwise)."""
+    """``dtype`` (a name or numpy dtype) as float32 or float16 (ValueError naming the argument otherwise)."""
     name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
-    if name not in STORE_DTYPES:
+    if name not in ("float32", "float16"):
         raise ValueError(f"dtype must be 'float32' or 'float16', got {dtype!r}")
-    return np.dtype(STORE_DTYPES[name])
+    return np.dtype(name)
 
 
 class DocStore:
@@ -127,6 +126,10 @@ class DocStore:
         keys, slots = self._sorted()
         return slots[np.searchsorted(keys, ids)]
 
+    def ids_of(self, slots: np.ndarray) -> np.ndarray:
+        """External ids of ``slots`` (any shape; ``-1`` slots, the padding, give ``-1``)."""
+        return np.where(slots >= 0, self.ids[np.maximum(slots, 0)], -1)
+
     def next_ids(self, n: int) -> np.ndarray:
         """``n`` fresh ids after the largest one ever stored (0, 1, ... for an empty store)."""
         start = int(self.ids[: self.n_slots].max()) + 1 if self.n_slots else 0
@@ -218,3 +221,13 @@ def check_ids(ids, n: Optional[int] = None, name: str = "ids") -> np.ndarray:
     if len(np.unique(arr)) != n:
         raise ValueError(f"{name} has repeated ids")
     return arr
+
+
+def check_texts(texts, n: int) -> Optional[List[str]]:
+    """``texts`` as a list of ``n`` strings, one per document (None stays None; ValueError otherwise)."""
+    if texts is None:
+        return None
+    texts = list(texts)
+    if len(texts) != n or not all(isinstance(t, str) for t in texts):
+        raise ValueError(f"texts must hold {n} strings (one per document)")
+    return texts

@@ -1,0 +1,186 @@
+"""The writer of a UEC index: updates of its store and graph, applied in chunks under a readers-writer lock.
+
+Searches hold :attr:`IndexWriter.lock` shared for a whole call, so each sees
+one state of the index. An update holds it exclusively while it changes that
+state, in chunks sized to hold it about 20 ms each while searches come (200 ms
+while none came during the previous chunk, so a bulk load keeps its threads
+busy): a search waits for one chunk, not for a whole bulk add (a search during
+a large add may see some of its chunks). Updates run one at a time, each
+validated before its first chunk applies; :meth:`IndexWriter.no_updates`
+holds them off (a save) while searches go on.
+
+Graph labels are store slots: a removal marks the label deleted and frees the
+slot, an addition re-uses freed slots first (the graph rewrites a deleted
+label in place and reconnects it) and appends the rest; an upsert rewrites
+the rows of existing ids in place (the graph re-links an updated label).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, ContextManager, List, Optional, Sequence
+
+import numpy as np
+
+from crossembed._validation import check_int
+from crossembed.ann import MeanGraph
+from crossembed.uec.gaussian import GaussianEmbedding
+from crossembed.uec.locking import ReadWriteLock
+from crossembed.uec.store import DocStore, check_ids, check_texts
+
+__all__ = ["IndexWriter"]
+
+# A chunk is sized so that its hold lasts about _WRITE_HOLD_S (a waiting search waits about that long): the
+# graph links a new slot several times faster than it re-links a reused or updated one, so a fixed count would
+# not bound the wait. While no search came during the previous chunk, holds may last _WRITE_HOLD_IDLE_S: a
+# chunk of a few rows leaves the insertion threads idle at its end (a bulk load on 2 threads spent twice the
+# CPU at 20 rows).
+_WRITE_HOLD_S = 0.02
+_WRITE_HOLD_IDLE_S = 0.2
+_WRITE_CHUNK_FIRST = 32
+_WRITE_CHUNK_MAX = 4096
+
+
+class IndexWriter:
+    """Adds, upserts and removes documents of ``store`` and ``graph`` in chunks, one update at a time.
+
+    Parameters
+    ----------
+    store : DocStore
+        The documents' ids, flags, variances and texts, by slot.
+    graph : MeanGraph
+        The documents' means, labelled by slot.
+    on_change : callable
+        Called with the slots of each chunk, under the exclusive lock, after they changed
+        (the rerank planner drops what it prepared from them).
+    num_threads : int, optional
+        Threads linking documents into the graph (default: all cores).
+    """
+
+    def __init__(
+        self,
+        store: DocStore,
+        graph: MeanGraph,
+        *,
+        on_change: Callable[[np.ndarray], None],
+        num_threads: Optional[int] = None,
+    ):
+        self.store = store
+        self.graph = graph
+        self.num_threads = num_threads
+        self.lock = ReadWriteLock()  # searches shared, changes to the store and graph exclusive
+        self._updating = threading.Lock()  # one update (or save) at a time, across its chunks
+        self._on_change = on_change
+
+    def no_updates(self) -> ContextManager:
+        """A ``with`` block during which no update runs (searches go on)."""
+        return self._updating
+
+    def check_docs(self, docs, texts) -> Optional[List[str]]:
+        """Check documents to store (dimension, the store's range) and their texts; returns the texts."""
+        if not isinstance(docs, GaussianEmbedding):
+            raise TypeError(f"docs must be a GaussianEmbedding, got {type(docs).__name__}")
+        if docs.dim != self.store.dim:
+            raise ValueError(f"docs have dimension {docs.dim} but the index has {self.store.dim}")
+        self.store.check_rows(docs.mean, docs.var)
+        if (texts is None) != (self.store.texts is None):
+            raise ValueError("texts must be given exactly when the index keeps texts")
+        return check_texts(texts, len(docs))
+
+    # ------------------------------------------------------------------ updates
+    def reserve(self, capacity: int) -> None:
+        """Room for ``capacity`` documents in the store and the graph (never shrinks)."""
+        capacity = check_int(capacity, "capacity", low=1)
+        with self._updating, self.lock.write():
+            self.store.reserve(capacity)
+            self._grow_graph()
+
+    def add(self, docs: GaussianEmbedding, ids, texts: Optional[Sequence[str]]) -> np.ndarray:
+        """Store new documents (ids: distinct, none present; None: after the largest ever used); returns the ids."""
+        texts = self.check_docs(docs, texts)
+        if len(docs) == 0:
+            return np.zeros(0, np.int64)
+        with self._updating:
+            ids = self.store.next_ids(len(docs)) if ids is None else check_ids(ids, len(docs))
+            present = self.store.contains(ids)
+            if present.any():
+                raise ValueError(f"ids {ids[present][:5].tolist()} are already in the index (use upsert to replace)")
+            self.insert(docs, ids, texts)
+        return ids
+
+    def upsert(self, docs: GaussianEmbedding, ids, texts: Optional[Sequence[str]]) -> np.ndarray:
+        """Replace the documents of ``ids`` already present, add the others; returns the ids."""
+        texts = self.check_docs(docs, texts)
+        ids = check_ids(ids, len(docs))
+        with self._updating:
+            present = self.store.contains(ids)
+            for rows, apply in ((np.flatnonzero(present), self._rewrite), (np.flatnonzero(~present), self.insert)):
+                if len(rows):
+                    part = GaussianEmbedding(docs.mean[rows], docs.var[rows])
+                    apply(part, ids[rows], None if texts is None else [texts[r] for r in rows])
+        return ids
+
+    def remove(self, ids) -> None:
+        """Remove documents by id (ValueError for an id not present; nothing is removed then)."""
+        ids = check_ids(ids)
+        with self._updating:
+            slots = self.store.slots_of(ids)
+
+            def apply(part: slice) -> None:
+                self.graph.mark_deleted(slots[part])
+                self.store.drop(slots[part])
+                self._on_change(slots[part])
+
+            self.chunked(len(slots), apply)
+
+    def insert(self, docs: GaussianEmbedding, ids: np.ndarray, texts, chunk: Optional[int] = None) -> None:
+        """Store and link checked documents under new ``ids`` (freed slots first); ``chunk`` fixes the chunk size."""
+
+        def place(var, part_ids, part_texts) -> np.ndarray:
+            slots = self.store.put(var, part_ids, part_texts)
+            self._grow_graph()
+            return slots
+
+        self._write(docs, ids, texts, place, chunk)
+
+    def _rewrite(self, docs: GaussianEmbedding, ids: np.ndarray, texts) -> None:
+        """Replace the rows of existing ``ids`` in their slots."""
+
+        def place(var, part_ids, part_texts) -> np.ndarray:
+            slots = self.store.slots_of(part_ids)
+            self.store.replace(slots, var, part_texts)
+            return slots
+
+        self._write(docs, ids, texts, place)
+
+    def _write(self, docs: GaussianEmbedding, ids: np.ndarray, texts, place, chunk: Optional[int] = None) -> None:
+        """Store ``docs`` under ``ids`` in the slots ``place(var, ids, texts)`` writes them to, and
+        link them in the graph (which adds a new label, re-links a reused or existing one), in chunks."""
+
+        def apply(part: slice) -> None:
+            slots = place(docs.var[part], ids[part], None if texts is None else texts[part])
+            self.graph.add(docs.mean[part], slots, num_threads=self.num_threads)
+            self._on_change(slots)
+
+        self.chunked(len(ids), apply, chunk)
+
+    def _grow_graph(self) -> None:
+        if self.store.capacity > self.graph.max_elements:
+            self.graph.resize(self.store.capacity)
+
+    def chunked(self, n: int, apply: Callable[[slice], None], chunk: Optional[int] = None) -> None:
+        """``apply(rows)`` over consecutive slices of ``range(n)``, each under the exclusive lock; chunks
+        are sized from the last one's time so a hold lasts about ``_WRITE_HOLD_S``, or ``_WRITE_HOLD_IDLE_S``
+        while no search came during the last one (``chunk`` fixes them)."""
+        size, start = chunk or _WRITE_CHUNK_FIRST, 0
+        while start < n:
+            part = slice(start, min(n, start + size))
+            began, reads = time.perf_counter(), self.lock.reads
+            with self.lock.write():
+                apply(part)
+            if chunk is None:
+                per_row = max(time.perf_counter() - began, 1e-9) / (part.stop - part.start)
+                hold = _WRITE_HOLD_S if self.lock.reads != reads else _WRITE_HOLD_IDLE_S
+                size = int(min(_WRITE_CHUNK_MAX, max(1, hold / per_row)))
+            start = part.stop
