@@ -253,16 +253,8 @@ class UECIndex:
         self._writer.reserve(capacity)
 
     def add(self, docs: GaussianEmbedding, *, ids=None, texts: Optional[Sequence[str]] = None) -> np.ndarray:
-        """Add documents; returns their ids.
-
-        Parameters
-        ----------
-        docs : GaussianEmbedding
-            Passage Gaussians of the index's dimension.
-        ids : array_like of int, optional
-            New distinct ids (default: after the largest id ever used).
-        texts : sequence of str, optional
-            Required when the index keeps texts (and refused otherwise).
+        """Add ``docs`` (passage Gaussians of the index's dimension) under new distinct ``ids`` (default: after
+        the largest id ever used), with ``texts`` exactly when the index keeps texts; returns the ids.
 
         Raises ValueError, and adds nothing, when an id is already in the index.
         """

@@ -1,7 +1,7 @@
 """The file of a UEC index: one checksummed :mod:`crossembed._io` raw container (atomic, streamed).
 
 It holds the graph's saved bytes (with the means), the store's ids and live
-flags, the variances when any document has one, the texts when kept, the
+flags, the variances when any document has one (``var``), the texts when kept (``texts``), the
 :class:`~crossembed.uec.index_config.IndexConfig`, the scoring's config and
 the fitted ensemble's state (:meth:`UECEnsemble.get_state`, arrays prefixed
 ``ens.``; the encoders by name). Index format :data:`INDEX_VERSION` is the only
@@ -107,8 +107,6 @@ class IndexFile:
             "index_version": INDEX_VERSION,
             "config": self.config.get_config(),
             "dim": store.dim,
-            "has_variance": store.has_variance,
-            "has_texts": store.texts is not None,
             "scoring": self.scoring.get_config(),
             "ensemble": None,
         }
@@ -157,10 +155,10 @@ def _read_store(path: Path, arrays: Dict[str, np.ndarray], meta: Dict[str, Any])
     """The document store of a loaded file (CorruptFileError when its arrays disagree)."""
     ids, alive, dim = arrays["ids"], arrays["alive"], int(meta["dim"])
     n = len(ids)
-    var = arrays["var"] if meta["has_variance"] else None
+    var = arrays.get("var")  # saved only when some document has a variance
     if alive.shape != (n,) or (var is not None and var.shape != (n, dim)) or dim < 1:
         raise CorruptFileError(f"{path}: inconsistent UECIndex arrays")
-    texts = _unpack_texts(arrays["texts"], arrays["text_offsets"]) if meta["has_texts"] else None
+    texts = _unpack_texts(arrays["texts"], arrays["text_offsets"]) if "texts" in arrays else None
     if texts is not None:
         texts = [t if a else None for t, a in zip(texts, alive)]
     return DocStore(ids, alive, dim=dim, dtype=meta["config"]["dtype"], var=var, texts=texts)

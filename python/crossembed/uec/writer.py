@@ -1,18 +1,11 @@
-"""The writer of a UEC index: updates of its store and graph, applied in chunks under a readers-writer lock.
+"""The writer of a UEC index: updates of its store and graph, in chunks under a readers-writer lock.
 
-Searches hold :attr:`IndexWriter.lock` shared for a whole call, so each sees
-one state of the index. An update holds it exclusively while it changes that
-state, in chunks sized to hold it about 20 ms each while searches come (200 ms
-while none came during the previous chunk, so a bulk load keeps its threads
-busy): a search waits for one chunk, not for a whole bulk add (a search during
-a large add may see some of its chunks). Updates run one at a time, each
-validated before its first chunk applies; :meth:`IndexWriter.no_updates`
-holds them off (a save) while searches go on.
-
-Graph labels are store slots: a removal marks the label deleted and frees the
-slot, an addition re-uses freed slots first (the graph rewrites a deleted
-label in place and reconnects it) and appends the rest; an upsert rewrites
-the rows of existing ids in place (the graph re-links an updated label).
+A search holds :attr:`IndexWriter.lock` shared for its whole call; an update
+holds it exclusively one chunk at a time, chunks sized to hold it about 20 ms
+while searches come (200 ms while none came during the previous chunk), so a
+search waits for one chunk, not for a whole bulk add. Updates run one at a
+time, each validated before its first chunk applies. Graph labels are store
+slots: removed slots are reused first by later additions.
 """
 
 from __future__ import annotations
@@ -31,11 +24,9 @@ from crossembed.uec.store import DocStore, check_ids, check_texts
 
 __all__ = ["IndexWriter"]
 
-# A chunk is sized so that its hold lasts about _WRITE_HOLD_S (a waiting search waits about that long): the
-# graph links a new slot several times faster than it re-links a reused or updated one, so a fixed count would
-# not bound the wait. While no search came during the previous chunk, holds may last _WRITE_HOLD_IDLE_S: a
-# chunk of a few rows leaves the insertion threads idle at its end (a bulk load on 2 threads spent twice the
-# CPU at 20 rows).
+# A chunk is sized by time, not rows (a new slot links several times faster than a reused or updated one), so
+# that a waiting search waits about _WRITE_HOLD_S; while no search came, _WRITE_HOLD_IDLE_S (a chunk of a few
+# rows leaves the insertion threads idle at its end).
 _WRITE_HOLD_S = 0.02
 _WRITE_HOLD_IDLE_S = 0.2
 _WRITE_CHUNK_FIRST = 32
