@@ -227,3 +227,18 @@ def test_row_options_build_the_behaviour_objects():
         build_ensemble(embs, mixing="average")
     with pytest.raises(ValueError, match="hubness"):
         build_ensemble(embs, mixing="embedding", hubness=0.5)
+
+
+def test_perf_out_replaces_its_block_and_keeps_the_guide(tmp_path):
+    from pathlib import Path
+
+    from experiments.__main__ import main
+
+    runs = Path(__file__).resolve().parents[1] / "docs" / "uec_perf.json"
+    doc = tmp_path / "perf.md"
+    doc.write_text("<!-- uec-perf:start -->\nstale table\n<!-- uec-perf:end -->\n\n## The runs\n\nhand-written guide\n")
+    argv = ["uec-perf", "--sizes", "", "--fit-pairs", "0", "--from-json", str(runs), "--out", str(doc), "--quiet"]
+    assert main(argv) == 0
+    text = doc.read_text()
+    assert "stale table" not in text and "# UEC throughput" in text and "| 1,000,000 | 1152 | float16 |" in text
+    assert text.endswith("## The runs\n\nhand-written guide\n")
