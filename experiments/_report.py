@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Union
 
-from crossembed._io import PathLike, atomic_write
+from crossembed.cli.options import write_file
 
 
 def markers(name: str):
@@ -12,7 +14,7 @@ def markers(name: str):
     return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
 
 
-def replace_block(path: PathLike, name: str, markdown: str, *, title: str = "") -> Path:
+def replace_block(path: Union[str, os.PathLike], name: str, markdown: str, *, title: str = "") -> Path:
     """Replace the text between ``name``'s markers in ``path`` (append them when missing).
 
     A missing file is created with ``title`` as its heading. Written atomically.
@@ -25,4 +27,4 @@ def replace_block(path: PathLike, name: str, markdown: str, *, title: str = "") 
         text = text[: text.index(start)] + block + text[text.index(end) + len(end) :]
     else:
         text = text.rstrip("\n") + ("\n\n" if text else "") + block + "\n"
-    return atomic_write(p, text.encode("utf-8"))
+    return write_file(p, text)

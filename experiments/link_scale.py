@@ -6,14 +6,12 @@ import io
 import json
 import os
 import time
-from pathlib import Path
 from typing import Callable, List, Sequence
 
 import numpy as np
 
 from crossembed import kernels
-from crossembed._io import atomic_write
-from crossembed._validation import check_int
+from crossembed.cli.options import write_file
 from crossembed.linking.candidates import CANDIDATE_SOURCES
 from crossembed.linking.geh import GEHLinker
 
@@ -55,14 +53,14 @@ def time_scaling(
     """
     if candidates not in CANDIDATE_SOURCES:
         raise ValueError(f"candidates must be one of {sorted(CANDIDATE_SOURCES)}, got {candidates!r}")
-    for n in sizes:
-        check_int(n, "sizes", low=MIN_FIT_ROWS)
-    for n in view_sizes:
-        check_int(n, "view_sizes", low=VIEW_ANCHORS)
+    for name, values, low in (("sizes", sizes, MIN_FIT_ROWS), ("view_sizes", view_sizes, VIEW_ANCHORS)):
+        for n in values:
+            if n < low:
+                raise ValueError(f"{name} must be >= {low}, got {n}")
     records = [_time_fit(n, max_iter, candidates, log) for n in sizes]
     records += [_time_view(n, log) for n in view_sizes]
     if results_path is not None:
-        atomic_write(Path(results_path), json.dumps(records, indent=1).encode())
+        write_file(results_path, json.dumps(records, indent=1))
     return records
 
 
@@ -136,4 +134,4 @@ def plot_scaling(records: List[dict], path) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    atomic_write(Path(path), buf.getvalue())
+    write_file(path, buf.getvalue())

@@ -16,8 +16,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
-from crossembed._io import atomic_write
-from experiments._records import read_checked
+from crossembed.cli.options import write_file
 from crossembed.linking import (
     DEFAULT_MAX_ITER,
     CappedPromotion,
@@ -44,6 +43,7 @@ from crossembed.linking import (
     procrustes_link,
     relative_link,
 )
+from experiments._records import read_checked
 
 __all__ = [
     "DEFAULT_PAIRS",
@@ -211,7 +211,7 @@ def run_table(
                 for rec in _run_draw(XA, XB, pair, alpha, n_seeds, draw, todo, n_objects, max_iter, seed, log):
                     records.append(rec)
                     done.add(rec["key"])
-                    atomic_write(path, json.dumps(records, indent=1).encode())
+                    write_file(path, json.dumps(records, indent=1))
     return records
 
 

@@ -23,7 +23,6 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from crossembed._validation import check_choice, check_int, check_random_state
 from crossembed.data.tasks import RetrievalTask
 
 __all__ = ["UECTask", "wordnet_task", "freedict_task", "dev_test_draws"]
@@ -64,7 +63,8 @@ def wordnet_task(*, fit_fraction: float = 0.4, seed: int = 0, pos: str = "noun",
     """
     from crossembed.data.wordnet import example_gloss_task, split_synsets, synsets_with_examples
 
-    check_choice(pos, "pos", ("noun", "verb"))
+    if pos not in ("noun", "verb"):
+        raise ValueError(f"pos must be 'noun' or 'verb', got {pos!r}")
     synsets = [s for s in synsets_with_examples(pos, wordnet_dir=wordnet_dir) if s.examples and s.gloss]
     task = example_gloss_task(synsets)
     split = split_synsets(synsets, fit_fraction=fit_fraction, dev_fraction=0.0, random_state=seed)
@@ -88,7 +88,7 @@ def freedict_task(
     wordnet_dir=None,
 ) -> UECTask:
     """Multilingual word -> English gloss, with ``fit_per_language`` disjoint fit pairs per language."""
-    from crossembed.data.freedict import _english_noun_senses, _single_word, read_freedict, translation_task
+    from crossembed.data.freedict import english_noun_senses, read_freedict, single_word, translation_task
 
     task = translation_task(
         languages,
@@ -98,10 +98,10 @@ def freedict_task(
         dictd_dir=dictd_dir,
         wordnet_dir=wordnet_dir,
     )
-    senses = _english_noun_senses(wordnet_dir)
+    senses = english_noun_senses(wordnet_dir)
     used_words = {q.lower() for q in task.queries}
     used_glosses = set(task.documents[j] for r in task.relevant for j in r)
-    rng = check_random_state(seed + 1)
+    rng = np.random.default_rng(seed + 1)
     pairs: List[Tuple[str, str]] = []
     langs: List[str] = []
 
@@ -117,11 +117,11 @@ def freedict_task(
         if lang == "en":
             for w in sorted(senses):
                 g = gloss_of(w)
-                if g and _single_word(w) and w not in used_words:
+                if g and single_word(w) and w not in used_words:
                     cands[w] = g
         else:
             for e in read_freedict(lang, dictd_dir=dictd_dir):
-                if not _single_word(e.headword) or e.headword.lower() in used_words or e.headword in cands:
+                if not single_word(e.headword) or e.headword.lower() in used_words or e.headword in cands:
                     continue
                 for t in e.translations:
                     g = gloss_of(t) if t.lower() != e.headword.lower() else None
@@ -137,8 +137,9 @@ def freedict_task(
 
 def dev_test_draws(uec_task: UECTask, n_draws: int = 3, *, seed: int = 0) -> List[Tuple[np.ndarray, np.ndarray]]:
     """``n_draws`` random (dev, test) halves of the evaluable queries, stratified by language."""
-    n_draws = check_int(n_draws, "n_draws", low=1)
-    rng = check_random_state(seed)
+    if n_draws < 1:
+        raise ValueError(f"n_draws must be >= 1, got {n_draws}")
+    rng = np.random.default_rng(seed)
     langs = np.array(uec_task.task.languages)[uec_task.eval_queries]
     out = []
     for _ in range(n_draws):

@@ -27,11 +27,6 @@ import numpy as np
 from tqdm.auto import tqdm
 
 import crossembed.uec.rules as _rules
-from experiments._records import check_loaded, read_json
-from experiments.tasks import UECTask, dev_test_draws
-from experiments.uec_configs import build_ensemble
-from experiments.uec_language_routings import NoRankHeadRouting, TrueLanguageRouting
-from experiments.uec_languages import LanguageTransferTask, language_draws
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.languages import LangidIdentifier, model_languages
@@ -44,6 +39,11 @@ from crossembed.uec.metrics import (
     top1_confidence,
 )
 from crossembed.uec.probe import scramble_sample
+from experiments._records import check_loaded, read_json
+from experiments.tasks import UECTask, dev_test_draws
+from experiments.uec_configs import build_ensemble
+from experiments.uec_language_routings import NoRankHeadRouting, TrueLanguageRouting
+from experiments.uec_languages import LanguageTransferTask, language_draws
 
 __all__ = [
     "DEFAULT_MODELS",
@@ -1167,7 +1167,7 @@ def plot_coefficients(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from crossembed._io import atomic_write
+    from crossembed.cli.options import write_file
 
     panels = [(res, name) for res in results for name in rows if name in res["coefficients"]]
     if not panels:
@@ -1192,4 +1192,4 @@ def plot_coefficients(
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
-    atomic_write(path, buf.getvalue())
+    write_file(path, buf.getvalue())

@@ -23,7 +23,6 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from crossembed._validation import check_int, check_random_state
 from experiments.tasks import UECTask
 
 __all__ = ["DEV_LANGUAGES", "TEST_LANGUAGES", "LanguageTransferTask", "language_draws", "unseen_language_task"]
@@ -54,7 +53,7 @@ def _english_fit_pairs(task, n_fit: int, seed: int, wordnet_dir) -> List[Tuple[s
         for w, s in senses.items()
         if len(s) == 1 and single_word(w) and w not in used_words and s[0][1] not in used_glosses
     )
-    rng = check_random_state(seed + 1)
+    rng = np.random.default_rng(seed + 1)
     return [cands[i] for i in sorted(rng.permutation(len(cands))[:n_fit])]
 
 
@@ -91,7 +90,8 @@ def unseen_language_task(
         raise ValueError(f"dev_languages {dev} and test_languages {test} must be disjoint and exclude 'en'")
     if not test:
         raise ValueError("test_languages must name at least one language")
-    check_int(n_fit, "n_fit", low=2)
+    if n_fit < 2:
+        raise ValueError(f"n_fit must be >= 2, got {n_fit}")
     task = translation_task(
         ["en", *dev, *test],
         n_per_language=n_per_language,
@@ -119,8 +119,9 @@ def language_draws(
 
     ``rows``: the query rows drawn from (default ``uec_task.eval_queries``); positions are rows of the task.
     """
-    n_draws = check_int(n_draws, "n_draws", low=1)
-    rng = check_random_state(seed)
+    if n_draws < 1:
+        raise ValueError(f"n_draws must be >= 1, got {n_draws}")
+    rng = np.random.default_rng(seed)
     rows = uec_task.eval_queries if rows is None else np.asarray(rows, dtype=np.int64)
     langs = np.array(uec_task.task.languages)[rows]
     out = []
