@@ -2,6 +2,7 @@
 source root, which the imported package must not come from); one call of every kernel against
 the float64 reference."""
 
+import importlib.metadata
 import subprocess
 import sys
 
@@ -67,5 +68,8 @@ np.testing.assert_array_equal(labels, np.argsort(-(unit[:5].astype(np.float64) @
 np.testing.assert_array_equal(graph.rows([3, 7]), unit[[3, 7]])
 index = UECIndex(GaussianEmbedding(unit, np.zeros_like(unit)), config=IndexConfig(M=8))
 np.testing.assert_array_equal(index.search(GaussianEmbedding(unit[:5], np.zeros_like(unit[:5])), 3)[1], labels)
+# the research harness stays in the repository: no installed file of the distribution is under experiments/
+installed = [str(f) for f in importlib.metadata.files("crossembed") or ()]
+assert installed and not [f for f in installed if f.split("/")[0] == "experiments"], installed
 usage = subprocess.run(["crossembed", "--help"], check=True, capture_output=True, text=True).stdout.splitlines()[0]
 print(f"smoke test (Python {sys.version.split()[0]}): every kernel matches the reference; crossembed --help: {usage}")
