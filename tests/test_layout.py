@@ -1,8 +1,9 @@
-"""The package is a downward stack: cli -> experiments -> methods -> kernels/encoders/data -> _validation/_io.
+"""The package is a downward stack: cli -> methods -> kernels/encoders/data -> _validation/_io; the research
+harness (the top-level ``experiments/``, outside the package) sits on top and uses only the public API.
 
 Checked statically from the source (every ``import``, also the ones inside
-functions), so a lazy import cannot hide a cycle or a library module that
-reaches up into the research harness.
+functions), so a lazy import cannot hide a cycle, a library module that
+reaches into the harness, or a harness module that reaches into a private name.
 """
 
 import ast
@@ -13,12 +14,12 @@ import pytest
 import crossembed
 
 ROOT = Path(crossembed.__file__).resolve().parent
+HARNESS = ROOT.parents[1] / "experiments"
 
 # layer of each top-level part; a module may import its own layer (no cycles) or lower ones
 LAYERS = {
     "cli": 5,
     "__main__": 5,
-    "experiments": 4,
     "serve": 4,
     "uec": 3,
     "linking": 3,
@@ -160,15 +161,57 @@ def test_library_has_no_docs_default_paths(part):
     assert not offenders, offenders
 
 
+def test_the_library_never_imports_the_harness():
+    offenders = [
+        f"{name} imports {mod}"
+        for name, path in MODULES.items()
+        for mod in _imports(name, path)
+        if mod.split(".")[0] == "experiments"
+    ]
+    assert not offenders, offenders
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _private_crossembed_imports(path: Path):
+    """Each import of ``path`` that names a private crossembed module or name (``crossembed._x``,
+    ``crossembed.a._b``, ``from crossembed.x import _y``)."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        private = [n for n in names if n.split(".")[0] == "crossembed" and any(map(_private, n.split(".")[1:]))]
+        if private:
+            yield f"{path.relative_to(HARNESS.parent)}:{node.lineno} imports {private[-1]}"
+
+
+def test_the_harness_uses_only_public_crossembed_names():
+    """experiments/ uses the library as a user would: no ``crossembed._x`` module, no ``_y`` name."""
+    if not HARNESS.is_dir():
+        pytest.skip("no experiments/ beside the package (an installed copy)")
+    offenders = [line for path in sorted(HARNESS.rglob("*.py")) for line in _private_crossembed_imports(path)]
+    assert not offenders, offenders
+
+
 def test_no_cli_default_writes_a_file():
-    """Outputs go only where the user points: no command has a default path."""
+    """Outputs go only where the user points: no command (of crossembed or of the harness) has a default path."""
     import argparse
 
     from crossembed.cli import build_parser
 
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    parsers = [build_parser()]
+    if HARNESS.is_dir():
+        from experiments.__main__ import build_parser as harness_parser
+
+        parsers.append(harness_parser())
+    subs = [next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)) for p in parsers]
     offenders = []
-    for name, parser in sub.choices.items():
+    for name, parser in ((name, parser) for sub in subs for name, parser in sub.choices.items()):
         for action in parser._actions:
             d = action.default
             if isinstance(d, str) and ("/" in d or d.rsplit(".", 1)[-1] in ("md", "json", "png", "npy", "csv", "cemb")):
