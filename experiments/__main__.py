@@ -19,6 +19,7 @@ from experiments import PROG
 _COMMAND_MODULES = (
     "experiments.commands_uec",
     "experiments.commands_linking",
+    "experiments.commands_uncha",
 )
 
 

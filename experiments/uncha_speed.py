@@ -9,7 +9,6 @@ import numpy as np
 import torch
 
 import crossembed
-from crossembed._validation import as_matrix, check_int, check_num_threads, check_positive
 from crossembed.hyperbolic import lorentz as L
 
 __all__ = ["benchmark_topk"]
@@ -48,23 +47,18 @@ def benchmark_topk(
     dict
         ``cpp_s``, ``torch_s``, ``torch_matmul_s`` and the two speed-ups over C++.
 
-    Raises
-    ------
-    ImportError
-        When the extension was built without the Lorentz kernels.
     """
-    X, Y = as_matrix(X, "X"), as_matrix(Y, "Y")
-    k = check_int(k, "k", low=1, high=Y.shape[0])
-    repeats = check_int(repeats, "repeats", low=1)
-    curvature = check_positive(curvature, "curvature")
-    threads = check_num_threads(num_threads)
-    try:
-        crossembed.lorentz_topk(X[:1], Y[:1], 1, curvature=curvature)
-    except (AttributeError, ImportError):
-        raise ImportError("crossembed.lorentz_topk is not available in this build") from None
+    X, Y = np.ascontiguousarray(X, np.float32), np.ascontiguousarray(Y, np.float32)
+    if X.ndim != 2 or Y.ndim != 2 or X.shape[1] != Y.shape[1]:
+        raise ValueError(f"X and Y must be matrices of one width, got {X.shape} and {Y.shape}")
+    for name, value, high in (("k", k, Y.shape[0]), ("repeats", repeats, None)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1 or (high and value > high):
+            raise ValueError(f"{name} must be an integer in [1, {high or 'inf'}], got {value!r}")
+    if not curvature > 0:
+        raise ValueError(f"curvature must be > 0, got {curvature!r}")
     Xt, Yt = torch.from_numpy(X), torch.from_numpy(Y)
     prev = torch.get_num_threads()
-    torch.set_num_threads(threads or prev)
+    torch.set_num_threads(num_threads or prev)
     try:
         with torch.no_grad():
             times = {

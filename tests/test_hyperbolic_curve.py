@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from experiments import uncha_curve as C
-from experiments.uncha_plots import plot_learning_curve
 from crossembed.hyperbolic import data as D
 from crossembed.hyperbolic import evaluate as E
 from crossembed.hyperbolic.train import EncoderConfig, OptimiserConfig, SceneConfig, TrainConfig, _lr_factor
+from experiments import uncha_curve as C
+from experiments.uncha_plots import plot_learning_curve
 
 torch.set_num_threads(1)
 

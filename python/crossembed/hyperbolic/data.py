@@ -38,6 +38,7 @@ __all__ = [
     "make_scenes",
     "part_caption",
     "scene_caption",
+    "text_ids",
 ]
 
 CLASS_NAMES = ("t-shirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag", "ankle boot")
@@ -95,6 +96,12 @@ def _article(name: str) -> str:
 def part_caption(label: int) -> str:
     """``"a coat"``: the caption of one item."""
     return _article(CLASS_NAMES[label])
+
+
+def text_ids(texts: Sequence[str]) -> np.ndarray:
+    """``int64`` ids with equal ids exactly for equal texts (first occurrence order)."""
+    ids = {t: i for i, t in enumerate(dict.fromkeys(texts))}
+    return np.array([ids[t] for t in texts], np.int64)
 
 
 def scene_caption(labels: Sequence[int]) -> str:
@@ -286,11 +293,10 @@ def make_scenes(
     # boxes never overlap, so the scene is the pixel-wise maximum (and the sum) of its parts
     np.maximum.at(scenes, part_scene, parts)
     rep = _representativeness(parts, part_scene, n_scenes)
-    uniq = {cap: n for n, cap in enumerate(dict.fromkeys(captions))}
     return SceneSet(
         scenes=scenes,
         captions=captions,
-        caption_ids=np.array([uniq[c] for c in captions], np.int64),
+        caption_ids=text_ids(captions),
         scene_labels=scene_labels,
         parts=parts,
         part_labels=np.array(p_lab, np.int64),

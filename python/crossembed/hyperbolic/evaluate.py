@@ -10,9 +10,8 @@
   representativeness (its share of the scene's ink) and with
   ``1 - representativeness``; one-item scenes (share 1) are left out.
 
-Hyperbolic models retrieve with the C++ :func:`crossembed.lorentz_topk`
-(the torch path is only a fallback for a build without the kernel, and the
-result records which one ran); CLIP uses cosine similarity.
+Hyperbolic models retrieve with the C++ :func:`crossembed.lorentz_topk`,
+CLIP by cosine similarity; the result's ``backend`` says which ran.
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ from crossembed.hyperbolic.data import (
 )
 from crossembed.hyperbolic.losses import entailment_loss
 from crossembed.hyperbolic.model import CompositionalModel
+from crossembed.kernels import lorentz_topk
 
 __all__ = [
     "HeldOutSet",
@@ -98,16 +98,6 @@ def embed_texts(model: CompositionalModel, texts: Sequence[str]) -> torch.Tensor
     return model.encode_text(Vocabulary().encode(list(texts)))
 
 
-def _cpp_topk():
-    import crossembed
-
-    try:
-        crossembed.lorentz_topk(np.zeros((1, 1), np.float32), np.zeros((1, 1), np.float32), 1)
-    except (AttributeError, ImportError):  # extension built without the Lorentz kernels
-        return None
-    return crossembed.lorentz_topk
-
-
 def top_k(
     model: CompositionalModel,
     queries: torch.Tensor,
@@ -126,12 +116,8 @@ def top_k(
         g = torch.nn.functional.normalize(gallery, dim=-1)
         return torch.topk(q @ g.T, k, dim=1).indices.numpy(), "torch-cosine"
     c = float(model.curvature().detach())
-    fn = _cpp_topk()
-    if fn is not None:
-        _, idx = fn(queries.numpy(), gallery.numpy(), k, curvature=c, num_threads=num_threads)
-        return np.asarray(idx), "cpp-lorentz_topk"
-    d = L.pairwise_distance(queries, gallery, c)
-    return torch.topk(d, k, dim=1, largest=False).indices.numpy(), "torch-lorentz"
+    _, idx = lorentz_topk(queries.numpy(), gallery.numpy(), k, curvature=c, num_threads=num_threads)
+    return np.asarray(idx), "cpp-lorentz_topk"
 
 
 def _recall(hits: np.ndarray, ks=(1, 5)) -> Dict[int, float]:

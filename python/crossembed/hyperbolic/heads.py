@@ -1,44 +1,37 @@
-"""Projection heads on frozen features: the models and the trainer's batches.
+"""Projection heads on frozen features: the model's towers and the trainer's batches.
 
-:func:`head_towers` makes the two :class:`~crossembed.hyperbolic.model.FeatureHead`
-towers of :func:`crossembed.hyperbolic.train.build_model` from a
-:class:`~crossembed.hyperbolic.features.FeatureSet`, with the standardisation
-statistics of its training drawings; :class:`FeatureBatches` is the
-:class:`~crossembed.hyperbolic.train.BatchSource` over those drawings.
+With pretrained image and text towers kept frozen, a collection is encoded
+once and only two linear heads (:class:`~crossembed.hyperbolic.model.FeatureHead`)
+train. :func:`head_towers` makes them for
+:func:`crossembed.hyperbolic.train.build_model`, standardised with the
+training features' statistics; :class:`FeatureBatches` is the
+:class:`~crossembed.hyperbolic.train.BatchSource` over the training examples.
 
-How a drawing maps onto the loss's scenes and parts (the same conventions as
-the Fashion-MNIST scenes):
+An example maps onto the loss's scenes and parts as a Fashion-MNIST scene does:
 
-* whole image <-> caption (title, keywords, description); drawings with
-  identical captions are each other's positives;
-* parts: the drawing's alpha-mask components; a drawing without proper parts
+* whole image <-> its text; examples with equal ``text_ids`` are each
+  other's positives;
+* parts: image features of pieces of the example; an example without parts
   has one part, itself (like a one-item scene, whose part is the scene: the
   loss keeps it out of the part -> whole entailment);
-* part text: the drawing's title. No part has a caption of its own (keywords
-  describe the drawing, not a component), and the title is the most general
-  text of the drawing, entailed by its caption. A part's positives in the
-  part -> whole terms are the batch's drawings with the same title.
+* part text: one text per example, shared by its parts (the most general
+  text of the example, e.g. a title entailed by its caption). A part's
+  positives in the part -> whole terms are the batch's examples with equal
+  ``part_text_ids``.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 import torch.nn as nn
 
-from crossembed.hyperbolic.features import FeatureSet
 from crossembed.hyperbolic.losses import Batch
 from crossembed.hyperbolic.model import CompositionalModel, FeatureHead
 
-__all__ = ["FeatureBatches", "head_towers", "text_ids"]
-
-
-def text_ids(texts: Sequence[str]) -> np.ndarray:
-    """``int64`` ids with equal ids exactly for equal texts (first occurrence order)."""
-    ids = {t: i for i, t in enumerate(dict.fromkeys(texts))}
-    return np.array([ids[t] for t in texts], np.int64)
+__all__ = ["FeatureBatches", "head_towers"]
 
 
 def _stats(x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -46,17 +39,19 @@ def _stats(x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     return x.mean(0).astype(np.float32), x.std(0).astype(np.float32)
 
 
-def head_towers(features: FeatureSet, rows: Sequence[int]) -> Callable:
+def head_towers(image: np.ndarray, text: np.ndarray) -> Callable:
     """``towers(encoder_config) -> (image head, text head)`` for :func:`~crossembed.hyperbolic.train.build_model`.
 
-    The heads standardise with the mean and std of the training drawings
-    ``rows`` (images; captions and titles together for the text head).
+    Parameters
+    ----------
+    image : array (n, Di)
+        Training image features; the image head standardises with their mean and std.
+    text : array (m, Dt)
+        Training text features (e.g. the captions and part texts of the training examples), the same for the text head.
     """
-    rows = np.asarray(rows, np.int64)
-    if rows.size == 0:
-        raise ValueError("rows is empty")
-    img = _stats(features.image[rows])
-    txt = _stats(np.concatenate([features.caption_text[rows], features.title_text[rows]]))
+    if len(image) == 0 or len(text) == 0:
+        raise ValueError("image and text need at least one training feature each")
+    img, txt = _stats(image), _stats(text)
 
     def towers(encoder) -> Tuple[nn.Module, nn.Module]:
         return FeatureHead(*img, encoder.dim), FeatureHead(*txt, encoder.dim)
@@ -65,56 +60,81 @@ def head_towers(features: FeatureSet, rows: Sequence[int]) -> Callable:
 
 
 class FeatureBatches:
-    """The training drawings ``rows`` of ``features`` as batches of embedded wholes, parts and texts.
+    """Frozen features of ``N`` examples; batches of the training examples ``rows``, embedded by the model.
 
     Parameters
     ----------
-    features : FeatureSet
-    rows : sequence of int
-        The training drawings (rows of ``features``).
+    image : float32 (N, Di)
+        Whole-image features.
+    text : float32 (N, Dt)
+        Text features of the wholes.
+    part_text : float32 (N, Dt)
+        Text features of each example's parts.
+    part : float32 (P, Di)
+        Part image features.
+    part_of : int (P,)
+        The example of each part.
+    text_ids, part_text_ids : int (N,), optional
+        Equal ids mark equal texts (:func:`crossembed.hyperbolic.data.text_ids`); default: every text distinct.
+    rows : sequence of int, optional
+        The training examples; default all ``N``.
     """
 
-    def __init__(self, features: FeatureSet, rows: Sequence[int]):
-        self.rows = np.asarray(rows, np.int64)
-        if self.rows.size == 0 or self.rows.min() < 0 or self.rows.max() >= len(features):
-            raise ValueError(f"rows must be non-empty indices below {len(features)}")
-        self.features = features
-        self.caption_ids = text_ids(features.captions)
-        self.title_ids = text_ids(features.titles)
-        n = len(features)
+    def __init__(
+        self,
+        image: np.ndarray,
+        text: np.ndarray,
+        part_text: np.ndarray,
+        part: np.ndarray,
+        part_of: Sequence[int],
+        *,
+        text_ids: Optional[Sequence[int]] = None,
+        part_text_ids: Optional[Sequence[int]] = None,
+        rows: Optional[Sequence[int]] = None,
+    ):
+        n = len(image)
+        own = np.arange(n, dtype=np.int64)
+        self.image, self.text, self.part_text, self.part = (np.asarray(a) for a in (image, text, part_text, part))
+        self.text_ids = own if text_ids is None else np.asarray(text_ids, np.int64)
+        self.part_text_ids = own if part_text_ids is None else np.asarray(part_text_ids, np.int64)
+        if not len(text) == len(part_text) == len(self.text_ids) == len(self.part_text_ids) == n:
+            raise ValueError(f"text, part_text and the ids must have one row per image ({n})")
+        part_of = np.asarray(part_of, np.int64)
+        if len(part) != len(part_of) or (len(part_of) and (part_of.min() < 0 or part_of.max() >= n)):
+            raise ValueError(f"part_of must name an example (below {n}) for each of the {len(part)} parts")
+        self.rows = own if rows is None else np.asarray(rows, np.int64)
+        if self.rows.size == 0 or self.rows.min() < 0 or self.rows.max() >= n:
+            raise ValueError(f"rows must be non-empty indices below {n}")
         self._parts_of = [[] for _ in range(n)]
-        for p, d in enumerate(features.part_of):
+        for p, d in enumerate(part_of):
             self._parts_of[int(d)].append(p)
 
     def __len__(self) -> int:
         return len(self.rows)
 
-    def _parts(self, drawings: np.ndarray):
-        """Part features and the batch position of their drawing; a drawing without parts stands for itself."""
-        f = self.features
+    def _parts(self, examples: np.ndarray):
+        """Part features and the batch position of their example; an example without parts stands for itself."""
         feats, where = [], []
-        for b, d in enumerate(drawings):
+        for b, d in enumerate(examples):
             own = self._parts_of[int(d)]
-            feats.append(f.part[own] if own else f.image[d : d + 1])
+            feats.append(self.part[own] if own else self.image[d : d + 1])
             where += [b] * max(1, len(own))
         return np.concatenate(feats), np.asarray(where, np.int64)
 
     def batch(self, model: CompositionalModel, indices: np.ndarray) -> Batch:
-        f = self.features
         d = self.rows[np.asarray(indices)]
         batch = Batch(
-            model.encode_image(torch.from_numpy(f.image[d])),
-            model.encode_text(torch.from_numpy(f.caption_text[d])),
-            scene_caption=torch.from_numpy(self.caption_ids[d]),
+            model.encode_image(torch.from_numpy(self.image[d])),
+            model.encode_text(torch.from_numpy(self.text[d])),
+            scene_caption=torch.from_numpy(self.text_ids[d]),
         )
-        cfg = model.config
-        if not (cfg.local or cfg.part_whole or cfg.entailment == "all"):
-            return batch  # CLIP and MERU train on wholes only
+        if not model.config.uses_parts:
+            return batch
         part_feats, part_scene = self._parts(d)
-        titles = self.title_ids[d]
+        titles = self.part_text_ids[d]
         uniq, first, part_text = np.unique(titles[part_scene], return_index=True, return_inverse=True)
         batch.image_part = model.encode_image(torch.from_numpy(part_feats))
-        batch.text_part = model.encode_text(torch.from_numpy(f.title_text[d[part_scene[first]]]))
+        batch.text_part = model.encode_text(torch.from_numpy(self.part_text[d[part_scene[first]]]))
         batch.part_text = torch.from_numpy(part_text.reshape(-1).astype(np.int64))
         batch.part_scene = torch.from_numpy(part_scene)
         batch.scene_has = torch.from_numpy(titles[:, None] == uniq[None, :])

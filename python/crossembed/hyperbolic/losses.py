@@ -91,6 +91,11 @@ class LossConfig:
     def to_dict(self) -> Dict:
         return asdict(self)
 
+    @property
+    def uses_parts(self) -> bool:
+        """Whether a batch needs parts and part texts (not for CLIP and MERU, which train on wholes only)."""
+        return self.local or self.part_whole or self.entailment == "all"
+
 
 _BASE = LossConfig()
 PRESETS: Dict[str, LossConfig] = {

@@ -35,7 +35,6 @@ __all__ = [
     "build_model",
     "save_checkpoint",
     "load_checkpoint",
-    "make_batch",
     "BatchSource",
     "SceneBatches",
     "CHECKPOINT_KIND",
@@ -200,7 +199,6 @@ class TrainResult:
     scenes_per_second: float = float("nan")
     images_per_second: float = float("nan")
     seconds: float = 0.0
-    extra: Dict = field(default_factory=dict)
 
 
 def _scratch_towers(encoder: EncoderConfig) -> Tuple[nn.Module, nn.Module]:
@@ -243,53 +241,39 @@ class BatchSource(Protocol):
     def batch(self, model: CompositionalModel, indices: np.ndarray) -> Batch: ...
 
 
-class _Tokens:
-    """Captions tokenised once per scene set."""
-
-    def __init__(self, data: SceneSet):
-        vocab = Vocabulary()
-        self.scenes = vocab.encode(data.captions)
-        self.parts = vocab.encode([part_caption(k) for k in range(len(CLASS_NAMES))])
-
-
 class SceneBatches:
-    """The Fashion-MNIST scenes as a :class:`BatchSource` (captions tokenised once)."""
+    """The Fashion-MNIST scenes as a :class:`BatchSource`: a batch is the scenes, their parts and
+    the distinct part captions, encoded by the model (captions tokenised once)."""
 
     def __init__(self, data: SceneSet):
         self.data = data
-        self.tokens = _Tokens(data)
+        vocab = Vocabulary()
+        self.scene_tokens = vocab.encode(data.captions)
+        self.part_tokens = vocab.encode([part_caption(k) for k in range(len(CLASS_NAMES))])
 
     def __len__(self) -> int:
         return len(self.data)
 
     def batch(self, model: CompositionalModel, indices: Sequence[int]) -> Batch:
-        return make_batch(model, self.data, self.tokens, np.asarray(indices))
-
-
-def make_batch(model: CompositionalModel, data: SceneSet, tokens: _Tokens, scenes: np.ndarray) -> Batch:
-    """Encode the given scene indices, their parts and the distinct part captions."""
-    scenes = np.asarray(scenes)
-    images = torch.from_numpy(data.scenes[scenes])
-    batch = Batch(
-        model.encode_image(images),
-        model.encode_text(tokens.scenes[scenes]),
-        scene_caption=torch.from_numpy(data.caption_ids[scenes]),
-    )
-    cfg = model.config
-    if not (cfg.local or cfg.part_whole or cfg.entailment == "all"):
-        return batch  # CLIP and MERU train on whole scenes only
-    pidx = data.parts_of(scenes)
-    labels = data.part_labels[pidx]
-    uniq, part_text = np.unique(labels, return_inverse=True)
-    where = {int(s): i for i, s in enumerate(scenes)}
-    part_scene = np.array([where[int(s)] for s in data.part_scene[pidx]], np.int64)
-    has = (data.scene_labels[scenes][:, :, None] == uniq[None, None, :]).any(1)
-    batch.image_part = model.encode_image(torch.from_numpy(data.parts[pidx]))
-    batch.text_part = model.encode_text(tokens.parts[torch.from_numpy(uniq)])
-    batch.part_text = torch.from_numpy(part_text.astype(np.int64))
-    batch.part_scene = torch.from_numpy(part_scene)
-    batch.scene_has = torch.from_numpy(has)
-    return batch
+        data, scenes = self.data, np.asarray(indices)
+        batch = Batch(
+            model.encode_image(torch.from_numpy(data.scenes[scenes])),
+            model.encode_text(self.scene_tokens[scenes]),
+            scene_caption=torch.from_numpy(data.caption_ids[scenes]),
+        )
+        if not model.config.uses_parts:
+            return batch
+        pidx = data.parts_of(scenes)
+        uniq, part_text = np.unique(data.part_labels[pidx], return_inverse=True)
+        where = {int(s): i for i, s in enumerate(scenes)}
+        part_scene = np.array([where[int(s)] for s in data.part_scene[pidx]], np.int64)
+        has = (data.scene_labels[scenes][:, :, None] == uniq[None, None, :]).any(1)
+        batch.image_part = model.encode_image(torch.from_numpy(data.parts[pidx]))
+        batch.text_part = model.encode_text(self.part_tokens[torch.from_numpy(uniq)])
+        batch.part_text = torch.from_numpy(part_text.astype(np.int64))
+        batch.part_scene = torch.from_numpy(part_scene)
+        batch.scene_has = torch.from_numpy(has)
+        return batch
 
 
 def _optimizer(model: CompositionalModel, config: OptimiserConfig) -> torch.optim.AdamW:

@@ -21,7 +21,6 @@ the related ones as relevant. Distances for the evaluation come from the C++
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from typing import Dict, List, Optional, Tuple
 
@@ -39,7 +38,6 @@ __all__ = [
     "resolve_synset",
     "embed_hierarchy",
     "reconstruction",
-    "run",
 ]
 
 
@@ -266,51 +264,3 @@ def embed_hierarchy(
             total += float(loss.detach()) * len(b)
         losses.append(total / E)
     return emb.detach().numpy().astype(np.float32), losses
-
-
-def run(
-    *,
-    root: str = "mammal.n.01",
-    dim: int = 10,
-    epochs: int = 300,
-    negatives: int = 50,
-    lr: float = 0.1,
-    entailment_weight: float = 0.0,
-    random_state: int = 0,
-    max_nodes: Optional[int] = None,
-    show_progress_bar: bool = True,
-    num_threads: Optional[int] = None,
-) -> Dict:
-    """Load, embed and score one hierarchy; returns metrics, sizes and timings."""
-    t0 = time.perf_counter()
-    h = load_hierarchy(root, max_nodes=max_nodes)
-    t1 = time.perf_counter()
-    emb, losses = embed_hierarchy(
-        h,
-        dim=dim,
-        epochs=epochs,
-        negatives=negatives,
-        lr=lr,
-        entailment_weight=entailment_weight,
-        random_state=random_state,
-        show_progress_bar=show_progress_bar,
-    )
-    t2 = time.perf_counter()
-    rec = reconstruction(emb, h, num_threads=num_threads)
-    t3 = time.perf_counter()
-    radius = np.arcsinh(np.linalg.norm(emb, axis=1))
-    depth_corr = float(np.corrcoef(h.depth, radius)[0, 1]) if len(h) > 2 else float("nan")
-    return {
-        "root": root,
-        "nodes": len(h),
-        "closure_edges": int(len(h.closure)),
-        "dim": dim,
-        "epochs": epochs,
-        **rec,
-        "final_loss": losses[-1],
-        "corr_depth_radius": depth_corr,
-        "load_s": t1 - t0,
-        "train_s": t2 - t1,
-        "eval_s": t3 - t2,
-        "_embedding": (emb, h),
-    }

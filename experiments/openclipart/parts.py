@@ -24,8 +24,6 @@ from typing import Union
 
 import numpy as np
 
-from crossembed._validation import check_fraction, check_int
-
 __all__ = ["Drawing", "MAX_PIXELS", "pixel_count", "load_rgba", "object_mask", "split_parts", "render", "cut"]
 
 #: Largest image (width x height) :func:`load_rgba` decodes; a few Openclipart PNGs hold over 100
@@ -71,7 +69,8 @@ def load_rgba(path: Union[str, Path], max_side: int = 224) -> np.ndarray:
     """
     from PIL import Image
 
-    check_int(max_side, "max_side", low=8)
+    if isinstance(max_side, bool) or not isinstance(max_side, int) or max_side < 8:
+        raise ValueError(f"max_side must be an integer >= 8, got {max_side!r}")
     if pixel_count(path) > MAX_PIXELS:
         raise ValueError(f"{path}: more than {MAX_PIXELS} pixels; leave it out (see pixel_count)")
     with warnings.catch_warnings():
@@ -104,8 +103,10 @@ def split_parts(mask: np.ndarray, *, min_share: float = 0.02, max_parts: int = 4
     """
     from scipy import ndimage
 
-    check_fraction(min_share, "min_share")
-    check_int(max_parts, "max_parts", low=2)
+    if isinstance(min_share, bool) or not isinstance(min_share, (int, float)) or not 0 < min_share <= 1:
+        raise ValueError(f"min_share must be in (0, 1], got {min_share!r}")
+    if isinstance(max_parts, bool) or not isinstance(max_parts, int) or max_parts < 2:
+        raise ValueError(f"max_parts must be an integer >= 2, got {max_parts!r}")
     total = int(mask.sum())
     if total == 0:
         return np.zeros((0, *mask.shape), bool), np.zeros(0)
