@@ -16,7 +16,7 @@ Reconstruction is scored like Nickel & Kiela: for every related pair
 from ``u`` to all nodes *not* related to ``u`` (mean rank, 1 is perfect),
 and the mean average precision of ranking all other nodes by distance with
 the related ones as relevant. Distances for the evaluation come from the C++
-:func:`crossembed.lorentz_pairwise` when available.
+:func:`crossembed.lorentz_pairwise`.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 from crossembed._validation import check_int
 from crossembed.hyperbolic import lorentz as L
 from crossembed.hyperbolic.losses import entailment_loss
+from crossembed.kernels import lorentz_pairwise
 
 __all__ = [
     "Hierarchy",
@@ -68,12 +69,6 @@ class Hierarchy:
         return [np.unique(np.array(r, np.int64)) for r in rel]
 
 
-def _synsets(wordnet_dir=None):
-    from crossembed.data.wordnet import read_synsets
-
-    return read_synsets("noun", wordnet_dir=wordnet_dir)
-
-
 def resolve_synset(name: str, *, wordnet_dir=None) -> int:
     """Offset of ``lemma.n.NN`` (the NN-th sense in WordNet's ``index.noun``)."""
     from crossembed.data.wordnet import find_wordnet_dir
@@ -104,7 +99,9 @@ def load_hierarchy(root: str = "mammal.n.01", *, max_nodes: Optional[int] = None
     ``max_nodes`` keeps the first nodes in breadth-first order from the root
     (a connected, top-down truncation of big hierarchies).
     """
-    syn = _synsets(wordnet_dir)
+    from crossembed.data.wordnet import read_synsets
+
+    syn = read_synsets("noun", wordnet_dir=wordnet_dir)
     by_off = {s.offset: s for s in syn}
     children: Dict[int, List[int]] = {}
     for s in syn:
@@ -144,16 +141,6 @@ def load_hierarchy(root: str = "mammal.n.01", *, max_nodes: Optional[int] = None
     return Hierarchy(names, np.array(order, np.int64), closure, np.array([depth_of[o] for o in order], np.int64))
 
 
-def _pairwise(X: np.ndarray, Y: np.ndarray, c: float, num_threads: Optional[int]) -> np.ndarray:
-    import crossembed
-
-    try:
-        return crossembed.lorentz_pairwise(X, Y, curvature=c, num_threads=num_threads)
-    except (AttributeError, ImportError):  # build without the Lorentz kernels
-        with torch.no_grad():
-            return L.pairwise_distance(torch.from_numpy(X), torch.from_numpy(Y), c).numpy()
-
-
 def reconstruction(
     emb: np.ndarray,
     hierarchy: Hierarchy,
@@ -172,7 +159,7 @@ def reconstruction(
     ranks: List[np.ndarray] = []
     aps: List[float] = []
     for s in range(0, n, chunk):
-        D = _pairwise(emb[s : s + chunk], emb, curvature, num_threads).astype(np.float64)
+        D = lorentz_pairwise(emb[s : s + chunk], emb, curvature=curvature, num_threads=num_threads).astype(np.float64)
         for r, u in enumerate(range(s, min(n, s + chunk))):
             nb = rel[u]
             if nb.size == 0:
