@@ -1,6 +1,6 @@
 """UEC throughput: exact vs HNSW + rerank search, ensemble encoding, Laplace fits.
 
-Behind ``crossembed uec-perf`` and ``docs/uec_perf.md``; the documents are
+Behind ``python -m experiments uec-perf`` and ``docs/uec_perf.md``; the documents are
 synthetic Gaussians of the size of real kron posteriors
 (:func:`synthetic_gaussians`), so the search numbers need no model.
 """

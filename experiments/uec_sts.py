@@ -24,12 +24,12 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 from scipy.stats import rankdata
 
+from crossembed.uec.ensemble import UECEnsemble
+from crossembed.uec.laplace import LaplaceEmbedder
 from experiments._records import check_loaded, read_json
 from experiments.tasks import UECTask
 from experiments.uec_configs import build_ensemble
 from experiments.uec_eval import RESULT_SHAPE, TaskEmbeddings, check_comparable, render_markdown
-from crossembed.uec.ensemble import UECEnsemble
-from crossembed.uec.laplace import LaplaceEmbedder
 
 __all__ = [
     "STS_SETS",

@@ -133,7 +133,7 @@ def test_evaluate_task_end_to_end():
     for per_lang in res["coefficients"].values():
         for w in per_lang.values():
             assert sum(w) == pytest.approx(1.0, abs=1e-5)
-    md = render_markdown([res], command="crossembed uec-eval --test")
+    md = render_markdown([res], command="python -m experiments uec-eval --test")
     assert "| paper: kron, score mixing |" in md and "Findings" in md and "uec-eval --test" in md
     assert "w(b) foreign" in md and "vs uniform ensemble (calibrated scores) + hubness (CSLS)" in md
     assert "vs uniform ensemble (calibrated scores) + query head + hubness" in md and "| query head |" in md
@@ -167,7 +167,7 @@ def test_perf_benchmarks_on_a_small_synthetic_index():
     assert half["store_bytes_per_doc"] == 16 * 2 + 9 and "float16_exact_recall@10" not in half
     fits = benchmark_fit(200, 64)
     assert {(f["hessian"], f["curvature"]) for f in fits} == {(h, c) for h in ("kron", "diag") for c in ("ggn", "ef")}
-    md = render_perf_markdown([run], fits=fits, command="crossembed uec-perf --test")
+    md = render_perf_markdown([run], fits=fits, command="python -m experiments uec-perf --test")
     assert "| 2,000 | 64 | float32 | none |" in md and "uec-perf --test" in md
 
 

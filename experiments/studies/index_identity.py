@@ -3,7 +3,7 @@
 Three steps, so that the searching can run under another checkout of the library:
 
 ``encode``
-    Fits the library's default ensemble on one real task exactly as ``crossembed uec-eval`` does
+    Fits the library's default ensemble on one real task exactly as ``python -m experiments uec-eval`` does
     (WordNet noun example -> gloss, or the FreeDict multilingual word -> gloss task; models
     minilm, minilm-l3, e5; kron head Laplace posteriors with query heads fitted on the task's fit
     pairs; ``UECEnsemble(embedders)``; seed 0), combines the documents as passages and the

@@ -1,6 +1,6 @@
 """How much language (and model-competence) signal the retrieval confidence carries, and its routing bounds.
 
-For each model k and evaluated query q of a ``crossembed uec-eval`` task
+For each model k and evaluated query q of a ``python -m experiments uec-eval`` task
 (cached embeddings, seed 0): the calibrated gap g_k(q) over the documents
 (:func:`crossembed.uec.rules.retrieval_gap`, top 20) and its per-model
 z-score over the queries. Reports
