@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import numpy as np
 
@@ -129,40 +129,52 @@ def _split(args) -> _Split:
     )
 
 
-def _fit_anchors(data: _Split) -> List[str]:
-    """The fit pairs' anchor texts: the fit synsets' examples, then the fit words (``_fit_forms``' row order)."""
-    return [data.examples[i] for i in data.fit] + [w for w, _ in data.fit_words]
+def _fit_pairs(data: _Split) -> List[Tuple[str, str]]:
+    """The fit pairs: each fit synset's example and each fit word with its gloss."""
+    glosses = data.glosses
+    return [(data.examples[i], glosses[i]) for i in data.fit] + [(w, glosses[r]) for w, r in data.fit_words]
 
 
 def _encode_all(models: List[str], data: _Split, args):
-    """Examples, glosses, words and scrambled fit anchors encoded once per model (cached on disk)."""
+    """Examples, glosses and words encoded once per model (cached on disk), and the loaded encoders."""
     from crossembed.encoders import encode_cached, load_encoder
-    from crossembed.uec.probe import scramble_sample
 
-    scrambled = scramble_sample(_fit_anchors(data), random_state=args.seed)  # the probe heads' negatives
-    ex_emb, gl_emb, wd_emb, sc_emb = {}, {}, {}, {}
+    ex_emb, gl_emb, wd_emb, encoders = {}, {}, {}, {}
     for name in models:
         enc = load_encoder(name) if args.num_threads is None else load_encoder(name, num_threads=args.num_threads)
         ex_emb[name] = encode_cached(enc, data.examples, role="query", show_progress_bar=not args.quiet)
         gl_emb[name] = encode_cached(enc, data.glosses, role="passage", show_progress_bar=not args.quiet)
         wd_emb[name] = encode_cached(enc, data.word_texts, role="query", show_progress_bar=not args.quiet)
-        sc_emb[name] = encode_cached(enc, scrambled, role="query", show_progress_bar=not args.quiet)
-    return ex_emb, gl_emb, wd_emb, sc_emb
+        encoders[name] = enc
+    return ex_emb, gl_emb, wd_emb, encoders
 
 
-def _fit_forms(models: List[str], data: _Split, ex_emb, gl_emb, wd_emb, sc_emb):
+def _fit_forms(models: List[str], data: _Split, ex_emb, gl_emb, wd_emb, encoders, args):
     """Head posteriors fitted on the fit split (examples and words -> glosses), kron and diag."""
+    from crossembed.encoders import encode_cached
     from crossembed.uec import LaplaceEmbedder
 
-    fw = np.array([data.word_row[w] for w, _ in data.fit_words], dtype=np.int64)
-    fg = np.array([r for _, r in data.fit_words], dtype=np.int64)
+    pairs = _fit_pairs(data)
 
-    def fitted(hessian):  # query and probe heads only where the default uses them (kron)
+    def encode(name):
+        # the fit texts keep the rows they were encoded with above (a torch model's bits depend on its
+        # batch); texts not among them (the scrambled anchors) go through the cache
+        rows = {
+            "query": {**dict(zip(data.examples, ex_emb[name])), **dict(zip(data.word_texts, wd_emb[name]))},
+            "passage": dict(zip(data.glosses, gl_emb[name])),
+        }
+
+        def run(texts, role):
+            if all(t in rows[role] for t in texts):
+                return np.stack([rows[role][t] for t in texts])
+            return encode_cached(encoders[name], texts, role=role, show_progress_bar=not args.quiet)
+
+        return run
+
+    def fitted(hessian):  # query heads only where the default uses them (kron)
         return [
-            LaplaceEmbedder(name, hessian=hessian, query_head=hessian == "kron").fit_embeddings(
-                np.concatenate([ex_emb[name][data.fit], wd_emb[name][fw]]),
-                np.concatenate([gl_emb[name][data.fit], gl_emb[name][fg]]),
-                scrambled=sc_emb[name] if hessian == "kron" else None,
+            LaplaceEmbedder(name, hessian=hessian, query_head=hessian == "kron").fit(
+                pairs, encode=encode(name), probe_seed=args.seed, show_progress_bar=False
             )
             for name in models
         ]
@@ -250,7 +262,8 @@ def _task_rows(models, ensembles, q_by_form, q_texts, d_by_form, relevant, langs
 
 def _linking(models: List[str], data: _Split, gl_emb, args):
     """GEH and Procrustes linking of two encoders' gloss vectors from 15 seeds."""
-    from crossembed.linking import GEHLinker, evaluate_links, make_partial_overlap, procrustes_link
+    from crossembed.linking import GEHLinker, evaluate_links, make_partial_overlap
+    from crossembed.linking.baselines import procrustes_link
 
     a_name, b_name = models[0], models[-1]
     draw = make_partial_overlap(len(data.synsets), alpha=0.3, n_seeds=15, random_state=args.seed)
@@ -315,8 +328,8 @@ def run(args) -> int:
         raise ValueError("--models must name at least two encoders")
     t_start = time.perf_counter()
     data = _split(args)
-    ex_emb, gl_emb, wd_emb, sc_emb = _encode_all(models, data, args)
-    forms = _fit_forms(models, data, ex_emb, gl_emb, wd_emb, sc_emb)
+    ex_emb, gl_emb, wd_emb, encoders = _encode_all(models, data, args)
+    forms = _fit_forms(models, data, ex_emb, gl_emb, wd_emb, encoders, args)
     d_by_form = {f: [e.transform(gl_emb[n][data.test]) for e, n in zip(lst, models)] for f, lst in forms.items()}
     multi = "e5" if "e5" in models else models[-1]
     ensembles = _ensembles(forms["kron"], forms["diag"])
