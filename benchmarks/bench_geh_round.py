@@ -16,10 +16,11 @@ import pytest
 from _bench import run, size
 from crossembed import kernels
 from crossembed.baselines import numpy_csls_mutual_topk_candidates, numpy_signatures
-from crossembed.linking import KernelSignatures, Proposer, ValidatedPromotion
+from crossembed.linking import ValidatedPromotion
 from crossembed.linking._fit import FitSetup, FitState
 from crossembed.linking.candidates import without_own_anchor
-from crossembed.linking.proposers import PoolProposer, pool_candidate_lists
+from crossembed.linking.proposers import PoolProposer, Proposer, pool_candidate_lists
+from crossembed.linking.views import KernelSignatures
 
 N, D, POOL = size("geh_rows", 10_000, 1_500), 384, size("geh_pool", 600, 150)
 POOL_K, POOL_ANCHORS = 64, 512

@@ -12,8 +12,8 @@ import numpy as np
 
 from crossembed import kernels
 from crossembed.cli.options import write_file
-from crossembed.linking.candidates import CANDIDATE_SOURCES
-from crossembed.linking.geh import GEHLinker
+from crossembed.linking import GEHLinker
+from experiments.linking_rules import CANDIDATE_SOURCES
 
 __all__ = ["MIN_FIT_ROWS", "VIEW_ANCHORS", "plot_scaling", "synthetic_pair", "time_scaling"]
 

@@ -18,32 +18,34 @@ import numpy as np
 
 from crossembed.cli.options import write_file
 from crossembed.linking import (
-    DEFAULT_MAX_ITER,
-    CappedPromotion,
     CCAMap,
-    CellCandidates,
-    CosineSignatures,
     CrossFitCheck,
     CrossFitRelink,
     DecoyPass,
     ExactCandidates,
-    FoldPass,
     GEHLinker,
     LinkResult,
     MapPass,
-    PaperPromotion,
     PoolCandidates,
-    RandomViews,
     RidgeMap,
     ValidatedPromotion,
-    Whiten,
-    bootstrap_procrustes_link,
     evaluate_links,
     make_partial_overlap,
-    procrustes_link,
-    relative_link,
 )
+from crossembed.linking.baselines import bootstrap_procrustes_link, procrustes_link, relative_link
+from crossembed.linking.candidates import CellCandidates
+from crossembed.linking.geh import DEFAULT_MAX_ITER
 from experiments._records import read_checked
+from experiments.linking_rules import (
+    CappedPromotion,
+    CheckedMapPass,
+    CosineSignatures,
+    FoldPass,
+    PaperPromotion,
+    RandomViews,
+    TwoWayRidgeMap,
+    Whiten,
+)
 
 __all__ = [
     "DEFAULT_PAIRS",
@@ -96,16 +98,14 @@ METHODS: Dict[str, Callable[..., LinkResult]] = {
     "geh-validated-fold-pass": _geh(promotion=ValidatedPromotion(final_pass=FoldPass())),
     "geh-validated-no-final-pass": _geh(promotion=ValidatedPromotion(final_pass=None)),
     # the map pass fitted on the links the no-partner check keeps (the low-overlap option)
-    "geh-checked": _geh(promotion=ValidatedPromotion(final_pass=MapPass(check=CrossFitCheck()))),
+    "geh-checked": _geh(promotion=ValidatedPromotion(final_pass=CheckedMapPass())),
     # the default before the decoy pass: one ridge map fitted on the whole pool relinks every row
     "geh-map-pass": _geh(promotion=ValidatedPromotion(final_pass=MapPass())),
     # the decoy pass on the checked pool, without relinking it first (the default before
     # CrossFitRelink), scoring through CCA, a ridge map (the default before CCA) or one each way
     "geh-pool-check": _geh(promotion=ValidatedPromotion(final_pass=DecoyPass(check=_CHECK2, scorer=CCAMap()))),
     "geh-ridge-map": _geh(promotion=ValidatedPromotion(final_pass=DecoyPass(check=_CHECK2, scorer=RidgeMap()))),
-    "geh-two-maps": _geh(
-        promotion=ValidatedPromotion(final_pass=DecoyPass(check=_CHECK2, scorer=RidgeMap(both_ways=True)))
-    ),
+    "geh-two-maps": _geh(promotion=ValidatedPromotion(final_pass=DecoyPass(check=_CHECK2, scorer=TwoWayRidgeMap()))),
     # the relinked pool checked through 128 canonical directions instead of a ridge map
     "geh-relink-cca-check": _geh(
         promotion=ValidatedPromotion(

@@ -233,7 +233,7 @@ def test_messages_name_the_argument():
 
 @pytest.mark.parametrize("max_pairs,exc", [(-1, ValueError), ("x", TypeError), (1.5, TypeError), (True, TypeError)])
 def test_bootstrap_procrustes_max_pairs_is_checked(max_pairs, exc):
-    from crossembed.linking import bootstrap_procrustes_link
+    from crossembed.linking.baselines import bootstrap_procrustes_link
 
     X = np.random.default_rng(5).normal(size=(20, 4))
     seeds = np.stack([np.arange(5), np.arange(5)], axis=1)

@@ -540,7 +540,8 @@ def test_evaluate_links_against_sets(links, truth):
 @given(A=matrix((0, 12), (2, 3)), seeds=st.one_of(junk(), pair_lists))
 @counted
 def test_linkers_reject_bad_inputs_clearly(A, seeds):
-    from crossembed.linking import GEHLinker, procrustes_link
+    from crossembed.linking import GEHLinker
+    from crossembed.linking.baselines import procrustes_link
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -649,7 +650,8 @@ _SEEDS = np.stack([np.arange(6), np.arange(6)], axis=1)
 
 def _int_calls():
     """(name of the int argument, call with it); each kernel with an int argument, and the linkers'."""
-    from crossembed.linking import bootstrap_procrustes_link, make_partial_overlap
+    from crossembed.linking import make_partial_overlap
+    from crossembed.linking.baselines import bootstrap_procrustes_link
     from crossembed.linking.proposers import pool_candidate_lists
 
     z = np.zeros_like(_S)
@@ -696,7 +698,8 @@ def test_int_arguments_are_named_with_their_range(name, value):
 
 def _array_calls():
     """(name of the array argument, call with it in that place)."""
-    from crossembed.linking import evaluate_links, procrustes_link
+    from crossembed.linking import evaluate_links
+    from crossembed.linking.baselines import procrustes_link
 
     z = np.zeros_like(_S)
     return [

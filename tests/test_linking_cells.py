@@ -8,13 +8,13 @@ from _linking_data import linking_problem
 from crossembed import reference
 from crossembed.linking import (
     AutoCandidates,
-    CellCandidates,
     ExactCandidates,
     GEHLinker,
     PoolCandidates,
     evaluate_links,
 )
 from crossembed.linking import cells as cells_module
+from crossembed.linking.candidates import CellCandidates
 from crossembed.linking.cells import cell_candidate_lists, cell_pairs, top_cells
 from crossembed.linking.proposers import pool_candidate_lists
 

@@ -6,7 +6,6 @@ import pytest
 from _linking_data import linear_problem
 from crossembed.linking import (
     CCAMap,
-    CellCandidates,
     CrossFitCheck,
     DecoyPass,
     GEHLinker,
@@ -15,7 +14,9 @@ from crossembed.linking import (
     ValidatedPromotion,
     evaluate_links,
 )
+from crossembed.linking.candidates import CellCandidates
 from crossembed.linking.decoys import decoy_links, decoy_threshold
+from experiments.linking_rules import TwoWayRidgeMap
 
 
 def _reference_threshold(scores, right, linked, decoys, n_rows, precision):
@@ -78,7 +79,7 @@ def _low_overlap(seed, n=2400, alpha=0.15):
     return A, B, split, pool
 
 
-@pytest.mark.parametrize("scorer", [CCAMap(), RidgeMap(), RidgeMap(both_ways=True)], ids=repr)
+@pytest.mark.parametrize("scorer", [CCAMap(), RidgeMap(), TwoWayRidgeMap()], ids=repr)
 @pytest.mark.parametrize("precision", [0.75, 0.9])
 def test_kept_links_reach_the_target_precision(precision, scorer):
     got = []
@@ -111,7 +112,7 @@ def test_decoy_pass_in_a_fit_and_its_arguments():
     ).link(A, B, split.seeds)
     assert res.history[-1]["final_pass"] == "decoys"
     assert evaluate_links(res.links, split.truth)["precision"] > 0.75
-    both = ValidatedPromotion(final_pass=DecoyPass(scorer=RidgeMap(both_ways=True)))
+    both = ValidatedPromotion(final_pass=DecoyPass(scorer=TwoWayRidgeMap()))
     res = GEHLinker(random_state=0, max_iter=6, show_progress_bar=False, promotion=both).link(A, B, split.seeds)
     assert evaluate_links(res.links, split.truth)["precision"] > 0.75
     assert DecoyPass().get_config()["check"]["kind"] == "relink"

@@ -4,23 +4,14 @@ import numpy as np
 import pytest
 
 from _linking_data import linking_problem
-from crossembed.linking import (
-    AnnCandidates,
-    CappedPromotion,
-    CellCandidates,
-    CosineSignatures,
-    ExactCandidates,
-    PaperPromotion,
-    PoolCandidates,
-    RandomViews,
-    RowSample,
-    Schedule,
-)
+from crossembed.linking import ExactCandidates, PoolCandidates, RowSample, Schedule
+from crossembed.linking.candidates import CellCandidates
 from crossembed.linking.geh import GEHLinker
 from crossembed.linking.promotion import ValidatedPromotion
 from crossembed.linking.protocol import evaluate_links
 from crossembed.linking.result import LinkResult
 from crossembed.linking.views import farthest_point_sampling
+from experiments.linking_rules import AnnCandidates, CappedPromotion, CosineSignatures, PaperPromotion, RandomViews
 
 
 def candidate_reference(SA, SB, cand_a, cand_b, *, k=5, csls_k=50, exclude_a=None, exclude_b=None, num_threads=None):
@@ -165,7 +156,7 @@ def test_ablations_run(problem, kw):
 
 def test_ann_candidates_match_the_exact_kernel(problem):
     from crossembed import kernels
-    from crossembed.linking.proposers import AnnProposer
+    from experiments.linking_rules import AnnProposer
 
     A, B, split = problem
     anchors = split.seeds
@@ -410,7 +401,7 @@ def test_round_cosines_give_the_per_view_signature_links(monkeypatch):
 
 
 def test_round_cosines_only_for_signatures_that_read_them():
-    from crossembed.linking._inputs import unit_rows
+    from crossembed.linking.preprocess import unit_rows
 
     A, B, split = linking_problem(300, seed=1)
     A, B = unit_rows(A), unit_rows(B)  # as a fit holds them

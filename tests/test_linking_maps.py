@@ -6,6 +6,7 @@ import scipy.linalg
 
 from _linking_data import linear_problem
 from crossembed.linking import CCAMap, RidgeMap
+from experiments.linking_rules import TwoWayRidgeMap
 
 
 def _pairs_problem(seed, *, wider_b=True, n=600):
@@ -128,7 +129,7 @@ def test_ridge_rows_dot_to_the_cosines_of_one_map_or_two(wider_b):
     W, V = _ridge(A64[pairs[:, 0]], B64[pairs[:, 1]], 2.0), _ridge(B64[pairs[:, 1]], A64[pairs[:, 0]], 2.0)
     XA, XB = RidgeMap(lam=2.0).rows(A, B, pairs)
     np.testing.assert_allclose(XA.astype(np.float64) @ XB.T.astype(np.float64), _cos(A64 @ W, B64), atol=2e-5)
-    XA, XB = RidgeMap(lam=2.0, both_ways=True).rows(A, B, pairs)
+    XA, XB = TwoWayRidgeMap(lam=2.0).rows(A, B, pairs)
     assert XA.dtype == XB.dtype == np.float32 and XA.flags.c_contiguous and XB.flags.c_contiguous
     assert XA.shape[1] == XB.shape[1] == 2 * min(A.shape[1], B.shape[1])
     want = _cos(A64 @ W, B64) + _cos(A64, B64 @ V)
@@ -144,7 +145,8 @@ def test_ridge_rows_dot_to_the_cosines_of_one_map_or_two(wider_b):
         (lambda: CCAMap(n_components=0), ValueError, "n_components"),
         (lambda: CCAMap(n_components=2.5), TypeError, "n_components"),
         (lambda: RidgeMap(lam=0.0), ValueError, "lam"),
-        (lambda: RidgeMap(both_ways="yes"), TypeError, "both_ways"),
+        (lambda: RidgeMap(lam="1"), TypeError, "lam"),
+        (lambda: TwoWayRidgeMap(lam=0), ValueError, "lam"),
     ],
 )
 def test_bad_arguments_name_themselves(make, exc, name):
@@ -154,4 +156,4 @@ def test_bad_arguments_name_themselves(make, exc, name):
 
 def test_configs():
     assert CCAMap().get_config() == {"kind": "cca", "shrinkage": 0.5, "n_components": None}
-    assert RidgeMap(both_ways=True).get_config() == {"kind": "ridge", "lam": 1.0, "both_ways": True}
+    assert RidgeMap(lam=2.0).get_config() == {"kind": "ridge", "lam": 2.0}

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from crossembed.linking import Center, GEHLinker, Whiten
-from crossembed.linking._inputs import unit_rows
+from crossembed.linking import Center, GEHLinker
+from crossembed.linking.preprocess import unit_rows
+from experiments.linking_rules import Whiten
 
 
 def _anisotropic(n=400, d=16, seed=0):

@@ -4,18 +4,19 @@ import numpy as np
 import pytest
 
 from _linking_data import linear_problem
-from crossembed.linking import DecoyPass, FoldPass, GEHLinker, MapPass, ValidatedPromotion, evaluate_links
-from crossembed.linking.refine import map_links, ridge_map
+from crossembed.linking import DecoyPass, GEHLinker, MapPass, ValidatedPromotion, evaluate_links
+from crossembed.linking.refine import map_links, ridge_map_rows
+from experiments.linking_rules import FoldPass
 
 
 def test_ridge_map_matches_the_float64_normal_equations():
     rng = np.random.default_rng(0)
     X, Y = rng.standard_normal((50, 7)), rng.standard_normal((50, 5))
-    lam = 0.3
+    lam, rows = 0.3, np.repeat(np.arange(50)[:, None], 2, axis=1)
     ref = np.linalg.solve(X.T @ X + lam * np.eye(7), X.T @ Y)
-    np.testing.assert_allclose(ridge_map(X, Y, lam=lam), ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ridge_map_rows(X, Y, rows, lam=lam), ref, rtol=1e-5, atol=1e-6)
     # lam -> 0 on a well-posed problem is least squares
-    np.testing.assert_allclose(ridge_map(X, Y, lam=1e-12), np.linalg.lstsq(X, Y, rcond=None)[0], atol=1e-5)
+    np.testing.assert_allclose(ridge_map_rows(X, Y, rows, lam=1e-12), np.linalg.lstsq(X, Y, rcond=None)[0], atol=1e-5)
 
 
 def _partial_problem(n=1200, d=24, d_b=32, alpha=0.4, seed=0, noise=0.15):

@@ -7,8 +7,8 @@ from _linking_data import linking_problem
 from crossembed import kernels
 from crossembed.linking import GEHLinker, PoolCandidates, RowSample
 from crossembed.linking._fit import _GRAM_MAX_POOL, FitSetup, FitState, PoolGeometry
-from crossembed.linking._inputs import unit_rows
 from crossembed.linking.candidates import lists_still_serve as _lists_still_serve
+from crossembed.linking.preprocess import unit_rows
 from crossembed.linking.views import FarthestPointViews, KernelSignatures, farthest_point_sampling
 
 

@@ -1,11 +1,16 @@
 """Each promotion rule on a scripted round: views and proposals are fixed, so every choice of the
 rule (posterior, vote floor, eligible views, held-out precision, growth limit, cap) is pinned."""
 
+import dataclasses
+
 import numpy as np
 
 from crossembed import kernels
-from crossembed.linking import CappedPromotion, PaperPromotion, Proposer, Schedule, StopRule, ValidatedPromotion
+from crossembed.linking import Schedule, StopRule, ValidatedPromotion
 from crossembed.linking._fit import FitSetup, FitState
+from crossembed.linking.promotion import PromotionRule
+from crossembed.linking.proposers import Proposer
+from experiments.linking_rules import CappedPromotion, PaperPromotion
 
 SEEDS = np.array([[0, 0], [1, 1], [2, 2]])
 LINKS = np.array([[5, 5], [6, 6]])  # pool positions 3 and 4
@@ -150,31 +155,26 @@ def test_paper_fixed_votes_ablation_uses_the_vote_fraction():
     assert info["threshold"] == 1.0 and info["promoted"] == 2
 
 
-class _ConstantRule:
+@dataclasses.dataclass(frozen=True)
+class _ConstantRule(PromotionRule):
     """A rule that keeps the same links every round; ``held`` says whether its limit binds."""
 
     name = "constant"
-    has_final_pass = False
-
-    def __init__(self, held):
-        self.held = held
+    held: bool
 
     def grow(self, fit, propose):
         fit.set_links(np.array([[5, 5], [6, 6]]), np.full(2, 0.9), np.full(2, 3))
         limit = 2 if self.held else 10
         return {"pool": len(fit.pool()), "promoted": 2, "limit": limit}
 
-    def finish(self, fit, propose):
-        return None
-
 
 def test_stop_rule_waits_while_the_rule_holds_its_size():
-    from crossembed.linking import GEHLinker, PromotionRule
+    from crossembed.linking import GEHLinker
 
     rng = np.random.default_rng(0)
     X = rng.standard_normal((40, 8)).astype(np.float32)
     for held, rounds in ((False, 4), (True, 12)):
-        rule = type("R", (_ConstantRule, PromotionRule), {})(held)
+        rule = _ConstantRule(held)
         res = GEHLinker(promotion=rule, stop=StopRule(patience=3), max_iter=12, show_progress_bar=False).link(
             X, X, SEEDS
         )

@@ -1,6 +1,9 @@
 """GEH's pieces as objects: reentrant fits, rule choices that matter, the pair helpers, mutual NN."""
 
+import dataclasses
+import json
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -8,18 +11,28 @@ import pytest
 from _linking_data import linking_problem
 from crossembed import reference
 from crossembed.baselines import numpy_greedy_one_to_one
+from crossembed.kernels import greedy_one_to_one
 from crossembed.linking import (
-    CappedPromotion,
+    AutoCandidates,
+    CCAMap,
     CrossFitCheck,
+    CrossFitRelink,
+    DecoyPass,
+    ExactCandidates,
     GEHLinker,
     MapPass,
-    PaperPromotion,
+    PoolCandidates,
+    RidgeMap,
+    RowSample,
+    Schedule,
+    StopRule,
     ValidatedPromotion,
-    greedy_one_to_one,
 )
 from crossembed.linking._inputs import mutual_nearest
+from crossembed.linking.candidates import CellCandidates
 from crossembed.linking.pairs import count_new, merge_views, pair_keys, positions, rank_by
-from crossembed.linking.promotion import PROMOTIONS
+from crossembed.linking.views import FarthestPointViews
+from experiments.linking_rules import CappedPromotion, CheckedMapPass, PaperPromotion
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +73,92 @@ def test_fit_returns_self_and_is_reentrant(problem):
     np.testing.assert_array_equal(linker.fit(A, B, split.seeds).result_.links, first.links)
 
 
-def test_rule_names_map_to_their_classes():
-    assert PROMOTIONS == {"paper": PaperPromotion, "capped": CappedPromotion, "validated": ValidatedPromotion}
-    assert all(cls().kind == name for name, cls in PROMOTIONS.items())
+def _reachable(obj, seen=None):
+    """Every object reachable from ``obj`` through attributes and container items, by id."""
+    seen = {} if seen is None else seen
+    if id(obj) in seen or isinstance(obj, (type, types.FunctionType, types.MethodType)):
+        return seen
+    seen[id(obj)] = obj
+    if isinstance(obj, dict):
+        children = [*obj.keys(), *obj.values()]
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        children = list(obj)
+    else:
+        children = list(getattr(obj, "__dict__", {}).values())
+    for child in children:
+        _reachable(child, seen)
+    return seen
+
+
+def _immutable(obj) -> bool:
+    if obj is None or isinstance(obj, (bool, int, float, complex, str, bytes, frozenset)):
+        return True
+    if isinstance(obj, tuple):
+        return all(_immutable(x) for x in obj)
+    return dataclasses.is_dataclass(obj) and type(obj).__dataclass_params__.frozen
+
+
+def test_two_default_linkers_share_no_mutable_object():
+    a, b = GEHLinker(), GEHLinker()
+    ra, rb = _reachable(a), _reachable(b)
+    shared = [ra[i] for i in ra.keys() & rb.keys()]
+    assert any(isinstance(x, DecoyPass) for x in shared)  # the defaults are shared: they are frozen
+    assert [x for x in shared if not _immutable(x)] == []
+    rules = [x for x in ra.values() if dataclasses.is_dataclass(x)]
+    assert len(rules) >= 16
+    for rule in rules:
+        for f in dataclasses.fields(rule)[:1]:
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                setattr(rule, f.name, getattr(rule, f.name))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.promotion.final_pass.folds = 1
+    assert b.promotion.final_pass.folds == 5 and a.promotion == b.promotion == ValidatedPromotion()
+
+
+@pytest.mark.parametrize(
+    "make, name",
+    [
+        (lambda: DecoyPass(folds=1), "folds"),
+        (lambda: DecoyPass(precision=1.0), "precision"),
+        (lambda: MapPass(probes=0), "probes"),
+        (lambda: CrossFitRelink(tol=2.0), "tol"),
+        (lambda: CrossFitCheck(rows=1), "rows"),
+        (lambda: CCAMap(shrinkage=0.0), "shrinkage"),
+        (lambda: RidgeMap(lam=0), "lam"),
+        (lambda: StopRule(patience=0), "patience"),
+        (lambda: RowSample(rows=1), "rows"),
+        (lambda: Schedule(rho0=1.5), "rho0"),
+        (lambda: PoolCandidates(anchors=1), "anchors"),
+        (lambda: CellCandidates(cells_per_row=0), "cells_per_row"),
+        (lambda: AutoCandidates(pool_above=-1), "pool_above"),
+        (lambda: FarthestPointViews(max_candidates=1), "max_candidates"),
+        (lambda: ValidatedPromotion(smoothing=1.5), "smoothing"),
+    ],
+)
+def test_a_rule_checks_its_arguments_once_when_built(make, name):
+    with pytest.raises(ValueError, match=name):
+        make()
+
+
+def test_rules_rebuild_from_their_config_by_kind():
+    from crossembed._config import from_config
+
+    rules = (ValidatedPromotion, DecoyPass, MapPass, CrossFitRelink, CrossFitCheck, CCAMap, RidgeMap)
+    registry = {cls.kind: cls for cls in rules}
+    rule = ValidatedPromotion(min_views=7, final_pass=DecoyPass(precision=0.9, scorer=RidgeMap(lam=2.0)))
+    config = json.loads(json.dumps(rule.get_config()))
+    assert from_config(config, registry, "promotion") == rule
+    sources = {cls.kind: cls for cls in (AutoCandidates, ExactCandidates, PoolCandidates, CellCandidates)}
+    auto = AutoCandidates(pool=PoolCandidates(k=32), pool_above=10)
+    assert from_config(auto.get_config(), sources, "candidates") == auto
+
+
+def test_rules_have_kinds_and_check_their_types():
+    assert (PaperPromotion().kind, CappedPromotion().kind, ValidatedPromotion().kind) == (
+        "paper",
+        "capped",
+        "validated",
+    )
     rule = ValidatedPromotion(min_views=7)
     assert GEHLinker(promotion=rule).promotion is rule
     assert type(GEHLinker().promotion) is ValidatedPromotion  # the default
@@ -75,10 +171,9 @@ def test_rule_names_map_to_their_classes():
 
 
 def test_objects_report_their_config():
-    from crossembed.linking import AutoCandidates, PoolCandidates, StopRule
 
     linker = GEHLinker(candidates=PoolCandidates(k=32), stop=StopRule(patience=4), random_state=0)
-    assert "PoolCandidates(k=32, anchors=512, refresh=0.1, reuse=None)" in repr(linker)
+    assert "PoolCandidates(k=32, anchors=512, refresh=0.1)" in repr(linker)
     assert "StopRule(patience=4" in repr(linker) and "random_state=0" in repr(linker)
     config = AutoCandidates().get_config()
     assert config["kind"] == "auto" and config["pool"] == {
@@ -86,11 +181,10 @@ def test_objects_report_their_config():
         "k": 64,
         "anchors": 512,
         "refresh": 0.1,
-        "reuse": None,
     }
-    ridge = {"kind": "ridge", "lam": 1.0, "both_ways": False}
+    ridge = {"kind": "ridge", "lam": 1.0}
     cca_128 = {"kind": "cca", "shrinkage": 0.5, "n_components": 128}
-    map_pass = {"kind": "map", "lam": 1.0, "score_filter": True, "check": None, "probes": 8}
+    map_pass = {"kind": "map", "lam": 1.0, "score_filter": True, "probes": 8}
     assert ValidatedPromotion().get_config()["final_pass"] == {
         "kind": "decoys",
         "precision": 0.85,
@@ -108,7 +202,7 @@ def test_objects_report_their_config():
         "cells_pass": map_pass,
     }
     assert MapPass().get_config() == map_pass
-    checked = MapPass(check=CrossFitCheck()).get_config()["check"]
+    checked = CheckedMapPass().get_config()["check"]
     assert checked == {"kind": "crossfit", "folds": 5, "max_rounds": 4, "tol": 0.02, "rows": 20_000, "scorer": ridge}
 
 
@@ -203,8 +297,8 @@ def test_small_fits_run_on_one_thread_by_default(monkeypatch):
 
 
 def test_the_default_runs_fifteen_rounds_and_the_table_keeps_the_thirty_round_default(monkeypatch):
+    from crossembed.linking.geh import DEFAULT_MAX_ITER
     from experiments import link_table
-    from crossembed.linking import DEFAULT_MAX_ITER
 
     assert GEHLinker().max_iter == DEFAULT_MAX_ITER == 15
     asked = {}

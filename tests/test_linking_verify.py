@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from _linking_data import linear_problem
-from crossembed.linking import CCAMap, CrossFitCheck, CrossFitRelink, DecoyPass, MapPass, RidgeMap, evaluate_links
+from crossembed.linking import CCAMap, CrossFitCheck, CrossFitRelink, DecoyPass, RidgeMap, evaluate_links
+from experiments.linking_rules import CheckedMapPass
 
 
 def _low_overlap_pool(seed=0, n=900, d=24, d_b=32, noise=0.3):
@@ -48,13 +49,9 @@ def test_check_keeps_rows_in_its_row_cap_and_small_pools_pass_through():
     np.testing.assert_array_equal(CrossFitCheck(folds=5)(A, B, tiny, split.seeds, rng), tiny)
 
 
-def test_map_pass_check_is_an_object_and_off_by_default():
-    assert MapPass().check is None  # the default fits the map on the whole pool
-    assert isinstance(MapPass(check=CrossFitCheck()).check, CrossFitCheck)
-    assert MapPass(check=CrossFitCheck()).get_config()["check"]["kind"] == "crossfit"
-    for bad in (CrossFitCheck, "crossfit", 5):
-        with pytest.raises(TypeError, match="check"):
-            MapPass(check=bad)
+def test_checked_map_pass_and_the_check_arguments():
+    assert isinstance(CheckedMapPass().check, CrossFitCheck)
+    assert CheckedMapPass().get_config()["check"]["kind"] == "crossfit"
     for kw in (dict(folds=1), dict(max_rounds=0), dict(tol=1.5)):
         with pytest.raises(ValueError, match=next(iter(kw))):
             CrossFitCheck(**kw)

@@ -11,7 +11,7 @@ answers: the best F1, and the best F1 among thresholds that keep precision
 >= 85 %. A GEH fit knows neither the pairs nor the threshold, so no pass
 deciding from these scores does better. ``--maps`` names the scorers
 (:mod:`crossembed.linking.maps`): ``ridge`` (``RidgeMap()``), ``ridge2``
-(``RidgeMap(both_ways=True)``), ``cca`` (``CCAMap()``) and ``cca128``
+(``TwoWayRidgeMap()``), ``cca`` (``CCAMap()``) and ``cca128``
 (``CCAMap(n_components=128)``, the pass's default).
 
     python -m experiments.studies.geh_low_overlap_ceiling --pairs minilm:use,minilm:e5 --alpha 0.1 --draws 0,1,2
@@ -28,10 +28,11 @@ from crossembed.linking.pairs import contains
 from crossembed.linking.preprocess import Center
 from crossembed.linking.verify import relink_out_of_fold
 from experiments.corpora import embed_corpus
+from experiments.linking_rules import TwoWayRidgeMap
 
 MAPS = {
     "ridge": RidgeMap(),
-    "ridge2": RidgeMap(both_ways=True),
+    "ridge2": TwoWayRidgeMap(),
     "cca": CCAMap(),
     "cca128": CCAMap(n_components=128),
 }

@@ -31,15 +31,15 @@ import numpy as np
 
 from crossembed import linking
 from crossembed.data.wordnet import read_synsets
-from crossembed.linking import GEHLinker, evaluate_links, make_partial_overlap
-from crossembed.linking.promotion import PROMOTIONS, PromotionRule
+from crossembed.linking import GEHLinker, ValidatedPromotion, evaluate_links, make_partial_overlap
 from experiments.corpora import embed_corpus
 
 
-class _Traced(PromotionRule):
-    """Delegates to a rule and scores the pool after every round (diagnostics only)."""
+class _Traced:
+    """Delegates to a growth rule and scores the pool after every round (diagnostics only: it keeps a
+    clock, so it is one object per run, not a frozen rule)."""
 
-    def __init__(self, rule: PromotionRule, truth: np.ndarray, n_a: int, n_b: int, log):
+    def __init__(self, rule, truth: np.ndarray, n_a: int, n_b: int, log):
         self.rule, self.truth, self.n_a, self.n_b, self.log = rule, truth, n_a, n_b, log
         self.name = rule.name
         self.tic = time.perf_counter()
@@ -128,7 +128,7 @@ def main() -> None:
         split = make_partial_overlap(len(objects), alpha=args.alpha, n_seeds=args.seeds, random_state=args.draw)
         A, B = XA[objects[split.rows_a]], XB[objects[split.rows_b]]
     options = {k: _build(v) for k, v in (o.split("=", 1) for o in args.option)}
-    rule = _Traced(options.pop("promotion", PROMOTIONS["validated"]()), split.truth, len(A), len(B), print)
+    rule = _Traced(options.pop("promotion", ValidatedPromotion()), split.truth, len(A), len(B), print)
     linker = GEHLinker(
         promotion=rule,
         random_state=args.draw,

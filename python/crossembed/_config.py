@@ -29,6 +29,12 @@ class Configured:
         return f"{type(self).__name__}({args})"
 
 
+def set_checked(obj, **values) -> None:
+    """Store ``values`` (checked and normalised) on ``obj``, a frozen dataclass, from its ``__post_init__``."""
+    for name, value in values.items():
+        object.__setattr__(obj, name, value)
+
+
 def check_plugin(obj, name: str, methods: Tuple[str, ...], example: str, *, optional: bool = False):
     """``obj`` if it is an object with every method in ``methods`` (``"__call__"``: callable), else a
     ``TypeError`` naming the argument ``name``. ``optional``: None passes too."""

@@ -30,11 +30,13 @@ the whole matrices (float64 throughout). Nothing larger than
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
 from crossembed import kernels
+from crossembed._config import set_checked
 from crossembed._validation import as_matrix, check_int
 from crossembed.linking.candidates import CandidateSource, PoolCandidates
 from crossembed.linking.csls import csls_from_candidate_dots, excluded_mask
@@ -161,7 +163,28 @@ class DaskProposer(Proposer):
         )
 
 
-class DaskExactCandidates(CandidateSource):
+class _OnClient:
+    """What both Dask sources share: their client (checked, left out of the config) and shard count."""
+
+    client: Any
+    n_shards: Optional[int]
+
+    def __post_init__(self):
+        checks = getattr(super(), "__post_init__", None)  # the pool source's settings
+        if checks is not None:
+            checks()
+        _check_client(self.client)
+        set_checked(self, n_shards=_check_shards(self.n_shards))
+
+    def get_config(self) -> Dict[str, Any]:
+        """The source's settings (:meth:`crossembed._config.Configured.get_config`) without the client."""
+        config = super().get_config()
+        del config["client"]
+        return config
+
+
+@dataclass(frozen=True)
+class DaskExactCandidates(_OnClient, CandidateSource):
     """``GEHLinker(candidates=DaskExactCandidates(client))``: every view's exhaustive CSLS with B sharded.
 
     ``client`` and ``n_shards`` (default: one shard of B per worker) are
@@ -175,13 +198,12 @@ class DaskExactCandidates(CandidateSource):
     """
 
     kind = "dask-exact"
-
-    def __init__(self, client, *, n_shards: Optional[int] = None):
-        self._proposer = DaskProposer(client, n_shards=n_shards)  # one for every fit: it holds no fit state
-        self.n_shards = self._proposer.n_shards
+    client: Any = field(repr=False, compare=False)
+    n_shards: Optional[int] = field(default=None, kw_only=True)
 
     def for_fit(self, fit, *, every_row: bool):
-        return lambda _fit: self._proposer
+        proposer = DaskProposer(self.client, n_shards=self.n_shards)  # it holds no fit state
+        return lambda _fit: proposer
 
 
 # --------------------------------------------------------------------------- the "pool" path, B sharded
@@ -197,7 +219,8 @@ def _shard_dots(SA: np.ndarray, SB_shard: np.ndarray, cand_a_local: np.ndarray, 
     return dots_a[cand_a_local >= 0], kernels.candidate_dots(SB_shard, SA, cand_b_shard)
 
 
-class DaskCandidates(PoolCandidates):
+@dataclass(frozen=True)
+class DaskCandidates(_OnClient, PoolCandidates):
     """``GEHLinker(candidates=DaskCandidates(client))``: GEH's pool path with B sharded.
 
     Each task holds one shard of B's signature rows (and all of A's, which
@@ -215,28 +238,13 @@ class DaskCandidates(PoolCandidates):
     client : dask.distributed.Client
     n_shards : int, optional
         Shards of B (default: one per worker).
-    k, anchors, refresh, reuse
+    k, anchors, refresh
         As for :class:`~crossembed.linking.candidates.PoolCandidates`.
     """
 
     kind = "dask-pool"
-
-    def __init__(
-        self,
-        client,
-        *,
-        n_shards: Optional[int] = None,
-        k: int = 64,
-        anchors: int = 512,
-        refresh: float = 0.1,
-        reuse: Optional[int] = None,
-    ):
-        super().__init__(k=k, anchors=anchors, refresh=refresh, reuse=reuse)
-        self._client, self.n_shards = _check_client(client), _check_shards(n_shards)
-
-    @property
-    def client(self):
-        return self._client
+    client: Any = field(repr=False, compare=False)
+    n_shards: Optional[int] = field(default=None, kw_only=True)
 
     def shard_bounds(self, n_b: int) -> np.ndarray:
         """Row bounds of the shards of ``n_b`` rows of B (one shard per worker, or ``n_shards``)."""

@@ -98,8 +98,8 @@ def _row_sample(rows, which: str):
 
 
 def _link(args) -> int:
-    from crossembed.linking import GEHLinker, procrustes_link
-    from crossembed.linking.baselines import bootstrap_procrustes_link, relative_link
+    from crossembed.linking import GEHLinker
+    from crossembed.linking.baselines import bootstrap_procrustes_link, procrustes_link, relative_link
 
     A = _load_matrix(args.a, "A")
     B = _load_matrix(args.b, "B")

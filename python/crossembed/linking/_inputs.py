@@ -6,7 +6,6 @@ from typing import Tuple
 
 import numpy as np
 
-from crossembed._rows import unit_rows as unit_rows_in
 from crossembed._validation import as_int_matrix, as_matrix
 
 #: rows per chunk of a pass over a whole side of a large fit (its temporaries stay ~CHUNK x D)
@@ -35,19 +34,6 @@ def check_link_inputs(A, B, seeds, *, min_seeds: int = 2) -> Tuple[np.ndarray, n
 
 def _storage(X) -> type:
     return np.float16 if getattr(X, "dtype", None) == np.float16 else np.float32
-
-
-def active_rows(exclude, n: int) -> np.ndarray:
-    """The rows of ``range(n)`` not listed in ``exclude`` (None or empty: all)."""
-    keep = np.ones(n, bool)
-    if exclude is not None and np.size(exclude):
-        keep[np.asarray(exclude, dtype=np.int64).reshape(-1)] = False
-    return np.flatnonzero(keep)
-
-
-def unit_rows(X: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit L2 norm in ``X``'s own dtype (zero rows stay zero), as C-contiguous float32."""
-    return np.ascontiguousarray(unit_rows_in(X, dtype=None), dtype=np.float32)
 
 
 def mutual_nearest(X: np.ndarray, Y: np.ndarray, *, exclude_a=None, exclude_b=None, tile: int = 2048):

@@ -19,7 +19,8 @@ from typing import Optional
 import numpy as np
 
 from crossembed._validation import check_int
-from crossembed.linking._inputs import check_link_inputs, mutual_nearest, unit_rows
+from crossembed.linking._inputs import check_link_inputs, mutual_nearest
+from crossembed.linking.preprocess import unit_rows
 from crossembed.linking.result import LinkResult
 
 __all__ = ["procrustes", "procrustes_link", "relative_link", "bootstrap_procrustes_link"]

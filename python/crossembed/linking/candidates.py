@@ -15,8 +15,6 @@ A candidate source gives each fit its per-round proposers
     The same lists restricted to pairs whose rows share one of their
     nearest list anchors (:mod:`crossembed.linking.cells`); the map pass
     links over such lists too.
-:class:`AnnCandidates`
-    HNSW candidates rebuilt per view.
 :class:`AutoCandidates` (the default)
     Exact, pool or cells by the fit's size.
 
@@ -28,22 +26,21 @@ sharded) give the same links as their local twins.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
 import numpy as np
 
 from crossembed import kernels
-from crossembed._config import Configured, check_plugin
+from crossembed._config import Configured, check_plugin, set_checked
 from crossembed._validation import check_fraction, check_int
 from crossembed.linking._fit import FitState
-from crossembed.linking._inputs import unit_rows
 from crossembed.linking.cells import CELLS_PER_ROW, cell_candidate_lists, pad_lists, top_cells
-from crossembed.linking.proposers import AnnProposer, ExactProposer, PoolProposer, Proposer, pool_candidate_lists
+from crossembed.linking.preprocess import unit_rows
+from crossembed.linking.proposers import ExactProposer, PoolProposer, Proposer, pool_candidate_lists
 from crossembed.linking.stopping import turnover
 
 __all__ = [
-    "CANDIDATE_SOURCES",
-    "AnnCandidates",
     "AutoCandidates",
     "CandidateSource",
     "CellCandidates",
@@ -59,8 +56,10 @@ __all__ = [
 RoundProposers = Callable[[FitState], Proposer]
 
 
+@dataclass(frozen=True)
 class CandidateSource(Configured):
-    """The interface of a candidate source (see the module docstring)."""
+    """The interface of a candidate source (see the module docstring): subclass it as a frozen
+    dataclass (its fields are its settings; a fit's state lives in what :meth:`for_fit` returns)."""
 
     def for_fit(self, fit: FitState, *, every_row: bool) -> RoundProposers:
         """The per-round proposers of one fit; ``every_row=False`` when its rounds run on a row sample."""
@@ -71,47 +70,18 @@ class CandidateSource(Configured):
         return False
 
 
-class _Fixed:
-    """One proposer for every round of a fit."""
-
-    def __init__(self, proposer: Proposer):
-        self.proposer = proposer
-
-    def __call__(self, fit: FitState) -> Proposer:
-        return self.proposer
-
-
+@dataclass(frozen=True)
 class ExactCandidates(CandidateSource):
     """Every view scores all N_A x N_B pairs (:class:`~crossembed.linking.proposers.ExactProposer`)."""
 
     kind = "exact"
 
     def for_fit(self, fit: FitState, *, every_row: bool) -> RoundProposers:
-        return _Fixed(ExactProposer(num_threads=fit.num_threads))
+        proposer = ExactProposer(num_threads=fit.num_threads)  # one for every round
+        return lambda _fit: proposer
 
 
-class AnnCandidates(CandidateSource):
-    """HNSW candidates rebuilt per view (:class:`~crossembed.linking.proposers.AnnProposer`).
-
-    Parameters
-    ----------
-    k : int
-        Candidates retrieved per row on each side (default 64).
-    M, ef : int
-        HNSW graph degree and search breadth (defaults 16, 128).
-    """
-
-    kind = "ann"
-
-    def __init__(self, *, k: int = 64, M: int = 16, ef: int = 128):
-        self.k = check_int(k, "k", low=1)
-        self.M = check_int(M, "M", low=2)
-        self.ef = check_int(ef, "ef", low=1)
-
-    def for_fit(self, fit: FitState, *, every_row: bool) -> RoundProposers:
-        return _Fixed(AnnProposer(ann_k=self.k, M=self.M, ef=self.ef, num_threads=fit.num_threads))
-
-
+@dataclass(frozen=True, kw_only=True)
 class PoolCandidates(CandidateSource):
     """Per-round candidate lists from signatures against the whole pool.
 
@@ -127,19 +97,23 @@ class PoolCandidates(CandidateSource):
     refresh : float
         The lists are rebuilt once more than this share of the pool they
         came from has changed, or the pool has grown by more (default 0.1).
-    reuse : int or None
-        Rounds in a row that may reuse the lists while the pool has grown by
-        at most ``refresh``, however many of its pairs were swapped. None
-        (default): 1 when the rounds run on every row, 0 on a row sample.
+        When the rounds run on every row, the lists also serve the round
+        after they were built while the pool has grown by at most this,
+        however many of its pairs were swapped.
     """
 
     kind = "pool"
+    k: int = 64
+    anchors: int = 512
+    refresh: float = 0.1
 
-    def __init__(self, *, k: int = 64, anchors: int = 512, refresh: float = 0.1, reuse: Optional[int] = None):
-        self.k = check_int(k, "k", low=1)
-        self.anchors = check_int(anchors, "anchors", low=2)
-        self.refresh = check_fraction(refresh, "refresh", allow_zero=True)
-        self.reuse = None if reuse is None else check_int(reuse, "reuse", low=0)
+    def __post_init__(self):
+        set_checked(
+            self,
+            k=check_int(self.k, "k", low=1),
+            anchors=check_int(self.anchors, "anchors", low=2),
+            refresh=check_fraction(self.refresh, "refresh", allow_zero=True),
+        )
 
     def candidate_lists(self, SA, SB, m: int, *, num_threads=None) -> Tuple[np.ndarray, np.ndarray]:
         """``(cand_a, cand_b)``: each row's ``m`` best rows on the other side (:func:`pool_candidate_lists`)."""
@@ -150,10 +124,10 @@ class PoolCandidates(CandidateSource):
         return PoolProposer(cand_a, cand_b, num_threads=num_threads)
 
     def for_fit(self, fit: FitState, *, every_row: bool) -> RoundProposers:
-        reuse = self.reuse if self.reuse is not None else (1 if every_row else 0)
-        return _ListRounds(self, reuse)
+        return _ListRounds(self, 1 if every_row else 0)
 
 
+@dataclass(frozen=True, kw_only=True)
 class CellCandidates(PoolCandidates):
     """Pool lists among rows sharing one of their ``cells_per_row`` nearest list anchors.
 
@@ -167,23 +141,16 @@ class CellCandidates(PoolCandidates):
     ----------
     cells_per_row : int
         The cells each row belongs to (default 4).
-    k, anchors, refresh, reuse
+    k, anchors, refresh
         As for :class:`PoolCandidates`.
     """
 
     kind = "cells"
+    cells_per_row: int = CELLS_PER_ROW
 
-    def __init__(
-        self,
-        *,
-        cells_per_row: int = CELLS_PER_ROW,
-        k: int = 64,
-        anchors: int = 512,
-        refresh: float = 0.1,
-        reuse: Optional[int] = None,
-    ):
-        super().__init__(k=k, anchors=anchors, refresh=refresh, reuse=reuse)
-        self.cells_per_row = check_int(cells_per_row, "cells_per_row", low=1)
+    def __post_init__(self):
+        super().__post_init__()
+        set_checked(self, cells_per_row=check_int(self.cells_per_row, "cells_per_row", low=1))
 
     def candidate_lists(self, SA, SB, m: int, *, num_threads=None) -> Tuple[np.ndarray, np.ndarray]:
         r, n_cells = self.cells_per_row, np.shape(SA)[1]
@@ -195,6 +162,7 @@ class CellCandidates(PoolCandidates):
         return True
 
 
+@dataclass(frozen=True, kw_only=True)
 class AutoCandidates(CandidateSource):
     """``exact`` up to ``pool_above`` row pairs (N_A x N_B), ``pool`` up to ``cells_above``, ``cells`` above.
 
@@ -210,21 +178,20 @@ class AutoCandidates(CandidateSource):
     """
 
     kind = "auto"
+    exact: CandidateSource = ExactCandidates()
+    pool: CandidateSource = PoolCandidates()
+    cells: CandidateSource = CellCandidates()
+    pool_above: int = 4_000_000
+    cells_above: int = 900_000_000
 
-    def __init__(
-        self,
-        *,
-        exact: Optional[CandidateSource] = None,
-        pool: Optional[CandidateSource] = None,
-        cells: Optional[CandidateSource] = None,
-        pool_above: int = 4_000_000,
-        cells_above: int = 900_000_000,
-    ):
-        self.exact = check_source(ExactCandidates() if exact is None else exact, "exact")
-        self.pool = check_source(PoolCandidates() if pool is None else pool, "pool")
-        self.cells = check_source(CellCandidates() if cells is None else cells, "cells")
-        self.pool_above = check_int(pool_above, "pool_above", low=0)
-        self.cells_above = check_int(cells_above, "cells_above", low=0)
+    def __post_init__(self):
+        for name in ("exact", "pool", "cells"):
+            check_source(getattr(self, name), name)
+        set_checked(
+            self,
+            pool_above=check_int(self.pool_above, "pool_above", low=0),
+            cells_above=check_int(self.cells_above, "cells_above", low=0),
+        )
 
     def choose(self, n_a: int, n_b: int) -> CandidateSource:
         """The source used for a fit of N_A x N_B rows."""
@@ -237,16 +204,6 @@ class AutoCandidates(CandidateSource):
 
     def map_cells(self, n_a: int, n_b: int) -> bool:
         return self.choose(n_a, n_b).map_cells(n_a, n_b)
-
-
-#: the built-in sources by name (experiments and the CLI build them with their defaults)
-CANDIDATE_SOURCES = {
-    "auto": AutoCandidates,
-    "exact": ExactCandidates,
-    "pool": PoolCandidates,
-    "cells": CellCandidates,
-    "ann": AnnCandidates,
-}
 
 
 def check_source(source, name: str = "candidates"):

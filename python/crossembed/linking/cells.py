@@ -28,7 +28,7 @@ __all__ = ["CELLS_PER_ROW", "cell_candidate_lists", "cell_pairs", "top_cells"]
 CELLS_PER_ROW = 4
 # a pair scored in a cell costs several times one scored by the exact lists (small blocks, where
 # the top-k bookkeeping dominates, and the merge), so the cells pay only where they score a small
-# share of the pairs; few anchors make few, huge cells (docs/linking.md has the crossover)
+# share of the pairs; few anchors make few, huge cells
 _CELL_PAIR_SHARE = 0.125
 
 
@@ -151,8 +151,7 @@ def cell_candidate_lists(
         rb, sb = rb_all[bb[c] : bb[c + 1]], sb_all[bb[c] : bb[c + 1]]
         if len(ra) == 0 or len(rb) == 0:
             continue
-        # the fused C++ top-k never holds the cell's block (a hub cell can be huge; docs/linking.md
-        # compares it with numpy); members are in row order, so its ties to the lower local index
+        # the fused C++ top-k never holds the cell's block (a hub cell can be huge); members are in row order, so its ties to the lower local index
         # are ties to the lower row
         best = kernels.topk_rows_and_columns(FA[ra], FB[rb], m, m, num_threads=num_threads)
         _put(score_a, idx_a, ra, sa, best[0], best[1], rb)

@@ -111,7 +111,6 @@ def decoy_links(
     precision: float = 0.85,
     folds: int = 5,
     scorer: Optional[Any] = None,
-    csls_k: int = 10,
     num_threads: Optional[int] = None,
 ) -> Tuple[np.ndarray, np.ndarray, Dict]:
     """One-to-one links ``(L, 2)`` and their scores, kept above :func:`decoy_threshold`.
@@ -134,8 +133,6 @@ def decoy_links(
     scorer : object with ``rows(A, B, pairs)``, optional
         Fits the scores on a fold's anchors (:mod:`crossembed.linking.maps`);
         None: ``CCAMap()``.
-    csls_k : int
-        Neighbours of the CSLS hubness terms (default 10).
     num_threads : int, optional
         Kernel threads; None: all cores.
 
@@ -152,7 +149,7 @@ def decoy_links(
     for f in range(folds):
         held = anchors[anchor_fold == f]
         XA, XB = scorer.rows(A, B, np.concatenate([seeds, anchors[anchor_fold != f]]))
-        kw = dict(k=1, csls_k=csls_k, exclude_a=seeds[:, 0], num_threads=num_threads)
+        kw = dict(k=1, csls_k=10, exclude_a=seeds[:, 0], num_threads=num_threads)
         p, s = kernels.csls_mutual_topk(XA, XB, exclude_b=seeds[:, 1], **kw)
         mine = fold_of[p[:, 0]] == f
         pairs.append(p[mine])

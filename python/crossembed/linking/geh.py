@@ -31,9 +31,9 @@ from tqdm.auto import tqdm
 from crossembed._config import check_plugin
 from crossembed._validation import check_int, check_num_threads, check_random_state
 from crossembed.linking._fit import FitSetup, FitState
-from crossembed.linking._inputs import check_link_inputs, unit_rows
+from crossembed.linking._inputs import check_link_inputs
 from crossembed.linking.candidates import AutoCandidates, RoundProposers, check_source
-from crossembed.linking.preprocess import Center
+from crossembed.linking.preprocess import Center, unit_rows
 from crossembed.linking.promotion import PromotionRule, ValidatedPromotion
 from crossembed.linking.proposers import Proposer
 from crossembed.linking.result import LinkResult
@@ -51,7 +51,7 @@ DEFAULT_MAX_ITER = 15
 # take milliseconds, and waking a team of threads on a busy machine costs more than it saves
 _SMALL_FIT_PAIRS = 1_000_000
 
-# the default objects: they hold settings only (a fit keeps its state elsewhere), so one serves every linker
+# the default objects: frozen settings (a fit keeps its state on its FitState), so one serves every linker
 _PROMOTION, _STOP, _CANDIDATES, _SAMPLE = ValidatedPromotion(), StopRule(), AutoCandidates(), RowSample()
 _SCHEDULE, _VIEWS, _SIGNATURES, _CENTER = Schedule(), FarthestPointViews(), KernelSignatures(), Center()
 
@@ -81,16 +81,16 @@ class GEHLinker:
     views : ViewSampler
         Picks each view's anchors; default
         :class:`~crossembed.linking.views.FarthestPointViews`.
-    signatures : KernelSignatures or CosineSignatures
-        How a row is described by its anchors; default
+    signatures : KernelSignatures
+        How a row is described by its anchors (:mod:`~crossembed.linking.views`); default
         :class:`~crossembed.linking.views.KernelSignatures`.
-    center : Center, Whiten or None
+    center : Center or None
         Per-side preprocessing fitted on each side's own rows; default
         :class:`~crossembed.linking.preprocess.Center`; None: unit rows only.
     max_iter : int
         Most rounds (default :data:`DEFAULT_MAX_ITER`, 15): the default final pass
         relinks every row out of sample from the pool, so later rounds, which mostly
-        swap pool links, buy little (docs/linking.md, *Fifteen rounds*).
+        swap pool links, buy little.
     random_state : None, int or numpy Generator
     num_threads : int, optional
         Kernel threads. None: one thread below 1e6 row pairs (N_A x N_B),

@@ -32,16 +32,16 @@ import numpy as np
 from crossembed import kernels
 from crossembed._validation import resolve_num_threads
 from crossembed.linking._inputs import ROW_CHUNK as CHUNK
-from crossembed.linking._inputs import unit_rows
 from crossembed.linking.csls import csls_hubness, csls_scores
+from crossembed.linking.preprocess import unit_rows
 
 __all__ = ["CellIndex", "cell_lists", "mapped_rows", "mutual_best"]
 
 # dimensions the centres are trained and the nearest centres found in (the quantiser only; pairs are
 # scored in full): 128 axes find more partners than 64 at a small cost, all dimensions cost 4x that at
-# 1M rows and more beyond (docs/linking.md measures them)
+# 1M rows and more beyond
 _PROJECTED_DIMS = 128
-# the centres' training: Lloyd steps and sampled B rows per centre (docs/linking.md)
+# the centres' training: Lloyd steps and sampled B rows per centre
 _LLOYD_ITERATIONS = 6
 _SAMPLE_PER_CENTRE = 64
 _EMPTY = np.iinfo(np.int64).min

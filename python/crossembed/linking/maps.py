@@ -8,21 +8,21 @@ products are the scores.
   scaled by its canonical correlation. Both sides are mapped, into
   ``min(D_A, D_B)`` dimensions, and directions the anchors hardly agree on
   count little.
-* :class:`RidgeMap`: a ridge map from A to B (``both_ways``: and one from B
-  to A, the two cosines summed).
+* :class:`RidgeMap`: a ridge map from A to B.
 
-docs/linking.md (*Scores of the decoy pass*) compares them.
+A scorer is any object with ``rows(A, B, pairs) -> (XA, XB)``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import numpy as np
 
-from crossembed._config import Configured
-from crossembed._validation import check_bool, check_fraction, check_int, check_positive
-from crossembed.linking._inputs import unit_rows
+from crossembed._config import Configured, set_checked
+from crossembed._validation import check_fraction, check_int, check_positive
+from crossembed.linking.preprocess import unit_rows
 from crossembed.linking.refine import ridge_map_rows
 
 __all__ = ["CCAMap", "RidgeMap"]
@@ -30,6 +30,7 @@ __all__ = ["CCAMap", "RidgeMap"]
 Rows = Tuple[np.ndarray, np.ndarray]
 
 
+@dataclass(frozen=True, kw_only=True)
 class CCAMap(Configured):
     """Scores of regularised CCA fitted on anchor pairs (module docstring).
 
@@ -47,10 +48,16 @@ class CCAMap(Configured):
     """
 
     kind = "cca"
+    shrinkage: float = 0.5
+    n_components: Optional[int] = None
 
-    def __init__(self, *, shrinkage: float = 0.5, n_components: Optional[int] = None):
-        self.shrinkage = check_fraction(shrinkage, "shrinkage")
-        self.n_components = None if n_components is None else check_int(n_components, "n_components", low=1)
+    def __post_init__(self):
+        n = self.n_components
+        set_checked(
+            self,
+            shrinkage=check_fraction(self.shrinkage, "shrinkage"),
+            n_components=None if n is None else check_int(n, "n_components", low=1),
+        )
 
     def rows(self, A: np.ndarray, B: np.ndarray, pairs: np.ndarray) -> Rows:
         """float32 C-contiguous unit rows of A and of B, ``min(D_A, D_B, n_components)`` wide: row ``i``
@@ -60,7 +67,7 @@ class CCAMap(Configured):
         cross-covariance ``C_A^(-1/2) C_AB C_B^(-1/2)`` is ``V_A N V_B'`` with ``N = W_A^(-1/2) V_A'
         C_AB V_B W_B^(-1/2)``; the canonical directions scaled by their correlations are ``N V``
         and ``V S`` for ``N'N = V S^2 V'``. That takes one small symmetric eigendecomposition
-        instead of an SVD of ``N`` (``D_A x D_B``; docs/linking.md times both), and divides by no
+        instead of an SVD of ``N`` (``D_A x D_B``), and divides by no
         correlation, so directions the anchors hardly agree on stay finite."""
         PA = np.asarray(A[pairs[:, 0]], np.float64)
         PB = np.asarray(B[pairs[:, 1]], np.float64)
@@ -82,6 +89,7 @@ class CCAMap(Configured):
         return np.ascontiguousarray(XA, np.float32), np.ascontiguousarray(XB, np.float32)
 
 
+@dataclass(frozen=True, kw_only=True)
 class RidgeMap(Configured):
     """Scores through ridge maps fitted on anchor pairs: ``cos(A W, B)``, ``W`` the map from A to B.
 
@@ -89,32 +97,19 @@ class RidgeMap(Configured):
     ----------
     lam : float
         Ridge penalty, ``> 0`` (default 1.0).
-    both_ways : bool
-        Add ``cos(A, B V)``, ``V`` the map from B to A (default False): each
-        map shrinks toward its own target side and errs differently.
     """
 
     kind = "ridge"
+    lam: float = 1.0
 
-    def __init__(self, *, lam: float = 1.0, both_ways: bool = False):
-        self.lam = check_positive(lam, "lam")
-        self.both_ways = check_bool(both_ways, "both_ways")
+    def __post_init__(self):
+        set_checked(self, lam=check_positive(self.lam, "lam"))
 
     def rows(self, A: np.ndarray, B: np.ndarray, pairs: np.ndarray) -> Rows:
         """float32 C-contiguous rows of A and of B: row ``i`` of the first dotted with row ``j`` of
-        the second is the score of linking A row ``i`` to B row ``j``.
-
-        Two maps: ``A W`` lies in the row space of ``W``, of at most ``min(D_A, D_B)`` dimensions, so
-        its dot products with ``B`` are taken there (the same for ``B V``), for rows ``2 min(D_A,
-        D_B)`` wide where one map's are ``D_B``."""
+        the second is the score of linking A row ``i`` to B row ``j``."""
         W = ridge_map_rows(A, B, pairs, lam=self.lam)
-        if not self.both_ways:
-            return np.ascontiguousarray(unit_rows(A @ W), np.float32), np.ascontiguousarray(B, np.float32)
-        V = ridge_map_rows(B, A, pairs[:, ::-1], lam=self.lam)
-        QW, QV = _row_basis(W), _row_basis(V)
-        XA = np.hstack([_onto(unit_rows(A @ W), QW), _onto(A, QV)])
-        XB = np.hstack([_onto(B, QW), _onto(unit_rows(B @ V), QV)])
-        return np.ascontiguousarray(XA, np.float32), np.ascontiguousarray(XB, np.float32)
+        return np.ascontiguousarray(unit_rows(A @ W), np.float32), np.ascontiguousarray(B, np.float32)
 
 
 def _shrunk_eigh(gram: np.ndarray, shrinkage: float) -> Tuple[np.ndarray, np.ndarray]:
@@ -124,15 +119,3 @@ def _shrunk_eigh(gram: np.ndarray, shrinkage: float) -> Tuple[np.ndarray, np.nda
     C = (1.0 - shrinkage) * gram + shrinkage * np.trace(gram) / d * np.eye(d)
     w, V = np.linalg.eigh(C)
     return np.maximum(w, 1e-12 * max(float(w[-1]), 1e-300)), V
-
-
-def _row_basis(W: np.ndarray) -> Optional[np.ndarray]:
-    """Orthonormal columns spanning the rows of ``W``; None when they may span all of its columns' space."""
-    if W.shape[0] >= W.shape[1]:
-        return None
-    return np.linalg.qr(W.T.astype(np.float64))[0].astype(np.float32)
-
-
-def _onto(X: np.ndarray, basis: Optional[np.ndarray]) -> np.ndarray:
-    """``X`` in the coordinates of ``basis`` (None: ``X`` itself)."""
-    return X if basis is None else X @ basis

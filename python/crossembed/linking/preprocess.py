@@ -1,33 +1,33 @@
-"""Per-side preprocessing before GEH: centre (and optionally whiten) each cloud on its own rows.
+"""Per-side preprocessing before GEH: unit rows, each cloud centred on its own rows.
 
 Contrastive encoders are anisotropic: their vectors share a large common
 component, so cosine and kernel similarities are dominated by it and every
 row looks like every other. Subtracting each side's own column mean removes
 it; this needs no correspondence between the sides, so it is legal on
-black-box outputs (docs/linking.md measures what it changes).
+black-box outputs.
 
-``GEHLinker(center=...)`` takes :class:`Center` (default), :class:`Whiten`
-or None (unit rows only, the paper as written).
+``GEHLinker(center=...)`` takes :class:`Center` (default), any object with
+``apply(X) -> unit rows``, or None (:func:`unit_rows` only, the paper as written).
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
-from crossembed._config import Configured
-from crossembed._validation import check_fraction, default_num_threads
-from crossembed.linking._inputs import ROW_CHUNK, unit_rows
+from crossembed._config import Configured, set_checked
+from crossembed._rows import unit_rows as _unit_rows
+from crossembed._validation import default_num_threads
+from crossembed.linking._inputs import ROW_CHUNK
 
-__all__ = ["Center", "Whiten", "centred_unit_rows"]
+__all__ = ["Center", "unit_rows"]
 
 
-def centred_unit_rows(X: np.ndarray) -> np.ndarray:
-    """Unit rows of ``X``, minus their column mean, as unit rows again (float64 before the last step)."""
-    C = unit_rows(X).astype(np.float64)
-    C -= C.mean(axis=0)
-    return C
+def unit_rows(X: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm in ``X``'s own dtype (zero rows stay zero), as C-contiguous float32."""
+    return np.ascontiguousarray(_unit_rows(X, dtype=None), dtype=np.float32)
 
 
 def _wide(X: np.ndarray) -> np.ndarray:
@@ -35,6 +35,7 @@ def _wide(X: np.ndarray) -> np.ndarray:
     return X.astype(np.float32) if X.dtype == np.float16 else X
 
 
+@dataclass(frozen=True, kw_only=True)
 class Center(Configured):
     """Unit rows, minus each side's own column mean, unit rows again (the default).
 
@@ -47,9 +48,10 @@ class Center(Configured):
     """
 
     kind = "center"
+    copy: bool = True
 
-    def __init__(self, *, copy: bool = True):
-        self.copy = bool(copy)
+    def __post_init__(self):
+        set_checked(self, copy=bool(self.copy))
 
     def apply(self, X: np.ndarray) -> np.ndarray:
         """``(N, D)`` unit rows of ``X`` after centring (zero rows stay zero): float16 for float16
@@ -76,29 +78,3 @@ class Center(Configured):
 
             list(pool.map(centre, starts))
         return out
-
-
-class Whiten(Configured):
-    """As :class:`Center`, then PCA-whitened with eigenvalues shrunk towards their mean.
-
-    Parameters
-    ----------
-    shrinkage : float
-        Weight of the mean eigenvalue in the whitening denominator, in
-        ``[0, 1]`` (default 0.1): near-null directions are not blown up.
-    """
-
-    kind = "whiten"
-
-    def __init__(self, *, shrinkage: float = 0.1):
-        self.shrinkage = check_fraction(shrinkage, "shrinkage", allow_zero=True)
-
-    def apply(self, X: np.ndarray) -> np.ndarray:
-        """``(N, D)`` float32 unit rows of ``X`` after centring and whitening."""
-        if len(X) < 2:
-            return unit_rows(X)
-        C = centred_unit_rows(X)
-        evals, evecs = np.linalg.eigh(C.T @ C / len(C))
-        evals = np.maximum(evals, 0.0)
-        denom = np.sqrt((1.0 - self.shrinkage) * evals + self.shrinkage * evals.mean() + 1e-12)
-        return unit_rows((C @ evecs) / denom)

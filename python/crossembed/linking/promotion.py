@@ -3,20 +3,11 @@
 A rule is an object with ``grow(fit, propose) -> info`` (one round) and
 ``finish(fit, propose) -> info or None`` (after the last round). The linker
 owns the loop, the per-fit state (:class:`~crossembed.linking._fit.FitState`)
-and builds each round's proposer (exact kernel, candidate lists, ANN or
-Dask), which it passes in; a rule never builds one.
+and builds each round's proposer (exact kernel, candidate lists or Dask),
+which it passes in; a rule never builds one.
 
-:class:`PaperPromotion`
-    The paper as written: all anchors in every view while the pool has
-    < ``small_pool``, cumulative votes, Otsu threshold on posterior means
-    (values on the threshold count as above, so identical votes promote
-    everything: the round-0 collapse of the rule as written), greedy one-to-one.
-:class:`CappedPromotion`
-    A robust variant of the paper's rule: views of ``subsample`` of the anchors (>=
-    ``min_views`` views) while the pool is small, and at most as many new
-    links per round as the pool holds, ranked by posterior then CSLS.
 :class:`ValidatedPromotion`
-    Ours (docs/linking.md). Each round re-votes from scratch on views of a
+    The default. Each round re-votes from scratch on views of a
     random ``subsample`` of the pool; a pair only collects votes in views
     where neither of its rows is an anchor (no link can vote for itself);
     held-out seeds measure the proposal precision, which sets how fast the
@@ -25,7 +16,7 @@ Dask), which it passes in; a rule never builds one.
     (:mod:`crossembed.linking.final_pass`, :class:`~crossembed.linking.final_pass.DecoyPass`
     by default) decides what the pool becomes.
 
-``posterior=False`` (every rule) is the fixed-vote ablation: promote pairs
+``posterior=False`` is the fixed-vote ablation: promote pairs
 proposed by at least ``vote_fraction`` of the views instead of the
 Otsu-thresholded posterior.
 """
@@ -34,26 +25,31 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 import numpy as np
 
 from crossembed import kernels
-from crossembed._config import Configured, check_plugin
+from crossembed._config import Configured, check_plugin, set_checked
 from crossembed._validation import check_fraction, check_int, resolve_num_threads
 from crossembed.linking._fit import FitState
 from crossembed.linking.final_pass import DecoyPass
 from crossembed.linking.pairs import count_new, greedy_one_to_one, merge_views, positions, rank_by, row_positions
 from crossembed.linking.proposers import Proposer
 
-__all__ = ["PROMOTIONS", "CappedPromotion", "PaperPromotion", "PromotionRule", "ValidatedPromotion"]
+__all__ = ["PromotionRule", "ValidatedPromotion"]
 
 Info = Dict[str, Any]
 
 
+@dataclass(frozen=True)
 class PromotionRule(Configured):
-    """Interface of a GEH growth rule (see the module docstring)."""
+    """The interface of a GEH growth rule (module docstring): subclass it as a frozen dataclass whose
+    fields are its settings; what a rule keeps across the rounds of one fit lives on the fit
+    (:class:`~crossembed.linking._fit.FitState`), never on the rule."""
 
+    #: the rule's name in the progress bar
     name = "rule"
 
     def grow(self, fit: FitState, propose: Proposer) -> Info:
@@ -71,131 +67,9 @@ class PromotionRule(Configured):
         return None
 
 
-class PaperPromotion(PromotionRule):
-    """The paper's rule (module docstring).
-
-    Parameters
-    ----------
-    small_pool : int
-        Below this pool size every view uses every anchor (default 50).
-    posterior : bool
-        True (default): promote by the Otsu-thresholded posterior; False:
-        the fixed-vote ablation (``vote_fraction`` of the views).
-    vote_fraction : float
-        Share of the views that must propose a pair when ``posterior=False`` (default 0.5).
-    """
-
-    name = kind = "paper"
-    _capped = False
-
-    def __init__(self, *, small_pool: int = 50, posterior: bool = True, vote_fraction: float = 0.5):
-        self.small_pool = check_int(small_pool, "small_pool", low=1)
-        self.posterior = bool(posterior)
-        self.vote_fraction = check_fraction(vote_fraction, "vote_fraction")
-
-    def _views(self, fit: FitState, pool: np.ndarray):
-        """The round's anchor positions per view (the paper: all anchors while the pool is small)."""
-        P, S = len(pool), fit.n_seeds
-        m, size = fit.schedule(P)
-        if P < self.small_pool:
-            for _ in range(m):
-                yield np.arange(P)
-        else:
-            geo = fit.geometry(pool)
-            for _ in range(m):  # FPS view, seeds always kept
-                yield np.union1d(fit.view(geo, size), np.arange(S))
-
-    def grow(self, fit: FitState, propose: Proposer) -> Info:
-        pool = fit.pool()
-        P = len(pool)
-        round_pairs, round_scores, sizes = [], [], []
-        for view in self._views(fit, pool):
-            sizes.append(len(view))
-            SA, SB = fit.signatures(pool[view])
-            pairs, scores = propose(
-                SA, SB, k=fit.k, csls_k=fit.csls_k, exclude_a=fit.seeds[:, 0], exclude_b=fit.seeds[:, 1]
-            )
-            fit.table.add(pairs)
-            round_pairs.append(pairs)
-            round_scores.append(scores)
-        m = len(sizes)
-        uniq, mean_csls, round_votes = merge_views(round_pairs, round_scores, fit.n_b)
-        info: Info = {"pool": P, "views": m, "anchors": int(np.median(sizes)), "proposals": len(uniq)}
-        if len(uniq) == 0:
-            info.update(promoted=0, threshold=None)
-            return info
-        post = fit.table.posterior_mean(uniq)
-        if self.posterior:
-            thr = kernels.otsu_threshold(post)
-            keep = post > thr if self._capped else post >= thr
-            if self._capped and not keep.any():  # all equal: nothing separates
-                keep = post >= thr
-        else:
-            thr = self.vote_fraction * m
-            keep = round_votes >= thr
-        cand, cpost, ccsls = uniq[keep], post[keep], mean_csls[keep]
-        ex_a, ex_b = fit.seeds[:, 0], fit.seeds[:, 1]
-        if self._capped:
-            new = greedy_one_to_one(
-                cand, rank_by(cpost, ccsls), exclude_a=ex_a, exclude_b=ex_b, limit=len(fit.links) + P
-            )
-        else:
-            new = greedy_one_to_one(cand, cpost, exclude_a=ex_a, exclude_b=ex_b)
-        info.update(threshold=float(thr), promoted=count_new(new, fit.links, fit.n_b))
-        if len(new):
-            fit.set_links(new, fit.table.posterior_mean(new), fit.table.votes(new))
-        return info
-
-
-class CappedPromotion(PaperPromotion):
-    """The capped rule (module docstring).
-
-    Parameters
-    ----------
-    small_pool : int
-        Below this pool size views are random ``subsample`` subsets (default 50).
-    subsample : float
-        Fraction of the pool per view while the pool is small (default 0.7).
-    min_views : int
-        Views per round at least while the pool is small (default 20).
-    posterior, vote_fraction
-        As for :class:`PaperPromotion`.
-    """
-
-    name = kind = "capped"
-    _capped = True
-
-    def __init__(
-        self,
-        *,
-        small_pool: int = 50,
-        subsample: float = 0.7,
-        min_views: int = 20,
-        posterior: bool = True,
-        vote_fraction: float = 0.5,
-    ):
-        super().__init__(small_pool=small_pool, posterior=posterior, vote_fraction=vote_fraction)
-        self.subsample = check_fraction(subsample, "subsample")
-        self.min_views = check_int(min_views, "min_views", low=1)
-
-    def _views(self, fit: FitState, pool: np.ndarray):
-        P = len(pool)
-        if P >= self.small_pool:
-            yield from super()._views(fit, pool)
-            return
-        m, _ = fit.schedule(P)
-        subset_size = max(2, math.ceil(self.subsample * P))
-        geo = fit.geometry(pool)
-        for _ in range(max(m, self.min_views)):
-            sub = fit.rng.choice(P, size=subset_size, replace=False)
-            yield fit.view(geo, subset_size, sub)
-
-
-_DECOY_PASS = DecoyPass()  # the default final pass (settings only, shared)
-
-
+@dataclass(frozen=True, kw_only=True)
 class ValidatedPromotion(PromotionRule):
-    """Our default rule (module docstring).
+    """The default growth rule (module docstring).
 
     Parameters
     ----------
@@ -205,15 +79,17 @@ class ValidatedPromotion(PromotionRule):
         Views per round at least (default 20).
     max_view_anchors : int
         Anchors per view at most; farthest-point sampling thins larger views (default 256).
-    posterior, vote_fraction
-        As for :class:`PaperPromotion`.
-    final_pass : DecoyPass, MapPass, FoldPass or None
-        After the last round: :class:`DecoyPass` (default) links every row
-        through scores fitted without its fold's anchors and keeps the
-        links its decoys say are right often enough; :class:`MapPass`
-        relinks every row through one ridge map fitted on the pool;
-        :class:`FoldPass` is the cross-validated relinking with signatures;
-        None keeps the pool.
+    posterior : bool
+        True (default): promote by the Otsu-thresholded posterior; False:
+        the fixed-vote ablation (``vote_fraction`` of the views).
+    vote_fraction : float
+        Share of the views that must propose a pair when ``posterior=False`` (default 0.5).
+    final_pass : FinalPass or None
+        After the last round (:mod:`~crossembed.linking.final_pass`):
+        :class:`DecoyPass` (default) links every row through scores fitted
+        without its fold's anchors and keeps the links its decoys say are
+        right often enough; :class:`MapPass` relinks every row through one
+        ridge map fitted on the pool; None keeps the pool.
     smoothing : float
         Discount of earlier rounds in the smoothed held-out precision that a
         round's precision is tested against; growth pauses on a significant
@@ -221,27 +97,25 @@ class ValidatedPromotion(PromotionRule):
     """
 
     name = kind = "validated"
+    subsample: float = 0.7
+    min_views: int = 20
+    max_view_anchors: int = 256
+    posterior: bool = True
+    vote_fraction: float = 0.5
+    final_pass: Optional[Any] = DecoyPass()
+    smoothing: float = 0.5
 
-    def __init__(
-        self,
-        *,
-        subsample: float = 0.7,
-        min_views: int = 20,
-        max_view_anchors: int = 256,
-        posterior: bool = True,
-        vote_fraction: float = 0.5,
-        final_pass: Optional[Any] = _DECOY_PASS,
-        smoothing: float = 0.5,
-    ):
-        self.subsample = check_fraction(subsample, "subsample")
-        self.min_views = check_int(min_views, "min_views", low=1)
-        self.max_view_anchors = check_int(max_view_anchors, "max_view_anchors", low=2)
-        self.posterior = bool(posterior)
-        self.vote_fraction = check_fraction(vote_fraction, "vote_fraction")
-        self.final_pass = check_plugin(
-            final_pass, "final_pass", ("run",), "DecoyPass(), MapPass() or FoldPass()", optional=True
+    def __post_init__(self):
+        set_checked(
+            self,
+            subsample=check_fraction(self.subsample, "subsample"),
+            min_views=check_int(self.min_views, "min_views", low=1),
+            max_view_anchors=check_int(self.max_view_anchors, "max_view_anchors", low=2),
+            posterior=bool(self.posterior),
+            vote_fraction=check_fraction(self.vote_fraction, "vote_fraction"),
+            smoothing=check_fraction(self.smoothing, "smoothing", allow_zero=True),
         )
-        self.smoothing = check_fraction(smoothing, "smoothing", allow_zero=True)
+        check_plugin(self.final_pass, "final_pass", ("run",), "DecoyPass() or MapPass()", optional=True)
 
     @property
     def has_final_pass(self) -> bool:
@@ -393,7 +267,3 @@ def _significant_drop(hits: float, trials: float, ref_hits: float, ref_trials: f
     p, q = (hits + 1) / (trials + 2), (ref_hits + 1) / (ref_trials + 2)
     se = math.sqrt(p * (1 - p) / (trials + 2) + q * (1 - q) / (ref_trials + 2))
     return q - p > z * se
-
-
-#: the growth rules by name (the CLI's ``--promotion``)
-PROMOTIONS = {"paper": PaperPromotion, "capped": CappedPromotion, "validated": ValidatedPromotion}

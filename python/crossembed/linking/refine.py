@@ -7,8 +7,7 @@ uses every coordinate instead. Rows are then linked by mutual nearest
 neighbours under CSLS between ``A W`` and ``B``, and links whose CSLS score
 falls in the lower Otsu class are dropped: rows whose object is absent on
 the other side still find a mutual neighbour, with lower scores. The map is
-refitted once on the links it kept (a cleaner pool) and applied again
-(docs/linking.md compares it with the pool alone and the fold pass).
+refitted once on the links it kept (a cleaner pool) and applied again.
 """
 
 from __future__ import annotations
@@ -18,21 +17,16 @@ from typing import Optional, Tuple
 import numpy as np
 
 from crossembed import kernels
-from crossembed.linking._inputs import ROW_CHUNK, unit_rows
+from crossembed.linking._inputs import ROW_CHUNK
 from crossembed.linking.mapcells import CellIndex, cell_lists, mapped_rows, mutual_best
+from crossembed.linking.preprocess import unit_rows
 
-__all__ = ["ridge_map", "ridge_map_rows", "map_links", "map_propose"]
-
-
-def ridge_map(X: np.ndarray, Y: np.ndarray, *, lam: float = 1.0) -> np.ndarray:
-    """``(D_X, D_Y)`` float32 ridge solution of ``X W ~ Y`` (float64 normal equations)."""
-    X64 = np.asarray(X, np.float64)
-    return _ridge_solve(X64.T @ X64, X64.T @ np.asarray(Y, np.float64), lam)
+__all__ = ["map_links", "map_propose", "ridge_map_rows"]
 
 
 def ridge_map_rows(A: np.ndarray, B: np.ndarray, pairs: np.ndarray, *, lam: float = 1.0) -> np.ndarray:
-    """:func:`ridge_map` of ``A[pairs[:, 0]] W ~ B[pairs[:, 1]]``, its normal equations summed over
-    chunks of pairs (the same bits as :func:`ridge_map` up to one chunk)."""
+    """``(D_A, D_B)`` float32 ridge solution of ``A[pairs[:, 0]] W ~ B[pairs[:, 1]]``: the float64 normal
+    equations ``(X'X + lam I) W = X'Y``, summed over chunks of pairs."""
     gram = np.zeros((A.shape[1], A.shape[1]))
     cross = np.zeros((A.shape[1], B.shape[1]))
     for s in range(0, len(pairs), ROW_CHUNK):
@@ -49,11 +43,11 @@ def _ridge_solve(gram: np.ndarray, cross: np.ndarray, lam: float) -> np.ndarray:
 
 
 # the cells of a large map pass: candidates per row, cells each mapped A row probes, and rows of the
-# larger side per cell centre (a pass scores probes N_A N_B / centres pairs; docs/linking.md measures it)
+# larger side per cell centre (a pass scores probes N_A N_B / centres pairs)
 _CELL_CANDIDATES = 32
 _ROWS_PER_CENTRE = 512
 # a pass whose links only refit the map scores every 4th A row: the refit needs a clean sample of
-# links, not all of them (docs/linking.md)
+# links, not all of them
 _REFIT_EVERY = 4
 
 

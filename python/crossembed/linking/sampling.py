@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
-from crossembed._config import Configured
+from crossembed._config import Configured, set_checked
 from crossembed._validation import check_int
 from crossembed.linking._inputs import ROW_CHUNK
 
 __all__ = ["RowSample"]
 
 
+@dataclass(frozen=True, kw_only=True)
 class RowSample(Configured):
     """Above ``rows`` rows a side, the rounds run on a sample of that side; the final pass links every row.
 
@@ -32,10 +34,11 @@ class RowSample(Configured):
     """
 
     kind = "rows"
+    rows: int = 20_000
+    near_seeds: bool = True
 
-    def __init__(self, *, rows: int = 20_000, near_seeds: bool = True):
-        self.rows = check_int(rows, "rows", low=2)
-        self.near_seeds = bool(near_seeds)
+    def __post_init__(self):
+        set_checked(self, rows=check_int(self.rows, "rows", low=2), near_seeds=bool(self.near_seeds))
 
     def draw(self, X: np.ndarray, keep: np.ndarray, rng: np.random.Generator) -> Optional[np.ndarray]:
         """Sorted rows of ``X``: ``keep`` plus ``rows - len(keep)`` others; None when ``X`` has no more

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Tuple
 
-from crossembed._config import Configured
+from crossembed._config import Configured, set_checked
 from crossembed._validation import check_fraction, check_int, check_positive
 
 __all__ = ["Schedule"]
 
 
+@dataclass(frozen=True, kw_only=True)
 class Schedule(Configured):
     """The paper's per-round schedule and CSLS sizes.
 
@@ -33,13 +35,21 @@ class Schedule(Configured):
     """
 
     kind = "paper"
+    m0: float = 5
+    rho0: float = 0.4
+    c: float = 0.3
+    k: int = 5
+    csls_k: int = 50
 
-    def __init__(self, *, m0: float = 5, rho0: float = 0.4, c: float = 0.3, k: int = 5, csls_k: int = 50):
-        self.m0 = check_positive(m0, "m0")
-        self.rho0 = check_fraction(rho0, "rho0")
-        self.c = check_positive(c, "c", allow_zero=True)
-        self.k = check_int(k, "k", low=1)
-        self.csls_k = check_int(csls_k, "csls_k", low=1)
+    def __post_init__(self):
+        set_checked(
+            self,
+            m0=check_positive(self.m0, "m0"),
+            rho0=check_fraction(self.rho0, "rho0"),
+            c=check_positive(self.c, "c", allow_zero=True),
+            k=check_int(self.k, "k", low=1),
+            csls_k=check_int(self.csls_k, "csls_k", low=1),
+        )
 
     def views(self, pool_size: int, n_seeds: int) -> Tuple[int, int]:
         """``(views, anchors per view)`` for a pool of ``pool_size`` grown from ``n_seeds`` seeds."""

@@ -2,21 +2,23 @@
 
 Once growth stops, a round only swaps links and the count oscillates by a
 few percent; a rule on the change between consecutive rounds never fires on
-such a sequence, a rule on the running maximum does (docs/linking.md).
+such a sequence, a rule on the running maximum does.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
-from crossembed._config import Configured
+from crossembed._config import Configured, set_checked
 from crossembed._validation import check_fraction, check_int, check_positive
 
 __all__ = ["StopCounter", "StopRule", "turnover"]
 
 
+@dataclass(frozen=True, kw_only=True)
 class StopRule(Configured):
     """A fit ends after ``patience`` stale rounds in a row.
 
@@ -42,20 +44,20 @@ class StopRule(Configured):
     """
 
     kind = "best"
+    patience: int = 3
+    tol: float = 0.02
+    turnover: Optional[float] = 0.2
+    unsettled_patience: Optional[int] = 20
 
-    def __init__(
-        self,
-        *,
-        patience: int = 3,
-        tol: float = 0.02,
-        turnover: Optional[float] = 0.2,
-        unsettled_patience: Optional[int] = 20,
-    ):
-        self.patience = check_int(patience, "patience", low=1)
-        self.tol = check_positive(tol, "tol", allow_zero=True)
-        self.turnover = None if turnover is None else check_fraction(turnover, "turnover", allow_zero=True)
-        self.unsettled_patience = (
-            None if unsettled_patience is None else check_int(unsettled_patience, "unsettled_patience", low=1)
+    def __post_init__(self):
+        set_checked(
+            self,
+            patience=check_int(self.patience, "patience", low=1),
+            tol=check_positive(self.tol, "tol", allow_zero=True),
+            turnover=None if self.turnover is None else check_fraction(self.turnover, "turnover", allow_zero=True),
+            unsettled_patience=None
+            if self.unsettled_patience is None
+            else check_int(self.unsettled_patience, "unsettled_patience", low=1),
         )
 
     def counter(self, *, every_row: bool = True) -> StopCounter:

@@ -6,7 +6,7 @@ its own anchors: a false pool link is a mutual pair of the map fitted on it
 almost as surely as a right one, so the pass keeps the pool's false links.
 At low overlap the pool is mostly false (rows whose object is absent on the
 other side still find a mutual neighbour, and the rounds promote them), and
-the map pass could not remove them (docs/linking.md, *Low overlap*).
+the map pass could not remove them.
 
 :class:`CrossFitCheck` judges each link out of sample: the links are split
 into folds, a map is fitted on the fixed pairs and every other fold, and a
@@ -26,31 +26,44 @@ itself, while a right one is re-found by maps fitted on other right links;
 regularised CCA (:class:`~crossembed.linking.maps.CCAMap`) still learns the
 right directions from a pool that is mostly wrong, so the right share grows
 relink by relink. Every link of the last relink then goes through a
-:class:`CrossFitCheck` (docs/linking.md, *Relinking out of sample*).
+:class:`CrossFitCheck`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
 
 from crossembed import kernels
-from crossembed._config import Configured, check_plugin
+from crossembed._config import Configured, check_plugin, set_checked
 from crossembed._validation import check_fraction, check_int
 from crossembed.linking.maps import CCAMap, RidgeMap
 from crossembed.linking.pairs import contains, count_new, greedy_one_to_one, positions, row_positions
 
 __all__ = ["CrossFitCheck", "CrossFitRelink", "relink_out_of_fold"]
 
-_RIDGE = RidgeMap()  # the default scores (settings only, shared)
-
 
 class _PoolCheck(Configured):
-    """What both checks share: the call on a pool, restricted to at most ``rows`` rows a side."""
+    """What both checks share: their settings' checks and the call on a pool, restricted to at most
+    ``rows`` rows a side."""
 
     folds: int
+    max_rounds: int
+    tol: float
     rows: int
+    scorer: Any
+
+    def _check_settings(self, scorer_example: str) -> None:
+        set_checked(
+            self,
+            folds=check_int(self.folds, "folds", low=2),
+            max_rounds=check_int(self.max_rounds, "max_rounds", low=1),
+            tol=check_fraction(self.tol, "tol", allow_zero=True),
+            rows=check_int(self.rows, "rows", low=2),
+        )
+        check_plugin(self.scorer, "scorer", ("rows",), scorer_example)
 
     def __call__(
         self,
@@ -74,6 +87,7 @@ class _PoolCheck(Configured):
         raise NotImplementedError
 
 
+@dataclass(frozen=True, kw_only=True)
 class CrossFitCheck(_PoolCheck):
     """Out-of-sample check of pool links against the scores fitted without them (module docstring).
 
@@ -92,19 +106,18 @@ class CrossFitCheck(_PoolCheck):
     scorer : RidgeMap or CCAMap
         Scores the check links by, fitted on the fixed pairs and the other
         folds (default ``RidgeMap()``, the ridge map of :class:`MapPass`;
-        :mod:`crossembed.linking.maps`; docs/linking.md measures ``CCAMap()``).
+        :mod:`crossembed.linking.maps`).
     """
 
     kind = "crossfit"
+    folds: int = 5
+    max_rounds: int = 4
+    tol: float = 0.02
+    rows: int = 20_000
+    scorer: Any = RidgeMap()
 
-    def __init__(
-        self, *, folds: int = 5, max_rounds: int = 4, tol: float = 0.02, rows: int = 20_000, scorer: Any = _RIDGE
-    ):
-        self.folds = check_int(folds, "folds", low=2)
-        self.max_rounds = check_int(max_rounds, "max_rounds", low=1)
-        self.tol = check_fraction(tol, "tol", allow_zero=True)
-        self.rows = check_int(rows, "rows", low=2)
-        self.scorer = check_plugin(scorer, "scorer", ("rows",), "RidgeMap()")
+    def __post_init__(self):
+        self._check_settings("RidgeMap()")
 
     def _on_rows(self, sub_a, sub_b, cur, sub_fixed, rng, num_threads) -> np.ndarray:
         """The kept links of ``cur`` (positions in the restricted rows)."""
@@ -141,9 +154,7 @@ class CrossFitCheck(_PoolCheck):
         return ok
 
 
-_CCA_128, _CHECK = CCAMap(n_components=128), CrossFitCheck(max_rounds=2)  # CrossFitRelink's defaults
-
-
+@dataclass(frozen=True, kw_only=True)
 class CrossFitRelink(_PoolCheck):
     """Pool rebuilt by relinking every row out of sample until the links settle (module docstring).
 
@@ -154,7 +165,7 @@ class CrossFitRelink(_PoolCheck):
         pairs and the links of the other parts (default 5).
     max_rounds : int
         Relinks at most (default 12; a clean pool settles in 2-3, one that
-        is a few percent right takes 6-10, docs/linking.md).
+        is a few percent right takes 6-10).
     tol : float
         Stop once the next anchors differ from the last by less than this
         fraction of their links: rows without a partner keep some links
@@ -167,28 +178,20 @@ class CrossFitRelink(_PoolCheck):
         Judges the last relink's links, the ones under the Otsu cut
         included, before they are returned (default
         ``CrossFitCheck(max_rounds=2)``: one round lets links between rows without a partner
-        through on a near-exact map; docs/linking.md compares it with the check through
-        ``CCAMap(n_components=128)``); None returns them all.
+        through on a near-exact map); None returns them all.
     """
 
     kind = "relink"
+    folds: int = 5
+    max_rounds: int = 12
+    tol: float = 0.15
+    rows: int = 20_000
+    scorer: Any = CCAMap(n_components=128)
+    check: Optional[Any] = CrossFitCheck(max_rounds=2)
 
-    def __init__(
-        self,
-        *,
-        folds: int = 5,
-        max_rounds: int = 12,
-        tol: float = 0.15,
-        rows: int = 20_000,
-        scorer: Any = _CCA_128,
-        check: Optional[Any] = _CHECK,
-    ):
-        self.folds = check_int(folds, "folds", low=2)
-        self.max_rounds = check_int(max_rounds, "max_rounds", low=1)
-        self.tol = check_fraction(tol, "tol", allow_zero=True)
-        self.rows = check_int(rows, "rows", low=2)
-        self.scorer = check_plugin(scorer, "scorer", ("rows",), "CCAMap()")
-        self.check = check_plugin(check, "check", ("__call__",), "CrossFitCheck()", optional=True)
+    def __post_init__(self):
+        self._check_settings("CCAMap()")
+        check_plugin(self.check, "check", ("__call__",), "CrossFitCheck()", optional=True)
 
     def _on_rows(self, sub_a, sub_b, cur, sub_fixed, rng, num_threads) -> np.ndarray:
         """The rebuilt pool (positions in the restricted rows) from the links ``cur``."""
@@ -204,7 +207,7 @@ class CrossFitRelink(_PoolCheck):
             if changed <= self.tol * len(cur) or len(cur) < self.folds:
                 break
         # the links under the cut go to the check too: anchors of the clean top alone make decoys
-        # that over-read the null, and the pass then keeps too few links (docs/linking.md)
+        # that over-read the null, and the pass then keeps too few links
         if self.check is not None:
             relinked = self.check(sub_a, sub_b, relinked, sub_fixed, rng, num_threads=num_threads)
         return relinked

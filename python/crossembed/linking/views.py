@@ -1,32 +1,29 @@
 """Signatures and view anchors: the two per-view choices of GEH.
 
 A *signature* describes every row by its similarity to the view's anchors
-on its own side; a *view sampler* picks which pool anchors a view uses. The
-defaults are the paper's (kernel signatures, farthest-point views); the
-alternatives are the ablations ``docs/linking.md`` measures.
+on its own side; a *view sampler* picks which pool anchors a view uses. Both
+are the paper's (kernel signatures, farthest-point views). Another signature
+is an object with ``__call__(X, anchors, *, sigma, num_threads)``,
+``from_cosines(cosines, cols, *, sigma, num_threads)`` and ``reads_cosines``
+(whether a round may compute the cosines once for all its views); another
+sampler follows :class:`ViewSampler`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional, Protocol
 
 import numpy as np
 
 from crossembed import kernels
-from crossembed._config import Configured
+from crossembed._config import Configured, set_checked
 from crossembed._validation import check_int
-from crossembed.linking._inputs import unit_rows
 
-__all__ = [
-    "CosineSignatures",
-    "FarthestPointViews",
-    "KernelSignatures",
-    "RandomViews",
-    "ViewSampler",
-    "farthest_point_sampling",
-]
+__all__ = ["FarthestPointViews", "KernelSignatures", "ViewSampler", "farthest_point_sampling"]
 
 
+@dataclass(frozen=True)
 class KernelSignatures(Configured):
     """The paper's signatures: Gaussian-kernel similarities to the anchors (:func:`~crossembed.kernels.anchor_signatures`).
 
@@ -47,19 +44,6 @@ class KernelSignatures(Configured):
     def from_cosines(self, cosines: kernels.AnchorCosines, cols: np.ndarray, *, sigma: float, num_threads=None):
         """The signatures against the anchors in columns ``cols`` of ``cosines``."""
         return cosines.signatures(cols, sigma=sigma, num_threads=num_threads)
-
-
-class CosineSignatures(Configured):
-    """Ablation: raw cosine distances to the anchors, with the same scale-free row normalisation (no kernel)."""
-
-    kind = "cosine"
-    reads_cosines = False
-
-    def __call__(self, X: np.ndarray, anchors: np.ndarray, *, sigma: Optional[float] = None, num_threads=None):
-        return unit_rows(1.0 - X @ anchors.T)  # sigma: unused, there is no kernel
-
-    def from_cosines(self, cosines: kernels.AnchorCosines, cols: np.ndarray, *, sigma: float, num_threads=None):
-        raise NotImplementedError("CosineSignatures are computed from the rows (reads_cosines is False)")
 
 
 def farthest_point_sampling(
@@ -122,6 +106,7 @@ class ViewSampler(Protocol):
         """
 
 
+@dataclass(frozen=True, kw_only=True)
 class FarthestPointViews(Configured):
     """The paper's views: farthest-point sampling (on A's side) from a random seed pair.
 
@@ -134,9 +119,10 @@ class FarthestPointViews(Configured):
     """
 
     kind = "farthest-point"
+    max_candidates: int = 8192
 
-    def __init__(self, *, max_candidates: int = 8192):
-        self.max_candidates = check_int(max_candidates, "max_candidates", low=2)
+    def __post_init__(self):
+        set_checked(self, max_candidates=check_int(self.max_candidates, "max_candidates", low=2))
 
     def __call__(self, pool_a, n_seeds, size, rng, subset=None, *, gram=None):
         cand = np.arange(len(pool_a)) if subset is None else np.sort(subset)
@@ -152,13 +138,3 @@ class FarthestPointViews(Configured):
         if gram is None:
             return np.sort(cand[farthest_point_sampling(pool_a[cand], size, start)])
         return np.sort(cand[farthest_point_sampling(None, size, start, gram=gram, rows=cand)])
-
-
-class RandomViews(Configured):
-    """Ablation: a uniformly random anchor subset per view."""
-
-    kind = "random"
-
-    def __call__(self, pool_a, n_seeds, size, rng, subset=None, *, gram=None):
-        cand = np.arange(len(pool_a)) if subset is None else np.sort(subset)
-        return np.sort(rng.choice(cand, size=min(size, len(cand)), replace=False))
