@@ -30,7 +30,7 @@ import crossembed.uec.rules as _rules
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.languages import LangidIdentifier, model_languages
-from crossembed.uec.laplace import LaplaceEmbedder
+from crossembed.uec.laplace import LaplaceEmbedder, encode_pairs
 from crossembed.uec.metrics import (
     expected_calibration_error,
     fit_confidence_temperature,
@@ -38,7 +38,6 @@ from crossembed.uec.metrics import (
     roc_auc,
     top1_confidence,
 )
-from crossembed.uec.probe import scramble_sample
 from experiments._records import check_loaded, read_json
 from experiments.tasks import UECTask, dev_test_draws
 from experiments.uec_configs import build_ensemble
@@ -95,13 +94,15 @@ def embed_task(
 ) -> TaskEmbeddings:
     """Encode queries, documents, fit pairs and scrambled fit anchors with every model (disk-cached by text hash).
 
-    The scrambled anchors are those :meth:`LaplaceEmbedder.fit` draws with ``random_state=seed``.
+    The fit pairs go through :func:`crossembed.uec.laplace.encode_pairs` with ``probe_seed=seed``, the
+    scrambled anchors :meth:`LaplaceEmbedder.fit` draws with ``random_state=seed``; fit texts that are
+    queries or documents of the task keep those rows.
     """
     from crossembed.encoders import encode_cached, load_encoder
 
     out = TaskEmbeddings()
     t = uec_task.task
-    scrambled = scramble_sample([a for a, _ in uec_task.fit_pairs], random_state=seed)
+    anchors, positives = [a for a, _ in uec_task.fit_pairs], [p for _, p in uec_task.fit_pairs]
     for name in tqdm(list(models), desc=f"encode {uec_task.name}", disable=not show_progress_bar, unit="model"):
         t0 = time.perf_counter()
         enc = load_encoder(name, **({"num_threads": num_threads} if num_threads else {}))
@@ -111,11 +112,16 @@ def embed_task(
 
         out.queries[name] = run(t.queries, "query")
         out.docs[name] = run(t.documents, "passage")
-        anchors = [a for a, _ in uec_task.fit_pairs]
-        positives = [p for _, p in uec_task.fit_pairs]
-        out.fit_anchors[name] = _lookup_or_encode(lambda x: run(x, "query"), anchors, t.queries, out.queries[name])
-        out.fit_positives[name] = _lookup_or_encode(lambda x: run(x, "passage"), positives, t.documents, out.docs[name])
-        out.fit_scrambled[name] = run(scrambled, "query")
+        known = {"query": (t.queries, out.queries[name]), "passage": (t.documents, out.docs[name])}
+
+        def fit_encode(texts, role, run=run, known=known):
+            if texts == anchors or texts == positives:
+                return _lookup_or_encode(lambda x: run(x, role), texts, *known[role])
+            return run(texts, role)  # the scrambled anchors, encoded as one list
+
+        out.fit_anchors[name], out.fit_positives[name], out.fit_scrambled[name] = encode_pairs(
+            uec_task.fit_pairs, fit_encode, probe_seed=seed
+        )
         out.seconds[name] = time.perf_counter() - t0
     return out
 

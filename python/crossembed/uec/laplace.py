@@ -71,6 +71,7 @@ from crossembed.uec.probe import scramble_sample
 
 __all__ = [
     "LaplaceEmbedder",
+    "encode_pairs",
     "diag_curvature",
     "kron_factors",
     "normalize_rows",
@@ -114,14 +115,23 @@ def _concat(a, b):
     return np.concatenate([a, b])
 
 
-def _check_pairs(pairs) -> list:
+def encode_pairs(pairs, encode: Callable[[List[str], str], Any], *, probe_seed: int = 0) -> Tuple[Any, Any, Any]:
+    """``(anchors, positives, scrambled)`` embeddings of text pairs: what :meth:`LaplaceEmbedder.fit` fits on.
+
+    ``pairs`` holds at least 2 ``(anchor, positive)`` string pairs; ``encode(texts, role)`` is a
+    model's embedding of texts. Anchors are encoded as queries, positives as passages, and
+    scrambled copies of (at most 4,096 of) the anchors as queries, the probe head's negatives
+    (:func:`~crossembed.uec.probe.scramble_sample` seeded by ``probe_seed``).
+    """
     pairs = list(pairs)
     if len(pairs) < 2:
         raise ValueError(f"pairs must hold at least 2 pairs (in-batch negatives), got {len(pairs)}")
     for p in pairs:
         if not (isinstance(p, (tuple, list)) and len(p) == 2 and all(isinstance(t, str) for t in p)):
             raise TypeError("pairs must be (anchor, positive) string pairs")
-    return pairs
+    anchors = [a for a, _ in pairs]
+    scrambled = scramble_sample(anchors, random_state=check_int(probe_seed, "probe_seed", low=0))
+    return encode(anchors, "query"), encode([p for _, p in pairs], "passage"), encode(scrambled, "query")
 
 
 class LaplaceEmbedder:
@@ -354,27 +364,24 @@ class LaplaceEmbedder:
             Texts per encoder batch (default 64).
         show_progress_bar : bool
         """
-        pairs = _check_pairs(pairs)
-        anchors, positives = [a for a, _ in pairs], [p for _, p in pairs]
         if probe_seed is None:
             probe_seed = self.random_state if isinstance(self.random_state, (int, np.integer)) else 0
-        scrambled = scramble_sample(anchors, random_state=check_int(probe_seed, "probe_seed", low=0))
         if self.layer == "last_dense":
             if encode is not None or cache_dir is not None:
                 raise ValueError("layer='last_dense' linearises the model itself: pass neither encode nor cache_dir")
             t0 = time.perf_counter()
-            A = self._linearise(anchors, show_progress_bar, batch_size)
-            P = self._linearise(positives, show_progress_bar, batch_size)
-            S = self._linearise(scrambled, show_progress_bar, batch_size).embeddings
+            A, P, S = encode_pairs(
+                pairs, lambda texts, role: self._linearise(texts, show_progress_bar, batch_size), probe_seed=probe_seed
+            )
             self.fit_forward_seconds_ = time.perf_counter() - t0
-            self._fit_inputs(A, P, show_progress_bar, scrambled=S)
+            self._fit_inputs(A, P, show_progress_bar, scrambled=S.embeddings)
             self.fit_seconds_ = time.perf_counter() - t0  # includes the forward passes
             return self
         if encode is None:
             encode = self._encoding(cache_dir, batch_size, show_progress_bar)
         elif cache_dir is not None:
             raise ValueError("pass encode or cache_dir, not both (encode may cache itself)")
-        A, P, S = encode(anchors, "query"), encode(positives, "passage"), encode(scrambled, "query")
+        A, P, S = encode_pairs(pairs, encode, probe_seed=probe_seed)
         return self.fit_embeddings(A, P, scrambled=S, show_progress_bar=show_progress_bar)
 
     def _encoding(self, cache_dir, batch_size: int, show_progress_bar: bool):
