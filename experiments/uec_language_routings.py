@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-import crossembed.uec.rules as rules
+from crossembed._rows import softmax_rows
 from crossembed.uec.routing import CHANCE_LOG_RANK, LanguageRouting
 
 __all__ = ["NoRankHeadRouting", "TrueLanguageRouting"]
@@ -47,4 +47,4 @@ class NoRankHeadRouting(LanguageRouting):
             return pi, comps
         t = np.array([h.predicted_log_rank(h.hub_reference).mean() for h in heads])[None, :]
         c = self.coverage(components, heads, texts)
-        return rules.softmax_rows(-(c * t + (1.0 - c) * CHANCE_LOG_RANK) / self.temperature), comps
+        return softmax_rows(-(c * t + (1.0 - c) * CHANCE_LOG_RANK) / self.temperature), comps

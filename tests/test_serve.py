@@ -20,10 +20,10 @@ httpx = pytest.importorskip("httpx")
 
 from _word_encoder import WordEncoder  # noqa: E402
 from crossembed import reference  # noqa: E402
+from crossembed._rows import unit_rows  # noqa: E402
 from crossembed.serve import ServeConfig, create_app  # noqa: E402
 from crossembed.serve.server import BackgroundServer  # noqa: E402
 from crossembed.uec import GaussianEmbedding, IndexConfig, LaplaceEmbedder, UECEnsemble, UECIndex  # noqa: E402
-from crossembed.uec.laplace import normalize_rows  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -32,8 +32,8 @@ DIM = 24
 
 def _gaussians(n, seed, d=DIM):
     rng = np.random.default_rng(seed)
-    centers = normalize_rows(rng.normal(size=(30, d)))
-    x = normalize_rows(centers[rng.integers(0, 30, n)] + 0.35 * rng.normal(size=(n, d)))
+    centers = unit_rows(rng.normal(size=(30, d)))
+    x = unit_rows(centers[rng.integers(0, 30, n)] + 0.35 * rng.normal(size=(n, d)))
     return GaussianEmbedding(x.astype(np.float32), (0.02 * rng.random((n, d))).astype(np.float32))
 
 
@@ -126,8 +126,8 @@ def test_multi_query_filter_and_padding(served):
 
 def _text_index():
     rng = np.random.default_rng(3)
-    A = normalize_rows(rng.normal(size=(40, 16)))
-    P = normalize_rows(A + 0.3 * rng.normal(size=(40, 16)))
+    A = unit_rows(rng.normal(size=(40, 16)))
+    P = unit_rows(A + 0.3 * rng.normal(size=(40, 16)))
     ens = UECEnsemble([LaplaceEmbedder(WordEncoder(), batch_size=10).fit_embeddings(A, P)])
     texts = [f"{w} {i}" for i, w in enumerate(["apple pie", "banana split", "cherry tart", "date loaf"] * 10)]
     return UECIndex.build(ens, texts, show_progress_bar=False, config=IndexConfig(M=8, rerank=10)), texts

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from crossembed import reference
+from crossembed._rows import softmax_rows, unit_rows
 from crossembed.uec import (
     EmbeddingMixing,
     FixedRouting,
@@ -17,16 +18,14 @@ from crossembed.uec import (
     ScoreMixing,
     UECEnsemble,
     UniformRouting,
-    convolve,
-    uncertainty_coefficients,
 )
-from crossembed.uec.laplace import normalize_rows
+from crossembed.uec.mixing import convolve
 
 
 def _embedder(D, seed, **kw):
     rng = np.random.default_rng(seed)
-    A = normalize_rows(rng.normal(size=(64, D)))
-    P = normalize_rows(A + 0.5 * rng.normal(size=(64, D)))
+    A = unit_rows(rng.normal(size=(64, D)))
+    P = unit_rows(A + 0.5 * rng.normal(size=(64, D)))
     return LaplaceEmbedder(None, batch_size=16, prior_precision=kw.pop("prior_precision", 2.0), **kw).fit_embeddings(
         A, P
     )
@@ -57,8 +56,8 @@ def test_coefficients_sum_to_one_and_follow_the_formula(trio):
 
 def test_coefficient_limits():
     tr = np.array([[1.0, 2.0, 3.0], [5.0, 1.0, 1.0]])
-    np.testing.assert_allclose(uncertainty_coefficients(tr, temperature=1e6), 1 / 3, rtol=1e-5)
-    cold = uncertainty_coefficients(tr, temperature=1e-3)
+    np.testing.assert_allclose(softmax_rows(-tr / 1e6), 1 / 3, rtol=1e-5)
+    cold = softmax_rows(-tr / 1e-3)
     np.testing.assert_allclose(cold[0], [1, 0, 0], atol=1e-12)
     np.testing.assert_allclose(cold[1], [0, 0.5, 0.5], atol=1e-12)  # tie split evenly
 
@@ -170,8 +169,8 @@ def test_save_load_gives_bit_identical_encodings_and_search(tmp_path):
     from crossembed.uec.routing import ConfidenceRouting
 
     rng = np.random.default_rng(5)
-    A = normalize_rows(rng.normal(size=(40, 16)))
-    P = normalize_rows(A + 0.3 * rng.normal(size=(40, 16)))
+    A = unit_rows(rng.normal(size=(40, 16)))
+    P = unit_rows(A + 0.3 * rng.normal(size=(40, 16)))
     texts = ["apple pie", "banana split", "cherry tart", "date loaf", "elderberry jam"] * 4
     queries = ["cherry pie", "banana jam", "date"]
     fitted = [

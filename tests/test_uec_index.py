@@ -6,8 +6,8 @@ import pytest
 from _word_encoder import WordEncoder
 from crossembed import reference
 from crossembed._io import CorruptFileError
+from crossembed._rows import unit_rows
 from crossembed.uec import GaussianEmbedding, IndexConfig, LaplaceEmbedder, UECEnsemble, UECIndex
-from crossembed.uec.laplace import normalize_rows
 from crossembed.uec.mixing import EmbeddingMixing
 from crossembed.uec.routing import ConfidenceRouting, LaplaceRouting, PrecisionSumRouting
 from crossembed.uec.scoring import BetaCosineScoring, ProbitScoring
@@ -15,8 +15,8 @@ from crossembed.uec.scoring import BetaCosineScoring, ProbitScoring
 
 def _clustered(n, d, seed):
     rng = np.random.default_rng(seed)
-    centers = normalize_rows(rng.normal(size=(40, d)))
-    x = normalize_rows(centers[rng.integers(0, 40, n)] + 0.35 * rng.normal(size=(n, d)))
+    centers = unit_rows(rng.normal(size=(40, d)))
+    x = unit_rows(centers[rng.integers(0, 40, n)] + 0.35 * rng.normal(size=(n, d)))
     return GaussianEmbedding(x.astype(np.float32), (0.02 * rng.random((n, d))).astype(np.float32))
 
 
@@ -50,8 +50,8 @@ def test_ann_agrees_with_exact(setup):
 def test_save_load_round_trip(tmp_path, setup):
     docs, queries, _ = setup
     rng = np.random.default_rng(2)
-    A = normalize_rows(rng.normal(size=(40, 12)))
-    P = normalize_rows(A + 0.3 * rng.normal(size=(40, 12)))
+    A = unit_rows(rng.normal(size=(40, 12)))
+    P = unit_rows(A + 0.3 * rng.normal(size=(40, 12)))
     ens = UECEnsemble(
         [
             LaplaceEmbedder("minilm", batch_size=10).fit_embeddings(A, P),
@@ -117,8 +117,8 @@ def test_bad_inputs(setup):
 
 def test_build_encodes_texts_as_passages_and_keeps_them():
     rng = np.random.default_rng(3)
-    A = normalize_rows(rng.normal(size=(40, 16)))
-    P = normalize_rows(A + 0.3 * rng.normal(size=(40, 16)))
+    A = unit_rows(rng.normal(size=(40, 16)))
+    P = unit_rows(A + 0.3 * rng.normal(size=(40, 16)))
     ens = UECEnsemble([LaplaceEmbedder(WordEncoder(), batch_size=10).fit_embeddings(A, P)])
     texts = ["apple pie", "banana split", "cherry tart", "date loaf", "elderberry jam"] * 4
     index = UECIndex.build(ens, texts, show_progress_bar=False, config=IndexConfig(M=8, rerank=10))
@@ -148,8 +148,8 @@ def test_random_state_int_is_the_graph_seed_and_others_draw_one():
 
 def test_confidence_reference_comes_from_the_documents_and_the_ensemble_is_not_changed(tmp_path):
     rng = np.random.default_rng(4)
-    A = normalize_rows(rng.normal(size=(40, 16)))
-    P = normalize_rows(A + 0.3 * rng.normal(size=(40, 16)))
+    A = unit_rows(rng.normal(size=(40, 16)))
+    P = unit_rows(A + 0.3 * rng.normal(size=(40, 16)))
     texts = ["apple pie", "banana split", "cherry tart", "date loaf", "elderberry jam"] * 4
 
     def make():
@@ -223,8 +223,8 @@ def test_the_index_scores_with_its_scoring_object(tmp_path, monkeypatch):
 
 def test_an_ensemble_index_scores_with_the_ensembles_scoring():
     rng = np.random.default_rng(7)
-    A = normalize_rows(rng.normal(size=(40, 16)))
-    P = normalize_rows(A + 0.3 * rng.normal(size=(40, 16)))
+    A = unit_rows(rng.normal(size=(40, 16)))
+    P = unit_rows(A + 0.3 * rng.normal(size=(40, 16)))
     official = {"routing": PrecisionSumRouting(), "mixing": EmbeddingMixing(), "scoring": BetaCosineScoring()}
     for options in ({}, {"scoring": ProbitScoring(use_variance=False)}, official):
         ens = UECEnsemble([LaplaceEmbedder(WordEncoder(), batch_size=10).fit_embeddings(A, P)], **options)

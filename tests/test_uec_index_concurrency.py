@@ -6,16 +6,16 @@ import time
 import numpy as np
 import pytest
 
+from crossembed._rows import unit_rows
 from crossembed.uec import GaussianEmbedding, IndexConfig, UECIndex
 from crossembed.uec import rerank as rerank_mod
 from crossembed.uec import writer as writer_mod
-from crossembed.uec.laplace import normalize_rows
 from crossembed.uec.locking import ReadWriteLock
 
 
 def _docs(n, d, seed):
     rng = np.random.default_rng(seed)
-    x = normalize_rows(rng.normal(size=(n, d)))
+    x = unit_rows(rng.normal(size=(n, d)))
     return GaussianEmbedding(x.astype(np.float32), (0.02 * rng.random((n, d))).astype(np.float32))
 
 

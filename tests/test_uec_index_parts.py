@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from crossembed import reference
+from crossembed._rows import unit_rows
 from crossembed.ann import MeanGraph
 from crossembed.uec import GaussianEmbedding, IndexConfig
 from crossembed.uec import rerank as rerank_mod
 from crossembed.uec.index_file import IndexFile
-from crossembed.uec.laplace import normalize_rows
 from crossembed.uec.rerank import PanelCache, RerankPlanner
 from crossembed.uec.scoring import ProbitScoring
 from crossembed.uec.store import DocStore
@@ -19,7 +19,7 @@ from crossembed.uec.writer import IndexWriter
 
 def _docs(n, d, seed, var=0.02):
     rng = np.random.default_rng(seed)
-    x = normalize_rows(rng.normal(size=(n, d))).astype(np.float32)
+    x = unit_rows(rng.normal(size=(n, d))).astype(np.float32)
     return GaussianEmbedding(x, (var * rng.random((n, d))).astype(np.float32))
 
 

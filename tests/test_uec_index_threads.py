@@ -4,13 +4,13 @@ import threading
 
 import numpy as np
 
+from crossembed._rows import unit_rows
 from crossembed.uec import GaussianEmbedding, IndexConfig, UECIndex
-from crossembed.uec.laplace import normalize_rows
 
 
 def _docs(n, d, seed):
     rng = np.random.default_rng(seed)
-    x = normalize_rows(rng.normal(size=(n, d)))
+    x = unit_rows(rng.normal(size=(n, d)))
     return GaussianEmbedding(x.astype(np.float32), (0.02 * rng.random((n, d))).astype(np.float32))
 
 
@@ -45,7 +45,7 @@ def test_concurrent_searches_equal_sequential_ones():
 
 def test_identical_documents_k_equals_n():
     rng = np.random.default_rng(2)
-    row = normalize_rows(rng.normal(size=(1, 8))).astype(np.float32)
+    row = unit_rows(rng.normal(size=(1, 8))).astype(np.float32)
     docs = GaussianEmbedding(np.repeat(row, 300, 0), np.full((300, 8), 0.01, np.float32))
     index = UECIndex(docs, config=IndexConfig(M=16, ef_construction=50, rerank=10))
     s, i = index.search(docs[:3], 300)

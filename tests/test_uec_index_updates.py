@@ -5,15 +5,15 @@ import pytest
 
 from crossembed import reference
 from crossembed._io import CorruptFileError, load_arrays, save_raw_arrays
+from crossembed._rows import unit_rows
 from crossembed.uec import GaussianEmbedding, IndexConfig, UECIndex, index_file
 from crossembed.uec import rerank as rerank_mod
-from crossembed.uec.laplace import normalize_rows
 
 
 def _docs(n, d, seed):
     rng = np.random.default_rng(seed)
-    centers = normalize_rows(rng.normal(size=(12, d)))
-    x = normalize_rows(centers[rng.integers(0, 12, n)] + 0.4 * rng.normal(size=(n, d)))
+    centers = unit_rows(rng.normal(size=(12, d)))
+    x = unit_rows(centers[rng.integers(0, 12, n)] + 0.4 * rng.normal(size=(n, d)))
     return GaussianEmbedding(x.astype(np.float32), (0.02 * rng.random((n, d))).astype(np.float32))
 
 

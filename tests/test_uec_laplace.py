@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from crossembed._io import CorruptFileError
+from crossembed._rows import unit_rows
 from crossembed.uec import GaussianEmbedding, LaplaceEmbedder
-from crossembed.uec.curvature import diag_curvature, kron_factors, normalize_rows
+from crossembed.uec.curvature import diag_curvature, kron_factors
 from crossembed.uec.posteriors import DiagPosterior, KronPosterior
 
 torch = pytest.importorskip("torch")
@@ -16,8 +17,8 @@ TAU = 0.3
 
 def _pairs(B=5, D=4, seed=0):
     rng = np.random.default_rng(seed)
-    A = normalize_rows(rng.normal(size=(B, D)))
-    P = normalize_rows(A + 0.7 * rng.normal(size=(B, D)))
+    A = unit_rows(rng.normal(size=(B, D)))
+    P = unit_rows(A + 0.7 * rng.normal(size=(B, D)))
     return A, P
 
 
@@ -109,7 +110,7 @@ def test_predictive_variance_matches_full_covariance(hessian, curvature):
     ).fit_embeddings(A, P)
     H = rng.normal(size=(6, 4))
     g = emb.transform(H)
-    np.testing.assert_allclose(g.var, _brute_variance(emb, normalize_rows(H)), rtol=2e-5)
+    np.testing.assert_allclose(g.var, _brute_variance(emb, unit_rows(H)), rtol=2e-5)
 
 
 def test_identity_head_keeps_the_mean():
@@ -145,8 +146,8 @@ def test_kron_variance_grows_off_the_fit_span():
     # it twice the trace (all 6 outputs at 1/lambda instead of 3); diag cannot tell
     rng = np.random.default_rng(6)
     Q, _ = np.linalg.qr(rng.normal(size=(6, 6)))
-    A = normalize_rows(rng.normal(size=(200, 3)) @ Q[:, :3].T)
-    P = normalize_rows(A + 0.2 * rng.normal(size=(200, 3)) @ Q[:, :3].T)
+    A = unit_rows(rng.normal(size=(200, 3)) @ Q[:, :3].T)
+    P = unit_rows(A + 0.2 * rng.normal(size=(200, 3)) @ Q[:, :3].T)
     ratio = {}
     for hessian in ("kron", "diag"):
         emb = LaplaceEmbedder(None, hessian=hessian, prior_precision=1.0, batch_size=20).fit_embeddings(A, P)

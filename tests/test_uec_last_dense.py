@@ -7,13 +7,13 @@ the same module layout keeps every check exact and fast.
 import numpy as np
 import pytest
 
+from crossembed._rows import unit_rows
 from crossembed.uec import LaplaceEmbedder
 from crossembed.uec.curvature import (
     diag_curvature,
     kron_factors,
     linearised_diag_curvature,
     linearised_kron_factors,
-    normalize_rows,
 )
 from crossembed.uec.linearisation import PooledLinearisation
 from crossembed.uec.posteriors import DiagPosterior, KronPosterior, LastDenseDiagPosterior
@@ -61,8 +61,8 @@ class _Explicit:
 
 def _random_linearised(B, D, D_in, seed):
     rng = np.random.default_rng(seed)
-    Ea = normalize_rows(rng.normal(size=(B, D)))
-    Ep = normalize_rows(Ea + 0.6 * rng.normal(size=(B, D)))
+    Ea = unit_rows(rng.normal(size=(B, D)))
+    Ep = unit_rows(Ea + 0.6 * rng.normal(size=(B, D)))
     sides = []
     for E in (Ea, Ep):
         sides.append(_Explicit(E, rng.normal(size=(B, D_in)), rng.normal(size=(B, D, D)) / np.sqrt(D)))
@@ -129,8 +129,8 @@ def test_linearised_kron_output_factor_matches_autograd():
 @pytest.mark.parametrize("curvature", ["ggn", "ef"])
 def test_identity_linearisation_is_the_head(curvature):
     rng = np.random.default_rng(2)
-    A = normalize_rows(rng.normal(size=(6, 4)))
-    P = normalize_rows(A + 0.5 * rng.normal(size=(6, 4)))
+    A = unit_rows(rng.normal(size=(6, 4)))
+    P = unit_rows(A + 0.5 * rng.normal(size=(6, 4)))
     eye = np.broadcast_to(np.eye(4), (6, 4, 4))
     la, lp = _Explicit(A, A, eye), _Explicit(P, P, eye)
     np.testing.assert_allclose(
@@ -202,12 +202,12 @@ def test_last_dense_variance_matches_monte_carlo(toy, fitted, hessian):
 @pytest.mark.parametrize("posterior_cls", [DiagPosterior, KronPosterior])
 def test_posterior_samples_have_the_posterior_covariance(posterior_cls):
     rng = np.random.default_rng(3)
-    A = normalize_rows(rng.normal(size=(40, 3)))
-    P = normalize_rows(A + 0.5 * rng.normal(size=(40, 3)))
+    A = unit_rows(rng.normal(size=(40, 3)))
+    P = unit_rows(A + 0.5 * rng.normal(size=(40, 3)))
     post = posterior_cls()
     post.fit(post.batch_statistics(A, P, tau=TAU, curvature="ggn"))
     lam = 2.0
-    x = normalize_rows(rng.normal(size=(4, 3)))
+    x = unit_rows(rng.normal(size=(4, 3)))
     draws = post.sample(lam, size=40000, random_state=0)  # (S, D, D)
     emp = np.einsum("sij,nj->sni", draws, x).var(axis=0)
     np.testing.assert_allclose(emp, post.predictive_variance(x, lam), rtol=0.05)

@@ -5,12 +5,11 @@ import sys
 import numpy as np
 import pytest
 
+from crossembed._rows import softmax_rows, unit_rows
 from crossembed.uec import LanguageRouting, LaplaceEmbedder, RankRouting, UECEnsemble
 from crossembed.uec.languages import LangidIdentifier, language_posterior, model_languages
-from crossembed.uec.laplace import normalize_rows
 from crossembed.uec.probe import ProbeHead, fit_probe_head, scramble_sample, scramble_texts
 from crossembed.uec.routing import CHANCE_LOG_RANK, default_routing, routing_from_config
-from crossembed.uec.rules import softmax_rows
 
 
 class FakeIdentifier:
@@ -30,9 +29,9 @@ class FakeIdentifier:
 
 def _embedder(seed, *, scrambled=True, D=8, name=None):
     rng = np.random.default_rng(seed)
-    A = normalize_rows(rng.normal(size=(64, D)))
-    P = normalize_rows(A + 0.5 * rng.normal(size=(64, D)))
-    S = normalize_rows(rng.normal(size=(40, D)) + 2.0 * np.eye(D)[0]) if scrambled else None
+    A = unit_rows(rng.normal(size=(64, D)))
+    P = unit_rows(A + 0.5 * rng.normal(size=(64, D)))
+    S = unit_rows(rng.normal(size=(40, D)) + 2.0 * np.eye(D)[0]) if scrambled else None
     return LaplaceEmbedder(name, batch_size=16, prior_precision=2.0).fit_embeddings(A, P, scrambled=S)
 
 
@@ -190,8 +189,8 @@ def test_scrambling_keeps_each_words_letters():
 
 def test_probe_head_separates_real_from_scrambled():
     rng = np.random.default_rng(0)
-    real = normalize_rows(rng.normal(size=(200, 6)) + 1.5 * np.eye(6)[0])
-    fake = normalize_rows(rng.normal(size=(100, 6)) - 1.5 * np.eye(6)[0])
+    real = unit_rows(rng.normal(size=(200, 6)) + 1.5 * np.eye(6)[0])
+    fake = unit_rows(rng.normal(size=(100, 6)) - 1.5 * np.eye(6)[0])
     head = fit_probe_head(real, fake)
     assert head.probability(real).mean() > 0.8 and head.probability(fake).mean() < 0.2
     back = ProbeHead.from_array(head.to_array())

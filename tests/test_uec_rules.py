@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from crossembed._rows import unit_rows
 from crossembed.uec import (
     BetaCosineScoring,
     ConfidenceRouting,
@@ -20,14 +21,13 @@ from crossembed.uec import (
     UniformRouting,
     rules,
 )
-from crossembed.uec.laplace import normalize_rows
 from crossembed.uec.presets import DEFAULT_TEMPERATURES, make_routing, make_scoring
 
 
 def _embedder(D, seed, hessian="kron"):
     rng = np.random.default_rng(seed)
-    A = normalize_rows(rng.normal(size=(64, D)))
-    P = normalize_rows(A + 0.5 * rng.normal(size=(64, D)))
+    A = unit_rows(rng.normal(size=(64, D)))
+    P = unit_rows(A + 0.5 * rng.normal(size=(64, D)))
     return LaplaceEmbedder(None, batch_size=16, prior_precision=2.0, hessian=hessian).fit_embeddings(A, P)
 
 
@@ -146,7 +146,7 @@ def test_official_weights_are_the_precision_sum_softmax(duo):
 def _expert_world(seed=0, n_docs=200, D=16):
     """Model 0 sees the right document clearly for the first half of the queries, model 1 for the second."""
     rng = np.random.default_rng(seed)
-    docs = normalize_rows(rng.normal(size=(n_docs, D)))
+    docs = unit_rows(rng.normal(size=(n_docs, D)))
     target = rng.integers(0, n_docs, 60)
     noise = np.where(np.arange(60) < 30, 0.05, 3.0)[:, None]
     q0 = docs[target] + noise * rng.normal(size=(60, D))

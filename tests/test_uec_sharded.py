@@ -5,15 +5,15 @@ import pytest
 
 distributed = pytest.importorskip("dask.distributed")
 
+from crossembed._rows import unit_rows  # noqa: E402
 from crossembed.uec import GaussianEmbedding, IndexConfig, UECIndex  # noqa: E402
-from crossembed.uec.laplace import normalize_rows  # noqa: E402
 from crossembed.uec.sharded import ShardedUECIndex  # noqa: E402
 
 
 def _docs(n, d, seed):
     rng = np.random.default_rng(seed)
-    centers = normalize_rows(rng.normal(size=(10, d)))
-    x = normalize_rows(centers[rng.integers(0, 10, n)] + 0.4 * rng.normal(size=(n, d)))
+    centers = unit_rows(rng.normal(size=(10, d)))
+    x = unit_rows(centers[rng.integers(0, 10, n)] + 0.4 * rng.normal(size=(n, d)))
     return GaussianEmbedding(x.astype(np.float32), (0.02 * rng.random((n, d))).astype(np.float32))
 
 
@@ -128,8 +128,8 @@ def test_shards_score_with_the_given_scoring_or_the_ensembles(client, tmp_path):
     back = ShardedUECIndex.load(client, beta.save(str(tmp_path / "b{shard}.uec")))
     np.testing.assert_array_equal(back.search(q, 6, exact=True)[1], local.search(q, 6, exact=True)[1])
     rng = np.random.default_rng(9)
-    A = normalize_rows(rng.normal(size=(40, 8)))
-    P = normalize_rows(A + 0.3 * rng.normal(size=(40, 8)))
+    A = unit_rows(rng.normal(size=(40, 8)))
+    P = unit_rows(A + 0.3 * rng.normal(size=(40, 8)))
     ens = UECEnsemble(
         [LaplaceEmbedder(None, batch_size=10).fit_embeddings(A, P)],
         routing=LaplaceRouting(),

@@ -15,8 +15,8 @@ import pytest
 
 distributed = pytest.importorskip("dask.distributed")
 
+from crossembed._rows import unit_rows  # noqa: E402
 from crossembed.uec import GaussianEmbedding, IndexConfig, UECIndex  # noqa: E402
-from crossembed.uec.laplace import normalize_rows  # noqa: E402
 from crossembed.uec.sharded import ShardedUECIndex, ShardLostError, shard_of  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)  # a regression to waiting forever fails here instead of hanging the suite
@@ -26,7 +26,7 @@ BOUND_S = 30.0  # the index's timeout in these tests; losses must be reported we
 
 def _docs(n, d, seed):
     rng = np.random.default_rng(seed)
-    x = normalize_rows(rng.normal(size=(n, d)))
+    x = unit_rows(rng.normal(size=(n, d)))
     return GaussianEmbedding(x.astype(np.float32), (0.02 * rng.random((n, d))).astype(np.float32))
 
 

@@ -10,6 +10,7 @@ from typing import Iterable, List, Optional, Protocol, Union, runtime_checkable
 import numpy as np
 from tqdm.auto import tqdm
 
+from crossembed._rows import unit_rows
 from crossembed._validation import check_choice, check_int, default_num_threads
 
 __all__ = ["BaseEncoder", "Encoder", "ROLES", "default_num_threads"]
@@ -75,13 +76,6 @@ def _check_role(role) -> str:
 
 def _check_batch_size(batch_size) -> int:
     return check_int(batch_size, "batch_size", low=1)
-
-
-def _l2_normalise(x: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(x.astype(np.float64), axis=1, keepdims=True)
-    # an all-zero row has no direction: leave it at zero instead of dividing by 0
-    norms[norms == 0] = 1.0
-    return (x / norms).astype(np.float32)
 
 
 # --------------------------------------------------------------- base class
@@ -153,7 +147,7 @@ class BaseEncoder:
             float32, shape ``(len(texts), dim)``, each row of unit L2 norm
             (a row the model returns as all zeros stays zero).
         """
-        return _l2_normalise(self._raw(texts, batch_size, show_progress_bar, role))
+        return unit_rows(self._raw(texts, batch_size, show_progress_bar, role)).astype(np.float32)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, dim={self.dim})"

@@ -24,7 +24,7 @@ The evaluation harness behind ``crossembed uec-eval`` and ``docs/uec.md`` is
 :mod:`experiments.uec_eval` (this package is library only).
 """
 
-from crossembed.uec.ensemble import UECEnsemble, convolve, uncertainty_coefficients
+from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.heads import ModelHeads
 from crossembed.uec.index import UECIndex
@@ -75,6 +75,4 @@ __all__ = [
     "UECEnsemble",
     "UECIndex",
     "UniformRouting",
-    "convolve",
-    "uncertainty_coefficients",
 ]

@@ -18,26 +18,14 @@ from typing import Protocol, Tuple
 
 import numpy as np
 
+from crossembed._rows import softmax_rows
+
 __all__ = [
     "diag_curvature",
     "kron_factors",
     "linearised_diag_curvature",
     "linearised_kron_factors",
-    "normalize_rows",
 ]
-
-
-def normalize_rows(x: np.ndarray) -> np.ndarray:
-    """L2-normalise rows (zero rows stay zero), float64."""
-    x = np.asarray(x, dtype=np.float64)
-    n = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.where(n > 0, n, 1.0)
-
-
-def _softmax_rows(s: np.ndarray) -> np.ndarray:
-    s = s - s.max(axis=1, keepdims=True)
-    e = np.exp(s)
-    return e / e.sum(axis=1, keepdims=True)
 
 
 def diag_curvature(A: np.ndarray, P: np.ndarray, *, tau: float, curvature: str = "ggn") -> np.ndarray:
@@ -65,7 +53,7 @@ def diag_curvature(A: np.ndarray, P: np.ndarray, *, tau: float, curvature: str =
     """
     A = np.asarray(A, dtype=np.float64)
     P = np.asarray(P, dtype=np.float64)
-    probs = _softmax_rows(A @ P.T / tau)
+    probs = softmax_rows(A @ P.T / tau)
     if curvature == "ef":
         g = (probs @ P - P) / tau
         return _sym_square_sum(g, A)
@@ -111,7 +99,7 @@ def kron_factors(
     """
     A = np.asarray(A, dtype=np.float64)
     P = np.asarray(P, dtype=np.float64)
-    probs = _softmax_rows(A @ P.T / tau)
+    probs = softmax_rows(A @ P.T / tau)
     input_sum = A.T @ A + P.T @ P
     if curvature == "ef":
         g_a = (probs @ P - P) / tau
@@ -148,7 +136,7 @@ def _logit_jacobian_parts(A: Linearised, P: Linearised, tau: float):
     """
     Ea, Ep = A.embeddings, P.embeddings
     B = len(Ea)
-    probs = _softmax_rows(Ea @ Ep.T / tau)
+    probs = softmax_rows(Ea @ Ep.T / tau)
     r = A.rmatvec(np.broadcast_to(Ep, (B,) + Ep.shape))
     q = P.rmatvec(np.broadcast_to(Ea, (B,) + Ea.shape)).transpose(1, 0, 2)
     return probs, r, q

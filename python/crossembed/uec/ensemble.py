@@ -44,48 +44,20 @@ from tqdm.auto import tqdm
 
 from crossembed._config import check_plugin
 from crossembed._io import CorruptFileError, load_arrays, save_arrays
-from crossembed._validation import as_matrix, check_choice, check_positive
+from crossembed._validation import check_choice
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.heads import ModelHeads
 from crossembed.uec.laplace import LaplaceEmbedder
-from crossembed.uec.mixing import ScoreMixing, convolve, mixing_from_config
+from crossembed.uec.mixing import ScoreMixing, mixing_from_config
 from crossembed.uec.routing import RetrievalReference, default_routing, routing_from_config
 from crossembed.uec.scoring import ProbitScoring, scoring_from_config
 
-__all__ = ["FORMAT_VERSION", "UECEnsemble", "convolve", "uncertainty_coefficients"]
+__all__ = ["FORMAT_VERSION", "UECEnsemble"]
 
 _ROLES = ("query", "passage")
 _KIND = "crossembed.uec.UECEnsemble"
 #: version of the saved ensemble state (``meta["format"]``); other versions are refused
 FORMAT_VERSION = 2
-
-
-def uncertainty_coefficients(traces, *, temperature: float, center=None, scale=None) -> np.ndarray:
-    """``softmax_k(-t_k / T)`` row-wise, with ``t = (traces - center) / scale`` when given.
-
-    Parameters
-    ----------
-    traces : array_like, shape (n, K)
-        ``tr(Sigma_k(x))`` per input and model.
-    temperature : float
-        ``T > 0``; small ``T`` picks the least uncertain model, large ``T`` is uniform.
-    center, scale : array_like, shape (K,), optional
-        Per-model standardisation.
-
-    Returns
-    -------
-    ndarray, shape (n, K), float64, rows sum to 1
-    """
-    t = as_matrix(traces, "traces", dtype=np.float64, allow_float64=True)
-    T = check_positive(temperature, "temperature")
-    if center is not None:
-        t = t - np.asarray(center, dtype=np.float64)[None, :]
-    if scale is not None:
-        t = t / np.asarray(scale, dtype=np.float64)[None, :]
-    z = -t / T
-    z -= z.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
 
 
 # the methods the ensemble calls on each behaviour object

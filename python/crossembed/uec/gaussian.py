@@ -7,6 +7,7 @@ from typing import Optional
 
 import numpy as np
 
+from crossembed._rows import row_norms
 from crossembed._validation import as_matrix
 
 __all__ = ["GaussianEmbedding", "normalize_gaussian"]
@@ -71,6 +72,6 @@ class GaussianEmbedding:
 
 def normalize_gaussian(g: GaussianEmbedding) -> GaussianEmbedding:
     """See :meth:`GaussianEmbedding.normalized`."""
-    norm = np.linalg.norm(g.mean.astype(np.float64), axis=1, keepdims=True)
+    norm = row_norms(g.mean.astype(np.float64))
     scale = np.where(norm > 0, 1.0 / np.maximum(norm, 1e-300), 1.0)
     return GaussianEmbedding((g.mean * scale).astype(np.float32), (g.var * scale**2).astype(np.float32), g.weights)

@@ -25,8 +25,8 @@ from typing import Dict, Optional
 import numpy as np
 
 from crossembed import kernels
+from crossembed._rows import unit_rows
 from crossembed._validation import as_matrix, check_int
-from crossembed.uec.curvature import normalize_rows
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.probe import ProbeHead, fit_probe_head
 from crossembed.uec.query_head import QueryHead, fit_query_head
@@ -122,7 +122,7 @@ class ModelHeads:
         # through its saved form, so a fitted and a loaded head predict alike
         rank_head = RankHead.from_array(fit_rank_head(anchors[sub], positives[sub]).to_array())
         keep = np.sort(order[:HUB_REFERENCE_ROWS])
-        hub_positives = normalize_rows(positives[keep]).astype(np.float32)
+        hub_positives = unit_rows(positives[keep]).astype(np.float32)
         unique, groups = np.unique(hub_positives, axis=0, return_inverse=True)
         head = None
         if query_head:
@@ -139,7 +139,7 @@ class ModelHeads:
             trace_std=float(max(traces.std(), 1e-12)),
             score_scale=score_scale,
             rank_head=rank_head,
-            hub_reference=normalize_rows(anchors[keep]).astype(np.float32),
+            hub_reference=unit_rows(anchors[keep]).astype(np.float32),
             hub_positives=unique,
             hub_groups=groups.reshape(-1).astype(np.int64),
             query_head=head,
@@ -168,7 +168,7 @@ class ModelHeads:
         ``embeddings``: raw ``(n, D)`` embeddings or a :class:`GaussianEmbedding`
         (the means are L2-normalised first).
         """
-        return self.rank_head.predict(normalize_rows(self.rows(embeddings)))
+        return self.rank_head.predict(unit_rows(self.rows(embeddings)))
 
     def reads(self, embeddings) -> np.ndarray:
         """(n,) float64 probe probability that the model reads each input like its fit text.
@@ -177,7 +177,7 @@ class ModelHeads:
         """
         if self.probe_head is None:
             raise ValueError("this model has no probe head: fit its embedder from texts (fit()) or pass scrambled=")
-        return self.probe_head.probability(normalize_rows(self.rows(embeddings)))
+        return self.probe_head.probability(unit_rows(self.rows(embeddings)))
 
     def map_queries(self, embeddings) -> np.ndarray:
         """(n, D) float32 unit queries mapped by the query head (raw embeddings or a GaussianEmbedding)."""
@@ -203,7 +203,7 @@ class ModelHeads:
         m = self.rows(embeddings, allow_empty=True)
         if m.shape[0] == 0:
             return np.zeros(0)
-        m = normalize_rows(m).astype(np.float32)
+        m = unit_rows(m).astype(np.float32)
         groups, positives = self.hub_groups, self.hub_positives
         n_ref = ref.shape[0]
         k = min(k, n_ref)

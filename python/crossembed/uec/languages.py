@@ -25,6 +25,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from crossembed._config import Configured
+from crossembed._rows import softmax_rows
 
 __all__ = [
     "LangidIdentifier",
@@ -120,7 +121,4 @@ def language_posterior(
         log_prior = np.zeros(len(languages))
     else:
         log_prior = np.where(in_fit, np.log(prior / n_fit), np.log((1.0 - prior) / n_other))
-    z = ll + log_prior[None, :]
-    z -= z.max(axis=1, keepdims=True)
-    p = np.exp(z)
-    return p / p.sum(axis=1, keepdims=True)
+    return softmax_rows(ll + log_prior[None, :])

@@ -61,21 +61,15 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from crossembed._io import CorruptFileError, load_arrays, save_arrays
+from crossembed._rows import unit_rows
 from crossembed._validation import as_matrix, check_bool, check_choice, check_int, check_positive, check_random_state
-from crossembed.uec.curvature import diag_curvature, kron_factors, normalize_rows
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.heads import ModelHeads
 from crossembed.uec.linearisation import PooledLinearisation
 from crossembed.uec.posteriors import Posterior, last_dense_class, posterior_class
 from crossembed.uec.probe import scramble_sample
 
-__all__ = [
-    "LaplaceEmbedder",
-    "encode_pairs",
-    "diag_curvature",
-    "kron_factors",
-    "normalize_rows",
-]
+__all__ = ["LaplaceEmbedder", "encode_pairs"]
 
 _KIND = "crossembed.uec.LaplaceEmbedder"
 _CURVATURES = ("ggn", "ef")
@@ -414,7 +408,7 @@ class LaplaceEmbedder:
             if S.shape[1] != A.shape[1]:
                 raise ValueError(f"scrambled has dimension {S.shape[1]} but anchors has {A.shape[1]}")
         t0 = time.perf_counter()
-        self._fit_inputs(normalize_rows(A), normalize_rows(P), show_progress_bar, scrambled=S)
+        self._fit_inputs(unit_rows(A), unit_rows(P), show_progress_bar, scrambled=S)
         self.fit_seconds_ = time.perf_counter() - t0
         return self
 
@@ -451,7 +445,7 @@ class LaplaceEmbedder:
             rng,
             tau=self.loss_temperature,
             query_head=self.query_head,
-            scrambled=None if scrambled is None else normalize_rows(scrambled),
+            scrambled=None if scrambled is None else unit_rows(scrambled),
             show_progress_bar=show_progress_bar,
         )
 
@@ -527,7 +521,7 @@ class LaplaceEmbedder:
         H = as_matrix(embeddings, "embeddings", allow_float64=True, allow_empty=True)
         if H.shape[1] != self.dim:
             raise ValueError(f"embeddings has dimension {H.shape[1]} but the posterior has {self.dim}")
-        H = normalize_rows(H)
+        H = unit_rows(H)
         return GaussianEmbedding(H.astype(np.float32), self._var(H).astype(np.float32))
 
     def encode(

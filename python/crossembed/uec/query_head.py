@@ -28,7 +28,7 @@ import numpy as np
 from scipy.optimize import minimize
 from tqdm.auto import tqdm
 
-from crossembed.uec.curvature import normalize_rows
+from crossembed._rows import row_norms, unit_rows
 
 __all__ = ["PENALTIES", "QueryHead", "fit_query_head", "query_head_objective"]
 
@@ -54,10 +54,10 @@ class QueryHead:
 
     def apply(self, means: np.ndarray) -> np.ndarray:
         """(n, D) float32 unit mapped queries from (n, D) query means."""
-        m = normalize_rows(np.asarray(means, dtype=np.float32))
+        m = unit_rows(np.asarray(means, dtype=np.float32))
         if self.is_identity:
             return m.astype(np.float32)
-        return normalize_rows(m @ self.weight).astype(np.float32)
+        return unit_rows(m @ self.weight).astype(np.float32)
 
 
 def query_head_objective(
@@ -73,7 +73,7 @@ def query_head_objective(
     n, D = A.shape
     W = np.asarray(W, dtype=np.float64)
     Qr = A @ W.astype(A.dtype)
-    r = np.maximum(np.linalg.norm(Qr, axis=1, keepdims=True), 1e-12)
+    r = np.maximum(row_norms(Qr), 1e-12)
     Q = Qr / r
     L = (Q @ P.T) / tau
     L -= L.max(axis=1, keepdims=True)
@@ -156,7 +156,7 @@ def fit_query_head(
     for c in tqdm(grid, desc="query head", disable=not show_progress_bar, leave=False):
         W = _fit(A[train], Pt, lt, tau=tau, penalty=c, start=W)
         fitted[c] = W
-        scores[c] = _mrr(normalize_rows(A[hold] @ W), Ph, lh)
+        scores[c] = _mrr(unit_rows(A[hold] @ W), Ph, lh)
     best = max(scores, key=lambda c: (scores[c], c))  # ties: the stronger penalty
     if not np.isfinite(best):
         return QueryHead(identity.astype(np.float32), best, scores)

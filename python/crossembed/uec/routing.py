@@ -48,6 +48,7 @@ import numpy as np
 
 import crossembed.uec.rules as rules
 from crossembed._config import Configured, from_config
+from crossembed._rows import softmax_rows, unit_rows
 from crossembed._validation import as_matrix, check_bool, check_int, check_positive
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.heads import ModelHeads
@@ -112,8 +113,7 @@ class RetrievalReference:
             m = model_matrix(d, dims[k], f"documents[{k}]")
             if m.shape[0] < 2:
                 raise ValueError(f"documents[{k}] has {m.shape[0]} rows, need at least 2")
-            norm = np.linalg.norm(m.astype(np.float64), axis=1, keepdims=True)
-            ref.append((m / np.maximum(norm, 1e-30)).astype(np.float32))
+            ref.append(unit_rows(m).astype(np.float32))
         if len({r.shape[0] for r in ref}) != 1:
             raise ValueError("documents must hold the same number of rows for every model")
         return cls(ref)
@@ -219,7 +219,7 @@ class _PosteriorRouting(Routing):
         raise NotImplementedError
 
     def route(self, components, heads, *, role: str = "query", reference=None) -> Routed:
-        return rules.softmax_rows(self.logits(components, heads) / self.temperature), list(components)
+        return softmax_rows(self.logits(components, heads) / self.temperature), list(components)
 
 
 class LaplaceRouting(_PosteriorRouting):
@@ -292,7 +292,7 @@ class RankRouting(Routing):
         if role == "passage":  # documents carry no rank
             return _uniform(len(components[0]), len(components)), comps
         t = np.stack([h.predicted_log_rank(c.mean) for h, c in zip(heads, components)], axis=1)
-        return rules.softmax_rows(-t / self.temperature), comps
+        return softmax_rows(-t / self.temperature), comps
 
 
 #: the log-rank of a random ranking, ``E_u[log(1 + RANK_SCALE u)]`` for ``u ~ U(0, 1)``
@@ -420,7 +420,7 @@ class LanguageRouting(Routing):
             return _uniform(len(components[0]), len(components)), comps
         t = np.stack([h.predicted_log_rank(c.mean) for h, c in zip(heads, components)], axis=1)
         c = self.coverage(components, heads, texts)
-        return rules.softmax_rows(-(c * t + (1.0 - c) * CHANCE_LOG_RANK) / self.temperature), comps
+        return softmax_rows(-(c * t + (1.0 - c) * CHANCE_LOG_RANK) / self.temperature), comps
 
 
 def default_routing(encoder_names: Sequence[Optional[str]], heads: Sequence[ModelHeads]):
@@ -551,7 +551,7 @@ class ConfidenceRouting(Routing):
         comps = list(components)
         if role == "passage":  # documents carry no retrieval confidence
             if self.times_laplace:
-                pi = rules.softmax_rows(self.fallback.logits(comps, heads) / self.temperature)
+                pi = softmax_rows(self.fallback.logits(comps, heads) / self.temperature)
             else:
                 pi = _uniform(len(comps[0]), len(comps))
             return pi, comps if self.laplace_variances else _deterministic(comps)
@@ -564,7 +564,7 @@ class ConfidenceRouting(Routing):
             )
             return self.fallback.route(comps, heads, role=role)
         u = self.confidence_variance(comps, heads, reference)
-        pi = rules.softmax_rows(-self._log_variance(u, comps, heads, reference) / self.temperature)
+        pi = softmax_rows(-self._log_variance(u, comps, heads, reference) / self.temperature)
         if not self.laplace_variances:  # isotropic sigma_k^2: adds exactly sigma_k^2 to sig2_s of a unit document
             comps = [
                 GaussianEmbedding(c.mean, (0.0 * c.var + u[:, k : k + 1]).astype(np.float32))

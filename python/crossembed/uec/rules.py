@@ -51,19 +51,10 @@ __all__ = [
     "normalize_variance_official",
     "precision_sum",
     "retrieval_gap",
-    "softmax_rows",
 ]
 
 _EPS = 1e-30  # the official code's guard in 1 / (v + eps)
 _GAP_FLOOR = 1e-3  # a gap below this (ties at the top) counts as this: finite variance
-
-
-def softmax_rows(z) -> np.ndarray:
-    """Row-wise softmax in float64 (max subtracted first)."""
-    z = np.asarray(z, dtype=np.float64)
-    z = z - z.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
 
 
 def normalize_variance_official(var) -> np.ndarray:
