@@ -5,7 +5,7 @@ import pytest
 
 from _linking_data import linking_problem
 from crossembed import kernels
-from crossembed.linking import GEHLinker, PoolCandidates, RowSample
+from crossembed.linking import GEHLinker, PoolCandidates, RowSample, candidates
 from crossembed.linking._fit import _GRAM_MAX_POOL, FitSetup, FitState, PoolGeometry
 from crossembed.linking.candidates import lists_still_serve as _lists_still_serve
 from crossembed.linking.preprocess import unit_rows
@@ -116,8 +116,6 @@ def test_list_reuse_serves_a_swapped_pool_for_that_many_rounds_but_not_a_grown_o
         assert not _lists_still_serve(swapped, old, reuse, 1000, 0.1, reuse)
         assert not _lists_still_serve(grown, old, 0, 1000, 0.1, reuse)
     assert not _lists_still_serve(swapped, old, 0, 1000, 0.1, 0)
-    with pytest.raises(ValueError, match="reuse"):
-        PoolCandidates(reuse=-1)
 
 
 class CountingCandidates(PoolCandidates):
@@ -139,16 +137,15 @@ def _list_builds(problem, sample=None, **kw):
     return backend.calls
 
 
-def test_a_fit_rebuilds_the_lists_by_list_reuse():
+def test_a_fit_reuses_the_lists_on_every_row_not_on_a_sample(monkeypatch):
     # a weak pair: the pool keeps swapping 15-60 % of its pairs a round, as real 10k pools do
     problem = linking_problem(900, seed=3, noise=0.5)
-    every_round, every_other = _list_builds(problem, reuse=0), _list_builds(problem, reuse=1)
-    assert every_other < every_round
-    # the default reuses them on a fit of every row, not on a sampled one (docs/linking.md)
-    assert _list_builds(problem) == every_other
     sampled = dict(sample=RowSample(rows=400, near_seeds=False))
-    assert _list_builds(problem, **sampled) == _list_builds(problem, reuse=0, **sampled)
-    assert _list_builds(problem, reuse=1, **sampled) < _list_builds(problem, reuse=0, **sampled)
+    reusing, reusing_sampled = _list_builds(problem), _list_builds(problem, **sampled)
+    serve = candidates.lists_still_serve
+    monkeypatch.setattr(candidates, "lists_still_serve", lambda *args: serve(*args[:5], 0))  # no reuse
+    assert reusing < _list_builds(problem)
+    assert reusing_sampled == _list_builds(problem, **sampled)
 
 
 def test_the_default_final_pass_builds_no_candidate_lists():
