@@ -87,25 +87,19 @@ def _ensemble(args, embedders):
 
 
 def _fit_embedders(args, models, pairs) -> list:
-    from crossembed.encoders import encode_cached
+    from crossembed.encoders.cache import default_cache_dir
     from crossembed.uec import LaplaceEmbedder
-    from crossembed.uec.probe import scramble_sample
 
-    scrambled = scramble_sample([a for a, _ in pairs], random_state=args.seed)  # the probe heads' negatives
     embedders = []
     for name in models:
-        enc = _load_encoder(name, args.num_threads)
-        A = encode_cached(enc, [a for a, _ in pairs], role="query", show_progress_bar=not args.quiet)
-        P = encode_cached(enc, [p for _, p in pairs], role="passage", show_progress_bar=not args.quiet)
-        S = encode_cached(enc, scrambled, role="query", show_progress_bar=not args.quiet)
         # the loaded model is reused for the documents; its name is what the index file records
         lap = LaplaceEmbedder(
-            enc,
+            _load_encoder(name, args.num_threads),
             hessian=args.hessian,
             prior_precision=args.prior_precision,
             random_state=args.seed,
             query_head=args.query_head,
-        ).fit_embeddings(A, P, scrambled=S, show_progress_bar=not args.quiet)
+        ).fit(pairs, cache_dir=default_cache_dir(), batch_size=32, show_progress_bar=not args.quiet)
         embedders.append(lap)
     return embedders
 
