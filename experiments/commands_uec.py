@@ -106,6 +106,7 @@ def _uec_eval(args) -> int:
                     seed=args.seed,
                     prior_precision=args.prior_precision,
                     row_set=args.row_set or ("languages" if name == "languages" else "full"),
+                    routings=args.routing,
                     last_dense=not args.no_last_dense,
                     show_progress_bar=not args.quiet,
                 )
@@ -213,6 +214,13 @@ def _add_uec_eval(subparsers) -> None:
         help="every row (default; 'languages' for the languages task), the single models plus the rules/routing "
         "rows the issue asks for (core), the uniform mixes and routings only (routing), or those plus the "
         "language routing's ablations and bounds (languages)",
+    )
+    e.add_argument(
+        "--routing",
+        action="append",
+        default=[],
+        help="a routing class to evaluate beside the table's rows, by importable name 'package.module:Class' "
+        "(T chosen on dev when it has one); repeatable",
     )
     e.add_argument(
         "--no-last-dense",

@@ -3,32 +3,35 @@
 A row of ``docs/uec.md`` is a small dict of named switches (``rules``,
 ``uncertainty``, ``weights``, ``use_variance``, ...), the vocabulary of the
 table and its ablations; :func:`build_ensemble` maps it onto
-:class:`~crossembed.uec.UECEnsemble` ``(routing, mixing, scoring)``.
+:class:`~crossembed.uec.UECEnsemble` ``(routing, mixing, scoring)``. A row's
+``routing`` may also be any routing object or the importable name of a routing
+class (``"package.module:Class"``): a new routing needs no new switch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Dict, Optional, Sequence, Union
 
 import numpy as np
 
-from crossembed.uec.ensemble import UECEnsemble
+from crossembed.uec import EmbeddingMixing, FixedRouting, LaplaceEmbedder, ScoreMixing, UECEnsemble, UniformRouting
 from crossembed.uec.languages import model_languages
-from crossembed.uec.laplace import LaplaceEmbedder
-from crossembed.uec.mixing import EmbeddingMixing, ScoreMixing
-from crossembed.uec.presets import make_routing, make_scoring
-from crossembed.uec.routing import FixedRouting, UniformRouting, default_routing
+from crossembed.uec.routing import default_routing
+from experiments.uec_rules import make_routing, make_scoring, routing_named
 
 __all__ = ["OPTIONS", "build_ensemble"]
 
 #: the switches a row may set, with their defaults (the library's defaults)
 OPTIONS: Dict[str, Any] = {
-    "rules": "paper",  # "paper" or "official" (presets.make_scoring / make_routing)
+    "rules": "paper",  # "paper" or "official" (uec_rules.make_scoring / make_routing)
+    # a routing object or "package.module:Class" (T from "temperature" when set); None: the switches below
+    "routing": None,
     # what routes: None (the library's default routing), "language", "rank", "laplace", "confidence",
     # "confidence*laplace"
     "uncertainty": None,
     "weights": "uncertainty",  # "uncertainty" (the routing above), "uniform" or K fixed numbers
-    "temperature": None,  # T of the routing (None: presets.DEFAULT_TEMPERATURES)
+    "temperature": None,  # T of the routing (None: uec_rules.DEFAULT_TEMPERATURES, or the routing object's own)
     "standardize": True,  # the paper's Laplace traces standardised per model
     "confidence_scoring": "replace",  # "replace" (sigma^2 / points) or "laplace" (the Laplace variances)
     "center_confidence": False,
@@ -44,7 +47,16 @@ OPTIONS: Dict[str, Any] = {
 }
 
 
+def _given_routing(routing, temperature: Optional[float]):
+    """A row's own routing object (or the class an importable name names), at the row's ``T`` when it sets one."""
+    if isinstance(routing, str):
+        return routing_named(routing, **({} if temperature is None else {"temperature": temperature}))
+    return routing if temperature is None else dataclasses.replace(routing, temperature=temperature)
+
+
 def _routing(o: Dict[str, Any], embedders: Sequence[LaplaceEmbedder]):
+    if o["routing"] is not None:
+        return _given_routing(o["routing"], o["temperature"])
     weights: Union[str, Sequence[float]] = o["weights"]
     if isinstance(weights, str):
         if weights not in ("uncertainty", "uniform"):

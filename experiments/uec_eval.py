@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from tqdm.auto import tqdm
 
-import crossembed.uec.rules as _rules
+from crossembed.uec.ablations import normalize_variance_official, precision_sum
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.languages import LangidIdentifier, model_languages
@@ -41,8 +41,8 @@ from crossembed.uec.metrics import (
 from experiments._records import check_loaded, read_json
 from experiments.tasks import UECTask, dev_test_draws
 from experiments.uec_configs import build_ensemble
-from experiments.uec_language_routings import NoRankHeadRouting, TrueLanguageRouting
 from experiments.uec_languages import LanguageTransferTask, language_draws
+from experiments.uec_rules import CalibratedConfidenceRouting, NoRankHeadRouting, TrueLanguageRouting, routing_named
 
 __all__ = [
     "DEFAULT_MODELS",
@@ -153,7 +153,12 @@ def rank(
     ``texts`` are the queries' texts (a routing that reads the query language needs them).
     """
     if ens.needs_reference and not ens.has_reference:
-        ens = ens.with_reference(d_comps, queries=calibration if ens.routing.needs_calibration else None)
+        ens = ens.with_reference(d_comps)
+        if isinstance(ens.routing, CalibratedConfidenceRouting):  # fitted on the calibration queries, per ensemble
+            routing = ens.routing.calibrated(ens.reference_, calibration, ens.heads)
+            ens = UECEnsemble(
+                ens.embedders, routing=routing, mixing=ens.mixing, scoring=ens.scoring, reference=ens.reference_
+            )
     q = ens.combine(q_comps, role="query", texts=texts if ens.needs_texts else None)
     d = ens.combine(d_comps, role="passage")
     top = min(TOP, len(d))
@@ -527,7 +532,7 @@ class _RowRunner:
         if spec.grid == "official":
             # T in units of the precision sum's spread over the queries (its raw scale is ~D^2 / trace)
             qc = self.forms.comps[spec.hessian][0]
-            scale = float(np.mean([_rules.precision_sum(_rules.normalize_variance_official(c.var)).std() for c in qc]))
+            scale = float(np.mean([precision_sum(normalize_variance_official(c.var)).std() for c in qc]))
             scale = max(scale, 1e-12)
             return [{"temperature": T * scale, "beta": b} for T in TEMPERATURES for b in BETAS]
         if spec.grid == "confidence":
@@ -624,7 +629,9 @@ DEV_PRIOR_ROW = "UEC default, prior chosen on dev"
 
 
 def _true_languages(embedders, runner) -> TrueLanguageRouting:
-    return TrueLanguageRouting([model_languages(e.encoder_name) for e in embedders], runner.languages)
+    return TrueLanguageRouting(
+        [model_languages(e.encoder_name) for e in embedders], query_languages=tuple(runner.languages)
+    )
 
 
 def _no_rank_head(embedders, runner) -> NoRankHeadRouting:
@@ -646,12 +653,27 @@ def language_rows() -> List[RowSpec]:
 ROW_SETS = ("full", "core", "routing", "languages")
 
 
-def _select_specs(models: Sequence[str], row_set: str, forms: _Forms) -> Tuple[List[RowSpec], Dict[str, str]]:
-    """The rows of ``row_set`` whose posterior form was fitted, and the skipped ones with why."""
+def routing_rows(routings: Sequence[Any]) -> List[RowSpec]:
+    """A row per routing given as an object or an importable name (``"package.module:Class"``),
+    ``routing: <name>``, with T chosen on dev from the confidence grid when the routing has one."""
+    rows = []
+    for r in routings:
+        routing = routing_named(r) if isinstance(r, str) else r
+        grid = "confidence" if hasattr(routing, "temperature") else ""
+        rows.append(RowSpec(f"routing: {r if isinstance(r, str) else repr(r)}", "kron", {"routing": routing}, grid))
+    return rows
+
+
+def _select_specs(
+    models: Sequence[str], row_set: str, forms: _Forms, routings: Sequence[Any] = ()
+) -> Tuple[List[RowSpec], Dict[str, str]]:
+    """The rows of ``row_set`` (and one per routing in ``routings``) whose posterior form was fitted,
+    and the skipped ones with why."""
     keep = {"core": CORE_ROWS, "routing": ROUTING_ROWS, "languages": ROUTING_ROWS}.get(row_set, ())
     all_specs = [s for s in row_specs(models) if row_set == "full" or s.models or s.name in keep]
     if row_set == "languages":
         all_specs += language_rows()
+    all_specs += routing_rows(routings)
     skipped = dict(forms.skipped)
     for s in all_specs:
         if s.hessian not in forms.comps:
@@ -696,6 +718,7 @@ def evaluate_task(
     last_dense: bool = True,
     multilingual: Optional[str] = None,
     row_set: str = "full",
+    routings: Sequence[Any] = (),
     show_progress_bar: bool = True,
 ) -> Dict[str, Any]:
     """Every row of the table on one task; returns a JSON-ready dict.
@@ -711,7 +734,8 @@ def evaluate_task(
     :data:`ROUTING_ROWS`; ``"languages"``: those and :func:`language_rows`). On a
     :class:`~experiments.uec_languages.LanguageTransferTask` the dev
     halves hold the dev languages (their nDCG@10 is ``dev_ndcg@10[lang]``) and
-    ``languages`` lists those of the test halves.
+    ``languages`` lists those of the test halves. ``routings``: more rows, one per routing object
+    or importable name (:func:`routing_rows`), evaluated like the rest.
     """
     if row_set not in ROW_SETS:
         raise ValueError(f"row_set must be one of {ROW_SETS}, got {row_set!r}")
@@ -725,7 +749,7 @@ def evaluate_task(
         uec_task, emb, models, seed=seed, prior_precision=prior_precision, curvature=curvature, last_dense=last_dense
     )
     runner = _runner(uec_task, emb, forms, models)
-    specs, skipped = _select_specs(models, row_set, forms)
+    specs, skipped = _select_specs(models, row_set, forms, routings)
     rankings, chosen = _rank_specs(specs, runner, draws, show_progress_bar, uec_task.name)
     results = _summaries(rankings, chosen, draws, langs, len(models), models.index(multi))
     coefficients = {
@@ -792,7 +816,7 @@ only when that variant is available).
 ## The rules and the routing being compared
 
 Per query q (or document) and model k, with unit mean mu_k and diagonal
-variance v_k (`crossembed/uec/rules.py`, `crossembed/uec/ensemble.py`):
+variance v_k (`crossembed/uec/ablations.py`, `crossembed/uec/routing.py`, `experiments/uec_rules.py`):
 
 | choice | paper (`rules="paper"`) | official code (`rules="official"`) |
 |---|---|---|
@@ -833,7 +857,7 @@ Rows:
   the Laplace variances scored (`laplace_variances=True`); *official
   rules*: the same weights under the official normalisation and beta cosine
   (diagonal posterior); *centred per model*: log sigma_k^2 minus its mean
-  over the Laplace fit anchors (`center=True`); *z-scored per
+  over the Laplace fit anchors (`CalibratedConfidenceRouting`); *z-scored per
   model*: that centred log sigma_k^2 divided by its standard deviation over
   the anchors (`standardize=True`); *hard routing*: T = 0.01,
   i.e. each query goes to its most confident model (a bound on how far

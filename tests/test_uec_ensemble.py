@@ -166,7 +166,7 @@ def test_save_load_gives_bit_identical_encodings_and_search(tmp_path):
     from _word_encoder import WordEncoder
     from crossembed._io import CorruptFileError
     from crossembed.uec import IndexConfig, UECIndex
-    from crossembed.uec.routing import ConfidenceRouting
+    from crossembed.uec.ablations import ConfidenceRouting
 
     rng = np.random.default_rng(5)
     A = unit_rows(rng.normal(size=(40, 16)))
@@ -291,7 +291,7 @@ def test_random_state_seeds_the_projections_and_old_files_are_refused():
 
 
 def test_with_reference_leaves_the_ensemble_as_it_was(trio):
-    from crossembed.uec import ConfidenceRouting
+    from crossembed.uec.ablations import ConfidenceRouting
 
     ens = UECEnsemble(trio, routing=ConfidenceRouting())
     assert ens.needs_reference and not ens.has_reference
@@ -299,7 +299,56 @@ def test_with_reference_leaves_the_ensemble_as_it_was(trio):
     ref = ens.with_reference(docs)
     assert ref is not ens and ref.has_reference and not ens.has_reference
     assert ref.routing is ens.routing and ref.scoring is ens.scoring
-    with pytest.raises(ValueError, match="queries calibrate"):
-        ens.with_reference(docs, queries=docs)
     with pytest.raises(TypeError, match="reference"):
         UECEnsemble(trio, reference=[d.mean for d in docs])
+
+
+def _mutable_parts(obj, found=None):
+    """Every mutable object reachable from ``obj`` (lists, dicts, sets, writeable arrays, instances that are no
+    frozen dataclass), by id; frozen dataclasses and tuples are walked, not counted."""
+    import dataclasses
+
+    found = {} if found is None else found
+    if isinstance(obj, (str, bytes, int, float, bool, type(None))):
+        return found
+    if isinstance(obj, tuple):
+        for item in obj:
+            _mutable_parts(item, found)
+        return found
+    if isinstance(obj, np.ndarray):
+        if obj.flags.writeable:
+            found[id(obj)] = obj
+        return found
+    frozen = dataclasses.is_dataclass(obj) and type(obj).__dataclass_params__.frozen
+    if not frozen:
+        found[id(obj)] = obj
+    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, set)) else vars(obj).values()
+    for item in items:
+        _mutable_parts(item, found)
+    return found
+
+
+def test_default_behaviour_objects_are_frozen_and_two_ensembles_share_no_mutable_part():
+    from dataclasses import FrozenInstanceError, fields
+
+    pytest.importorskip("langid")  # the default routing of a monolingual model reads the query language
+    rng = np.random.default_rng(4)
+    embedders = []
+    for name, D in (("minilm", 8), ("e5", 6)):
+        A = unit_rows(rng.normal(size=(64, D)))
+        P = unit_rows(A + 0.5 * rng.normal(size=(64, D)))
+        S = unit_rows(rng.normal(size=(32, D)))
+        embedders.append(LaplaceEmbedder(name, batch_size=16, prior_precision=2.0).fit_embeddings(A, P, scrambled=S))
+    pairs = [(UECEnsemble(embedders), UECEnsemble(embedders))]
+    pairs.append(tuple(UECEnsemble(embedders, mixing=EmbeddingMixing(), routing=FixedRouting([1, 2])) for _ in "ab"))
+    for a, b in pairs:
+        for part in ("routing", "mixing", "scoring"):
+            x, y = getattr(a, part), getattr(b, part)
+            assert x == y
+            shared = set(_mutable_parts(x)) & set(_mutable_parts(y))
+            assert not shared, f"{part}: {[type(_mutable_parts(x)[i]).__name__ for i in shared]}"
+            with pytest.raises(FrozenInstanceError):
+                setattr(x, fields(x)[0].name if fields(x) else "kind", None)
+    assert type(pairs[0][0].routing).__name__ == "LanguageRouting"
+    with pytest.raises(FrozenInstanceError):
+        pairs[0][0].routing.temperature = 5.0

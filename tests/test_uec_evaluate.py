@@ -189,18 +189,17 @@ def test_perf_reuses_a_saved_index_with_the_same_settings(tmp_path):
 
 def test_row_options_build_the_behaviour_objects():
     from crossembed.uec import (
-        BetaCosineScoring,
-        ConfidenceRouting,
         EmbeddingMixing,
         FixedRouting,
         LaplaceEmbedder,
-        PrecisionSumRouting,
         ProbitScoring,
         RankRouting,
         ScoreMixing,
         UniformRouting,
     )
+    from crossembed.uec.ablations import BetaCosineScoring, PrecisionSumRouting
     from experiments.uec_configs import build_ensemble
+    from experiments.uec_rules import CalibratedConfidenceRouting
 
     uec, emb = _tiny_task()
     embs = [
@@ -216,7 +215,8 @@ def test_row_options_build_the_behaviour_objects():
     assert type(off.routing) is PrecisionSumRouting and type(off.scoring) is BetaCosineScoring
     assert off.scoring.beta == 0.0 and off.mixing.hubness == 0.0 and off.mixing.query_head is False
     conf = build_ensemble(embs, uncertainty="confidence", confidence_scoring="laplace", standardize_confidence=True)
-    assert type(conf.routing) is ConfidenceRouting and conf.routing.laplace_variances and conf.routing.center
+    assert type(conf.routing) is CalibratedConfidenceRouting and conf.routing.laplace_variances
+    assert conf.routing.standardize
     assert type(build_ensemble(embs, mixing="embedding").mixing) is EmbeddingMixing
     assert build_ensemble(embs, use_variance=False).scoring.use_variance is False
     with pytest.raises(ValueError, match="unknown ensemble options"):
@@ -227,6 +227,12 @@ def test_row_options_build_the_behaviour_objects():
         build_ensemble(embs, mixing="average")
     with pytest.raises(ValueError, match="hubness"):
         build_ensemble(embs, mixing="embedding", hubness=0.5)
+    # a routing object or an importable class name, at the row's temperature
+    given = build_ensemble(embs, routing=RankRouting(0.3, laplace_variances=True), temperature=2.0)
+    assert given.routing == RankRouting(2.0, laplace_variances=True)
+    assert build_ensemble(embs, routing="crossembed.uec:LaplaceRouting", temperature=3.0).routing.temperature == 3.0
+    with pytest.raises(TypeError, match="Routing"):
+        build_ensemble(embs, routing="crossembed.uec:UECEnsemble")
 
 
 def test_perf_out_replaces_its_block_and_keeps_the_guide(tmp_path):

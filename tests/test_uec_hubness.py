@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from crossembed.uec import BetaCosineScoring, LaplaceEmbedder, ScoreMixing, UECEnsemble
+from crossembed.uec import LaplaceEmbedder, ScoreMixing, UECEnsemble
+from crossembed.uec.ablations import BetaCosineScoring
 from crossembed.uec.gaussian import GaussianEmbedding
 
 

@@ -8,9 +8,10 @@ from crossembed import reference
 from crossembed._io import CorruptFileError
 from crossembed._rows import unit_rows
 from crossembed.uec import GaussianEmbedding, IndexConfig, LaplaceEmbedder, UECEnsemble, UECIndex
+from crossembed.uec.ablations import BetaCosineScoring, ConfidenceRouting, PrecisionSumRouting, beta_topk
 from crossembed.uec.mixing import EmbeddingMixing
-from crossembed.uec.routing import ConfidenceRouting, LaplaceRouting, PrecisionSumRouting
-from crossembed.uec.scoring import BetaCosineScoring, ProbitScoring
+from crossembed.uec.routing import LaplaceRouting
+from crossembed.uec.scoring import ProbitScoring
 
 
 def _clustered(n, d, seed):
@@ -190,14 +191,13 @@ def test_confidence_reference_comes_from_the_documents_and_the_ensemble_is_not_c
 
 def test_the_index_scores_with_its_scoring_object(tmp_path, monkeypatch):
     from crossembed.uec import rerank as rerank_mod
-    from crossembed.uec import rules
 
     monkeypatch.setattr(rerank_mod, "_BLOCK", 64)  # several blocks: the block merge is exercised too
     docs, q = _clustered(300, 12, 5), _clustered(9, 12, 6)
     assert UECIndex(docs[:10], config=IndexConfig(M=8)).scoring.get_config() == ProbitScoring().get_config()
     beta = UECIndex(docs, scoring=BetaCosineScoring(beta=0.5), num_threads=1, config=IndexConfig(M=8))
     s, i = beta.search(q, 7, exact=True)
-    rs, ri = rules.beta_topk(q.mean, q.var, docs.mean, docs.var, 7, beta=0.5)
+    rs, ri = beta_topk(q.mean, q.var, docs.mean, docs.var, 7, beta=0.5)
     np.testing.assert_array_equal(i, ri)
     np.testing.assert_array_equal(s, rs)
     packed = UECIndex(

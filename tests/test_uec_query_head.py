@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from crossembed.uec import BetaCosineScoring, LaplaceEmbedder, ScoreMixing, UECEnsemble
+from crossembed.uec import LaplaceEmbedder, ScoreMixing, UECEnsemble
+from crossembed.uec.ablations import BetaCosineScoring
 from crossembed.uec.query_head import QueryHead, fit_query_head, query_head_objective
 
 

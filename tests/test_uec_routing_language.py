@@ -138,7 +138,7 @@ def test_checks_and_config_round_trip(pair):
     r = LanguageRouting([("en",), None], identifier=None, prior=0.6, temperature=2.0)
     back = routing_from_config(r.get_config())
     assert isinstance(back, LanguageRouting) and back.get_config() == r.get_config()
-    assert back.languages == [("en",), None] and back.prior == 0.6 and back.identifier is None
+    assert back.languages == (("en",), None) and back.prior == 0.6 and back.identifier is None
 
 
 def test_default_routing_reads_the_encoder_names(pair):
@@ -147,7 +147,7 @@ def test_default_routing_reads_the_encoder_names(pair):
     assert type(UECEnsemble(pair).routing) is RankRouting  # no names: no metadata, the rank head
     pytest.importorskip("langid")
     r = default_routing(["minilm", "e5"], [e.heads_ for e in pair])
-    assert isinstance(r, LanguageRouting) and r.languages == [("en",), None] and r.probe
+    assert isinstance(r, LanguageRouting) and r.languages == (("en",), None) and r.probe
     assert isinstance(r.identifier, LangidIdentifier)
     no_probe = [_embedder(0, scrambled=False).heads_, pair[1].heads_]
     assert default_routing(["minilm", "e5"], no_probe).probe is False

@@ -34,7 +34,7 @@ FOREIGN = [
 def test_the_default_routes_foreign_queries_towards_the_multilingual_model(real):
     from crossembed.uec import LanguageRouting, RankRouting, UECEnsemble
 
-    assert isinstance(real.routing, LanguageRouting) and real.routing.languages == [("en",), None]
+    assert isinstance(real.routing, LanguageRouting) and real.routing.languages == (("en",), None)
     w_en = real.encode(ENGLISH, show_progress_bar=False).weights[:, 1].mean()
     w_fo = real.encode(FOREIGN, show_progress_bar=False).weights[:, 1].mean()
     assert w_fo > w_en + 0.1

@@ -1,27 +1,32 @@
-"""The official code's rules and retrieval-confidence routing against float64 numpy references."""
+"""The official code's rules and retrieval-confidence routing (crossembed.uec.ablations, and the harness's
+calibrated and Laplace-weighted variants in experiments.uec_rules) against float64 numpy references."""
 
 import math
 
 import numpy as np
 import pytest
 
+import crossembed.uec.ablations as rules
 from crossembed._rows import unit_rows
 from crossembed.uec import (
-    BetaCosineScoring,
-    ConfidenceRouting,
     EmbeddingMixing,
     GaussianEmbedding,
     IndexConfig,
     LaplaceEmbedder,
     LaplaceRouting,
-    PrecisionSumRouting,
     ScoreMixing,
     UECEnsemble,
     UECIndex,
     UniformRouting,
-    rules,
 )
-from crossembed.uec.presets import DEFAULT_TEMPERATURES, make_routing, make_scoring
+from crossembed.uec.ablations import BetaCosineScoring, ConfidenceRouting, PrecisionSumRouting
+from experiments.uec_rules import (
+    DEFAULT_TEMPERATURES,
+    CalibratedConfidenceRouting,
+    ConfidenceLaplaceRouting,
+    make_routing,
+    make_scoring,
+)
 
 
 def _embedder(D, seed, hessian="kron"):
@@ -114,6 +119,13 @@ def _u(ens, comps):
     return ens.routing.confidence_variance(comps, ens.heads, ens.reference_)
 
 
+def _calibrated(ens, documents, queries):
+    """``ens`` with its reference set and its CalibratedConfidenceRouting calibrated on ``queries`` (as uec-eval does)."""
+    ens = ens.with_reference(documents)
+    routing = ens.routing.calibrated(ens.reference_, queries, ens.heads)
+    return UECEnsemble(ens.embedders, routing=routing, mixing=ens.mixing, scoring=ens.scoring, reference=ens.reference_)
+
+
 def test_official_weights_are_the_precision_sum_softmax(duo):
     comps = [e.transform(np.random.default_rng(5 + k).normal(size=(6, 8))) for k, e in enumerate(duo)]
     ens = UECEnsemble(duo, routing=PrecisionSumRouting(50.0), mixing=EmbeddingMixing(), scoring=BetaCosineScoring())
@@ -175,13 +187,13 @@ def test_a_confident_model_gets_the_higher_weight():
     ref = (1 / u) / (1 / u).sum(axis=1, keepdims=True)
     np.testing.assert_allclose(w, ref, rtol=1e-4)
     # centred per model: log sigma^2 minus its mean over calibration queries
-    cen = UECEnsemble(embs, routing=ConfidenceRouting(1.0, center=True))
-    with pytest.raises(ValueError, match="calibration"):
+    cen = UECEnsemble(embs, routing=CalibratedConfidenceRouting(1.0))
+    with pytest.raises(ValueError, match="calibrated"):
         cen.with_reference(d_comps).combine([embs[0].transform(q0), embs[1].transform(q1)])
     cal = [embs[0].transform(q0[::2]), embs[1].transform(q1[::2])]
-    cen = cen.with_reference(d_comps, queries=cal)
+    cen = _calibrated(cen, d_comps, cal)
     cu = np.log(_u(ens, [c.normalized() for c in cal])).mean(axis=0)
-    np.testing.assert_allclose(cen.reference_.center, cu, rtol=1e-6)
+    np.testing.assert_allclose(cen.routing.center, cu, rtol=1e-6)
     z = -(np.log(u) - cu[None, :])
     ref_c = np.exp(z - z.max(axis=1, keepdims=True))
     got = cen.combine([embs[0].transform(q0), embs[1].transform(q1)]).weights
@@ -198,7 +210,7 @@ def test_a_confident_model_gets_the_higher_weight():
 
 def test_confidence_times_laplace_and_documents(duo):
     docs, (q0, q1), _ = _expert_world(D=8)
-    ens = UECEnsemble(duo, routing=ConfidenceRouting(2.0, times_laplace=True))
+    ens = UECEnsemble(duo, routing=ConfidenceLaplaceRouting(2.0))
     ens = ens.with_reference([e.transform(docs) for e in duo])
     comps = [duo[0].transform(q0), duo[1].transform(q1)]
     pi = ens.combine(comps, role="query").weights.astype(np.float64)
@@ -207,7 +219,7 @@ def test_confidence_times_laplace_and_documents(duo):
     t = np.log(u) + np.log(tr / np.array([e.heads_.trace_mean for e in duo]))
     ref = np.exp(-t / 2.0 - (-t / 2.0).max(axis=1, keepdims=True))
     np.testing.assert_allclose(pi, ref / ref.sum(axis=1, keepdims=True), rtol=1e-4)
-    assert ConfidenceRouting(times_laplace=True).temperature == 1.0 and ConfidenceRouting().temperature == 2.0
+    assert ConfidenceLaplaceRouting().temperature == 1.0 and ConfidenceRouting().temperature == 2.0
     # documents carry no retrieval confidence: uniform for plain confidence routing
     conf = UECEnsemble(duo, routing=ConfidenceRouting(), mixing=EmbeddingMixing()).with_reference(
         [e.transform(docs) for e in duo]
@@ -220,10 +232,10 @@ def test_state_round_trip_with_rules_and_reference(duo):
     docs, (q0, q1), _ = _expert_world(D=8)
     routing = make_routing("confidence", "official", temperature=0.7, top=5, center=True)
     ens = UECEnsemble(duo, routing=routing, scoring=make_scoring("official", beta=0.3))
-    ens = ens.with_reference([e.transform(docs) for e in duo], queries=[duo[0].transform(q0), duo[1].transform(q1)])
+    ens = _calibrated(ens, [e.transform(docs) for e in duo], [duo[0].transform(q0), duo[1].transform(q1)])
     arrays, meta = ens.get_state()
     back = UECEnsemble.from_state(arrays, meta)
-    np.testing.assert_array_equal(back.reference_.center, ens.reference_.center)
+    assert back.routing.center == ens.routing.center and len(ens.routing.center) == 2
     assert back.routing.get_config() == ens.routing.get_config()
     assert (back.routing.top, back.routing.temperature, back.scoring.beta) == (5, 0.7, 0.3)
     assert type(back.routing.fallback) is PrecisionSumRouting  # the official rules' fallback survives
@@ -277,7 +289,7 @@ def test_bad_arguments(duo):
     with pytest.raises(TypeError, match="laplace_variances"):
         ConfidenceRouting(laplace_variances="add")
     with pytest.raises(TypeError, match="fallback"):
-        ConfidenceRouting(fallback=UniformRouting())
+        ConfidenceRouting(fallback="laplace")
     ens = UECEnsemble(duo, routing=ConfidenceRouting())
     with pytest.raises(ValueError, match="documents"):
         ens.with_reference([np.zeros((30, 8), np.float32)])
@@ -331,16 +343,15 @@ def test_standardised_confidence_is_a_per_model_z_score():
     comps = [embs[0].transform(q0), embs[1].transform(q1)]
     # calibration queries on different scales per model, so the two spreads differ
     cal = [embs[0].transform(q0[::2]), embs[1].transform(0.5 * q1[1::2] + 0.1)]
-    z = UECEnsemble(embs, routing=ConfidenceRouting(0.5, standardize=True))
-    assert z.routing.center and z.routing.needs_calibration  # a z-score is centred
-    with pytest.raises(ValueError, match="calibration"):
+    z = UECEnsemble(embs, routing=CalibratedConfidenceRouting(0.5, standardize=True))
+    with pytest.raises(ValueError, match="calibrated"):
         z.with_reference(d_comps).combine(comps)
-    z = z.with_reference(d_comps, queries=cal)
+    z = _calibrated(z, d_comps, cal)
     raw = UECEnsemble(embs, routing=ConfidenceRouting()).with_reference(d_comps)
     lc = np.log(_u(raw, [c.normalized() for c in cal]))
-    np.testing.assert_allclose(z.reference_.center, lc.mean(axis=0), rtol=1e-6)
-    np.testing.assert_allclose(z.reference_.spread, lc.std(axis=0), rtol=1e-6)
-    assert abs(z.reference_.spread[0] - z.reference_.spread[1]) > 0.1 * z.reference_.spread.max()
+    np.testing.assert_allclose(z.routing.center, lc.mean(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(z.routing.spread, lc.std(axis=0), rtol=1e-6)
+    assert abs(z.routing.spread[0] - z.routing.spread[1]) > 0.1 * max(z.routing.spread)
     t = (np.log(_u(raw, [c.normalized() for c in comps])) - lc.mean(axis=0)) / lc.std(axis=0)
     ref = np.exp(-t / 0.5 - (-t / 0.5).max(axis=1, keepdims=True))
     np.testing.assert_allclose(z.combine(comps).weights, ref / ref.sum(axis=1, keepdims=True), rtol=1e-4)
@@ -353,7 +364,7 @@ def test_standardised_confidence_stops_a_globally_confident_model_winning_everyw
     raw = UECEnsemble(embs, routing=ConfidenceRouting(1.0)).with_reference(d_comps)
     w_raw = raw.combine(comps).weights
     assert (w_raw[:, 1] > 0.5).mean() > 0.9  # the anisotropic model takes (nearly) every query
-    z = UECEnsemble(embs, routing=ConfidenceRouting(1.0, standardize=True)).with_reference(d_comps, queries=comps)
+    z = _calibrated(UECEnsemble(embs, routing=CalibratedConfidenceRouting(1.0, standardize=True)), d_comps, comps)
     w = z.combine(comps).weights
     # per-model z-scores route each half to the model that sees it
     assert (w[:30, 0] > w[:30, 1]).mean() > 0.9 and (w[30:, 1] > w[30:, 0]).mean() > 0.9
@@ -363,6 +374,5 @@ def test_standardised_confidence_stops_a_globally_confident_model_winning_everyw
     assert hits_z > hits_raw
     # the spread is saved and reloaded with the ensemble
     back = UECEnsemble.from_state(*z.get_state())
-    assert back.routing.standardize
-    np.testing.assert_array_equal(back.reference_.spread, z.reference_.spread)
+    assert back.routing.standardize and back.routing.spread == z.routing.spread
     np.testing.assert_array_equal(back.combine(comps).weights, z.combine(comps).weights)

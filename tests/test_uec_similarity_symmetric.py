@@ -5,7 +5,6 @@ import pytest
 
 from _word_encoder import WordEncoder
 from crossembed.uec import (
-    BetaCosineScoring,
     EmbeddingMixing,
     LaplaceEmbedder,
     ProbitScoring,
@@ -13,6 +12,7 @@ from crossembed.uec import (
     UECEnsemble,
     UniformRouting,
 )
+from crossembed.uec.ablations import BetaCosineScoring
 
 WORDS = [f"{a} {b}" for a in ("red", "green", "blue", "dark", "pale") for b in ("apple", "pear", "plum", "fig")]
 

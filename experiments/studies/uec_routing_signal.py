@@ -2,7 +2,7 @@
 
 For each model k and evaluated query q of a ``python -m experiments uec-eval`` task
 (cached embeddings, seed 0): the calibrated gap g_k(q) over the documents
-(:func:`crossembed.uec.rules.retrieval_gap`, top 20) and its per-model
+(:func:`crossembed.uec.ablations.retrieval_gap`, top 20) and its per-model
 z-score over the queries. Reports
 
 * ROC AUC of each model's log gap for "the query is foreign" (0.5: no signal);
@@ -29,7 +29,7 @@ from typing import Dict, List
 import numpy as np
 
 from crossembed.uec import LaplaceEmbedder
-from crossembed.uec import rules as R
+from crossembed.uec import ablations as R
 from crossembed.uec.metrics import ranking_metrics, roc_auc
 from experiments.tasks import dev_test_draws, freedict_task, wordnet_task
 from experiments.uec_eval import embed_task

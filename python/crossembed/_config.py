@@ -3,7 +3,7 @@ read off the object, the object rebuilt from its config, and the check that an a
 
 from __future__ import annotations
 
-from typing import Any, Dict, Tuple
+from typing import Any, ClassVar, Dict, Tuple
 
 
 class Configured:
@@ -27,6 +27,26 @@ class Configured:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({args})"
+
+
+class Registered(Configured):
+    """A family of behaviour objects whose classes register themselves by ``kind`` (what :func:`from_config` reads).
+
+    The family's base sets its own ``registry = {}``; a subclass that sets ``kind`` in its class body
+    joins it when the class statement runs, so a new kind needs no registry edit: a saved config of
+    it rebuilds once its module is imported. A kind taken by a class of another name is a ``ValueError``.
+    """
+
+    registry: ClassVar[Dict[str, type]] = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        kind = cls.__dict__.get("kind")
+        if kind:
+            taken = cls.registry.get(kind)
+            if taken is not None and (taken.__module__, taken.__qualname__) != (cls.__module__, cls.__qualname__):
+                raise ValueError(f"kind {kind!r} is taken by {taken.__module__}.{taken.__qualname__}")
+            cls.registry[kind] = cls
 
 
 def set_checked(obj, **values) -> None:

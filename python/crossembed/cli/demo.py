@@ -184,15 +184,8 @@ def _fit_forms(models: List[str], data: _Split, ex_emb, gl_emb, wd_emb, encoders
 
 def _ensembles(embedders, diag) -> Dict[str, object]:
     """The compared ensembles (labels as the report shows them)."""
-    from crossembed.uec import (
-        ConfidenceRouting,
-        LaplaceRouting,
-        ProbitScoring,
-        ScoreMixing,
-        UECEnsemble,
-        UniformRouting,
-    )
-    from crossembed.uec.presets import make_routing, make_scoring
+    from crossembed.uec import LaplaceRouting, ProbitScoring, ScoreMixing, UECEnsemble, UniformRouting
+    from crossembed.uec.ablations import BetaCosineScoring, ConfidenceRouting, PrecisionSumRouting
 
     plain = ScoreMixing(hubness=0, query_head=False)  # the published rules and the baselines: neither correction
     uniform = {"routing": UniformRouting(), "scoring": ProbitScoring(use_variance=False)}
@@ -202,7 +195,7 @@ def _ensembles(embedders, diag) -> Dict[str, object]:
         "uniform ensemble + query head + hubness": UECEnsemble(embedders, **uniform),
         "UEC, Laplace-trace weights (paper rules)": UECEnsemble(embedders, routing=LaplaceRouting(), mixing=plain),
         "UEC, official code's rules (diag posterior)": UECEnsemble(
-            diag, routing=make_routing("laplace", "official"), scoring=make_scoring("official")
+            diag, routing=PrecisionSumRouting(1.0), scoring=BetaCosineScoring(1.0)
         ),
         "UEC, retrieval-confidence routing": UECEnsemble(embedders, routing=ConfidenceRouting(), mixing=plain),
         "UEC (default: language-aware rank-head routing + query head + hubness)": UECEnsemble(embedders),

@@ -1,76 +1,52 @@
 """UEC: uncertainty-driven embedding convolution of off-the-shelf text encoders.
 
-* :class:`LaplaceEmbedder` - post-hoc Gaussian embeddings (last-layer Laplace),
-  with the posterior form a :class:`Posterior` (:class:`DiagPosterior`,
-  :class:`KronPosterior`).
-* :class:`UECEnsemble` - K embedders with a routing (per-input weights; by
-  default the rank head, discounted by the query's language and each model's
-  probe where a model reads only some languages: :class:`LanguageRouting`), a
-  mixing (score or embedding space) and a scoring (probit or the official
-  beta cosine) object: :mod:`crossembed.uec.routing`,
-  :mod:`crossembed.uec.mixing`, :mod:`crossembed.uec.scoring`;
-  :mod:`crossembed.uec.presets` builds the published rule sets by name.
-* :class:`UECIndex` - HNSW candidates + exact probit rerank, with ids,
-  add/remove and filters, float16 storage, saved atomically (memory-mappable).
-* :class:`ShardedUECIndex` - the same index partitioned over Dask workers.
-* :class:`ModelHeads` - what each embedder also fits on its pairs for the
-  ensemble: trace statistics, score scale, the rank head that routes queries
-  (:mod:`crossembed.uec.rank_head`), hubness anchors, the query head that
-  maps them (:mod:`crossembed.uec.query_head`) and the probe head
-  (:mod:`crossembed.uec.probe`).
-* :mod:`crossembed.uec.metrics` - retrieval and calibration metrics.
+The supported classes (what ``__all__`` lists):
 
-The evaluation harness behind ``crossembed uec-eval`` and ``docs/uec.md`` is
-:mod:`experiments.uec_eval` (this package is library only).
+* :class:`LaplaceEmbedder` - post-hoc Gaussian embeddings (last-layer Laplace) of any encoder,
+  fitted from text pairs; the posterior form is ``"kron"`` (default), ``"diag"`` or a
+  :class:`Posterior` subclass.
+* :class:`UECEnsemble` - K embedders combined by three frozen behaviour objects: a routing
+  (per-input weights; by default the rank head, discounted by the query's language and each
+  model's probe where a model reads only some languages, :class:`LanguageRouting`; else
+  :class:`RankRouting`; the paper's :class:`LaplaceRouting`, :class:`UniformRouting`,
+  :class:`FixedRouting`, or a new :class:`Routing`), a mixing (:class:`ScoreMixing`, default, or
+  the paper's :class:`EmbeddingMixing`) and a scoring (:class:`ProbitScoring`).
+* :class:`UECIndex` - HNSW candidates + exact probit rerank, with ids, add/remove and filters,
+  float16 storage, saved atomically (memory-mappable); build settings in an :class:`IndexConfig`.
+* :class:`ShardedUECIndex` - the same index partitioned over Dask workers (errors derive from
+  :class:`ShardError`).
+* :class:`GaussianEmbedding` - what every encode returns: means, diagonal variances, weights.
+
+:mod:`crossembed.uec.ablations` holds the rules the default is compared with (the official
+code's, retrieval confidence); the evaluation harness lives outside the package
+(``python -m experiments uec-eval``).
 """
 
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
-from crossembed.uec.heads import ModelHeads
 from crossembed.uec.index import UECIndex
 from crossembed.uec.index_config import IndexConfig
-from crossembed.uec.languages import LangidIdentifier
 from crossembed.uec.laplace import LaplaceEmbedder
 from crossembed.uec.mixing import EmbeddingMixing, ScoreMixing
-from crossembed.uec.posteriors import DiagPosterior, KronPosterior, Posterior
-from crossembed.uec.routing import (
-    ConfidenceRouting,
-    FixedRouting,
-    LanguageRouting,
-    LaplaceRouting,
-    PrecisionSumRouting,
-    RankRouting,
-    RetrievalReference,
-    Routing,
-    UniformRouting,
-)
-from crossembed.uec.scoring import BetaCosineScoring, ProbitScoring
-from crossembed.uec.sharded import ShardedUECIndex, ShardError, ShardLostError, ShardTimeoutError
+from crossembed.uec.posteriors import Posterior
+from crossembed.uec.routing import FixedRouting, LanguageRouting, LaplaceRouting, RankRouting, Routing, UniformRouting
+from crossembed.uec.scoring import ProbitScoring
+from crossembed.uec.sharded import ShardedUECIndex, ShardError
 
 __all__ = [
-    "BetaCosineScoring",
-    "ConfidenceRouting",
-    "DiagPosterior",
     "EmbeddingMixing",
     "FixedRouting",
     "GaussianEmbedding",
     "IndexConfig",
-    "KronPosterior",
-    "LangidIdentifier",
     "LanguageRouting",
     "LaplaceEmbedder",
     "LaplaceRouting",
-    "ModelHeads",
     "Posterior",
-    "PrecisionSumRouting",
     "ProbitScoring",
     "RankRouting",
-    "RetrievalReference",
     "Routing",
     "ScoreMixing",
     "ShardError",
-    "ShardLostError",
-    "ShardTimeoutError",
     "ShardedUECIndex",
     "UECEnsemble",
     "UECIndex",

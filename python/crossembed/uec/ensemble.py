@@ -7,31 +7,26 @@ routing (:mod:`crossembed.uec.routing`)
     the per-input coefficients ``pi`` (n, K): the rank head with each model's
     languages (default when a model reads only some languages: the query's
     language and the model's probe), the rank head alone, the
-    Laplace posterior (:class:`LaplaceRouting`, the paper;
-    :class:`PrecisionSumRouting`, the official code), retrieval confidence
-    over a reference collection, uniform or fixed weights.
+    Laplace posterior (:class:`LaplaceRouting`, the paper), uniform or fixed weights.
 mixing (:mod:`crossembed.uec.mixing`)
     how the K routed Gaussians become one: per-model scores side by side
     (:class:`ScoreMixing`, default, with score calibration, document hubness
     and query heads) or one convolved embedding (:class:`EmbeddingMixing`, the paper).
 scoring (:mod:`crossembed.uec.scoring`)
     the similarity and the variance normalisation it goes with: the probit
-    (:class:`ProbitScoring`, default) or the official code's beta cosine.
+    (:class:`ProbitScoring`, default).
 
-:func:`crossembed.uec.presets.make_routing` and
-:func:`~crossembed.uec.presets.make_scoring` build the published rule sets
-by name. Encode documents with ``role="passage"`` and queries with
+The three are frozen objects (shared safely); :mod:`crossembed.uec.ablations` holds the rules the
+default is compared with. Encode documents with ``role="passage"`` and queries with
 ``role="query"``. :meth:`UECEnsemble.similarity` of two lists of texts is
 symmetric by default, the mean of the two retrieval directions
 (``similarity(a, b) == similarity(b, a).T``); ``roles=("query", "passage")``
 gives the one-way retrieval form an index scores.
 
-Retrieval-confidence routing needs a reference collection
-(:meth:`UECEnsemble.with_reference`, done by :meth:`UECIndex.build` with the
-indexed documents); without one its queries are weighted by the Laplace
-coefficients, with a ``RuntimeWarning``. The reference is never set
-implicitly by ``encode`` or ``similarity``, so a query's encoding does not
-depend on call order.
+A routing that ``needs_reference`` (retrieval confidence) measures queries against a reference
+collection (:meth:`UECEnsemble.with_reference`, done by :meth:`UECIndex.build` with the
+indexed documents). The reference is never set implicitly by ``encode`` or ``similarity``, so a
+query's encoding does not depend on call order.
 """
 
 from __future__ import annotations
@@ -111,8 +106,8 @@ class UECEnsemble:
         The similarity (:mod:`crossembed.uec.scoring`; default
         :class:`~crossembed.uec.scoring.ProbitScoring`).
     reference : RetrievalReference or None
-        The retrieval-confidence reference collection; use :meth:`with_reference`
-        rather than passing one.
+        The collection a routing that ``needs_reference`` measures queries against; use
+        :meth:`with_reference` rather than passing one.
 
     Attributes
     ----------
@@ -161,7 +156,7 @@ class UECEnsemble:
 
     @property
     def needs_reference(self) -> bool:
-        """True when the routing measures retrieval confidence over a reference collection."""
+        """True when the routing measures queries against a reference collection (:meth:`with_reference`)."""
         return bool(self.routing.needs_reference)
 
     @property
@@ -169,20 +164,14 @@ class UECEnsemble:
         """True once a reference collection is set (:meth:`with_reference`)."""
         return self.reference_ is not None
 
-    def with_reference(self, documents, *, queries=None) -> UECEnsemble:
-        """A new ensemble measuring retrieval confidence over ``documents``; ``self`` is left as it was.
+    def with_reference(self, documents) -> UECEnsemble:
+        """A new ensemble whose routing measures queries against ``documents``; ``self`` is left as it was.
 
         ``documents``: K items, model ``k``'s documents as a
         :class:`GaussianEmbedding` or an ``(N, D_k)`` array (``N >= 2``); only
-        the L2-normalised means are kept (and saved). ``queries`` (K items of
-        the same kinds, e.g. the fit anchors) calibrate a routing that centres
-        its confidence (``routing.needs_calibration``).
+        the L2-normalised means are kept (and saved).
         """
         reference = RetrievalReference.from_components(documents, [e.dim for e in self.embedders])
-        if queries is not None:
-            if not self.routing.needs_calibration:
-                raise ValueError(f"queries calibrate a routing that centres its confidence, not {self.routing!r}")
-            reference = self.routing.calibrate(reference, queries, self.heads)
         return type(self)(
             self.embedders, routing=self.routing, mixing=self.mixing, scoring=self.scoring, reference=reference
         )
@@ -204,17 +193,15 @@ class UECEnsemble:
 
     @property
     def needs_texts(self) -> bool:
-        """True when the routing reads the query texts (:meth:`combine` then takes ``texts``)."""
+        """True when the routing reads the query texts (give :meth:`combine` its ``texts``)."""
         return bool(getattr(self.routing, "needs_texts", False))
 
     def _route(self, comps, role: str, texts):
-        """``routing.route`` with the texts when the routing reads them (queries only)."""
-        options = {"role": role, "reference": self.reference_}
-        if self.needs_texts and role != "passage":
-            if texts is not None and (isinstance(texts, str) or len(texts) != len(comps[0])):
-                raise ValueError(f"texts must hold {len(comps[0])} strings, one per input")
-            options["texts"] = None if texts is None else list(texts)
-        return self.routing.route(comps, self.heads, **options)
+        """``routing.route`` with the reference and the texts (queries only)."""
+        if texts is not None and (isinstance(texts, str) or len(texts) != len(comps[0])):
+            raise ValueError(f"texts must hold {len(comps[0])} strings, one per input")
+        texts = None if texts is None or role == "passage" else list(texts)
+        return self.routing.route(comps, self.heads, role=role, reference=self.reference_, texts=texts)
 
     def coefficients(self, components: Sequence[GaussianEmbedding], *, role: str = "query", texts=None) -> np.ndarray:
         """``pi`` of shape (n, K) for per-model Gaussians of the same inputs.

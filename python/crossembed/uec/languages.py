@@ -20,6 +20,7 @@ built-in one).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
@@ -51,6 +52,7 @@ def model_languages(name: Optional[str]) -> Optional[Tuple[str, ...]]:
     return MODEL_LANGUAGES.get(name) if isinstance(name, str) else None
 
 
+@dataclass(frozen=True)
 class LangidIdentifier(Configured):
     """``langid.py``'s naive Bayes language identifier (97 languages, model inside the package).
 
@@ -59,7 +61,7 @@ class LangidIdentifier(Configured):
 
     kind = "langid"
 
-    def __init__(self):
+    def __post_init__(self):
         try:
             import langid.langid  # noqa: F401
         except ImportError:
@@ -68,14 +70,16 @@ class LangidIdentifier(Configured):
                 "ensemble with a monolingual encoder) needs langid: pip install 'crossembed[lang]'; or pass "
                 "routing=LanguageRouting(languages, identifier=None) or routing=RankRouting()"
             ) from None
-        self._model = None
 
     def _loaded(self):
-        if self._model is None:
-            from langid.langid import LanguageIdentifier, model
+        model = self.__dict__.get("_model")
+        if model is None:  # the packaged model, read once per object (it never changes after)
+            from langid.langid import LanguageIdentifier
+            from langid.langid import model as packaged
 
-            self._model = LanguageIdentifier.from_modelstring(model, norm_probs=False)
-        return self._model
+            model = LanguageIdentifier.from_modelstring(packaged, norm_probs=False)
+            object.__setattr__(self, "_model", model)
+        return model
 
     @property
     def languages(self) -> Tuple[str, ...]:

@@ -31,18 +31,18 @@ has) and ``get_config()`` (:func:`mixing_from_config` rebuilds it).
 
 from __future__ import annotations
 
-import copy
-from typing import Any, Dict, Optional, Sequence
+from dataclasses import KW_ONLY, dataclass, field, replace
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from crossembed._config import Configured, from_config
+from crossembed._config import Registered, from_config, set_checked
 from crossembed._validation import as_matrix, check_bool, check_int, check_positive, check_random_state
 from crossembed.uec._random import int_seed
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.heads import ModelHeads
 
-__all__ = ["EmbeddingMixing", "MIXINGS", "ScoreMixing", "convolve", "mixing_from_config"]
+__all__ = ["EmbeddingMixing", "Mixing", "ScoreMixing", "convolve", "mixing_from_config"]
 
 
 def convolve(components: Sequence[GaussianEmbedding], weights) -> GaussianEmbedding:
@@ -55,7 +55,17 @@ def convolve(components: Sequence[GaussianEmbedding], weights) -> GaussianEmbedd
     return GaussianEmbedding(mu.astype(np.float32), var.astype(np.float32), w.astype(np.float32))
 
 
-class ScoreMixing(Configured):
+@dataclass(frozen=True)
+class Mixing(Registered):
+    """Base of the mixing objects (module docstring): a frozen dataclass whose fields are its config;
+    a subclass sets ``kind`` (it is then registered: :func:`mixing_from_config` rebuilds it)."""
+
+    registry = {}
+    kind = ""
+
+
+@dataclass(frozen=True)
+class ScoreMixing(Mixing):
     """Mix per-model scores (module docstring).
 
     Parameters
@@ -76,32 +86,32 @@ class ScoreMixing(Configured):
         when the scoring decomposes over blocks and every model has a head.
     """
 
+    _: KW_ONLY
+    calibrate: bool = True
+    hubness: Optional[float] = None
+    hubness_k: int = 10
+    query_head: Optional[bool] = None
     kind = "score"
 
-    def __init__(
-        self,
-        *,
-        calibrate: bool = True,
-        hubness: Optional[float] = None,
-        hubness_k: int = 10,
-        query_head: Optional[bool] = None,
-    ):
-        self.calibrate = check_bool(calibrate, "calibrate")
-        query_head = check_bool(query_head, "query_head", optional=True)
-        self.hubness = None if hubness is None else check_positive(hubness, "hubness", allow_zero=True)
-        self.hubness_k = check_int(hubness_k, "hubness_k", low=1)
-        self.query_head = query_head
+    def __post_init__(self):
+        set_checked(
+            self,
+            calibrate=check_bool(self.calibrate, "calibrate"),
+            hubness=None if self.hubness is None else check_positive(self.hubness, "hubness", allow_zero=True),
+            hubness_k=check_int(self.hubness_k, "hubness_k", low=1),
+            query_head=check_bool(self.query_head, "query_head", optional=True),
+        )
 
     def bind(self, heads: Sequence[ModelHeads], scoring) -> ScoreMixing:
         """A copy with ``hubness`` and ``query_head`` resolved for these models and this scoring."""
-        out = copy.copy(self)
         decomposes = bool(scoring.decomposes)
-        out.hubness = (0.5 if decomposes else 0.0) if self.hubness is None else self.hubness
-        if out.hubness > 0 and not decomposes:
+        hubness = (0.5 if decomposes else 0.0) if self.hubness is None else self.hubness
+        if hubness > 0 and not decomposes:
             raise ValueError(f"hubness > 0 needs a scoring that decomposes over blocks (the probit), not {scoring!r}")
         missing = [k for k, h in enumerate(heads) if h.query_head is None]
+        query_head = self.query_head
         if self.query_head is None:
-            out.query_head = decomposes and not missing
+            query_head = decomposes and not missing
         elif self.query_head and not decomposes:
             raise ValueError(f"query_head=True needs a scoring that decomposes over blocks, not {scoring!r}")
         elif self.query_head and missing:
@@ -109,7 +119,7 @@ class ScoreMixing(Configured):
                 f"embedders[{missing[0]}] has no query head (fitted with query_head=False): refit it, "
                 "or pass query_head=False"
             )
-        return out
+        return replace(self, hubness=hubness, query_head=query_head)
 
     def dim(self, dims: Sequence[int]) -> int:
         """``sum D_k``, plus K hubness coordinates when hubness is on."""
@@ -117,9 +127,7 @@ class ScoreMixing(Configured):
 
     def symmetric(self) -> ScoreMixing:
         """This mixing for texts compared with texts: no query heads (they map queries toward documents)."""
-        out = copy.copy(self)
-        out.query_head = False
-        return out
+        return replace(self, query_head=False)
 
     def hub_dims(self, n_models: int) -> int:
         """How many trailing coordinates are hubness coordinates (K when hubness is on, else 0)."""
@@ -159,10 +167,12 @@ class ScoreMixing(Configured):
 def _projection(d_from: int, d_to: int, seed: int) -> np.ndarray:
     """A fixed random ``d_from x d_to`` matrix with orthonormal columns."""
     q, _ = np.linalg.qr(check_random_state(seed).normal(size=(d_from, d_to)))
+    q.flags.writeable = False  # held by a frozen mixing
     return q
 
 
-class EmbeddingMixing(Configured):
+@dataclass(frozen=True)
+class EmbeddingMixing(Mixing):
     """Convolve the K Gaussians in one embedding space (the paper; module docstring).
 
     Parameters
@@ -173,18 +183,26 @@ class EmbeddingMixing(Configured):
         saved ensemble rebuilds the same projections).
     """
 
+    _: KW_ONLY
+    random_state: Any = 0
+    #: model k's projection onto the smallest dimension (None where it has that dimension); set by :meth:`bind`
+    _projections: Tuple[Optional[np.ndarray], ...] = field(default=(), init=False, repr=False, compare=False)
     kind = "embedding"
 
-    def __init__(self, *, random_state=0):
-        self.random_state = int_seed(random_state)
-        self._proj: Dict[int, np.ndarray] = {}
+    def __post_init__(self):
+        set_checked(self, random_state=int_seed(self.random_state))
 
     def bind(self, heads: Sequence[ModelHeads], scoring) -> EmbeddingMixing:
         """A copy holding the projections of the larger models onto the smallest dimension."""
-        out = copy.copy(self)
         dims = [h.dim for h in heads]
         d = min(dims)
-        out._proj = {k: _projection(dk, d, self.random_state + k) for k, dk in enumerate(dims) if dk != d}
+        out = replace(self)
+        set_checked(
+            out,
+            _projections=tuple(
+                _projection(dk, d, self.random_state + k) if dk != d else None for k, dk in enumerate(dims)
+            ),
+        )
         return out
 
     def dim(self, dims: Sequence[int]) -> int:
@@ -200,7 +218,7 @@ class EmbeddingMixing(Configured):
         return 0
 
     def _project(self, k: int, c: GaussianEmbedding) -> GaussianEmbedding:
-        R = self._proj.get(k)
+        R = self._projections[k]
         if R is None:
             return c
         return GaussianEmbedding((c.mean @ R).astype(np.float32), (c.var @ (R * R)).astype(np.float32))
@@ -211,10 +229,6 @@ class EmbeddingMixing(Configured):
         return scoring.normalize_mixture(convolve(comps, pi))
 
 
-#: mixing kinds :func:`mixing_from_config` rebuilds
-MIXINGS = {cls.kind: cls for cls in (ScoreMixing, EmbeddingMixing)}
-
-
-def mixing_from_config(config: Dict[str, Any]):
-    """The mixing object a ``get_config()`` dict describes."""
-    return from_config(config, MIXINGS, "mixing")
+def mixing_from_config(config: Dict[str, Any]) -> Mixing:
+    """The mixing object a ``get_config()`` dict describes (any registered :class:`Mixing` kind)."""
+    return from_config(config, Mixing.registry, "mixing")

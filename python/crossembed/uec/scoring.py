@@ -12,25 +12,24 @@ searches (``prepare``, what an index holds) and saves its config
     (:func:`crossembed.probit_scores`) of unit means with the variances scaled
     alike (``v / |mu|^2``, the Gaussian of ``x / |mu|``). ``use_variance=False``
     zeroes the variances on both sides: the dot product of the means.
-:class:`BetaCosineScoring` (the official UEC code)
-    ``cos(mu_q, mu_c) / (1 + beta sig2_s / pi)`` (:func:`crossembed.uec.rules.beta_scores`)
-    of unit means with the variances normalised as the official code does,
-    ``v / |v|_2^2``.
+
+A scoring is a frozen :class:`Scoring`; the official code's beta cosine is
+:class:`crossembed.uec.ablations.BetaCosineScoring`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, Optional, Protocol, Tuple
 
 import numpy as np
 
-import crossembed.uec.rules as rules
 from crossembed import kernels
-from crossembed._config import Configured, from_config
-from crossembed._validation import as_matrix, check_bool, check_positive
+from crossembed._config import Registered, from_config, set_checked
+from crossembed._validation import as_matrix, check_bool
 from crossembed.uec.gaussian import GaussianEmbedding, normalize_gaussian
 
-__all__ = ["BetaCosineScoring", "PreparedDocs", "ProbitScoring", "Scoring", "scoring_from_config"]
+__all__ = ["PreparedDocs", "ProbitScoring", "Scoring", "scoring_from_config"]
 
 
 class PreparedDocs(Protocol):
@@ -46,21 +45,35 @@ class PreparedDocs(Protocol):
         ...
 
 
-class Scoring(Protocol):
-    """The interface every scoring object follows (:class:`ProbitScoring`, :class:`BetaCosineScoring`)."""
+@dataclass(frozen=True)
+class Scoring(Registered):
+    """Base of the scoring objects: a frozen dataclass whose fields are its config.
 
-    kind: str
-    decomposes: bool
+    A subclass is a ``@dataclass(frozen=True)`` that sets ``kind`` (it is then registered:
+    :func:`scoring_from_config` rebuilds it) and ``decomposes`` (True when the score of
+    side-by-side blocks is a function of the per-block scores, so score mixing may add
+    coordinates and map blocks), and implements the methods below.
+    """
 
-    def normalize(self, g: GaussianEmbedding) -> GaussianEmbedding: ...
+    registry = {}
+    kind = ""
+    decomposes = False
 
-    def normalize_mixture(self, g: GaussianEmbedding) -> GaussianEmbedding: ...
+    def normalize(self, g: GaussianEmbedding) -> GaussianEmbedding:
+        """One model's Gaussians in this scoring's space."""
+        raise NotImplementedError
 
-    def prepare(self, mean: np.ndarray, var: np.ndarray) -> PreparedDocs: ...
+    def normalize_mixture(self, g: GaussianEmbedding) -> GaussianEmbedding:
+        """A convolution of normalised Gaussians (embedding mixing) in this scoring's space."""
+        raise NotImplementedError
 
-    def similarity(self, mq, vq, mc, vc, *, num_threads: Optional[int] = None) -> np.ndarray: ...
+    def prepare(self, mean: np.ndarray, var: np.ndarray) -> PreparedDocs:
+        """Documents prepared for repeated top-k searches."""
+        raise NotImplementedError
 
-    def get_config(self) -> Dict[str, Any]: ...
+    def similarity(self, mq, vq, mc, vc, *, num_threads: Optional[int] = None) -> np.ndarray:
+        """Dense ``(Q, N)`` float32 scores."""
+        raise NotImplementedError
 
 
 class _ZeroQueryVariance:
@@ -81,7 +94,8 @@ class _ZeroQueryVariance:
         return self.docs.top_k(mu_q, v_q, k, candidates=candidates, num_threads=num_threads)
 
 
-class ProbitScoring(Configured):
+@dataclass(frozen=True)
+class ProbitScoring(Scoring):
     """The probit similarity of two diagonal Gaussians (the paper's scoring).
 
     Parameters
@@ -92,13 +106,14 @@ class ProbitScoring(Configured):
         "- Unc Sim" ablation).
     """
 
+    use_variance: bool = True
     kind = "probit"
     #: the score of side-by-side blocks is the probit of the blocks' summed moments, so extra
     #: coordinates (hubness) and per-block maps (query heads) act on the per-model scores
     decomposes = True
 
-    def __init__(self, use_variance: bool = True):
-        self.use_variance = check_bool(use_variance, "use_variance")
+    def __post_init__(self):
+        set_checked(self, use_variance=check_bool(self.use_variance, "use_variance"))
 
     def normalize(self, g: GaussianEmbedding) -> GaussianEmbedding:
         """Unit means, the variance scaled alike (``v / |mu|^2``)."""
@@ -121,67 +136,6 @@ class ProbitScoring(Configured):
         return kernels.probit_scores(mq, self._var(vq), mc, self._var(vc), num_threads=num_threads)
 
 
-class _BetaDocs:
-    """Documents held for :func:`crossembed.uec.rules.beta_topk` (nothing to precompute)."""
-
-    def __init__(self, mean: np.ndarray, var: np.ndarray, beta: float):
-        self.mean = as_matrix(mean, "mean")
-        self.var = as_matrix(var, "var", nonnegative=True)
-        if self.var.shape != self.mean.shape:
-            raise ValueError(f"var has shape {self.var.shape} but mean has shape {self.mean.shape}")
-        self.beta = beta
-
-    def __len__(self) -> int:
-        return self.mean.shape[0]
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.mean.nbytes + self.var.nbytes)
-
-    def top_k(self, mu_q, v_q, k: int, *, candidates=None, num_threads: Optional[int] = None):
-        return rules.beta_topk(
-            mu_q, v_q, self.mean, self.var, k, beta=self.beta, candidates=candidates, num_threads=num_threads
-        )
-
-
-class BetaCosineScoring(Configured):
-    """The official UEC code's similarity ``cos / (1 + beta sig2_s / pi)``.
-
-    Parameters
-    ----------
-    beta : float
-        ``beta >= 0``, how strongly the score moment ``sig2_s`` shrinks the
-        cosine (default 1; 0 is the plain cosine of the means).
-    """
-
-    kind = "beta_cosine"
-    #: the cosine renormalises the whole vector: extra coordinates would not add to per-model scores
-    decomposes = False
-
-    def __init__(self, beta: float = 1.0):
-        self.beta = check_positive(beta, "beta", allow_zero=True)
-
-    def normalize(self, g: GaussianEmbedding) -> GaussianEmbedding:
-        """Unit means; the variance ``v / |v|_2^2`` per row (:func:`~crossembed.uec.rules.normalize_variance_official`)."""
-        unit = normalize_gaussian(g)
-        return GaussianEmbedding(unit.mean, rules.normalize_variance_official(g.var).astype(np.float32), unit.weights)
-
-    def normalize_mixture(self, g: GaussianEmbedding) -> GaussianEmbedding:
-        """Unchanged: the official code scores the unnormalised convolution (its cosine normalises the means)."""
-        return g
-
-    def prepare(self, mean: np.ndarray, var: np.ndarray):
-        """The documents, held as given (the beta cosine has no prepared form)."""
-        return _BetaDocs(mean, var, self.beta)
-
-    def similarity(self, mq, vq, mc, vc, *, num_threads: Optional[int] = None) -> np.ndarray:
-        """Dense ``(Q, N)`` float32 beta-cosine scores."""
-        return rules.beta_scores(mq, vq, mc, vc, beta=self.beta, num_threads=num_threads)
-
-
-_SCORINGS = {cls.kind: cls for cls in (ProbitScoring, BetaCosineScoring)}
-
-
-def scoring_from_config(config: Dict[str, Any]):
-    """The scoring object a :meth:`get_config` dict describes."""
-    return from_config(config, _SCORINGS, "scoring")
+def scoring_from_config(config: Dict[str, Any]) -> Scoring:
+    """The scoring object a ``get_config()`` dict describes (any registered :class:`Scoring` kind)."""
+    return from_config(config, Scoring.registry, "scoring")
