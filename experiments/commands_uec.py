@@ -54,8 +54,8 @@ def _eval_task(name: str, args):
 
 
 def _sts_result(args, models, task, emb) -> dict:
-    from crossembed.data import load_rated_pairs
     from crossembed.encoders import encode_cached
+    from experiments.rated_pairs import load_rated_pairs
     from experiments.uec_sts import STS_SETS, evaluate_sts
 
     sets = [load_rated_pairs(name) for name in STS_SETS]

@@ -6,7 +6,7 @@
   gives the Laplace fit pairs (example, gloss); only the other synsets'
   examples are ever evaluated.
 * :func:`freedict_task` - the multilingual "language expert" task of
-  :func:`crossembed.data.freedict.translation_task`: an English, German,
+  :func:`experiments.freedict.translation_task`: an English, German,
   French or Spanish word -> the English WordNet glosses of its senses. Fit
   pairs come from the same sources but share no query word and no relevant
   gloss with the task: (foreign headword, gloss of its English translation)
@@ -23,9 +23,66 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from crossembed.data.tasks import RetrievalTask
+__all__ = ["RetrievalTask", "UECTask", "dev_test_draws", "example_gloss_task", "freedict_task", "wordnet_task"]
 
-__all__ = ["UECTask", "wordnet_task", "freedict_task", "dev_test_draws"]
+
+@dataclass
+class RetrievalTask:
+    """Queries, documents and which documents are relevant to each query.
+
+    Attributes
+    ----------
+    name : str
+        Short identifier, e.g. ``"wordnet-noun-example-gloss"``.
+    queries, documents : list of str
+    relevant : list of tuple of int
+        ``relevant[i]`` holds the indices into ``documents`` relevant to query ``i``.
+    languages : list of str
+        ISO 639-1 code of each query (default ``"en"`` for every query).
+    """
+
+    name: str
+    queries: List[str]
+    documents: List[str]
+    relevant: List[Tuple[int, ...]]
+    languages: List[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.queries = list(self.queries)
+        self.documents = list(self.documents)
+        self.relevant = [tuple(int(j) for j in r) for r in self.relevant]
+        self.languages = list(self.languages) or ["en"] * len(self.queries)
+        if len(self.relevant) != len(self.queries) or len(self.languages) != len(self.queries):
+            raise ValueError(
+                f"relevant ({len(self.relevant)}) and languages ({len(self.languages)}) must have "
+                f"one entry per query ({len(self.queries)})"
+            )
+        n_docs = len(self.documents)
+        for i, r in enumerate(self.relevant):
+            if any(j < 0 or j >= n_docs for j in r):
+                raise ValueError(f"relevant[{i}] = {r} points outside the {n_docs} documents")
+
+    def __len__(self) -> int:
+        return len(self.queries)
+
+
+def example_gloss_task(synsets=None, *, pos: str = "noun", wordnet_dir=None) -> RetrievalTask:
+    """Retrieval task: query = first example of a synset, its one relevant document = its gloss.
+
+    Documents are the glosses of all given synsets (one per synset, in order; default every
+    synset of ``pos`` with examples), so query ``i`` is relevant to document ``i``.
+    """
+    from crossembed.data import synsets_with_examples
+
+    chosen = synsets_with_examples(pos, wordnet_dir=wordnet_dir) if synsets is None else list(synsets)
+    chosen = [s for s in chosen if s.examples and s.gloss]
+    return RetrievalTask(
+        name=f"wordnet-{pos}-example-gloss",
+        queries=[s.examples[0] for s in chosen],
+        documents=[s.gloss for s in chosen],
+        relevant=[(i,) for i in range(len(chosen))],
+        languages=["en"] * len(chosen),
+    )
 
 
 @dataclass
@@ -61,7 +118,7 @@ def wordnet_task(*, fit_fraction: float = 0.4, seed: int = 0, pos: str = "noun",
     ``pos="noun"`` (8.7k glosses) is the task every UEC default was chosen on;
     ``pos="verb"`` (9.7k) is a held-out check that no choice has seen.
     """
-    from crossembed.data.wordnet import example_gloss_task, split_synsets, synsets_with_examples
+    from crossembed.data import split_synsets, synsets_with_examples
 
     if pos not in ("noun", "verb"):
         raise ValueError(f"pos must be 'noun' or 'verb', got {pos!r}")
@@ -88,7 +145,7 @@ def freedict_task(
     wordnet_dir=None,
 ) -> UECTask:
     """Multilingual word -> English gloss, with ``fit_per_language`` disjoint fit pairs per language."""
-    from crossembed.data.freedict import english_noun_senses, read_freedict, single_word, translation_task
+    from experiments.freedict import english_noun_senses, read_freedict, single_word, translation_task
 
     task = translation_task(
         languages,

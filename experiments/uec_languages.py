@@ -4,7 +4,7 @@ A user without foreign data fits the ensemble on English pairs and then
 serves queries in whatever language comes. :func:`unseen_language_task`
 builds that setting from FreeDict and WordNet: queries are single words
 (English noun lemmas and foreign headwords, as
-:func:`crossembed.data.freedict.translation_task`), documents English noun
+:func:`experiments.freedict.translation_task`), documents English noun
 glosses, and the fit pairs are English only (a one-sense lemma -> its gloss,
 sharing no word and no relevant gloss with the queries).
 
@@ -43,7 +43,7 @@ class LanguageTransferTask(UECTask):
 
 def _english_fit_pairs(task, n_fit: int, seed: int, wordnet_dir) -> List[Tuple[str, str]]:
     """``n_fit`` (English one-sense noun lemma, its gloss) pairs sharing no word or relevant gloss with ``task``."""
-    from crossembed.data.freedict import english_noun_senses, single_word
+    from experiments.freedict import english_noun_senses, single_word
 
     senses = english_noun_senses(wordnet_dir)
     used_words = {q.lower() for q in task.queries}
@@ -73,7 +73,7 @@ def unseen_language_task(
     Parameters
     ----------
     dev_languages, test_languages : sequence of str
-        Disjoint FreeDict languages (:data:`crossembed.data.freedict.LANGUAGES`), none of them ``"en"``.
+        Disjoint FreeDict languages (:data:`experiments.freedict.LANGUAGES`), none of them ``"en"``.
     n_per_language : int
         Queries per language, English included (fewer where the dictionary has fewer).
     n_distractors : int
@@ -83,7 +83,7 @@ def unseen_language_task(
     seed : int
         Sampling seed of the queries, distractors and fit pairs.
     """
-    from crossembed.data.freedict import translation_task
+    from experiments.freedict import translation_task
 
     dev, test = list(dict.fromkeys(dev_languages)), list(dict.fromkeys(test_languages))
     if "en" in dev + test or set(dev) & set(test):

@@ -2,7 +2,7 @@
 
 The ensemble is fitted as in a retrieval task (kron posteriors, query heads,
 probe heads, from the task's fit pairs) and scores the rated pairs of
-:mod:`crossembed.data.sts` (WordSim353, SimLex-999, the Lee documents):
+:mod:`experiments.rated_pairs` (WordSim353, SimLex-999, the Lee documents):
 
 * each model alone (its cosine) and the uniform mix of calibrated scores,
   without query heads or hubness (what a user gets without UEC);
@@ -124,7 +124,7 @@ def evaluate_sts(
 ) -> Dict[str, Any]:
     """Spearman x 100 (bootstrap std) of every row on every rated set; returns a JSON-ready dict.
 
-    ``sets``: :class:`~crossembed.data.sts.RatedPairs`; ``text_embeddings[set name][role][model]``:
+    ``sets``: :class:`~experiments.rated_pairs.RatedPairs`; ``text_embeddings[set name][role][model]``:
     each model's raw embeddings of the set's ``texts`` as ``"query"`` and as ``"passage"``.
     """
     from crossembed.uec.languages import LangidIdentifier, model_languages

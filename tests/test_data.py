@@ -1,4 +1,4 @@
-"""crossembed.data: WordNet / FreeDict parsers on small generated files, bundled sample."""
+"""crossembed.data (WordNet parser, bundled sample) and the harness's FreeDict reader on small generated files."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import gzip
 import pytest
 
 from crossembed.data import wordnet as wn
-from crossembed.data.tasks import RetrievalTask
+from experiments.tasks import RetrievalTask, example_gloss_task
 
 LICENCE = "  1 This software and database is being provided to you, the LICENSEE, by  \n  2 Princeton University under the following license.  \n"
 NOUN_LINES = [
@@ -65,12 +65,9 @@ def test_pairs_and_task(wndir):
         ("lions are big cats", "a large cat"),
     ]
     assert len(wn.example_gloss_pairs("noun", wordnet_dir=wndir, all_examples=True)) == 3
-    gl = wn.gloss_lemma_pairs("noun", wordnet_dir=wndir)
-    assert ("that which is perceived or known", "entity") in gl and all(g for g, _ in gl)
-    task = wn.example_gloss_task(pos="noun", wordnet_dir=wndir)
+    task = example_gloss_task(pos="noun", wordnet_dir=wndir)
     assert isinstance(task, RetrievalTask) and len(task) == 2
-    assert task.relevance_matrix().tolist() == [[True, False], [False, True]]
-    assert task.languages == ["en", "en"]
+    assert task.relevant == [(0,), (1,)] and task.languages == ["en", "en"]
 
 
 def test_split_disjoint_deterministic(wndir):
@@ -118,12 +115,11 @@ def test_retrieval_task_validation():
         RetrievalTask("t", ["q"], ["d"], [(1,)])
     with pytest.raises(ValueError, match="one entry per query"):
         RetrievalTask("t", ["q", "r"], ["d"], [(0,)])
-    t = RetrievalTask("t", ["q", "r"], ["d"], [(0,), (0,)], ["en", "de"])
-    assert t.by_language("de").queries == ["r"]
+    assert RetrievalTask("t", ["q", "r"], ["d"], [(0,), (0,)]).languages == ["en", "en"]
 
 
 # ---------------------------------------------------------------- FreeDict
-from crossembed.data import freedict as fd  # noqa: E402
+from experiments import freedict as fd  # noqa: E402
 
 _B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
@@ -215,14 +211,12 @@ def test_translation_task(dictdir, wndir):
     with open(wndir / "data.noun", "a") as fh:
         fh.write("\n".join(extra) + "\n")
     task = fd.translation_task(["de", "en"], n_per_language=10, n_distractors=1, dictd_dir=dictdir, wordnet_dir=wndir)
-    de = task.by_language("de")
-    assert sorted(de.queries) == ["Hund", "Katze"]
-    hund = de.queries.index("Hund")
-    assert [task.documents[j] for j in de.relevant[hund]] == ["a domesticated canid"]
-    katze = de.queries.index("Katze")
-    assert [task.documents[j] for j in de.relevant[katze]] == ["a small feline"]
-    en = task.by_language("en")
-    assert "dog" in en.queries and "entity" in en.queries and "physical entity" not in en.queries
+    relevant = {q: [task.documents[j] for j in r] for q, r in zip(task.queries, task.relevant)}
+    de = [q for q, lang in zip(task.queries, task.languages) if lang == "de"]
+    assert sorted(de) == ["Hund", "Katze"]
+    assert relevant["Hund"] == ["a domesticated canid"] and relevant["Katze"] == ["a small feline"]
+    en = [q for q, lang in zip(task.queries, task.languages) if lang == "en"]
+    assert "dog" in en and "entity" in en and "physical entity" not in en
     assert len(task.documents) == len(set(task.documents))
     again = fd.translation_task(["de", "en"], n_per_language=10, n_distractors=1, dictd_dir=dictdir, wordnet_dir=wndir)
     assert again == task  # deterministic
@@ -285,22 +279,6 @@ def test_real_wordnet_and_freedict():
     except FileNotFoundError:
         pytest.skip("FreeDict dictionaries not installed")
     assert len(task) == 150 and set(task.languages) == {"en", "fr", "es"}
-
-
-def test_retrieval_task_split_and_pairs():
-    t = RetrievalTask(
-        "t", [f"q{i}" for i in range(40)], ["d0", "d1"], [(i % 2,) for i in range(40)], ["en"] * 20 + ["de"] * 20
-    )
-    fit, dev, test = t.split(fit_fraction=0.5, dev_fraction=0.25, random_state=1)
-    assert [len(p) for p in (fit, dev, test)] == [20, 10, 10]
-    assert fit.languages.count("de") == 10 and dev.languages.count("en") == 5  # stratified by language
-    qs = [set(p.queries) for p in (fit, dev, test)]
-    assert not (qs[0] & qs[1] or qs[0] & qs[2] or qs[1] & qs[2]) and set().union(*qs) == set(t.queries)
-    assert fit.documents == t.documents
-    assert t.split(fit_fraction=0.5, dev_fraction=0.25, random_state=1)[0] == fit
-    assert t.pairs()[:2] == [("q0", "d0"), ("q1", "d1")]
-    with pytest.raises(ValueError, match="fit_fraction"):
-        t.split(fit_fraction=0.8, dev_fraction=0.3)
 
 
 def test_wordnet_task_parts_of_speech(wndir):

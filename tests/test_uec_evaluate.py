@@ -6,7 +6,6 @@ import math
 import numpy as np
 import pytest
 
-from crossembed.data.tasks import RetrievalTask
 from crossembed.uec.metrics import (
     expected_calibration_error,
     fit_confidence_temperature,
@@ -14,7 +13,7 @@ from crossembed.uec.metrics import (
     roc_auc,
     top1_confidence,
 )
-from experiments.tasks import UECTask, dev_test_draws
+from experiments.tasks import RetrievalTask, UECTask, dev_test_draws
 from experiments.uec_eval import TaskEmbeddings, evaluate_task, render_markdown
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from crossembed.data.tasks import RetrievalTask
+from experiments.tasks import RetrievalTask
 from experiments.uec_eval import (
     DEFAULT_ROW,
     RANK_ROW,

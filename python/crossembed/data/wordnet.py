@@ -8,8 +8,8 @@ Each non-licence line of ``data.noun`` is one synset::
 ``w_cnt`` is two hex digits, ``p_cnt`` three decimal digits; the gloss holds
 the definition followed by ``"quoted"`` example sentences separated by ``;``.
 
-The positive text pairs built here (example -> definition, definition ->
-lemma) are the real-data training and evaluation material of crossembed; the
+The positive pairs built here (example -> definition, :func:`example_gloss_pairs`)
+are real fit pairs for :meth:`crossembed.uec.LaplaceEmbedder.fit`; the
 deterministic :func:`split_synsets` keeps fit / dev / test disjoint by synset
 so that no sentence of a test synset is ever seen while fitting.
 """
@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from crossembed._validation import check_random_state, check_split_fractions
-from crossembed.data.tasks import RetrievalTask
 
 __all__ = [
     "POS_NAMES",
@@ -33,9 +32,7 @@ __all__ = [
     "read_synsets",
     "synsets_with_examples",
     "example_gloss_pairs",
-    "gloss_lemma_pairs",
     "split_synsets",
-    "example_gloss_task",
 ]
 
 #: accepted ``pos`` spellings -> the file suffix (and the ``Synset.pos`` value)
@@ -230,11 +227,9 @@ def synsets_with_examples(pos: str = "noun", *, wordnet_dir: Optional[PathLike] 
     return [s for s in read_synsets(pos, wordnet_dir=wordnet_dir) if s.examples and s.gloss]
 
 
-def _resolve(synsets: Optional[Iterable[Synset]], pos: str, wordnet_dir, *, need_examples=True) -> List[Synset]:
+def _resolve(synsets: Optional[Iterable[Synset]], pos: str, wordnet_dir) -> List[Synset]:
     if synsets is None:
-        if need_examples:
-            return synsets_with_examples(pos, wordnet_dir=wordnet_dir)
-        return read_synsets(pos, wordnet_dir=wordnet_dir)
+        return synsets_with_examples(pos, wordnet_dir=wordnet_dir)
     synsets = list(synsets)
     for s in synsets:
         if not isinstance(s, Synset):
@@ -268,20 +263,6 @@ def example_gloss_pairs(
     return out
 
 
-def gloss_lemma_pairs(
-    pos: str = "noun",
-    *,
-    synsets: Optional[Iterable[Synset]] = None,
-    wordnet_dir: Optional[PathLike] = None,
-) -> List[Tuple[str, str]]:
-    """Positive pairs ``(definition, first lemma)`` - the "reverse dictionary" task.
-
-    Default: every synset of ``pos`` with a gloss (examples not needed).
-    """
-    chosen = _resolve(synsets, pos, wordnet_dir, need_examples=False)
-    return [(s.gloss, s.lemmas[0]) for s in chosen if s.gloss and s.lemmas]
-
-
 def split_synsets(
     synsets: Sequence[Synset],
     *,
@@ -309,24 +290,3 @@ def split_synsets(
     n_dev = min(int(round(dev_fraction * len(ordered))), len(ordered) - n_fit)
     pick = [ordered[i] for i in perm]
     return SynsetSplit(pick[:n_fit], pick[n_fit : n_fit + n_dev], pick[n_fit + n_dev :])
-
-
-def example_gloss_task(
-    synsets: Optional[Iterable[Synset]] = None,
-    *,
-    pos: str = "noun",
-    wordnet_dir: Optional[PathLike] = None,
-) -> RetrievalTask:
-    """Retrieval task: query = first example of a synset, its one relevant document = its gloss.
-
-    Documents are the glosses of all given synsets (one per synset, in order),
-    so query ``i`` is relevant to document ``i``.
-    """
-    chosen = [s for s in _resolve(synsets, pos, wordnet_dir) if s.examples and s.gloss]
-    return RetrievalTask(
-        name=f"wordnet-{pos}-example-gloss",
-        queries=[s.examples[0] for s in chosen],
-        documents=[s.gloss for s in chosen],
-        relevant=[(i,) for i in range(len(chosen))],
-        languages=["en"] * len(chosen),
-    )

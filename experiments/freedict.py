@@ -34,8 +34,9 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
-from crossembed._validation import check_random_state
-from crossembed.data.tasks import RetrievalTask
+from crossembed.cli.options import write_file
+from crossembed.encoders.cache import default_cache_dir
+from experiments.tasks import RetrievalTask
 
 __all__ = [
     "LANGUAGES",
@@ -249,9 +250,6 @@ def _read_entries(
     written atomically; gzip's CRC catches corruption, and a copy that is
     unreadable or of another format version is parsed again and replaced.
     """
-    from crossembed._io import atomic_write
-    from crossembed.encoders import default_cache_dir
-
     name = f"{Path(index_path).stem}-{int(single_word)}{int(nouns_only)}-{stamp}.json.gz"
     cache = default_cache_dir() / "freedict" / name
     try:
@@ -268,7 +266,7 @@ def _read_entries(
             "language": lang,
             "entries": [[e.headword, list(e.pos), list(e.translations)] for e in entries],
         }
-        atomic_write(cache, gzip.compress(json.dumps(payload, ensure_ascii=False).encode("utf-8"), 6))
+        write_file(cache, gzip.compress(json.dumps(payload, ensure_ascii=False).encode("utf-8"), 6))
     except OSError:
         pass  # a read-only cache only costs time
     return entries
@@ -452,7 +450,7 @@ def translation_task(
     _check_count("n_per_language", n_per_language, 1)
     _check_count("max_senses", max_senses, 1)
     _check_count("n_distractors", n_distractors, 0)
-    rng = check_random_state(random_state)
+    rng = np.random.default_rng(random_state)
     senses = _english_noun_senses(wordnet_dir)
     usable = {w for w, s in senses.items() if len(s) <= max_senses and _single_word(w)}
 
