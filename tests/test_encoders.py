@@ -10,7 +10,7 @@ import pytest
 
 from crossembed import encoders as enc
 from crossembed._io import load_arrays
-from crossembed._validation import check_num_threads, resolve_num_threads
+from crossembed._validation import check_num_threads, default_num_threads, resolve_num_threads
 from crossembed.encoders import backends, registry
 
 
@@ -141,16 +141,16 @@ def test_missing_package_names_pip(monkeypatch):
 
 def test_num_threads_env(monkeypatch):
     monkeypatch.setenv("CROSSEMBED_NUM_THREADS", "3")
-    assert enc.default_num_threads() == 3
+    assert default_num_threads() == 3
     monkeypatch.setenv("CROSSEMBED_NUM_THREADS", "zero")
     with pytest.raises(ValueError, match="CROSSEMBED_NUM_THREADS"):
-        enc.default_num_threads()
+        default_num_threads()
     monkeypatch.setenv("CROSSEMBED_NUM_THREADS", "2")
     assert check_num_threads(None) == 2  # the kernels read the same setting
     monkeypatch.delenv("CROSSEMBED_NUM_THREADS")
     import os
 
-    assert enc.default_num_threads() == len(os.sched_getaffinity(0))  # None: every core, as for the kernels
+    assert default_num_threads() == len(os.sched_getaffinity(0))  # None: every core, as for the kernels
     assert check_num_threads(None) == 0  # the C++ side's own all-cores default
     with pytest.raises(ValueError, match="num_threads"):
         resolve_num_threads(0)

@@ -18,7 +18,8 @@ import platform
 import numpy as np
 
 from crossembed.data.wordnet import example_gloss_pairs
-from crossembed.encoders import default_num_threads, load_encoder
+from crossembed.encoders import load_encoder
+from crossembed.encoders.base import default_num_threads
 from crossembed.uec import LaplaceEmbedder
 
 

@@ -10,7 +10,7 @@ Models load only from installed packages or local paths: the Hugging Face hub
 is switched off (``HF_HUB_OFFLINE=1``) before sentence-transformers is
 imported, and nothing is ever downloaded.
 
-Registered names (see ``DATA.md``; each needs its pip package):
+Registered names (each needs its pip package):
 
 ==========  ====  =====================================  ==========================
 name        dim   pip package                            notes
@@ -30,35 +30,26 @@ version (also available for minilm-l3, where ``torch_model`` is ``None``).
 
 Threads: torch models run under ``torch.set_num_threads(num_threads)`` (the
 previous value is restored afterwards); ``num_threads=None`` means what it
-means everywhere in crossembed (:func:`default_num_threads`:
-``$CROSSEMBED_NUM_THREADS``, else every core this process may use).
+means everywhere in crossembed (``$CROSSEMBED_NUM_THREADS``, else every core
+this process may use).
+
+The backends behind the names (:mod:`crossembed.encoders.backends`) are reached
+through :func:`load_encoder`; :class:`BaseEncoder` is the base for a new one and
+:class:`CallableEncoder` wraps any ``texts -> array`` function.
 """
 
-from crossembed.encoders.backends import (
-    CallableEncoder,
-    E5Encoder,
-    OnnxMeanPoolEncoder,
-    SentenceTransformerEncoder,
-    USEEncoder,
-)
-from crossembed.encoders.base import ROLES, BaseEncoder, Encoder, default_num_threads
+from crossembed.encoders.backends import CallableEncoder
+from crossembed.encoders.base import BaseEncoder, Encoder
 from crossembed.encoders.cache import default_cache_dir, encode_cached
-from crossembed.encoders.registry import available_encoders, load_encoder, mpnet_model_dir, register_encoder
+from crossembed.encoders.registry import available_encoders, load_encoder, register_encoder
 
 __all__ = [
-    "ROLES",
     "BaseEncoder",
     "CallableEncoder",
-    "E5Encoder",
     "Encoder",
-    "OnnxMeanPoolEncoder",
-    "SentenceTransformerEncoder",
-    "USEEncoder",
     "available_encoders",
     "default_cache_dir",
-    "default_num_threads",
     "encode_cached",
     "load_encoder",
-    "mpnet_model_dir",
     "register_encoder",
 ]

@@ -1,4 +1,4 @@
-"""Encoder names: the packaged models of DATA.md, ``register_encoder`` and ``load_encoder``."""
+"""Encoder names: the packaged models, ``register_encoder`` and ``load_encoder``."""
 
 from __future__ import annotations
 

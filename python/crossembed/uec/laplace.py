@@ -40,8 +40,7 @@ Two posterior forms (classes in :mod:`crossembed.uec.posteriors`):
     ``(mean_t a_t)^2 @ Var(W)^T`` as the variance and drops LayerNorm and the
     normalisation. The mean is the pretrained embedding. With the marginal
     likelihood's prior the variances lie far outside the range where the
-    linearisation holds: read them as relative uncertainties (``docs/uec.md``
-    has the checks against sampling and the fit times).
+    linearisation holds: read them as relative uncertainties.
 
 ``curvature="ggn"`` uses the generalised Gauss-Newton matrix (the softmax
 Hessian ``diag(p) - p p^T`` pulled back through the logit Jacobians);
@@ -148,7 +147,7 @@ class LaplaceEmbedder:
         the strings name :class:`~crossembed.uec.posteriors.KronPosterior` and
         :class:`~crossembed.uec.posteriors.DiagPosterior`. ``"diag"`` is the paper's form;
         ``"kron"`` (default) has traces that vary with the input and grow
-        outside the span of the fit inputs (``docs/uec.md`` compares them).
+        outside the span of the fit inputs.
     curvature : {"ggn", "ef"}
         Generalised Gauss-Newton or empirical Fisher.
     prior_precision : float or {"marglik", "nll"}
@@ -171,7 +170,7 @@ class LaplaceEmbedder:
         Also fit the query head (default True; :mod:`crossembed.uec.query_head`):
         a linear map of this model's queries, the MAP of the same InfoNCE loss
         with a prior at the identity, which :class:`~crossembed.uec.UECEnsemble`
-        applies by default (its fit time is in ``docs/uec.md``). The mean of
+        applies by default. The mean of
         :meth:`transform` and :meth:`encode` stays the pretrained embedding.
 
     Attributes

@@ -2,8 +2,8 @@
 
 A Laplace posterior over a frozen encoder says how much the fit pairs pin its
 weights down near an input; it does not say whether the encoder *understands*
-the input (an English-only model on a German word is confident and wrong:
-``docs/uec.md``). The fit pairs can say that directly: for pair ``i`` the rank
+the input (an English-only model on a German word is confident and wrong).
+The fit pairs can say that directly: for pair ``i`` the rank
 ``r_i`` of its own positive among all fit positives (cosine of the frozen
 embeddings) is the model's error on that input. A ridge head regresses
 

@@ -14,7 +14,7 @@ Failures (bounded calls, lost workers, recovery from the shards' files and
 the driver's update log) are :class:`~crossembed.uec.shards.ShardSet`'s.
 
 The same code runs on a ``LocalCluster`` and on machines joined by
-``dask scheduler`` / ``dask worker`` (docs/uec_index.md).
+``dask scheduler`` / ``dask worker``.
 """
 
 from __future__ import annotations
