@@ -56,10 +56,6 @@ class _StaleShardError(RuntimeError):
     """Raised on a worker by a shard whose update count is not the one the driver expects."""
 
 
-class _StaleShardError(RuntimeError):
-    """Raised on a worker by a shard whose update count is not the one the driver expects."""
-
-
 def live_workers(client, timeout: float) -> List[str]:
     """The addresses of the workers the scheduler lists now, sorted (a fresh scheduler call, not a cache)."""
     return sorted(client.nthreads(callback_timeout=timeout))
