@@ -25,7 +25,12 @@ def register(subparsers) -> None:
         help="comma list of encA:encB:corpus_size (default: the five pairs of docs/linking.md, 20,000 glosses)",
     )
     t.add_argument("--settings", default="0.1:15,0.3:15,0.5:15", help="comma list of alpha:n_seeds")
-    t.add_argument("--methods", default=None, help="comma list (default: baselines, paper, capped, validated)")
+    t.add_argument(
+        "--methods",
+        default=None,
+        help="comma list of the table's methods or module:attribute methods of one's own (docs/extending.md; "
+        "default: baselines, paper, capped, validated)",
+    )
     t.add_argument("--draws", type=int_arg(1), default=5)
     t.add_argument("--n-objects", type=int_arg(2), default=10_000, help="glosses sampled per draw")
     t.add_argument("--max-iter", type=int_arg(1), default=30)

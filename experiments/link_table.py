@@ -9,6 +9,7 @@ interrupted table keeps what it measured and a rerun skips finished runs.
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
 from pathlib import Path
@@ -52,6 +53,8 @@ __all__ = [
     "METHODS",
     "RECORD_SHAPE",
     "SUMMARY",
+    "find_method",
+    "geh_method",
     "load_records",
     "render_markdown",
     "run_method",
@@ -71,9 +74,10 @@ DEFAULT_PAIRS = (
 _CHECK2 = CrossFitCheck(max_rounds=2)  # the decoy pass's pool check before CrossFitRelink
 
 
-def _geh(*, most_rounds: Optional[int] = None, **parts) -> Callable[..., LinkResult]:
-    """A method running :class:`GEHLinker` with the default objects except ``parts``, for the
-    table's ``max_iter`` rounds at most, and ``most_rounds`` at most when given."""
+def geh_method(*, most_rounds: Optional[int] = None, **parts) -> Callable[..., LinkResult]:
+    """A method running :class:`GEHLinker` with the default objects except ``parts`` (its keyword
+    arguments: ``candidates=``, ``promotion=``, ...), for the table's ``max_iter`` rounds at most,
+    and ``most_rounds`` at most when given."""
 
     def run(A, B, seeds, *, random_state, max_iter):
         rounds = max_iter if most_rounds is None else min(max_iter, most_rounds)
@@ -88,26 +92,28 @@ METHODS: Dict[str, Callable[..., LinkResult]] = {
     "relative": lambda A, B, s, **_: relative_link(A, B, s),
     "bootstrap-procrustes": lambda A, B, s, **_: bootstrap_procrustes_link(A, B, s, n_iter=5),
     # the published rules as written: no centring
-    "geh-paper": _geh(promotion=PaperPromotion(), center=None),
-    "geh-capped": _geh(promotion=CappedPromotion(), center=None),
-    "geh-validated": _geh(most_rounds=DEFAULT_MAX_ITER),
+    "geh-paper": geh_method(promotion=PaperPromotion(), center=None),
+    "geh-capped": geh_method(promotion=CappedPromotion(), center=None),
+    "geh-validated": geh_method(most_rounds=DEFAULT_MAX_ITER),
     # the default before session 12: the table's 30 rounds at most
-    "geh-30-rounds": _geh(),
-    "geh-validated-uncentered": _geh(center=None),
-    "geh-validated-whiten": _geh(center=Whiten()),
-    "geh-validated-fold-pass": _geh(promotion=ValidatedPromotion(final_pass=FoldPass())),
-    "geh-validated-no-final-pass": _geh(promotion=ValidatedPromotion(final_pass=None)),
+    "geh-30-rounds": geh_method(),
+    "geh-validated-uncentered": geh_method(center=None),
+    "geh-validated-whiten": geh_method(center=Whiten()),
+    "geh-validated-fold-pass": geh_method(promotion=ValidatedPromotion(final_pass=FoldPass())),
+    "geh-validated-no-final-pass": geh_method(promotion=ValidatedPromotion(final_pass=None)),
     # the map pass fitted on the links the no-partner check keeps (the low-overlap option)
-    "geh-checked": _geh(promotion=ValidatedPromotion(final_pass=CheckedMapPass())),
+    "geh-checked": geh_method(promotion=ValidatedPromotion(final_pass=CheckedMapPass())),
     # the default before the decoy pass: one ridge map fitted on the whole pool relinks every row
-    "geh-map-pass": _geh(promotion=ValidatedPromotion(final_pass=MapPass())),
+    "geh-map-pass": geh_method(promotion=ValidatedPromotion(final_pass=MapPass())),
     # the decoy pass on the checked pool, without relinking it first (the default before
     # CrossFitRelink), scoring through CCA, a ridge map (the default before CCA) or one each way
-    "geh-pool-check": _geh(promotion=ValidatedPromotion(final_pass=DecoyPass(check=_CHECK2, scorer=CCAMap()))),
-    "geh-ridge-map": _geh(promotion=ValidatedPromotion(final_pass=DecoyPass(check=_CHECK2, scorer=RidgeMap()))),
-    "geh-two-maps": _geh(promotion=ValidatedPromotion(final_pass=DecoyPass(check=_CHECK2, scorer=TwoWayRidgeMap()))),
+    "geh-pool-check": geh_method(promotion=ValidatedPromotion(final_pass=DecoyPass(check=_CHECK2, scorer=CCAMap()))),
+    "geh-ridge-map": geh_method(promotion=ValidatedPromotion(final_pass=DecoyPass(check=_CHECK2, scorer=RidgeMap()))),
+    "geh-two-maps": geh_method(
+        promotion=ValidatedPromotion(final_pass=DecoyPass(check=_CHECK2, scorer=TwoWayRidgeMap()))
+    ),
     # the relinked pool checked through 128 canonical directions instead of a ridge map
-    "geh-relink-cca-check": _geh(
+    "geh-relink-cca-check": geh_method(
         promotion=ValidatedPromotion(
             final_pass=DecoyPass(
                 check=CrossFitRelink(check=CrossFitCheck(max_rounds=2, scorer=CCAMap(n_components=128)))
@@ -115,17 +121,17 @@ METHODS: Dict[str, Callable[..., LinkResult]] = {
         )
     ),
     # ... and with the pool check scoring through CCA too (docs/linking.md, *Scores of the decoy pass*)
-    "geh-cca-check": _geh(
+    "geh-cca-check": geh_method(
         promotion=ValidatedPromotion(
             final_pass=DecoyPass(check=CrossFitCheck(max_rounds=2, scorer=CCAMap()), scorer=CCAMap())
         )
     ),
-    "geh-validated-exact": _geh(candidates=ExactCandidates()),
-    "geh-validated-pool": _geh(candidates=PoolCandidates()),
-    "geh-validated-cells": _geh(candidates=CellCandidates()),
-    "geh-validated-no-kernel": _geh(signatures=CosineSignatures()),
-    "geh-validated-random-anchors": _geh(views=RandomViews()),
-    "geh-validated-fixed-votes": _geh(promotion=ValidatedPromotion(posterior=False)),
+    "geh-validated-exact": geh_method(candidates=ExactCandidates()),
+    "geh-validated-pool": geh_method(candidates=PoolCandidates()),
+    "geh-validated-cells": geh_method(candidates=CellCandidates()),
+    "geh-validated-no-kernel": geh_method(signatures=CosineSignatures()),
+    "geh-validated-random-anchors": geh_method(views=RandomViews()),
+    "geh-validated-fixed-votes": geh_method(promotion=ValidatedPromotion(posterior=False)),
 }
 
 
@@ -133,11 +139,27 @@ METHODS: Dict[str, Callable[..., LinkResult]] = {
 SUMMARY = ("procrustes", "relative", "bootstrap-procrustes", "geh-paper", "geh-capped", "geh-validated")
 
 
+def find_method(name: str) -> Callable[..., LinkResult]:
+    """The method ``name``: a key of :data:`METHODS`, or ``module:attribute``, a method of one's own
+    imported from an importable module (a callable taking ``(A, B, seeds, *, random_state, max_iter)``
+    and returning a :class:`LinkResult`, e.g. ``geh_method(candidates=MySource())``)."""
+    if name in METHODS:
+        return METHODS[name]
+    module, _, attribute = name.partition(":")
+    if not (module and attribute):
+        raise ValueError(f"unknown method {name!r}; choose from {sorted(METHODS)} or name module:attribute")
+    try:
+        method = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"method {name!r}: {exc}") from None
+    if not callable(method):
+        raise ValueError(f"method {name!r} is a {type(method).__name__}, not a callable")
+    return method
+
+
 def run_method(name: str, A, B, seeds, *, random_state: int = 0, max_iter: int = 10) -> LinkResult:
-    """Run one method of :data:`METHODS` on A, B and seeds."""
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; choose from {sorted(METHODS)}")
-    return METHODS[name](A, B, seeds, random_state=random_state, max_iter=max_iter)
+    """Run one method (:func:`find_method`) on A, B and seeds."""
+    return find_method(name)(A, B, seeds, random_state=random_state, max_iter=max_iter)
 
 
 #: What :func:`render_markdown` and a resumed :func:`run_table` read of each record (see ``_records``).
@@ -187,7 +209,8 @@ def run_table(
     ----------
     pairs : sequence of (encoder_a, encoder_b, corpus_size)
     settings : iterable of (alpha, n_seeds)
-    methods : names in :data:`METHODS` (default :data:`SUMMARY`: baselines, paper, capped, default)
+    methods : names in :data:`METHODS` or ``module:attribute`` (:func:`find_method`; default
+        :data:`SUMMARY`: baselines, paper, capped, default)
     n_draws : protocol draws per cell (draw ``d`` uses random state ``seed + d``)
     n_objects : glosses sampled from the corpus per draw
     results_path : JSON file the records are appended to (resumable)
@@ -197,8 +220,7 @@ def run_table(
     if embed is None:
         from experiments.corpora import embed_corpus as embed
     for m in methods:
-        if m not in METHODS:
-            raise ValueError(f"unknown method {m!r}; choose from {sorted(METHODS)}")
+        find_method(m)  # an unknown name fails before any corpus is embedded
     path = Path(results_path)
     records: List[dict] = load_records(path) if path.is_file() else []
     done = {r["key"] for r in records}
@@ -289,7 +311,7 @@ def render_markdown(records: List[dict]) -> str:
         out.append("| method | precision % | recall % | F1 % | seconds | draws |")
         out.append("|---|---|---|---|---|---|")
         proc = by_method.get("procrustes")
-        for method in METHODS:
+        for method in [*METHODS, *(m for m in by_method if m not in METHODS)]:
             rs = by_method.get(method)
             if not rs:
                 continue
