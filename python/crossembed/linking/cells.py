@@ -23,7 +23,7 @@ import numpy as np
 
 from crossembed import kernels
 
-__all__ = ["CELLS_PER_ROW", "cell_candidate_lists", "cell_pairs", "top_cells"]
+__all__ = ["CELLS_PER_ROW", "cell_candidate_lists", "cell_members", "cell_pairs", "top_cells"]
 
 CELLS_PER_ROW = 4
 # a pair scored in a cell costs several times one scored by the exact lists (small blocks, where
@@ -41,13 +41,12 @@ def top_cells(S: np.ndarray, r: int) -> np.ndarray:
     return np.argpartition(-S, r - 1, axis=1)[:, :r].astype(np.int64)
 
 
-def _members(cells: np.ndarray, n_cells: int):
-    """Rows and slots of each cell: ``rows[bounds[c]:bounds[c + 1]]`` are cell c's rows."""
+def cell_members(cells: np.ndarray, n_cells: int) -> Tuple[np.ndarray, np.ndarray]:
+    """``(order, bounds)``: the flat positions ``row * r + slot`` of ``cells`` (n, r) sorted by cell (stably,
+    so in row order within a cell; entries < 0, in no cell, first), cell c's at ``order[bounds[c]:bounds[c + 1]]``."""
     flat = cells.reshape(-1)
     order = np.argsort(flat, kind="stable")
-    bounds = np.searchsorted(flat[order], np.arange(n_cells + 1))
-    r = cells.shape[1]
-    return order // r, order % r, bounds
+    return order, np.searchsorted(flat[order], np.arange(n_cells + 1))
 
 
 def cell_pairs(cells_a: np.ndarray, cells_b: np.ndarray, n_cells: int) -> float:
@@ -140,8 +139,10 @@ def cell_candidate_lists(
         # exact lists are cheaper, and a superset
         _, cand_a, _, cand_b = kernels.topk_rows_and_columns(FA, FB, m, m, num_threads=num_threads)
         return pad_lists(cand_a, m), pad_lists(cand_b, m)
-    ra_all, sa_all, ba = _members(cells_a, n_cells)
-    rb_all, sb_all, bb = _members(cells_b, n_cells)
+    order_a, ba = cell_members(cells_a, n_cells)
+    order_b, bb = cell_members(cells_b, n_cells)
+    ra_all, sa_all = order_a // cells_a.shape[1], order_a % cells_a.shape[1]
+    rb_all, sb_all = order_b // cells_b.shape[1], order_b % cells_b.shape[1]
     out = []
     for n, r in ((len(FA), cells_a.shape[1]), (len(FB), cells_b.shape[1])):
         out.append((np.full((n, r, m), -np.inf, np.float32), np.full((n, r, m), -1, np.int64)))

@@ -32,6 +32,7 @@ import numpy as np
 from crossembed import kernels
 from crossembed._validation import resolve_num_threads
 from crossembed.linking._inputs import ROW_CHUNK as CHUNK
+from crossembed.linking.cells import cell_members
 from crossembed.linking.csls import csls_hubness, csls_scores
 from crossembed.linking.preprocess import unit_rows
 
@@ -194,11 +195,9 @@ def _index_dtype(n: int) -> type:
     return np.int32 if n < 2**31 else np.int64
 
 
-def _members(cells: np.ndarray, n_cells: int) -> Tuple[np.ndarray, np.ndarray]:
-    """Rows of each cell in row order: ``rows[bounds[c]:bounds[c + 1]]`` (entries < 0 in no cell)."""
-    flat = cells.reshape(-1)
-    order = np.argsort(flat, kind="stable")
-    bounds = np.searchsorted(flat[order], np.arange(n_cells + 1))
+def _cell_rows(cells: np.ndarray, n_cells: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Rows of each cell in row order: ``rows[bounds[c]:bounds[c + 1]]`` (:func:`cell_members`)."""
+    order, bounds = cell_members(cells, n_cells)
     order //= cells.shape[1]
     return order.astype(_index_dtype(len(cells))), bounds
 
@@ -235,8 +234,8 @@ def cell_lists(
     cand_b, dots_b : ndarray, shape (N_B, m)
         The same for B's rows over the A rows probing their cell.
     """
-    rows_a, bounds_a = _members(probes, index.n_cells)
-    rows_b, bounds_b = _members(index.cell_of_b[:, None], index.n_cells)
+    rows_a, bounds_a = _cell_rows(probes, index.n_cells)
+    rows_b, bounds_b = _cell_rows(index.cell_of_b[:, None], index.n_cells)
     best_a = np.full((len(FA), m), _EMPTY, np.int64)
     cand_b = np.full((len(B), m), -1, _index_dtype(len(FA)))
     dots_b = np.full((len(B), m), -np.inf, np.float32)
