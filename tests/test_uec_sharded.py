@@ -118,8 +118,9 @@ def test_a_busy_shard_times_out_within_the_bound(client):
 
 def test_shards_score_with_the_given_scoring_or_the_ensembles(client, tmp_path):
     from crossembed.uec import LaplaceEmbedder, UECEnsemble
+    from crossembed.uec.ablations import BetaCosineScoring
     from crossembed.uec.routing import LaplaceRouting
-    from crossembed.uec.scoring import BetaCosineScoring, ProbitScoring
+    from crossembed.uec.scoring import ProbitScoring
 
     docs, q = _docs(200, 8, 7), _docs(5, 8, 8)
     beta = ShardedUECIndex(client, docs, n_shards=2, scoring=BetaCosineScoring(0.5), config=IndexConfig(M=8))
