@@ -7,9 +7,8 @@ body (at most ``max_body_bytes``, else 413), hands the bytes to
 or ``{"error": ...}`` for a :class:`~crossembed.serve.errors.RequestError`.
 Every other request (``/docs``, ``/openapi.json``, routes a user adds, 404s)
 goes on to the app. FastAPI's routing, dependency and response machinery
-would cost a large share of a single-query search's time over HTTP
-(docs/serve.md, "Design"); an unexpected exception still propagates to the
-app's 500 handler.
+would cost a large share of a single-query search's time over HTTP; an
+unexpected exception still propagates to the app's 500 handler.
 """
 
 from __future__ import annotations

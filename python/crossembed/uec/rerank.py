@@ -28,7 +28,7 @@ _EXACT_FILTER_ROWS = 20000  # a filter allowing at most this many documents is s
 # the largest prepared form, before any block exists
 _PANEL_BYTES_PER_VALUE = 12
 # the ANN rerank visits cached blocks only when it has this many candidate rows per block or more: below,
-# preparing just the candidate rows costs less than a step per block (crossover: docs/uec_index.md)
+# preparing just the candidate rows costs less than a step per block
 _ROWS_PER_CACHED_BLOCK = 256
 
 
