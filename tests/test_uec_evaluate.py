@@ -82,6 +82,26 @@ def test_dev_test_draws_are_disjoint_and_stratified():
         dev_test_draws(uec, 0)
 
 
+def test_a_routing_given_by_object_or_name_is_a_row_of_its_own():
+    from crossembed.uec import UniformRouting
+
+    uec, emb = _tiny_task()
+    res = evaluate_task(
+        uec,
+        emb,
+        models=["a", "b"],
+        n_draws=1,
+        row_set="core",
+        routings=["crossembed.uec:LaplaceRouting", UniformRouting()],
+        show_progress_bar=False,
+    )
+    named, given = "routing: crossembed.uec:LaplaceRouting", "routing: UniformRouting()"
+    assert {named, given} <= set(res["rows"])
+    assert list(res["rows"][named]["chosen"][0]) == ["temperature"]  # T chosen on dev: the routing has one
+    assert "chosen" not in res["rows"][given]  # nothing to tune
+    assert 0.0 <= res["rows"][given]["ndcg@10"][0] <= 100.0  # in percent
+
+
 def test_evaluate_task_end_to_end():
     uec, emb = _tiny_task()
     res = evaluate_task(uec, emb, models=["a", "b"], n_draws=2, multilingual="b", show_progress_bar=False)
