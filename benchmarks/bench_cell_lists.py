@@ -14,7 +14,7 @@ import pytest
 
 from _bench import run, size
 from crossembed import kernels
-from crossembed.baselines import numpy_cell_candidate_lists
+from crossembed.cli.kernel_peers import numpy_cell_candidate_lists
 from crossembed.linking.cells import cell_candidate_lists, cell_pairs, top_cells
 
 N, A, K, R = size("cells_n", 20_000, 2_000), 512, 64, 4

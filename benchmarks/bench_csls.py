@@ -14,7 +14,7 @@ import pytest
 
 import crossembed as ce
 from _bench import run, size
-from crossembed.baselines import (
+from crossembed.cli.kernel_peers import (
     faiss_csls_mutual_topk,
     faiss_topk_rows_and_columns,
     numpy_csls_mutual_topk,

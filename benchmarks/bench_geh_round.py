@@ -15,7 +15,7 @@ import pytest
 
 from _bench import run, size
 from crossembed import kernels
-from crossembed.baselines import numpy_csls_mutual_topk_candidates, numpy_signatures
+from crossembed.cli.kernel_peers import numpy_csls_mutual_topk_candidates, numpy_signatures
 from crossembed.linking import ValidatedPromotion
 from crossembed.linking._fit import FitSetup, FitState
 from crossembed.linking.candidates import without_own_anchor

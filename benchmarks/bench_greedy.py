@@ -12,7 +12,7 @@ import pytest
 
 import crossembed as ce
 from _bench import run, size
-from crossembed.baselines import numpy_greedy_one_to_one
+from crossembed.cli.kernel_peers import numpy_greedy_one_to_one
 
 P, ROWS = size("greedy_pairs", 500_000, 20_000), size("greedy_rows", 50_000, 2_000)
 

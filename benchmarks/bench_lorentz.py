@@ -11,7 +11,7 @@ import pytest
 
 import crossembed as ce
 from _bench import run, size
-from crossembed.baselines import numpy_lorentz, numpy_lorentz_topk, torch_lorentz, torch_lorentz_topk
+from crossembed.cli.kernel_peers import numpy_lorentz, numpy_lorentz_topk, torch_lorentz, torch_lorentz_topk
 
 NX, NY, D, K = size("lorentz_nx", 4096, 512), size("lorentz_ny", 4096, 512), size("lorentz_d", 128, 128), 10
 FLOPS = 2.0 * NX * NY * D

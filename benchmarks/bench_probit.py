@@ -33,7 +33,7 @@ import pytest
 
 import crossembed as ce
 from _bench import clustered_unit_rows, run, size, unit_rows
-from crossembed.baselines import faiss_flat_topk, numpy_probit_docs, numpy_probit_topk, torch_probit_topk
+from crossembed.cli.kernel_peers import faiss_flat_topk, numpy_probit_docs, numpy_probit_topk, torch_probit_topk
 
 Q, N, D, K = size("probit_q", 1000, 64), size("probit_n", 100_000, 5000), size("probit_d", 384, 384), 10
 FQ, FN = size("probit_fn_q", 256, 32), size("probit_fn_n", 50_000, 3000)

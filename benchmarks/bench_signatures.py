@@ -9,7 +9,7 @@ import pytest
 
 import crossembed as ce
 from _bench import run, size
-from crossembed.baselines import numpy_signatures, torch_signatures
+from crossembed.cli.kernel_peers import numpy_signatures, torch_signatures
 
 N, D = size("signatures_n", 100_000, 5000), size("signatures_d", 384, 384)
 ANCHORS = [64, 256, 512]

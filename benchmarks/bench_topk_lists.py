@@ -14,7 +14,7 @@ import pytest
 
 from _bench import run, size
 from crossembed import kernels
-from crossembed.baselines import faiss_topk_rows_and_columns, numpy_topk_rows_and_columns
+from crossembed.cli.kernel_peers import faiss_topk_rows_and_columns, numpy_topk_rows_and_columns
 
 N, A, K = size("lists_n", 10_000, 2_000), 512, 64
 

@@ -15,7 +15,7 @@ import pytest
 
 import crossembed as ce
 from _bench import run, size, unit_rows
-from crossembed.baselines import numpy_signatures_from_cosines
+from crossembed.cli.kernel_peers import numpy_signatures_from_cosines
 from crossembed.kernels import AnchorCosines
 
 N, D = size("view_signatures_n", 6500, 1500), 384

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from crossembed import baselines
 from crossembed.cli import kernel_bench as bench
+from crossembed.cli import kernel_peers as baselines
 from crossembed.cli import main
 
 

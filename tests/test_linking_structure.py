@@ -10,7 +10,7 @@ import pytest
 
 from _linking_data import linking_problem
 from crossembed import reference
-from crossembed.baselines import numpy_greedy_one_to_one
+from crossembed.cli.kernel_peers import numpy_greedy_one_to_one
 from crossembed.kernels import greedy_one_to_one
 from crossembed.linking import (
     AutoCandidates,

@@ -2,7 +2,7 @@
 
 Generates data like the real workloads (unit-length float32 rows like text
 embeddings, non-negative signature rows, points on the Lorentz model),
-times each kernel and the baselines of :mod:`crossembed.baselines` on the
+times each kernel and the baselines of :mod:`crossembed.cli.kernel_peers` on the
 same inputs (best of ``--repeat`` calls; one untimed warm-up call at the
 small scale, where page faults of a first call are not noise), checks once
 per case that kernel and baseline agree, and prints a markdown table of
@@ -166,7 +166,7 @@ def _row(
 
 
 def _probit(size, rng, timer, threads, torch) -> Iterator[List[Dict[str, Any]]]:
-    from crossembed.baselines import numpy_probit_docs, numpy_probit_topk
+    from crossembed.cli.kernel_peers import numpy_probit_docs, numpy_probit_topk
     from crossembed.kernels import ProbitDocs
 
     q, n, d, k = size["Q"], size["N"], size["D"], size["k"]
@@ -207,7 +207,7 @@ def _probit(size, rng, timer, threads, torch) -> Iterator[List[Dict[str, Any]]]:
 
 
 def _signatures(size, rng, timer, threads, torch) -> Iterator[List[Dict[str, Any]]]:
-    from crossembed.baselines import numpy_signatures
+    from crossembed.cli.kernel_peers import numpy_signatures
     from crossembed.kernels import anchor_signatures, median_anchor_distance
 
     n, a, d = size["N"], size["A"], size["D"]
@@ -231,7 +231,7 @@ def _signatures(size, rng, timer, threads, torch) -> Iterator[List[Dict[str, Any
 
 
 def _csls(size, rng, timer, threads, torch) -> Iterator[List[Dict[str, Any]]]:
-    from crossembed.baselines import numpy_csls_mutual_topk
+    from crossembed.cli.kernel_peers import numpy_csls_mutual_topk
     from crossembed.kernels import csls_mutual_topk
 
     n, a, k, csls_k = size["N"], size["A"], size["k"], size["csls_k"]
@@ -246,7 +246,7 @@ def _csls(size, rng, timer, threads, torch) -> Iterator[List[Dict[str, Any]]]:
     )
     rows = [_row("csls", "csls_mutual_topk", size, "numpy float32", 2.0 * n * n * a, t_k, t_b, check)]
     if _import_faiss() is not None:
-        from crossembed.baselines import faiss_csls_mutual_topk
+        from crossembed.cli.kernel_peers import faiss_csls_mutual_topk
 
         t_f, (f_pairs, _) = timer(lambda: faiss_csls_mutual_topk(SA, SB, k, csls_k))
         same = len(ours & set(map(tuple, f_pairs.tolist())))
@@ -266,7 +266,7 @@ def _lorentz(size, rng, timer, threads, torch) -> Iterator[List[Dict[str, Any]]]
 
 def _lorentz_pairwise_rows(X, Y, size, timer, threads, torch) -> List[Dict[str, Any]]:
     """lorentz_pairwise against numpy and torch (``size`` has no k: every distance is returned)."""
-    from crossembed import baselines as bl
+    from crossembed.cli import kernel_peers as bl
     from crossembed.kernels import lorentz_pairwise
 
     flops = 2.0 * X.shape[0] * Y.shape[0] * X.shape[1]
@@ -290,7 +290,7 @@ def _lorentz_pairwise_rows(X, Y, size, timer, threads, torch) -> List[Dict[str, 
 
 def _lorentz_topk_rows(X, Y, size, timer, threads, torch) -> List[Dict[str, Any]]:
     """lorentz_topk against numpy and torch."""
-    from crossembed import baselines as bl
+    from crossembed.cli import kernel_peers as bl
     from crossembed.kernels import lorentz_topk
 
     k, flops = size["k"], 2.0 * X.shape[0] * Y.shape[0] * X.shape[1]

@@ -1,4 +1,4 @@
-"""The plain numpy/torch ways to compute what :mod:`crossembed.kernels` computes, for speed comparisons.
+"""The plain numpy/torch/faiss ways to compute what :mod:`crossembed.kernels` computes: the peers `crossembed bench` times.
 
 These are the fast float32 formulations a user would write without
 crossembed (BLAS GEMMs, ``argpartition``, ``torch.topk``), not the exact
