@@ -95,7 +95,7 @@ METHODS: Dict[str, Callable[..., LinkResult]] = {
     "geh-paper": geh_method(promotion=PaperPromotion(), center=None),
     "geh-capped": geh_method(promotion=CappedPromotion(), center=None),
     "geh-validated": geh_method(most_rounds=DEFAULT_MAX_ITER),
-    # the default before session 12: the table's 30 rounds at most
+    # the default rules with 30 rounds at most
     "geh-30-rounds": geh_method(),
     "geh-validated-uncentered": geh_method(center=None),
     "geh-validated-whiten": geh_method(center=Whiten()),
@@ -103,10 +103,10 @@ METHODS: Dict[str, Callable[..., LinkResult]] = {
     "geh-validated-no-final-pass": geh_method(promotion=ValidatedPromotion(final_pass=None)),
     # the map pass fitted on the links the no-partner check keeps (the low-overlap option)
     "geh-checked": geh_method(promotion=ValidatedPromotion(final_pass=CheckedMapPass())),
-    # the default before the decoy pass: one ridge map fitted on the whole pool relinks every row
+    # one ridge map fitted on the whole pool relinks every row
     "geh-map-pass": geh_method(promotion=ValidatedPromotion(final_pass=MapPass())),
-    # the decoy pass on the checked pool, without relinking it first (the default before
-    # CrossFitRelink), scoring through CCA, a ridge map (the default before CCA) or one each way
+    # the decoy pass on the checked pool, without relinking it first, scoring through CCA, a ridge map or
+    # one each way
     "geh-pool-check": geh_method(promotion=ValidatedPromotion(final_pass=DecoyPass(check=_CHECK2, scorer=CCAMap()))),
     "geh-ridge-map": geh_method(promotion=ValidatedPromotion(final_pass=DecoyPass(check=_CHECK2, scorer=RidgeMap()))),
     "geh-two-maps": geh_method(
@@ -120,7 +120,7 @@ METHODS: Dict[str, Callable[..., LinkResult]] = {
             )
         )
     ),
-    # ... and with the pool check scoring through CCA too (docs/linking.md, *Scores of the decoy pass*)
+    # ... and with the pool check scoring through CCA too
     "geh-cca-check": geh_method(
         promotion=ValidatedPromotion(
             final_pass=DecoyPass(check=CrossFitCheck(max_rounds=2, scorer=CCAMap()), scorer=CCAMap())
