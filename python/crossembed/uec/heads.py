@@ -109,7 +109,7 @@ class ModelHeads:
         query_head : bool
             Also fit the query head.
         scrambled : ndarray, shape (m, D), or None
-            Unit embeddings of scrambled fit anchors (:func:`crossembed.uec.probe.scramble_sample`):
+            Embeddings of scrambled fit anchors (normalised here) (:func:`crossembed.uec.probe.scramble_sample`):
             fit the probe head on the anchors against them.
         show_progress_bar : bool
             Progress of the query head fit.
@@ -133,7 +133,7 @@ class ModelHeads:
                 random_state=int(rng.integers(2**31)),
                 show_progress_bar=show_progress_bar,
             )
-        probe = None if scrambled is None else fit_probe_head(anchors[sub], scrambled)
+        probe = None if scrambled is None else fit_probe_head(anchors[sub], unit_rows(scrambled))
         return cls(
             trace_mean=float(traces.mean()),
             trace_std=float(max(traces.std(), 1e-12)),

@@ -77,6 +77,8 @@ _LAYERS = ("head", "last_dense")
 _LAMBDA_GRID = np.logspace(-4, 10, 57)
 #: version of the saved embedder state (``meta["format"]``); other versions are refused
 FORMAT_VERSION = 2
+#: constructor settings saved in the state's metadata under their own names
+_SETTINGS = ("layer", "hessian", "curvature", "loss_temperature", "batch_size", "ln_rank", "query_head")
 
 
 def _log_marginal_likelihood(posterior: Posterior, lam: float) -> float:
@@ -97,6 +99,66 @@ def _select_marglik(posterior: Posterior) -> float:
     return float(fine[int(np.argmax([_log_marginal_likelihood(posterior, l) for l in fine]))])
 
 
+def _select_nll(posterior: Posterior, A_hold, P_hold, *, tau: float, batch_size: int) -> float:
+    """The grid ``lambda`` minimising the probit-InfoNCE NLL of held-out pairs."""
+
+    def nll(lam):
+        va, vp = posterior.predictive_variance(A_hold, lam), posterior.predictive_variance(P_hold, lam)
+        total = 0.0
+        for b in _batches(np.arange(len(A_hold)), batch_size):
+            a, p, qa, qp = _means(A_hold)[b], _means(P_hold)[b], va[b], vp[b]
+            mu = a @ p.T
+            sig2 = (a * a) @ qp.T + qa @ (p * p).T + qa @ qp.T
+            s = mu / np.sqrt(1.0 + math.pi / 8.0 * sig2) / tau
+            s = s - s.max(axis=1, keepdims=True)
+            total += float((np.log(np.exp(s).sum(axis=1)) - np.diag(s)).sum())
+        return total / len(A_hold)
+
+    vals = [nll(l) for l in _LAMBDA_GRID]
+    return float(_LAMBDA_GRID[int(np.argmin(vals))])
+
+
+def _batches(order: np.ndarray, batch_size: int) -> List[np.ndarray]:
+    """``order`` cut into InfoNCE batches; the last partial batch joins the final full one."""
+    cuts = [i * batch_size for i in range(max(1, len(order) // batch_size))] + [len(order)]
+    return [order[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+def _accumulate(posterior: Posterior, A, P, batches, *, tau: float, curvature: str) -> Dict[str, np.ndarray]:
+    """Batch statistics of ``posterior`` summed over ``batches`` (index arrays into the pairs)."""
+    totals: Optional[Dict[str, np.ndarray]] = None
+    for b in batches:
+        stats = posterior.batch_statistics(A[b], P[b], tau=tau, curvature=curvature)
+        totals = stats if totals is None else {k: totals[k] + stats[k] for k in totals}
+    return totals
+
+
+def _fit_posterior(posterior: Posterior, A, P, order: np.ndarray, prior_precision, *, loss: Dict[str, Any], desc: str):
+    """Fit ``posterior`` on the pairs in ``order``; returns its prior precision and the pairs not held out.
+
+    ``prior_precision``: a float, ``"marglik"`` or ``"nll"`` (:class:`LaplaceEmbedder`); ``loss``: the
+    InfoNCE's ``tau``, ``curvature`` and ``batch_size``; ``desc``: the progress bar's label (None: no bar).
+    """
+    holdout = None
+    if prior_precision == "nll":
+        n_hold = max(2, int(round(0.2 * len(order))))
+        if len(order) - n_hold < 2:
+            raise ValueError("prior_precision='nll' needs at least 4 pairs")
+        holdout, order = order[:n_hold], order[n_hold:]
+    tau, B = loss["tau"], loss["batch_size"]
+    batches = tqdm(_batches(order, B), desc=desc, disable=desc is None, leave=False)
+    totals = _accumulate(posterior, A, P, batches, tau=tau, curvature=loss["curvature"])
+    lam = prior_precision
+    if holdout is not None:
+        extra = _accumulate(posterior, A, P, _batches(holdout, B), tau=tau, curvature=loss["curvature"])
+        lam = _select_nll(posterior.fit(totals), A[holdout], P[holdout], tau=tau, batch_size=B)
+        totals = {k: totals[k] + extra[k] for k in totals}
+    posterior.fit(totals)
+    if prior_precision == "marglik":
+        lam = _select_marglik(posterior)
+    return float(lam), order
+
+
 def _means(side) -> np.ndarray:
     """The embeddings of a side: normalised rows (head) or a linearisation's ``embeddings``."""
     return side.embeddings if isinstance(side, PooledLinearisation) else side
@@ -106,6 +168,16 @@ def _concat(a, b):
     if isinstance(a, PooledLinearisation):
         return PooledLinearisation.concatenate([a, b])
     return np.concatenate([a, b])
+
+
+def _check_texts(texts) -> list:
+    if isinstance(texts, str) or not isinstance(texts, Sequence):
+        raise TypeError("texts must be a list of strings")
+    if len(texts) == 0:
+        raise ValueError("texts must not be empty")
+    if not all(isinstance(t, str) for t in texts):
+        raise TypeError("texts must hold only strings")
+    return list(texts)
 
 
 def encode_pairs(pairs, encode: Callable[[List[str], str], Any], *, probe_seed: int = 0) -> Tuple[Any, Any, Any]:
@@ -180,13 +252,13 @@ class LaplaceEmbedder:
     prior_precision_ : float
         The prior precision in use after :meth:`fit`.
     heads_ : ModelHeads
-        What the ensemble uses besides the posterior, fitted on the same pairs
-        (:class:`~crossembed.uec.heads.ModelHeads`: trace statistics, score
-        scale, rank head, hubness anchors, query head; the probe head when
+        What the ensemble uses besides the posterior, fitted on the same pairs by
+        :meth:`ModelHeads.fit <crossembed.uec.heads.ModelHeads.fit>` (trace statistics,
+        score scale, rank head, hubness anchors, query head; the probe head when
         fitted from texts or given scrambled anchors).
     n_pairs_ : int
     fit_seconds_ : float
-        Seconds :meth:`fit` / :meth:`fit_embeddings` took, the query head included
+        Seconds :meth:`fit` / :meth:`fit_embeddings` took, the heads included
         (for ``layer="last_dense"`` also the forward passes, which
         ``fit_forward_seconds_`` reports alone).
     """
@@ -231,7 +303,7 @@ class LaplaceEmbedder:
         self._block = None  # the torch model's last dense block (layer="last_dense")
         self.posterior_: Optional[Posterior] = None
         self.heads_: Optional[ModelHeads] = None
-        self._dim = self._n_pairs = 0
+        self._n_pairs = 0
         self._prior_precision = 0.0
 
     # ------------------------------------------------------------------ encoder plumbing
@@ -256,21 +328,29 @@ class LaplaceEmbedder:
             )
         return self._encoder_obj
 
-    @staticmethod
-    def _check_texts(texts) -> list:
-        if isinstance(texts, str) or not isinstance(texts, Sequence):
-            raise TypeError("texts must be a list of strings")
-        if len(texts) == 0:
-            raise ValueError("texts must not be empty")
-        if not all(isinstance(t, str) for t in texts):
-            raise TypeError("texts must hold only strings")
-        return list(texts)
-
     def _embed(self, texts, role: str, show_progress_bar: bool, batch_size: int) -> np.ndarray:
-        texts = self._check_texts(texts)
-        enc = self._get_encoder()
-        out = enc.encode(list(texts), batch_size=batch_size, show_progress_bar=show_progress_bar, role=role)
+        texts = _check_texts(texts)
+        out = self._get_encoder().encode(texts, batch_size=batch_size, show_progress_bar=show_progress_bar, role=role)
         return as_matrix(out, "encoder output")
+
+    def _encoding(self, encode, cache_dir, batch_size: int, show_progress_bar: bool):
+        """``encode(texts, role)`` of :meth:`fit`: the one given, the encoder, or the encoder memoised under ``cache_dir``."""
+        if self.layer == "last_dense":
+            if encode is not None or cache_dir is not None:
+                raise ValueError("layer='last_dense' linearises the model itself: pass neither encode nor cache_dir")
+            return lambda texts, role: self._linearise(texts, show_progress_bar, batch_size)
+        if encode is not None:
+            if cache_dir is not None:
+                raise ValueError("pass encode or cache_dir, not both (encode may cache itself)")
+            return encode
+        if cache_dir is None:
+            return lambda texts, role: self._embed(texts, role, show_progress_bar, batch_size)
+        from crossembed.encoders import encode_cached
+
+        enc = self._get_encoder()
+        return lambda texts, role: encode_cached(
+            enc, texts, role=role, cache_dir=cache_dir, batch_size=batch_size, show_progress_bar=show_progress_bar
+        )
 
     def _get_block(self):
         """The encoder's last dense block (``layer="last_dense"``)."""
@@ -308,6 +388,10 @@ class LaplaceEmbedder:
         if self.layer != "head":
             raise ValueError(f"{what} needs layer='head' (layer='last_dense' works on texts: use fit()/encode())")
 
+    def _require_fit(self):
+        if self.posterior_ is None:
+            raise ValueError("this LaplaceEmbedder is not fitted yet; call fit() or load()")
+
     @property
     def is_fitted(self) -> bool:
         return self.posterior_ is not None
@@ -315,11 +399,17 @@ class LaplaceEmbedder:
     @property
     def dim(self) -> int:
         self._require_fit()
-        return self._dim
+        return self.posterior_.dim_
 
-    def _require_fit(self):
-        if self.posterior_ is None:
-            raise ValueError("this LaplaceEmbedder is not fitted yet; call fit() or load()")
+    @property
+    def prior_precision_(self) -> float:
+        self._require_fit()
+        return self._prior_precision
+
+    @property
+    def n_pairs_(self) -> int:
+        self._require_fit()
+        return self._n_pairs
 
     # ------------------------------------------------------------------ fitting
     def fit(
@@ -332,11 +422,11 @@ class LaplaceEmbedder:
         batch_size: int = 64,
         show_progress_bar: bool = True,
     ) -> LaplaceEmbedder:
-        """Fit the posterior on positive text pairs ``[(anchor, positive), ...]``.
+        """Fit the posterior, then the heads, on positive text pairs ``[(anchor, positive), ...]``.
 
         Anchors are encoded as queries, positives as passages (this matters
         for e5), and scrambled copies of (at most 4,096 of) the anchors as
-        queries, the probe head's negatives (:mod:`crossembed.uec.probe`).
+        queries, the probe head's negatives (:func:`encode_pairs`).
         Use pairs disjoint from every evaluation split, covering the languages
         and domains the embedder will serve.
 
@@ -359,34 +449,15 @@ class LaplaceEmbedder:
         """
         if probe_seed is None:
             probe_seed = self.random_state if isinstance(self.random_state, (int, np.integer)) else 0
-        if self.layer == "last_dense":
-            if encode is not None or cache_dir is not None:
-                raise ValueError("layer='last_dense' linearises the model itself: pass neither encode nor cache_dir")
-            t0 = time.perf_counter()
-            A, P, S = encode_pairs(
-                pairs, lambda texts, role: self._linearise(texts, show_progress_bar, batch_size), probe_seed=probe_seed
-            )
-            self.fit_forward_seconds_ = time.perf_counter() - t0
-            self._fit_inputs(A, P, show_progress_bar, scrambled=S.embeddings)
-            self.fit_seconds_ = time.perf_counter() - t0  # includes the forward passes
-            return self
-        if encode is None:
-            encode = self._encoding(cache_dir, batch_size, show_progress_bar)
-        elif cache_dir is not None:
-            raise ValueError("pass encode or cache_dir, not both (encode may cache itself)")
+        encode = self._encoding(encode, cache_dir, batch_size, show_progress_bar)
+        t0 = time.perf_counter()
         A, P, S = encode_pairs(pairs, encode, probe_seed=probe_seed)
-        return self.fit_embeddings(A, P, scrambled=S, show_progress_bar=show_progress_bar)
-
-    def _encoding(self, cache_dir, batch_size: int, show_progress_bar: bool):
-        """``encode(texts, role)`` of :meth:`fit`: the encoder itself, memoised on disk under ``cache_dir``."""
-        if cache_dir is None:
-            return lambda texts, role: self._embed(texts, role, show_progress_bar, batch_size)
-        from crossembed.encoders import encode_cached
-
-        enc = self._get_encoder()
-        return lambda texts, role: encode_cached(
-            enc, texts, role=role, cache_dir=cache_dir, batch_size=batch_size, show_progress_bar=show_progress_bar
-        )
+        if self.layer == "head":
+            return self.fit_embeddings(A, P, scrambled=S, show_progress_bar=show_progress_bar)
+        self.fit_forward_seconds_ = time.perf_counter() - t0
+        self._fit_inputs(A, P, S.embeddings, show_progress_bar)
+        self.fit_seconds_ = time.perf_counter() - t0  # includes the forward passes
+        return self
 
     def fit_embeddings(self, anchors, positives, *, scrambled=None, show_progress_bar: bool = False) -> LaplaceEmbedder:
         """Fit from precomputed pair embeddings (rows of ``anchors`` and ``positives`` pair up).
@@ -401,58 +472,35 @@ class LaplaceEmbedder:
             raise ValueError(f"positives has shape {P.shape} but anchors has shape {A.shape}")
         if A.shape[0] < 2:
             raise ValueError("need at least 2 pairs (in-batch negatives)")
-        S = None
         if scrambled is not None:
-            S = as_matrix(scrambled, "scrambled", allow_float64=True)
-            if S.shape[1] != A.shape[1]:
-                raise ValueError(f"scrambled has dimension {S.shape[1]} but anchors has {A.shape[1]}")
+            scrambled = as_matrix(scrambled, "scrambled", allow_float64=True)
+            if scrambled.shape[1] != A.shape[1]:
+                raise ValueError(f"scrambled has dimension {scrambled.shape[1]} but anchors has {A.shape[1]}")
         t0 = time.perf_counter()
-        self._fit_inputs(unit_rows(A), unit_rows(P), show_progress_bar, scrambled=S)
+        self._fit_inputs(unit_rows(A), unit_rows(P), scrambled, show_progress_bar)
         self.fit_seconds_ = time.perf_counter() - t0
         return self
 
-    def _fit_inputs(self, A, P, show_progress_bar: bool, *, scrambled=None) -> None:
-        """Fit on normalised embeddings (head) or linearisations (last dense) of the pairs."""
-        n, D = _means(A).shape
+    def _fit_inputs(self, A, P, scrambled, show_progress_bar: bool) -> None:
+        """Fit the posterior, then the heads, on normalised embeddings (head) or linearisations (last dense)."""
         rng = check_random_state(self.random_state)
-        order = rng.permutation(n)
-        holdout = None
-        if self.prior_precision == "nll":
-            n_hold = max(2, int(round(0.2 * n)))
-            if n - n_hold < 2:
-                raise ValueError("prior_precision='nll' needs at least 4 pairs")
-            holdout, order = order[:n_hold], order[n_hold:]
+        n = len(_means(A))
         posterior = self._new_posterior()
-        main = self._accumulate(posterior, A, P, order, show_progress_bar)
-        if holdout is not None:
-            extra = self._accumulate(posterior, A, P, holdout, False)
-            lam = self._select_nll(posterior.fit(main), A[holdout], P[holdout])
-            main = {k: main[k] + extra[k] for k in main}
-        posterior.fit(main)
-        if self.prior_precision == "marglik":
-            lam = _select_marglik(posterior)
-        elif holdout is None:
-            lam = float(self.prior_precision)
-        self.posterior_ = posterior
-        self._dim, self._prior_precision, self._n_pairs = D, float(lam), n
-        traces = self._var(_concat(A, P)).sum(axis=1)
+        loss = {"tau": self.loss_temperature, "curvature": self.curvature, "batch_size": self.batch_size}
+        desc = f"Laplace {self.hessian}/{self.curvature}" if show_progress_bar else None
+        lam, order = _fit_posterior(posterior, A, P, rng.permutation(n), self.prior_precision, loss=loss, desc=desc)
+        self.posterior_, self._prior_precision, self._n_pairs = posterior, lam, n
         self.heads_ = ModelHeads.fit(
             _means(A),
             _means(P),
-            traces,
+            self._var(_concat(A, P)).sum(axis=1),
             order,
             rng,
             tau=self.loss_temperature,
             query_head=self.query_head,
-            scrambled=None if scrambled is None else unit_rows(scrambled),
+            scrambled=scrambled,
             show_progress_bar=show_progress_bar,
         )
-
-    def _batches(self, order: np.ndarray):
-        B = self.batch_size
-        n_full = max(1, len(order) // B)
-        for i in range(n_full):  # the last partial batch joins the final full one
-            yield order[i * B : (i + 1) * B] if i < n_full - 1 else order[i * B :]
 
     def _new_posterior(self) -> Posterior:
         # a given instance is a template (it may carry settings): each fit starts from a fresh copy
@@ -465,17 +513,6 @@ class LaplaceEmbedder:
             posterior.weight_sq_norm = np.float64((W * W).sum())
         return posterior
 
-    def _accumulate(self, posterior: Posterior, A, P, order, show_progress_bar) -> Dict[str, np.ndarray]:
-        """Batch statistics of ``posterior`` summed over the batches of ``order``."""
-        tau = self.loss_temperature
-        batches = list(self._batches(order))
-        it = tqdm(batches, desc=f"Laplace {self.hessian}/{self.curvature}", disable=not show_progress_bar, leave=False)
-        totals: Optional[Dict[str, np.ndarray]] = None
-        for b in it:
-            stats = posterior.batch_statistics(A[b], P[b], tau=tau, curvature=self.curvature)
-            totals = stats if totals is None else {k: totals[k] + stats[k] for k in totals}
-        return totals
-
     def log_marginal_likelihood(self, prior_precision: float) -> float:
         """Laplace log evidence up to a constant, as a function of ``lambda``.
 
@@ -485,25 +522,6 @@ class LaplaceEmbedder:
         """
         self._require_fit()
         return _log_marginal_likelihood(self.posterior_, check_positive(prior_precision, "prior_precision"))
-
-    def _select_nll(self, posterior: Posterior, A_hold, P_hold) -> float:
-        """Prior precision minimising the probit-InfoNCE NLL of held-out pairs."""
-        tau = self.loss_temperature
-
-        def nll(lam):
-            va, vp = posterior.predictive_variance(A_hold, lam), posterior.predictive_variance(P_hold, lam)
-            total = 0.0
-            for b in self._batches(np.arange(len(A_hold))):
-                a, p, qa, qp = _means(A_hold)[b], _means(P_hold)[b], va[b], vp[b]
-                mu = a @ p.T
-                sig2 = (a * a) @ qp.T + qa @ (p * p).T + qa @ qp.T
-                s = mu / np.sqrt(1.0 + math.pi / 8.0 * sig2) / tau
-                s = s - s.max(axis=1, keepdims=True)
-                total += float((np.log(np.exp(s).sum(axis=1)) - np.diag(s)).sum())
-            return total / len(A_hold)
-
-        vals = [nll(l) for l in _LAMBDA_GRID]
-        return float(_LAMBDA_GRID[int(np.argmin(vals))])
 
     # ------------------------------------------------------------------ prediction
     def _var(self, H: np.ndarray) -> np.ndarray:
@@ -530,37 +548,17 @@ class LaplaceEmbedder:
         self._require_fit()
         if self.layer == "last_dense":
             check_choice(role, "role", ("query", "passage"))  # symmetric torch models: the role changes nothing
-            lin = self._linearise(self._check_texts(texts), show_progress_bar, batch_size)
+            lin = self._linearise(_check_texts(texts), show_progress_bar, batch_size)
             return GaussianEmbedding(lin.embeddings.astype(np.float32), self._var(lin).astype(np.float32))
         return self.transform(self._embed(texts, role, show_progress_bar, batch_size))
-
-    @property
-    def prior_precision_(self) -> float:
-        self._require_fit()
-        return self._prior_precision
-
-    @property
-    def n_pairs_(self) -> int:
-        self._require_fit()
-        return self._n_pairs
 
     # ------------------------------------------------------------------ persistence
     def get_state(self) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
         """Arrays (the posterior's, the heads' and its own) and JSON metadata of the fitted embedder."""
         self._require_fit()
-        meta = {
-            "format": FORMAT_VERSION,
-            "layer": self.layer,
-            "hessian": self.hessian,
-            "curvature": self.curvature,
-            "loss_temperature": self.loss_temperature,
-            "batch_size": self.batch_size,
-            "encoder": self.encoder_name,
-            "ln_rank": self.ln_rank,
-            "query_head": self.query_head,
-        }
+        meta = {"format": FORMAT_VERSION, "encoder": self.encoder_name, **{k: getattr(self, k) for k in _SETTINGS}}
         own = {
-            "dim": np.int64(self._dim),
+            "dim": np.int64(self.dim),
             "prior_precision": np.float64(self._prior_precision),
             "n_pairs": np.int64(self._n_pairs),
         }
@@ -576,21 +574,12 @@ class LaplaceEmbedder:
                 "refit the embedder"
             )
         try:
-            obj = cls(
-                encoder if encoder is not None else meta["encoder"],
-                layer=meta["layer"],
-                hessian=meta["hessian"],
-                curvature=meta["curvature"],
-                prior_precision=float(arrays["prior_precision"]),
-                loss_temperature=meta["loss_temperature"],
-                batch_size=meta["batch_size"],
-                ln_rank=meta["ln_rank"],
-                query_head=meta["query_head"],
-            )
+            lam = float(arrays["prior_precision"])
+            settings = {k: meta[k] for k in _SETTINGS}
+            obj = cls(encoder if encoder is not None else meta["encoder"], prior_precision=lam, **settings)
             obj.posterior_ = obj._posterior_cls.from_arrays(arrays, int(arrays["dim"]))
             obj.heads_ = ModelHeads.from_state(arrays)
-            obj._dim, obj._n_pairs = int(arrays["dim"]), int(arrays["n_pairs"])
-            obj._prior_precision = float(arrays["prior_precision"])
+            obj._n_pairs, obj._prior_precision = int(arrays["n_pairs"]), lam
         except (KeyError, TypeError) as exc:
             raise CorruptFileError(f"incomplete LaplaceEmbedder state ({exc})") from None
         return obj
