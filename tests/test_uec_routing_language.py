@@ -113,15 +113,13 @@ def test_texts_are_required_and_passed_by_encode(pair):
             return rng.normal(size=(len(texts), 8)).astype(np.float32)
 
     for e in pair:
-        e.encoder = Enc()
-        e._encoder_obj = None
+        e.encoder = Enc()  # setting the encoder drops the loaded one
     try:
         g = ens.encode(TEXTS, show_progress_bar=False)
         np.testing.assert_allclose(g.weights, ens.coefficients(ens.encode_components(TEXTS), texts=TEXTS), atol=1e-6)
     finally:
         for e in pair:
             e.encoder = None
-            e._encoder_obj = None
 
 
 def test_checks_and_config_round_trip(pair):

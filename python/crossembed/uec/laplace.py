@@ -170,6 +170,21 @@ def _concat(a, b):
     return np.concatenate([a, b])
 
 
+def _pair_matrices(anchors, positives, scrambled) -> Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
+    """The checked matrices of :meth:`LaplaceEmbedder.fit_embeddings`."""
+    A = as_matrix(anchors, "anchors", allow_float64=True)
+    P = as_matrix(positives, "positives", allow_float64=True)
+    if A.shape != P.shape:
+        raise ValueError(f"positives has shape {P.shape} but anchors has shape {A.shape}")
+    if A.shape[0] < 2:
+        raise ValueError("need at least 2 pairs (in-batch negatives)")
+    if scrambled is not None:
+        scrambled = as_matrix(scrambled, "scrambled", allow_float64=True)
+        if scrambled.shape[1] != A.shape[1]:
+            raise ValueError(f"scrambled has dimension {scrambled.shape[1]} but anchors has {A.shape[1]}")
+    return A, P, scrambled
+
+
 def _check_texts(texts) -> list:
     if isinstance(texts, str) or not isinstance(texts, Sequence):
         raise TypeError("texts must be a list of strings")
@@ -197,6 +212,92 @@ def encode_pairs(pairs, encode: Callable[[List[str], str], Any], *, probe_seed: 
     anchors = [a for a, _ in pairs]
     scrambled = scramble_sample(anchors, random_state=check_int(probe_seed, "probe_seed", low=0))
     return encode(anchors, "query"), encode([p for _, p in pairs], "passage"), encode(scrambled, "query")
+
+
+class _TextReader:
+    """Texts as the posterior reads them: an encoder's rows, or its last dense block's pooled linearisation.
+
+    ``encoder`` is what :class:`LaplaceEmbedder` takes; it is loaded, and its block found, on first use.
+    """
+
+    def __init__(self, encoder):
+        self.encoder = encoder
+        self._model = self._block = None
+
+    @property
+    def name(self) -> Optional[str]:
+        """The string given, or the encoder object's ``name``."""
+        if isinstance(self.encoder, str):
+            return self.encoder
+        name = getattr(self.encoder, "name", None)
+        return name if isinstance(name, str) and name else None
+
+    def model(self):
+        """The encoder object: objects with ``encode`` as they are, names, paths and callables through load_encoder."""
+        if self._model is None:
+            if self.encoder is None:
+                raise ValueError("this LaplaceEmbedder has no encoder; pass embeddings to transform()/fit_embeddings()")
+            from crossembed.encoders import load_encoder
+
+            enc = self.encoder
+            self._model = enc if hasattr(enc, "encode") and not isinstance(enc, (str, bytes)) else load_encoder(enc)
+        return self._model
+
+    def rows(self, texts, role: str, show_progress_bar: bool, batch_size: int) -> np.ndarray:
+        """The encoder's raw ``(n, D)`` embeddings of ``texts`` in ``role``."""
+        out = self.model().encode(
+            _check_texts(texts), batch_size=batch_size, show_progress_bar=show_progress_bar, role=role
+        )
+        return as_matrix(out, "encoder output")
+
+    def encoding(self, encode, cache_dir, batch_size: int, show_progress_bar: bool):
+        """``encode(texts, role)`` of :meth:`LaplaceEmbedder.fit`: the one given, or the encoder (memoised under ``cache_dir``)."""
+        if encode is not None:
+            if cache_dir is not None:
+                raise ValueError("pass encode or cache_dir, not both (encode may cache itself)")
+            return encode
+        if cache_dir is None:
+            return lambda texts, role: self.rows(texts, role, show_progress_bar, batch_size)
+        from crossembed.encoders import encode_cached
+
+        enc = self.model()
+        return lambda texts, role: encode_cached(
+            enc, texts, role=role, cache_dir=cache_dir, batch_size=batch_size, show_progress_bar=show_progress_bar
+        )
+
+    def block(self):
+        """The encoder's last dense block (``layer="last_dense"``)."""
+        if self._block is None:
+            from crossembed.uec.last_dense import last_dense_block
+
+            model = getattr(self.model(), "torch_model", None)
+            if model is None:
+                raise ValueError(
+                    f"layer='last_dense' needs a torch sentence-transformers encoder (minilm, mpnet), got "
+                    f"{self.name or type(self.encoder).__name__}; use layer='head' for black boxes"
+                )
+            self._block = last_dense_block(model)
+        return self._block
+
+    def linearise(self, texts, show_progress_bar: bool, batch_size: int, *, rank: int, in_dim: int = 0):
+        """The :class:`PooledLinearisation` of ``texts`` (``rank``: LayerNorm directions kept).
+
+        ``in_dim``: the inputs a fitted posterior's block has (0: any).
+        """
+        from crossembed.uec.last_dense import linearise_texts
+
+        block = self.block()
+        check_int(batch_size, "batch_size", low=1)
+        if in_dim not in (0, block.in_dim):
+            raise ValueError(f"the encoder's last dense has {block.in_dim} inputs but the posterior has {in_dim}")
+        return linearise_texts(
+            block,
+            texts,
+            batch_size=batch_size,
+            rank=rank,
+            num_threads=getattr(self.model(), "num_threads", None),
+            show_progress_bar=show_progress_bar,
+        )
 
 
 class LaplaceEmbedder:
@@ -279,16 +380,17 @@ class LaplaceEmbedder:
     ):
         self.layer = check_choice(layer, "layer", _LAYERS)
         self.encoder = encoder
-        # the string stays the public spelling (and the saved form); the class does the work
-        self._posterior_cls = posterior_class(hessian)
+        # the string stays the public spelling (and the saved form); the template (a given instance may carry
+        # settings) does the work, copied afresh for each fit
+        form = posterior_class(hessian)
         if self.layer == "last_dense":
-            self._posterior_cls = last_dense_class(self._posterior_cls)
-            if isinstance(hessian, Posterior) and not isinstance(hessian, self._posterior_cls):
+            form = last_dense_class(form)
+            if isinstance(hessian, Posterior) and not isinstance(hessian, form):
                 raise ValueError("hessian: a Posterior instance for layer='last_dense' must be a last-dense form")
+        self._template = hessian if isinstance(hessian, Posterior) else form()
         self.ln_rank = check_int(ln_rank, "ln_rank", low=1)
         self.query_head = check_bool(query_head, "query_head")
-        self._posterior_template = hessian if isinstance(hessian, Posterior) else None
-        self.hessian = self._posterior_cls.name
+        self.hessian = form.name
         self.curvature = check_choice(curvature, "curvature", _CURVATURES)
         if isinstance(prior_precision, str):
             check_choice(prior_precision, "prior_precision", ("marglik", "nll"))
@@ -299,8 +401,6 @@ class LaplaceEmbedder:
         self.batch_size = check_int(batch_size, "batch_size (in-batch negatives)", low=2)
         check_random_state(random_state)  # type check only; fit() draws from it
         self.random_state = random_state
-        self._encoder_obj = None
-        self._block = None  # the torch model's last dense block (layer="last_dense")
         self.posterior_: Optional[Posterior] = None
         self.heads_: Optional[ModelHeads] = None
         self._n_pairs = 0
@@ -308,81 +408,22 @@ class LaplaceEmbedder:
 
     # ------------------------------------------------------------------ encoder plumbing
     @property
+    def encoder(self):
+        """The encoder given (setting it drops the loaded one)."""
+        return self._reader.encoder
+
+    @encoder.setter
+    def encoder(self, encoder) -> None:
+        self._reader = _TextReader(encoder)
+
+    @property
     def encoder_name(self) -> Optional[str]:
         """The name saved with the posterior: the string given, or a loaded encoder's ``name``."""
-        if isinstance(self.encoder, str):
-            return self.encoder
-        name = getattr(self.encoder, "name", None)
-        return name if isinstance(name, str) and name else None
-
-    def _get_encoder(self):
-        if self._encoder_obj is None:
-            if self.encoder is None:
-                raise ValueError("this LaplaceEmbedder has no encoder; pass embeddings to transform()/fit_embeddings()")
-            from crossembed.encoders import load_encoder
-
-            # objects with encode() are used as they are; names, paths and callables go through load_encoder
-            enc = self.encoder
-            self._encoder_obj = (
-                enc if hasattr(enc, "encode") and not isinstance(enc, (str, bytes)) else load_encoder(enc)
-            )
-        return self._encoder_obj
-
-    def _embed(self, texts, role: str, show_progress_bar: bool, batch_size: int) -> np.ndarray:
-        texts = _check_texts(texts)
-        out = self._get_encoder().encode(texts, batch_size=batch_size, show_progress_bar=show_progress_bar, role=role)
-        return as_matrix(out, "encoder output")
-
-    def _encoding(self, encode, cache_dir, batch_size: int, show_progress_bar: bool):
-        """``encode(texts, role)`` of :meth:`fit`: the one given, the encoder, or the encoder memoised under ``cache_dir``."""
-        if self.layer == "last_dense":
-            if encode is not None or cache_dir is not None:
-                raise ValueError("layer='last_dense' linearises the model itself: pass neither encode nor cache_dir")
-            return lambda texts, role: self._linearise(texts, show_progress_bar, batch_size)
-        if encode is not None:
-            if cache_dir is not None:
-                raise ValueError("pass encode or cache_dir, not both (encode may cache itself)")
-            return encode
-        if cache_dir is None:
-            return lambda texts, role: self._embed(texts, role, show_progress_bar, batch_size)
-        from crossembed.encoders import encode_cached
-
-        enc = self._get_encoder()
-        return lambda texts, role: encode_cached(
-            enc, texts, role=role, cache_dir=cache_dir, batch_size=batch_size, show_progress_bar=show_progress_bar
-        )
-
-    def _get_block(self):
-        """The encoder's last dense block (``layer="last_dense"``)."""
-        if self._block is None:
-            from crossembed.uec.last_dense import last_dense_block
-
-            model = getattr(self._get_encoder(), "torch_model", None)
-            if model is None:
-                raise ValueError(
-                    f"layer='last_dense' needs a torch sentence-transformers encoder (minilm, mpnet), got "
-                    f"{self.encoder_name or type(self.encoder).__name__}; use layer='head' for black boxes"
-                )
-            self._block = last_dense_block(model)
-        return self._block
+        return self._reader.name
 
     def _linearise(self, texts, show_progress_bar: bool, batch_size: int) -> PooledLinearisation:
-        from crossembed.uec.last_dense import linearise_texts
-
-        block = self._get_block()
-        check_int(batch_size, "batch_size", low=1)
-        if self.posterior_ is not None and self.posterior_.in_dim_ not in (0, block.in_dim):
-            raise ValueError(
-                f"the encoder's last dense has {block.in_dim} inputs but the posterior has {self.posterior_.in_dim_}"
-            )
-        return linearise_texts(
-            block,
-            texts,
-            batch_size=batch_size,
-            rank=self.ln_rank,
-            num_threads=getattr(self._get_encoder(), "num_threads", None),
-            show_progress_bar=show_progress_bar,
-        )
+        in_dim = getattr(self.posterior_, "in_dim_", 0)
+        return self._reader.linearise(texts, show_progress_bar, batch_size, rank=self.ln_rank, in_dim=in_dim)
 
     def _require_head(self, what: str) -> None:
         if self.layer != "head":
@@ -449,11 +490,17 @@ class LaplaceEmbedder:
         """
         if probe_seed is None:
             probe_seed = self.random_state if isinstance(self.random_state, (int, np.integer)) else 0
-        encode = self._encoding(encode, cache_dir, batch_size, show_progress_bar)
-        t0 = time.perf_counter()
-        A, P, S = encode_pairs(pairs, encode, probe_seed=probe_seed)
         if self.layer == "head":
+            A, P, S = encode_pairs(
+                pairs, self._reader.encoding(encode, cache_dir, batch_size, show_progress_bar), probe_seed=probe_seed
+            )
             return self.fit_embeddings(A, P, scrambled=S, show_progress_bar=show_progress_bar)
+        if encode is not None or cache_dir is not None:
+            raise ValueError("layer='last_dense' linearises the model itself: pass neither encode nor cache_dir")
+        t0 = time.perf_counter()
+        A, P, S = encode_pairs(
+            pairs, lambda texts, role: self._linearise(texts, show_progress_bar, batch_size), probe_seed=probe_seed
+        )
         self.fit_forward_seconds_ = time.perf_counter() - t0
         self._fit_inputs(A, P, S.embeddings, show_progress_bar)
         self.fit_seconds_ = time.perf_counter() - t0  # includes the forward passes
@@ -466,16 +513,7 @@ class LaplaceEmbedder:
         the anchor texts, encoded as queries) to fit the probe head on; None fits none.
         """
         self._require_head("fit_embeddings()")
-        A = as_matrix(anchors, "anchors", allow_float64=True)
-        P = as_matrix(positives, "positives", allow_float64=True)
-        if A.shape != P.shape:
-            raise ValueError(f"positives has shape {P.shape} but anchors has shape {A.shape}")
-        if A.shape[0] < 2:
-            raise ValueError("need at least 2 pairs (in-batch negatives)")
-        if scrambled is not None:
-            scrambled = as_matrix(scrambled, "scrambled", allow_float64=True)
-            if scrambled.shape[1] != A.shape[1]:
-                raise ValueError(f"scrambled has dimension {scrambled.shape[1]} but anchors has {A.shape[1]}")
+        A, P, scrambled = _pair_matrices(anchors, positives, scrambled)
         t0 = time.perf_counter()
         self._fit_inputs(unit_rows(A), unit_rows(P), scrambled, show_progress_bar)
         self.fit_seconds_ = time.perf_counter() - t0
@@ -503,13 +541,9 @@ class LaplaceEmbedder:
         )
 
     def _new_posterior(self) -> Posterior:
-        # a given instance is a template (it may carry settings): each fit starts from a fresh copy
-        if self._posterior_template is not None:
-            posterior = copy.deepcopy(self._posterior_template)
-        else:
-            posterior = self._posterior_cls()
+        posterior = copy.deepcopy(self._template)
         if self.layer == "last_dense":
-            W = self._get_block().weight_matrix()
+            W = self._reader.block().weight_matrix()
             posterior.weight_sq_norm = np.float64((W * W).sum())
         return posterior
 
@@ -550,18 +584,15 @@ class LaplaceEmbedder:
             check_choice(role, "role", ("query", "passage"))  # symmetric torch models: the role changes nothing
             lin = self._linearise(_check_texts(texts), show_progress_bar, batch_size)
             return GaussianEmbedding(lin.embeddings.astype(np.float32), self._var(lin).astype(np.float32))
-        return self.transform(self._embed(texts, role, show_progress_bar, batch_size))
+        return self.transform(self._reader.rows(texts, role, show_progress_bar, batch_size))
 
     # ------------------------------------------------------------------ persistence
     def get_state(self) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
         """Arrays (the posterior's, the heads' and its own) and JSON metadata of the fitted embedder."""
         self._require_fit()
         meta = {"format": FORMAT_VERSION, "encoder": self.encoder_name, **{k: getattr(self, k) for k in _SETTINGS}}
-        own = {
-            "dim": np.int64(self.dim),
-            "prior_precision": np.float64(self._prior_precision),
-            "n_pairs": np.int64(self._n_pairs),
-        }
+        own = {"dim": np.int64(self.dim), "prior_precision": np.float64(self._prior_precision)}
+        own["n_pairs"] = np.int64(self._n_pairs)
         return {**own, **self.heads_.get_state(), **self.posterior_.to_arrays()}, meta
 
     @classmethod
@@ -577,7 +608,7 @@ class LaplaceEmbedder:
             lam = float(arrays["prior_precision"])
             settings = {k: meta[k] for k in _SETTINGS}
             obj = cls(encoder if encoder is not None else meta["encoder"], prior_precision=lam, **settings)
-            obj.posterior_ = obj._posterior_cls.from_arrays(arrays, int(arrays["dim"]))
+            obj.posterior_ = type(obj._template).from_arrays(arrays, int(arrays["dim"]))
             obj.heads_ = ModelHeads.from_state(arrays)
             obj._n_pairs, obj._prior_precision = int(arrays["n_pairs"]), lam
         except (KeyError, TypeError) as exc:
