@@ -119,8 +119,6 @@ class ModelHeads:
         cross = anchors[:m] @ positives[:m].T
         score_scale = max(float(cross[~np.eye(m, dtype=bool)].std()), 1e-12)
         sub = order[:RANK_HEAD_PAIRS] if n > RANK_HEAD_PAIRS else slice(None)
-        # through its saved form, so a fitted and a loaded head predict alike
-        rank_head = RankHead.from_array(fit_rank_head(anchors[sub], positives[sub]).to_array())
         keep = np.sort(order[:HUB_REFERENCE_ROWS])
         hub_positives = unit_rows(positives[keep]).astype(np.float32)
         unique, groups = np.unique(hub_positives, axis=0, return_inverse=True)
@@ -138,7 +136,7 @@ class ModelHeads:
             trace_mean=float(traces.mean()),
             trace_std=float(max(traces.std(), 1e-12)),
             score_scale=score_scale,
-            rank_head=rank_head,
+            rank_head=fit_rank_head(anchors[sub], positives[sub]),
             hub_reference=unit_rows(anchors[keep]).astype(np.float32),
             hub_positives=unique,
             hub_groups=groups.reshape(-1).astype(np.int64),

@@ -82,7 +82,12 @@ _SETTINGS = ("layer", "hessian", "curvature", "loss_temperature", "batch_size", 
 
 
 def _log_marginal_likelihood(posterior: Posterior, lam: float) -> float:
-    """``0.5 p log(lambda) - 0.5 sum log(h_k + lambda) - 0.5 lambda |W_MAP|^2`` (see the method)."""
+    """Laplace log evidence up to a constant, as a function of ``lambda``.
+
+    ``0.5 p log(lambda) - 0.5 sum log(h_k + lambda) - 0.5 lambda |W_MAP|^2`` with ``p`` the
+    posterior's parameters, ``h_k`` its curvature eigenvalues and ``W_MAP`` its MAP weights
+    (``|I|_F^2 = D`` for the head; zero-mean prior); the data term is constant in ``lambda``.
+    """
     h = posterior.curvature_eigenvalues()
     return float(
         0.5 * posterior.n_params * math.log(lam) - 0.5 * np.log(h + lam).sum() - 0.5 * lam * posterior.map_sq_norm
@@ -159,15 +164,19 @@ def _fit_posterior(posterior: Posterior, A, P, order: np.ndarray, prior_precisio
     return float(lam), order
 
 
+def _posterior_template(hessian, layer: str) -> Posterior:
+    """The unfitted posterior of ``hessian`` for ``layer``, copied for each fit (an instance may carry settings)."""
+    form = posterior_class(hessian)
+    if layer == "last_dense":
+        form = last_dense_class(form)
+        if isinstance(hessian, Posterior) and not isinstance(hessian, form):
+            raise ValueError("hessian: a Posterior instance for layer='last_dense' must be a last-dense form")
+    return hessian if isinstance(hessian, Posterior) else form()
+
+
 def _means(side) -> np.ndarray:
     """The embeddings of a side: normalised rows (head) or a linearisation's ``embeddings``."""
     return side.embeddings if isinstance(side, PooledLinearisation) else side
-
-
-def _concat(a, b):
-    if isinstance(a, PooledLinearisation):
-        return PooledLinearisation.concatenate([a, b])
-    return np.concatenate([a, b])
 
 
 def _pair_matrices(anchors, positives, scrambled) -> Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
@@ -251,7 +260,7 @@ class _TextReader:
         return as_matrix(out, "encoder output")
 
     def encoding(self, encode, cache_dir, batch_size: int, show_progress_bar: bool):
-        """``encode(texts, role)`` of :meth:`LaplaceEmbedder.fit`: the one given, or the encoder (memoised under ``cache_dir``)."""
+        """``encode(texts, role)`` for :meth:`LaplaceEmbedder.fit`: the one given, or the encoder's (cached)."""
         if encode is not None:
             if cache_dir is not None:
                 raise ValueError("pass encode or cache_dir, not both (encode may cache itself)")
@@ -306,30 +315,23 @@ class LaplaceEmbedder:
     Parameters
     ----------
     encoder : str, encoder object or None
-        Anything :func:`crossembed.encoders.load_encoder` accepts (``"minilm"``,
-        ``"e5"``, a path, a callable, an object with ``encode``). ``None`` is
-        allowed when only embeddings are passed (:meth:`fit_embeddings`,
-        :meth:`transform`).
+        Anything :func:`crossembed.encoders.load_encoder` accepts (``"minilm"``, ``"e5"``, a path, a callable,
+        an object with ``encode``); ``None`` for embeddings only (:meth:`fit_embeddings`, :meth:`transform`).
     layer : {"head", "last_dense"}
-        Where the Laplace posterior lives: an identity-initialised ``D x D``
-        head on the pooled normalised embedding (any encoder), or the last
-        FFN output dense of a torch sentence-transformers model (module
-        docstring; needs the texts, so :meth:`fit` and :meth:`encode` only).
+        Where the posterior lives (module docstring): an identity-initialised ``D x D`` head on the pooled
+        normalised embedding (any encoder), or the last FFN output dense of a torch sentence-transformers
+        model (needs the texts: :meth:`fit` and :meth:`encode` only).
     hessian : {"kron", "diag"}, Posterior subclass or instance
-        Posterior form (module docstring, :mod:`crossembed.uec.posteriors`);
-        the strings name :class:`~crossembed.uec.posteriors.KronPosterior` and
-        :class:`~crossembed.uec.posteriors.DiagPosterior`. ``"diag"`` is the paper's form;
-        ``"kron"`` (default) has traces that vary with the input and grow
-        outside the span of the fit inputs.
+        Posterior form (:mod:`crossembed.uec.posteriors`; the strings name ``KronPosterior`` and
+        ``DiagPosterior``). ``"diag"`` is the paper's form; ``"kron"`` (default) has traces that vary
+        with the input and grow outside the span of the fit inputs.
     curvature : {"ggn", "ef"}
         Generalised Gauss-Newton or empirical Fisher.
     prior_precision : float or {"marglik", "nll"}
-        Isotropic prior precision ``lambda`` on the head (prior mean 0, as in
-        laplace-torch), or how to tune it after fitting: the Laplace marginal
-        likelihood (closed form in ``lambda`` for both posterior forms) or the
-        negative log-likelihood of held-out pairs under the probit-adjusted
-        InfoNCE (20% of the pairs are held out from the curvature for the
-        search, then added back).
+        Isotropic prior precision ``lambda`` on the head (prior mean 0, as in laplace-torch), or how to
+        tune it after fitting: the Laplace marginal likelihood (closed form in ``lambda``) or the NLL of
+        held-out pairs under the probit-adjusted InfoNCE (20% of the pairs, held out from the curvature
+        for the search, then added back).
     loss_temperature : float
         ``tau`` of the InfoNCE loss (0.05, sentence-transformers' default scale 20).
     batch_size : int
@@ -337,13 +339,11 @@ class LaplaceEmbedder:
     random_state : int, Generator or None
         Shuffles pairs into batches; the heads' subsample and the query head's seed follow from it.
     ln_rank : int
-        ``layer="last_dense"`` only: directions kept of the token-averaged
-        LayerNorm rank-one term (:mod:`crossembed.uec.linearisation`).
+        ``layer="last_dense"`` only: directions kept of the token-averaged LayerNorm rank-one term
+        (:mod:`crossembed.uec.linearisation`).
     query_head : bool
-        Also fit the query head (default True; :mod:`crossembed.uec.query_head`):
-        a linear map of this model's queries, the MAP of the same InfoNCE loss
-        with a prior at the identity, which :class:`~crossembed.uec.UECEnsemble`
-        applies by default. The mean of
+        Also fit the query head (default True; :mod:`crossembed.uec.query_head`), a linear map of this
+        model's queries that :class:`~crossembed.uec.UECEnsemble` applies by default. The mean of
         :meth:`transform` and :meth:`encode` stays the pretrained embedding.
 
     Attributes
@@ -353,15 +353,12 @@ class LaplaceEmbedder:
     prior_precision_ : float
         The prior precision in use after :meth:`fit`.
     heads_ : ModelHeads
-        What the ensemble uses besides the posterior, fitted on the same pairs by
-        :meth:`ModelHeads.fit <crossembed.uec.heads.ModelHeads.fit>` (trace statistics,
-        score scale, rank head, hubness anchors, query head; the probe head when
-        fitted from texts or given scrambled anchors).
+        What the ensemble uses besides the posterior, fitted on the same pairs
+        (:meth:`ModelHeads.fit <crossembed.uec.heads.ModelHeads.fit>`).
     n_pairs_ : int
     fit_seconds_ : float
-        Seconds :meth:`fit` / :meth:`fit_embeddings` took, the heads included
-        (for ``layer="last_dense"`` also the forward passes, which
-        ``fit_forward_seconds_`` reports alone).
+        Seconds :meth:`fit` / :meth:`fit_embeddings` took, the heads included (for ``layer="last_dense"``
+        also the forward passes, which ``fit_forward_seconds_`` reports alone).
     """
 
     def __init__(
@@ -380,17 +377,11 @@ class LaplaceEmbedder:
     ):
         self.layer = check_choice(layer, "layer", _LAYERS)
         self.encoder = encoder
-        # the string stays the public spelling (and the saved form); the template (a given instance may carry
-        # settings) does the work, copied afresh for each fit
-        form = posterior_class(hessian)
-        if self.layer == "last_dense":
-            form = last_dense_class(form)
-            if isinstance(hessian, Posterior) and not isinstance(hessian, form):
-                raise ValueError("hessian: a Posterior instance for layer='last_dense' must be a last-dense form")
-        self._template = hessian if isinstance(hessian, Posterior) else form()
+        # the string stays the public spelling (and the saved form); the template does the work
+        self._template = _posterior_template(hessian, self.layer)
         self.ln_rank = check_int(ln_rank, "ln_rank", low=1)
         self.query_head = check_bool(query_head, "query_head")
-        self.hessian = form.name
+        self.hessian = self._template.name
         self.curvature = check_choice(curvature, "curvature", _CURVATURES)
         if isinstance(prior_precision, str):
             check_choice(prior_precision, "prior_precision", ("marglik", "nll"))
@@ -403,8 +394,6 @@ class LaplaceEmbedder:
         self.random_state = random_state
         self.posterior_: Optional[Posterior] = None
         self.heads_: Optional[ModelHeads] = None
-        self._n_pairs = 0
-        self._prior_precision = 0.0
 
     # ------------------------------------------------------------------ encoder plumbing
     @property
@@ -465,11 +454,8 @@ class LaplaceEmbedder:
     ) -> LaplaceEmbedder:
         """Fit the posterior, then the heads, on positive text pairs ``[(anchor, positive), ...]``.
 
-        Anchors are encoded as queries, positives as passages (this matters
-        for e5), and scrambled copies of (at most 4,096 of) the anchors as
-        queries, the probe head's negatives (:func:`encode_pairs`).
-        Use pairs disjoint from every evaluation split, covering the languages
-        and domains the embedder will serve.
+        The texts are encoded as :func:`encode_pairs` says (anchors as queries, positives as passages).
+        Use pairs disjoint from every evaluation split, covering the languages and domains the embedder will serve.
 
         Parameters
         ----------
@@ -521,17 +507,17 @@ class LaplaceEmbedder:
 
     def _fit_inputs(self, A, P, scrambled, show_progress_bar: bool) -> None:
         """Fit the posterior, then the heads, on normalised embeddings (head) or linearisations (last dense)."""
-        rng = check_random_state(self.random_state)
-        n = len(_means(A))
+        rng, n = check_random_state(self.random_state), len(_means(A))
         posterior = self._new_posterior()
         loss = {"tau": self.loss_temperature, "curvature": self.curvature, "batch_size": self.batch_size}
         desc = f"Laplace {self.hessian}/{self.curvature}" if show_progress_bar else None
         lam, order = _fit_posterior(posterior, A, P, rng.permutation(n), self.prior_precision, loss=loss, desc=desc)
         self.posterior_, self._prior_precision, self._n_pairs = posterior, lam, n
+        both = PooledLinearisation.concatenate([A, P]) if isinstance(A, PooledLinearisation) else np.concatenate([A, P])
         self.heads_ = ModelHeads.fit(
             _means(A),
             _means(P),
-            self._var(_concat(A, P)).sum(axis=1),
+            self._var(both).sum(axis=1),
             order,
             rng,
             tau=self.loss_temperature,
@@ -548,12 +534,7 @@ class LaplaceEmbedder:
         return posterior
 
     def log_marginal_likelihood(self, prior_precision: float) -> float:
-        """Laplace log evidence up to a constant, as a function of ``lambda``.
-
-        ``0.5 p log(lambda) - 0.5 sum log(h_k + lambda) - 0.5 lambda |W_MAP|^2``
-        with ``p = D^2`` parameters, ``h_k`` the curvature eigenvalues and
-        ``|I|_F^2 = D`` (zero-mean prior); the data term is constant in ``lambda``.
-        """
+        """Laplace log evidence up to a constant at prior precision ``lambda`` (:func:`_log_marginal_likelihood`)."""
         self._require_fit()
         return _log_marginal_likelihood(self.posterior_, check_positive(prior_precision, "prior_precision"))
 
@@ -563,10 +544,7 @@ class LaplaceEmbedder:
         return self.posterior_.predictive_variance(H, self._prior_precision)
 
     def transform(self, embeddings) -> GaussianEmbedding:
-        """Gaussian embeddings from raw encoder outputs ``(n, D)`` (``layer="head"`` only).
-
-        The mean is the L2-normalised input (the identity head's MAP output).
-        """
+        """Gaussian embeddings of raw encoder outputs ``(n, D)`` (``layer="head"``); the mean is the unit input."""
         self._require_fit()
         self._require_head("transform()")
         H = as_matrix(embeddings, "embeddings", allow_float64=True, allow_empty=True)
@@ -629,4 +607,5 @@ class LaplaceEmbedder:
     def __repr__(self) -> str:
         lam = f"{self.prior_precision_:.3g}" if self.is_fitted else repr(self.prior_precision)
         layer = "" if self.layer == "head" else f", layer={self.layer!r}"
-        return f"LaplaceEmbedder({self.encoder_name or type(self.encoder).__name__}{layer}, hessian={self.hessian!r}, curvature={self.curvature!r}, prior_precision={lam})"
+        name = f"{self.encoder_name or type(self.encoder).__name__}{layer}, hessian={self.hessian!r}"
+        return f"LaplaceEmbedder({name}, curvature={self.curvature!r}, prior_precision={lam})"
