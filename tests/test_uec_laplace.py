@@ -256,6 +256,9 @@ def test_encode_uses_the_encoder_with_roles():
     assert emb.heads_.probe_head is not None
     g = emb.encode(["a", "bb"], role="passage")
     assert g.mean.shape == (2, 3) and seen[-1] == "passage"
+    emb.encoder = lambda texts: np.ones((len(texts), 3), dtype=np.float32)  # a new encoder replaces the loaded one
+    np.testing.assert_allclose(emb.encode(["a", "bb"]).mean, np.full((2, 3), 3**-0.5), rtol=1e-6)
+    assert seen[-1] == "passage"
 
 
 class _CharEncoder:

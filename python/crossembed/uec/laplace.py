@@ -138,7 +138,9 @@ def _accumulate(posterior: Posterior, A, P, batches, *, tau: float, curvature: s
     return totals
 
 
-def _fit_posterior(posterior: Posterior, A, P, order: np.ndarray, prior_precision, *, loss: Dict[str, Any], desc: str):
+def _fit_posterior(
+    posterior: Posterior, A, P, order: np.ndarray, prior_precision, *, loss: Dict[str, Any], desc: Optional[str]
+) -> Tuple[float, np.ndarray]:
     """Fit ``posterior`` on the pairs in ``order``; returns its prior precision and the pairs not held out.
 
     ``prior_precision``: a float, ``"marglik"`` or ``"nll"`` (:class:`LaplaceEmbedder`); ``loss``: the
@@ -289,9 +291,9 @@ class _TextReader:
         return self._block
 
     def linearise(self, texts, show_progress_bar: bool, batch_size: int, *, rank: int, in_dim: int = 0):
-        """The :class:`PooledLinearisation` of ``texts`` (``rank``: LayerNorm directions kept).
+        """The :class:`PooledLinearisation` of ``texts``, keeping ``rank`` LayerNorm directions.
 
-        ``in_dim``: the inputs a fitted posterior's block has (0: any).
+        ``in_dim``: the inputs the fitted posterior's block has (0: any).
         """
         from crossembed.uec.last_dense import linearise_texts
 
