@@ -7,6 +7,7 @@ reaches into the harness, or a harness module that reaches into a private name.
 """
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -216,4 +217,22 @@ def test_no_cli_default_writes_a_file():
             d = action.default
             if isinstance(d, str) and ("/" in d or d.rsplit(".", 1)[-1] in ("md", "json", "png", "npy", "csv", "cemb")):
                 offenders.append(f"{name} {action.option_strings}: {d!r}")
+    assert not offenders, offenders
+
+
+def test_the_library_cites_only_the_formulas_in_docs():
+    """Measured figures live in docs/, not in code: a library module names no docs path but docs/methods.md,
+    and every docs/methods.md#anchor it cites exists (the CLI's help may point users to any guide)."""
+    methods = HARNESS.parent / "docs" / "methods.md"
+    if not methods.is_file():
+        pytest.skip("no docs/ beside the package (an installed copy)")
+    anchors = set(re.findall(r'<a id="([\w-]+)"></a>', methods.read_text(encoding="utf-8")))
+    offenders = []
+    for path in sorted(ROOT.rglob("*.py")):
+        if "cli" in path.relative_to(ROOT).parts:
+            continue
+        for ref in re.findall(r"docs/[\w./#-]+", path.read_text(encoding="utf-8")):
+            doc, _, anchor = ref.rstrip(".").partition("#")
+            if doc != "docs/methods.md" or (anchor and anchor not in anchors):
+                offenders.append(f"{path.relative_to(ROOT)}: {ref}")
     assert not offenders, offenders
