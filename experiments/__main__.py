@@ -9,11 +9,10 @@ prints one line and exits 2 here too.
 from __future__ import annotations
 
 import importlib
-import sys
 from pathlib import Path
 from typing import List, Optional
 
-from crossembed.cli.options import OptionValueError, Parser, check_output_paths, is_user_error
+from crossembed.cli.options import Parser, run_command
 from experiments import PROG
 
 _COMMAND_MODULES = (
@@ -32,27 +31,8 @@ def build_parser() -> Parser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except OptionValueError as exc:
-        print(f"{exc.prog}: error: {exc}", file=sys.stderr)
-        return 2
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    try:
-        check_output_paths(args)
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("experiments: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:
-        if not is_user_error(exc, also=(str(Path(__file__).resolve().parent),)):
-            raise
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"{PROG} {args.command}: error: {msg}", file=sys.stderr)
-        return 2
+    # a ValueError raised by the harness's own code is a user error too
+    return run_command(build_parser(), argv, also=(str(Path(__file__).resolve().parent),))
 
 
 if __name__ == "__main__":

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sys
 from typing import List, Optional
 
-from crossembed.cli.options import OptionValueError, Parser, check_output_paths, is_user_error
+from crossembed.cli.options import Parser, run_command
 
 _COMMAND_MODULES = (
     "crossembed.cli.demo",
@@ -42,28 +41,7 @@ def _version() -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except OptionValueError as exc:  # a number out of its option's range: before any work
-        print(f"{exc.prog}: error: {exc}", file=sys.stderr)
-        return 2
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    try:
-        check_output_paths(args)
-        result = args.func(args)
-    except KeyboardInterrupt:
-        print("crossembed: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:
-        if not is_user_error(exc):
-            raise
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"crossembed {args.command}: error: {msg}", file=sys.stderr)
-        return 2
-    return int(result or 0)
+    return run_command(build_parser(), argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -146,6 +146,36 @@ OUTPUT_FILES = ("out", "output", "plot", "results")
 OUTPUT_DIRS = ("work", "cache_dir")
 
 
+def run_command(parser: argparse.ArgumentParser, argv: Optional[List[str]] = None, *, also: Sequence[str] = ()) -> int:
+    """Parse ``argv`` with ``parser`` and run the chosen sub-command's ``func``: its exit status.
+
+    A user error (a bad option value, a path, :func:`is_user_error` with ``also``) prints one line,
+    ``PROG COMMAND: error: ...``, and returns 2; an interrupt returns 130; anything else is a bug
+    and keeps its traceback. No sub-command prints the help and returns 2.
+    """
+    try:
+        args = parser.parse_args(argv)
+    except OptionValueError as exc:  # a number out of its option's range: before any work
+        print(f"{exc.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        check_output_paths(args)
+        result = args.func(args)
+    except KeyboardInterrupt:
+        print(f"{parser.prog}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if not is_user_error(exc, also=also):
+            raise
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"{parser.prog} {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+    return int(result or 0)
+
+
 def _file_ancestor(path: Path) -> Optional[Path]:
     """The nearest existing ancestor of ``path`` that is not a directory (None if there is none)."""
     for parent in path.parents:
