@@ -74,7 +74,7 @@ def main() -> None:
         XA, XB = embed_corpus(a, args.corpus), embed_corpus(b, args.corpus)
         rows = {name: [] for name in maps}
         for draw in map(int, args.draws.split(",")):
-            # the objects and the split of the link table's draw `draw` (crossembed link-table)
+            # the objects and the split of the link table's draw `draw` (python -m experiments link-table)
             rng = np.random.default_rng(draw)
             objects = np.sort(rng.choice(len(XA), size=args.n_objects, replace=False))
             split = make_partial_overlap(args.n_objects, alpha=args.alpha, n_seeds=15, random_state=draw)
