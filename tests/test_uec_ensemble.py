@@ -284,7 +284,7 @@ def test_random_state_seeds_the_projections_and_old_files_are_refused():
     with pytest.raises(TypeError, match="random_state"):
         EmbeddingMixing(random_state="x")
     old = {k: v for k, v in meta.items() if k != "format"}  # a file from before the behaviour objects
-    with pytest.raises(ValueError, match="format version None.*version 2"):
+    with pytest.raises(ValueError, match="format version None.*version 3"):
         UECEnsemble.from_state(arrays, old)
     with pytest.raises(ValueError, match="routing config"):
         UECEnsemble.from_state(arrays, {**meta, "routing": {"kind": "learned"}})

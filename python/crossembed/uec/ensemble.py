@@ -39,7 +39,9 @@ from tqdm.auto import tqdm
 
 from crossembed._config import check_plugin
 from crossembed._io import CorruptFileError, load_arrays, save_arrays
-from crossembed._validation import check_choice
+from crossembed._rows import unit_rows
+from crossembed._validation import check_choice, check_random_state
+from crossembed.uec.confidence import DEPTH, TopHitConfidence, fit_top_hit_confidence, search_features
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.heads import ModelHeads
 from crossembed.uec.laplace import LaplaceEmbedder
@@ -52,7 +54,11 @@ __all__ = ["FORMAT_VERSION", "UECEnsemble"]
 _ROLES = ("query", "passage")
 _KIND = "crossembed.uec.UECEnsemble"
 #: version of the saved ensemble state (``meta["format"]``); other versions are refused
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+#: fit anchors a confidence is calibrated on at most (a random subset)
+CONFIDENCE_PAIRS = 4096
+#: a collection row whose model-0 cosine to an anchor's positive reaches this is that positive
+_SAME_TEXT_COSINE = 1.0 - 1e-5
 
 
 # the methods the ensemble calls on each behaviour object
@@ -68,6 +74,23 @@ def _check_roles(roles) -> Optional[Tuple[str, str]]:
     if isinstance(roles, str) or not isinstance(roles, (tuple, list)) or len(roles) != 2:
         raise TypeError(f"roles must be None or a pair of roles such as ('query', 'passage'), got {roles!r}")
     return check_choice(roles[0], "roles[0]", _ROLES), check_choice(roles[1], "roles[1]", _ROLES)
+
+
+def _pair_subset(n: int, random_state) -> np.ndarray:
+    """Sorted rows of at most :data:`CONFIDENCE_PAIRS` of ``n`` pairs (all when there are fewer)."""
+    if n <= CONFIDENCE_PAIRS:
+        return np.arange(n)
+    return np.sort(check_random_state(random_state).permutation(n)[:CONFIDENCE_PAIRS])
+
+
+def _is_among(rows: np.ndarray, among: np.ndarray) -> np.ndarray:
+    """(n,) bool: which ``rows`` have cosine >= 1 - 1e-5 to a row of ``among`` (the same text, encoded again)."""
+    a, b = unit_rows(rows).astype(np.float32), unit_rows(among).astype(np.float32)
+    return (
+        np.concatenate([(a[s : s + 1024] @ b.T).max(axis=1) >= _SAME_TEXT_COSINE for s in range(0, len(a), 1024)])
+        if len(a)
+        else np.zeros(0, bool)
+    )
 
 
 def _texts(x) -> bool:
@@ -108,12 +131,16 @@ class UECEnsemble:
     reference : RetrievalReference or None
         The collection a routing that ``needs_reference`` measures queries against; use
         :meth:`with_reference` rather than passing one.
+    confidence : TopHitConfidence or None
+        The calibrated top-hit confidence; use :meth:`fit_confidence` rather than passing one.
 
     Attributes
     ----------
     routing, mixing, scoring
         The behaviour objects in use (``mixing`` with its defaults resolved).
     reference_ : RetrievalReference or None
+    confidence_ : TopHitConfidence or None
+        What :meth:`top_hit_confidence` applies (None until :meth:`fit_confidence`).
     """
 
     def __init__(
@@ -124,6 +151,7 @@ class UECEnsemble:
         mixing=None,
         scoring=None,
         reference: Optional[RetrievalReference] = None,
+        confidence: Optional[TopHitConfidence] = None,
     ):
         self.embedders = _check_embedders(embedders)
         if routing is None:
@@ -139,6 +167,9 @@ class UECEnsemble:
         if reference is not None and not isinstance(reference, RetrievalReference):
             raise TypeError(f"reference must be a RetrievalReference or None, got {type(reference).__name__}")
         self.reference_ = reference
+        if confidence is not None and not isinstance(confidence, TopHitConfidence):
+            raise TypeError(f"confidence must be a TopHitConfidence or None, got {type(confidence).__name__}")
+        self.confidence_ = confidence
 
     @property
     def heads(self) -> List[ModelHeads]:
@@ -172,9 +203,12 @@ class UECEnsemble:
         the L2-normalised means are kept (and saved).
         """
         reference = RetrievalReference.from_components(documents, [e.dim for e in self.embedders])
-        return type(self)(
-            self.embedders, routing=self.routing, mixing=self.mixing, scoring=self.scoring, reference=reference
-        )
+        return self._copy(reference=reference)
+
+    def _copy(self, **changes) -> UECEnsemble:
+        """A new ensemble of the same embedders and behaviour objects, ``changes`` (reference, confidence) applied."""
+        kw = {"reference": self.reference_, "confidence": self.confidence_, **changes}
+        return type(self)(self.embedders, routing=self.routing, mixing=self.mixing, scoring=self.scoring, **kw)
 
     # ------------------------------------------------------------------ maths
     def _check_components(self, components: Sequence[GaussianEmbedding]) -> List[GaussianEmbedding]:
@@ -294,6 +328,116 @@ class UECEnsemble:
             docs = self.scoring.prepare(d.mean, d.var)
         return docs.top_k(q.mean, q.var, k, candidates=candidates, num_threads=num_threads)
 
+    # ------------------------------------------------------------------ confidence
+    def _blocks(self) -> Tuple[List[int], int]:
+        """Each model's block width and the hubness coordinates of a side-by-side (score-mixed) Gaussian."""
+        dims = [e.dim for e in self.embedders]
+        hub = self.mixing.hub_dims(len(dims)) if hasattr(self.mixing, "hub_dims") else 0
+        if self.dim != sum(dims) + hub:
+            raise ValueError(f"a top-hit confidence needs per-model score blocks (ScoreMixing), not {self.mixing!r}")
+        return dims, hub
+
+    def search_features(self, queries: GaussianEmbedding, scores, docs) -> np.ndarray:
+        """(Q, F) features of a search (:func:`crossembed.uec.confidence.search_features`; pads give a zero row).
+
+        ``queries`` from :meth:`encode`, ``scores`` (Q, m) their best scores (best first, ``-inf`` pads)
+        and ``docs`` (Q, m, D) those documents' means; :data:`~crossembed.uec.confidence.DEPTH` results
+        are what the confidence was calibrated on.
+        """
+        dims, hub = self._blocks()
+        feats, has_hit = search_features(self._checked(queries, "queries"), scores, docs, dims, hub)
+        return np.where(has_hit[:, None], feats, 0.0)
+
+    def top_hit_confidence(self, queries: GaussianEmbedding, scores, docs) -> np.ndarray:
+        """(Q,) float64: the calibrated probability that each query's top hit is relevant (0 with no hit).
+
+        Arguments as :meth:`search_features`; :meth:`UECIndex.search <crossembed.uec.UECIndex.search>`
+        with ``return_confidence=True`` calls it. ValueError until :meth:`fit_confidence`.
+        """
+        if self.confidence_ is None:
+            raise ValueError("this ensemble has no top-hit confidence: fit_confidence(pairs) first")
+        p = self.confidence_.probability(self.search_features(queries, scores, docs))
+        return np.where(np.isfinite(np.asarray(scores, dtype=np.float64)[:, 0]), p, 0.0)
+
+    def fit_confidence(
+        self,
+        pairs,
+        *,
+        documents: Optional[Sequence[str]] = None,
+        batch_size: int = 64,
+        random_state=0,
+        show_progress_bar: bool = True,
+    ) -> UECEnsemble:
+        """A new ensemble with a top-hit confidence calibrated on fit pairs; ``self`` is left as it was.
+
+        Parameters
+        ----------
+        pairs : sequence of (query, positive) str pairs
+            The fit pairs (those the embedders were fitted on serve: no other labels are needed).
+            Each query is searched among the distinct positives and ``documents``; whether its
+            top hit is its own positive is what the confidence learns to predict.
+        documents : sequence of str or None
+            More documents to search among (e.g. the collection to be indexed), so the calibration
+            sees the distractors of real searches (default none).
+        batch_size, show_progress_bar
+            The encoding's.
+        random_state : int, Generator or None
+            Picks the at most 4,096 pairs used (default 0).
+        """
+        pairs = list(pairs)
+        if not pairs or not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in pairs):
+            raise ValueError("pairs must be a non-empty list of (query, positive) pairs")
+        keep = _pair_subset(len(pairs), random_state)
+        queries = [str(pairs[i][0]) for i in keep]
+        positives = [str(pairs[i][1]) for i in keep]
+        opts = {"batch_size": batch_size, "show_progress_bar": show_progress_bar}
+        docs = None if documents is None else self.encode_components(list(documents), role="passage", **opts)
+        distinct, owner = np.unique(np.array(positives, dtype=object).astype(str), return_inverse=True)
+        encoded = self.encode_components(list(distinct), role="passage", **opts)
+        return self.fit_confidence_components(
+            self.encode_components(queries, role="query", **opts),
+            [c[np.asarray(owner).reshape(-1)] for c in encoded],  # one row per pair, equal rows per text
+            documents=docs,
+            texts=queries,
+            random_state=None,
+        )
+
+    def fit_confidence_components(
+        self, queries, positives, *, documents=None, texts=None, random_state=0
+    ) -> UECEnsemble:
+        """:meth:`fit_confidence` from per-model Gaussians: ``queries``, ``positives`` and ``documents``
+        as K GaussianEmbeddings each (model ``k``'s, as :meth:`combine` takes them; ``positives`` row
+        ``i`` pairs with ``queries`` row ``i``), ``texts`` the queries' texts. ``random_state=None``
+        uses every pair."""
+        q_comps, p_comps = self._check_components(queries), self._check_components(positives)
+        if len(q_comps[0]) != len(p_comps[0]):
+            raise ValueError(f"positives must hold {len(q_comps[0])} rows (one per query), got {len(p_comps[0])}")
+        keep = np.arange(len(q_comps[0])) if random_state is None else _pair_subset(len(q_comps[0]), random_state)
+        _, first, owner = np.unique(p_comps[0].mean, axis=0, return_index=True, return_inverse=True)
+        collection = [GaussianEmbedding(c.mean[first], c.var[first]) for c in p_comps]
+        if documents is not None:  # a document that is one of the positives is searched once
+            d_comps = self._check_components(documents)
+            new = ~_is_among(d_comps[0].mean, collection[0].mean)
+            collection = [
+                GaussianEmbedding(np.concatenate([c.mean, d.mean[new]]), np.concatenate([c.var, d.var[new]]))
+                for c, d in zip(collection, d_comps)
+            ]
+        q = self.combine(
+            [GaussianEmbedding(c.mean[keep], c.var[keep]) for c in q_comps],
+            role="query",
+            texts=None if texts is None else [texts[i] for i in keep],
+        )
+        d = self.combine(collection, role="passage")
+        scores, idx = self.topk(q, d, min(DEPTH, len(d)))
+        feats = np.concatenate(
+            [
+                self.search_features(q[s : s + 512], scores[s : s + 512], d.mean[idx[s : s + 512]])
+                for s in range(0, len(q), 512)
+            ]
+        )
+        correct = idx[:, 0] == np.asarray(owner).reshape(-1)[keep]
+        return self._copy(confidence=fit_top_hit_confidence(feats, correct))
+
     # ------------------------------------------------------------------ persistence
     def get_state(self) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
         """Arrays (each embedder's prefixed ``m{k}.``, the reference's) and JSON metadata of the whole ensemble."""
@@ -305,6 +449,8 @@ class UECEnsemble:
             metas.append(meta)
         if self.reference_ is not None:
             arrays.update(self.reference_.get_state())
+        if self.confidence_ is not None:
+            arrays.update(self.confidence_.get_state())
         meta = {
             "format": FORMAT_VERSION,
             "embedders": metas,
@@ -312,6 +458,7 @@ class UECEnsemble:
             "mixing": self.mixing.get_config(),
             "scoring": self.scoring.get_config(),
             "has_reference": self.reference_ is not None,
+            "has_confidence": self.confidence_ is not None,
         }
         return arrays, meta
 
@@ -339,6 +486,7 @@ class UECEnsemble:
             mixing=mixing_from_config(meta["mixing"]),
             scoring=scoring_from_config(meta["scoring"]),
             reference=reference,
+            confidence=TopHitConfidence.from_state(arrays) if meta["has_confidence"] else None,
         )
 
     def save(self, path) -> Path:

@@ -29,6 +29,7 @@ import numpy as np
 from crossembed._config import check_plugin
 from crossembed._validation import INT_MAX, check_int, check_num_threads
 from crossembed.ann import MeanGraph
+from crossembed.uec.confidence import DEPTH as CONFIDENCE_DEPTH
 from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.index_config import IndexConfig
@@ -310,6 +311,7 @@ class UECIndex:
         ef: Optional[int] = None,
         filter=None,
         num_threads: Optional[int] = None,
+        return_confidence: bool = False,
     ):
         """Top-``k`` documents per query by the index's scoring.
 
@@ -338,11 +340,16 @@ class UECIndex:
             are searched exactly; more go through the graph's filtered search.
         num_threads : int, optional
             Threads for this call (default: the index's ``num_threads``).
+        return_confidence : bool
+            Also return each query's calibrated probability that its top hit is relevant
+            (default False; the ensemble needs :meth:`UECEnsemble.fit_confidence`).
 
         Returns
         -------
         scores : ndarray (Q, k) float32, best first (ties: lower id)
         ids : ndarray (Q, k) int64
+        confidence : ndarray (Q,) float64, only with ``return_confidence``
+            (:meth:`UECEnsemble.top_hit_confidence`: read from the best ``max(k, 10)`` results; 0 with no hit)
         """
         q = query_gaussians(queries, self.ensemble, self.dim)
         k = _check_result_k(k, len(q))
@@ -350,8 +357,18 @@ class UECIndex:
         m = max(k, check_int(rerank, "rerank", low=1, high=INT_MAX) if rerank is not None else self.config.rerank)
         ef = max(m, check_int(ef, "ef", low=1, high=INT_MAX)) if ef is not None else 2 * m
         filter_ids = None if filter is None else np.unique(as_ids(filter, "filter", low=-(2**63)))
+        if return_confidence and (self.ensemble is None or self.ensemble.confidence_ is None):
+            raise ValueError("return_confidence=True needs an ensemble with a confidence (UECEnsemble.fit_confidence)")
+        depth = max(k, CONFIDENCE_DEPTH) if return_confidence else k
         with self._writer.lock.read():  # one state of the index for the whole call
-            return self._planner.search(q, k, m, ef, filter_ids, exact=exact, nt=nt)
+            scores, ids = self._planner.search(q, depth, max(m, depth), ef, filter_ids, exact=exact, nt=nt)
+            if not return_confidence:
+                return scores, ids
+            top = ids[:, :CONFIDENCE_DEPTH]
+            rows = np.zeros((*top.shape, self.dim), np.float32)
+            rows[top >= 0] = self._panels.rows(self._store.slots_of(top[top >= 0]))[0]
+        confidence = self.ensemble.top_hit_confidence(q, scores[:, :CONFIDENCE_DEPTH], rows)
+        return scores[:, :k], ids[:, :k], confidence
 
     # ------------------------------------------------------------------ persistence
     def save(self, path) -> Path:
