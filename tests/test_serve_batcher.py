@@ -41,7 +41,10 @@ def _queries(value, n=1):
 async def _burst(batcher, specs):
     """Submit ``(value, n, k, key)`` searches after one that occupies the batcher, all at once."""
     first = asyncio.create_task(batcher.search(*_queries(0.0), 1, KEY))
-    await asyncio.sleep(0.01)  # the first call runs; the rest queue behind it
+    for _ in range(400):  # until the first call runs (the thread took it); the rest queue behind it
+        await asyncio.sleep(0.005)
+        if batcher.queued == 0:
+            break
     tasks = [asyncio.create_task(batcher.search(*_queries(v, n), k, key)) for v, n, k, key in specs]
     results = await asyncio.gather(first, *tasks, return_exceptions=True)
     await batcher.close()

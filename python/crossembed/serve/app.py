@@ -51,7 +51,7 @@ def _lifespan(service: IndexService):
         await service.warm_up()
         yield
         logger.info("shutting down: finishing queued searches")
-        await service.batcher.close()
+        await service.close()
         if config.save_on_exit:
             try:
                 await asyncio.to_thread(service.save_to, config.save_path)

@@ -19,11 +19,11 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Deque, List, Optional, Tuple
+from typing import Callable, Deque, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["SearchBatcher", "SearchKey"]
+__all__ = ["QueueThread", "QueuedSearch", "SearchBatcher", "SearchKey"]
 
 Result = Tuple[np.ndarray, np.ndarray]
 
@@ -42,7 +42,10 @@ class SearchKey:
 
 
 @dataclass
-class _Pending:
+class QueuedSearch:
+    """One search request waiting for an index call: its queries, ``k``, key, and the future to settle
+    on ``loop`` (created there by whoever queues it)."""
+
     mean: np.ndarray
     var: np.ndarray
     k: int
@@ -51,64 +54,70 @@ class _Pending:
     loop: asyncio.AbstractEventLoop
 
 
-class SearchBatcher:
-    """Coalesces :meth:`search` calls into calls of ``run(mean, var, k, key) -> (scores, ids)``.
+class QueueThread:
+    """A queue of requests served one group at a time by a thread of its own (base of the batchers).
 
-    The calls run one at a time on the batcher's own thread, which takes the
-    next batch from the queue as soon as a call returns: it never waits for
-    the event loop, which only queues requests and hands out results (so a
-    busy loop does not leave the search thread idle, and updates waiting in
-    the loop's default executor never hold searches up). The thread runs
-    ``thread_init()`` first. ``wait_s`` (bounded) lets a call wait for more
-    requests while fewer than ``max_batch`` queries are queued. A request of
-    more than ``max_batch`` queries is a call of its own.
-    ``on_batch(n_queries)`` is told the size of every call (from the thread).
+    The thread starts with the first request and runs ``thread_init()``
+    first; :meth:`_take` (called holding the lock) picks the next group and
+    :meth:`_call` runs it (without the lock) and settles its futures. Each
+    queued item has ``future`` and ``loop``; a fault of the thread itself
+    fails the waiting requests rather than hanging them.
     """
 
-    def __init__(
-        self,
-        run: Callable[[np.ndarray, np.ndarray, int, SearchKey], Result],
-        *,
-        max_batch: int,
-        wait_s: float = 0.0,
-        on_batch: Optional[Callable[[int], None]] = None,
-        thread_init: Optional[Callable[[], None]] = None,
-    ):
-        self._run = run
-        self._max_batch = max_batch
-        self._wait_s = wait_s
-        self._on_batch = on_batch
+    _name = "crossembed-queue"
+
+    def __init__(self, *, thread_init: Optional[Callable[[], None]] = None):
         self._thread_init = thread_init
-        self._pending: Deque[_Pending] = deque()
+        self._pending: Deque = deque()
         self._cond = threading.Condition()
         self._thread: Optional[threading.Thread] = None
         self._closing = False
 
     @property
     def queued(self) -> int:
-        """Requests waiting for an index call."""
+        """Requests waiting for the thread."""
         return len(self._pending)
 
-    async def search(self, mean: np.ndarray, var: np.ndarray, k: int, key: SearchKey) -> Result:
-        """Top-``k`` of the queries ``(mean, var)`` under ``key``, as the index would return them alone."""
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
+    def enqueue(self, items: Sequence) -> None:
+        """Queue ``items`` (from any thread) at once: the thread sees all of them or none."""
         with self._cond:
-            self._pending.append(_Pending(mean, var, k, key, future, loop))
+            self._pending.extend(items)
             if self._thread is None:
                 self._closing = False
-                self._thread = threading.Thread(target=self._work, name="crossembed-search", daemon=True)
+                self._thread = threading.Thread(target=self._work, name=self._name, daemon=True)
                 self._thread.start()
             self._cond.notify()
-        return await future
 
     async def close(self) -> None:
-        """Finish the queued searches and stop the thread (a later search starts a new one)."""
+        """Finish the queued requests and stop the thread (a later request starts a new one)."""
         with self._cond:
             thread, self._closing = self._thread, True
             self._cond.notify()
         if thread is not None:
             await asyncio.to_thread(thread.join)
+
+    @staticmethod
+    def _settle_all(done) -> None:
+        """Hand each ``(request, result, exc)`` its outcome on its event loop's thread: one wake-up per
+        loop, not per request (a loop that has closed is gone with its clients)."""
+        loops = {}
+        for item in done:
+            loops.setdefault(item[0].loop, []).append(item)
+        for loop, items in loops.items():
+            try:
+                loop.call_soon_threadsafe(_set_all, items)
+            except RuntimeError:
+                pass
+
+    @classmethod
+    def _settle(cls, p, result=None, exc: Optional[BaseException] = None) -> None:
+        cls._settle_all([(p, result, exc)])
+
+    def _take(self) -> list:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _call(self, group: list) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
 
     def _work(self) -> None:
         try:
@@ -121,17 +130,56 @@ class SearchBatcher:
                     if not self._pending:  # closing, nothing left
                         self._thread = None
                         return
-                    if self._wait_s > 0:
-                        self._gather()
                     group = self._take()
                 self._call(group)
-        except Exception as exc:  # a fault of the batcher itself: fail the waiting requests, not hang them
-            logger.error("the search thread failed", exc_info=exc)
+        except Exception as exc:
+            logger.error("the %s thread failed", self._name, exc_info=exc)
             with self._cond:
                 self._thread = None
                 pending, self._pending = list(self._pending), deque()
-            for p in pending:
-                _settle(p, exc=RuntimeError(f"the search thread failed ({type(exc).__name__}: {exc})"))
+            error = RuntimeError(f"the {self._name} thread failed ({type(exc).__name__}: {exc})")
+            self._settle_all([(p, None, error) for p in pending])
+
+
+class SearchBatcher(QueueThread):
+    """Coalesces :meth:`search` calls into calls of ``run(mean, var, k, key) -> (scores, ids)``.
+
+    The calls run one at a time on the batcher's own thread, which takes the
+    next batch from the queue as soon as a call returns: it never waits for
+    the event loop, which only queues requests and hands out results (so a
+    busy loop does not leave the search thread idle, and updates waiting in
+    the loop's default executor never hold searches up). The thread runs
+    ``thread_init()`` first. ``wait_s`` (bounded) lets a call wait for more
+    requests while fewer than ``max_batch`` queries are queued. A request of
+    more than ``max_batch`` queries is a call of its own.
+    ``on_batch(n_queries)`` is told the size of every call (from the thread).
+    :meth:`enqueue` takes :class:`QueuedSearch` items from other threads
+    (the text batcher hands over the searches of one encoded batch at once).
+    """
+
+    _name = "crossembed-search"
+
+    def __init__(
+        self,
+        run: Callable[[np.ndarray, np.ndarray, int, SearchKey], Result],
+        *,
+        max_batch: int,
+        wait_s: float = 0.0,
+        on_batch: Optional[Callable[[int], None]] = None,
+        thread_init: Optional[Callable[[], None]] = None,
+    ):
+        super().__init__(thread_init=thread_init)
+        self._run = run
+        self._max_batch = max_batch
+        self._wait_s = wait_s
+        self._on_batch = on_batch
+
+    async def search(self, mean: np.ndarray, var: np.ndarray, k: int, key: SearchKey) -> Result:
+        """Top-``k`` of the queries ``(mean, var)`` under ``key``, as the index would return them alone."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self.enqueue([QueuedSearch(mean, var, k, key, future, loop)])
+        return await future
 
     def _gather(self) -> None:
         """Wait (holding the condition, at most ``wait_s``) while fewer than ``max_batch`` queries are queued."""
@@ -142,8 +190,10 @@ class SearchBatcher:
                 return
             self._cond.wait(remaining)
 
-    def _take(self) -> List[_Pending]:
+    def _take(self) -> List[QueuedSearch]:
         """The oldest request and the queued ones with its key, up to ``max_batch`` queries."""
+        if self._wait_s > 0:
+            self._gather()
         first = self._pending.popleft()
         group, rows, rest = [first], len(first.mean), deque()
         while self._pending:
@@ -156,7 +206,7 @@ class SearchBatcher:
         self._pending.extendleft(reversed(rest))
         return group
 
-    def _call(self, group: List[_Pending]) -> None:
+    def _call(self, group: List[QueuedSearch]) -> None:
         mean = group[0].mean if len(group) == 1 else np.concatenate([p.mean for p in group])
         var = group[0].var if len(group) == 1 else np.concatenate([p.var for p in group])
         k = max(p.k for p in group)
@@ -166,7 +216,7 @@ class SearchBatcher:
             scores, ids = self._run(mean, var, k, group[0].key)
         except Exception as exc:
             if len(group) == 1:
-                _settle(group[0], exc=exc)
+                self._settle(group[0], exc=exc)
             else:
                 for p in group:  # one request's fault must not fail the others: retry each alone
                     self._call([p])
@@ -176,7 +226,7 @@ class SearchBatcher:
             stop = start + len(p.mean)
             done.append((p, (scores[start:stop, : p.k], ids[start:stop, : p.k]), None))
             start = stop
-        _settle_all(done)
+        self._settle_all(done)
 
 
 def _set_all(done) -> None:
@@ -187,20 +237,3 @@ def _set_all(done) -> None:
             p.future.set_exception(exc)
         else:
             p.future.set_result(result)
-
-
-def _settle_all(done) -> None:
-    """Hand each request its result on its event loop's thread: one wake-up per loop, not per request
-    (a loop that has closed is gone with its clients)."""
-    loops = {}
-    for item in done:
-        loops.setdefault(item[0].loop, []).append(item)
-    for loop, items in loops.items():
-        try:
-            loop.call_soon_threadsafe(_set_all, items)
-        except RuntimeError:
-            pass
-
-
-def _settle(p: _Pending, result=None, exc: Optional[BaseException] = None) -> None:
-    _settle_all([(p, result, exc)])

@@ -20,7 +20,12 @@ class ServeConfig:
     max_body_bytes : int
         Largest request body accepted; larger ones get 413 (default 64 MiB).
     max_batch : int
-        Most queries one coalesced index call takes (default 256).
+        Most queries one coalesced index call takes, and most texts one
+        coalesced encoder call takes (default 256).
+    max_batch_tokens : int
+        Most tokens (estimated: :func:`crossembed.serve.text_batcher.estimate_tokens`)
+        one coalesced encoder call takes (default 16,384); a request with more is
+        encoded on its own. Bounds how long text requests queued behind a batch wait.
     batch_wait_ms : float
         How long the batcher waits for more requests before an index call when
         fewer than ``max_batch`` queries are queued (default 0: it never waits;
@@ -44,6 +49,7 @@ class ServeConfig:
 
     max_body_bytes: int = 64 << 20
     max_batch: int = 256
+    max_batch_tokens: int = 16_384
     batch_wait_ms: float = 0.0
     max_k: int = 1000
     max_candidates: int = 10_000
@@ -55,6 +61,7 @@ class ServeConfig:
     def __post_init__(self):
         check_int(self.max_body_bytes, "max_body_bytes", low=1)
         check_int(self.max_batch, "max_batch", low=1)
+        check_int(self.max_batch_tokens, "max_batch_tokens", low=1)
         check_int(self.max_k, "max_k", low=1)
         check_int(self.max_candidates, "max_candidates", low=1)
         if self.search_threads is not None:

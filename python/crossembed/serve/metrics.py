@@ -17,7 +17,8 @@ _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 class ServeMetrics:
-    """Requests by route and status, latency by route, queries per index call, documents and queue length.
+    """Requests by route and status, latency by route, queries per index call, texts per encoder call,
+    documents and queue length.
 
     ``documents`` and ``queued`` are read when the metrics are collected.
     """
@@ -40,6 +41,12 @@ class ServeMetrics:
             buckets=_BATCH_BUCKETS,
             registry=self.registry,
         )
+        self.encode_batch = Histogram(
+            "crossembed_encode_batch_texts",
+            "texts per encoder call (requests' texts encoded together)",
+            buckets=_BATCH_BUCKETS,
+            registry=self.registry,
+        )
         Gauge("crossembed_documents", "documents in the index", registry=self.registry).set_function(documents)
         Gauge(
             "crossembed_search_queued", "search requests waiting for an index call", registry=self.registry
@@ -56,6 +63,9 @@ class ServeMetrics:
 
     def observe_batch(self, n_queries: int) -> None:
         self.batch.observe(n_queries)
+
+    def observe_encode_batch(self, n_texts: int) -> None:
+        self.encode_batch.observe(n_texts)
 
     def render(self) -> bytes:
         """The Prometheus text exposition (reads the index: call it off the event loop)."""

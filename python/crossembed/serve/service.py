@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -37,6 +36,7 @@ from crossembed.serve.schema import (
     matrix,
     parse,
 )
+from crossembed.serve.text_batcher import TextBatcher
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.index import UECIndex
 
@@ -103,13 +103,33 @@ class IndexService:
             on_batch=self.metrics.observe_batch,
             thread_init=lambda: limit_openmp_threads(self.search_threads),
         )
-        self._encode_lock = threading.Lock()  # one encoding at a time: encoders need not be thread-safe
+        # one encoder thread (encoders need not be thread-safe); texts queued meanwhile share its next call
+        self.texts = TextBatcher(
+            self._encode,
+            self.batcher,
+            max_batch=config.max_batch,
+            max_batch_tokens=config.max_batch_tokens,
+            on_batch=self.metrics.observe_encode_batch,
+        )
         self.save_error: Optional[BaseException] = None  # set when the save at shutdown failed
 
     # ------------------------------------------------------------------ search
     def _encode(self, texts: List[str], role: str) -> GaussianEmbedding:
-        with self._encode_lock:
-            return _index_call(self.index.ensemble.encode, texts, role=role, show_progress_bar=False)
+        return _index_call(self.index.ensemble.encode, texts, role=role, show_progress_bar=False)
+
+    async def encode(self, texts: List[str], role: str) -> GaussianEmbedding:
+        """The ensemble's Gaussians of ``texts`` encoded as ``role`` ("query" or "passage"), with each
+        model's weight per text in ``weights`` (n, K).
+
+        Every text the service encodes goes through here: the
+        :class:`~crossembed.serve.text_batcher.TextBatcher` encodes the texts of concurrent requests
+        in shared encoder calls. RequestError 400 when the index has no ensemble or ``texts`` is empty.
+        """
+        if self.index.ensemble is None:
+            raise RequestError(400, "texts: this index has no ensemble to encode texts")
+        if not texts:
+            raise RequestError(400, "texts: must hold at least one text")
+        return await self.texts.encode(list(texts), role)
 
     def search_key(
         self, k: int, exact: bool, rerank: Optional[int], ef: Optional[int], filter: Optional[List[int]] = None
@@ -163,11 +183,11 @@ class IndexService:
 
     async def search(self, body: bytes) -> Dict[str, Any]:
         req, mean, var = await _off_loop_if_large(body, self._vectors, body)
-        if mean is None:
-            q = await asyncio.to_thread(self._encode, req.queries, "query")
-            mean, var = q.mean, q.var
         key = self.search_key(req.k, req.exact, req.rerank, req.ef, req.filter)
-        scores, ids = await self.batcher.search(mean, var, req.k, key)
+        if mean is None:  # encoded with the texts of other requests, searched with their queries
+            scores, ids = await self.texts.search(req.queries, req.k, key)
+        else:
+            scores, ids = await self.batcher.search(mean, var, req.k, key)
         return {"ids": ids.tolist(), "scores": _scores_json(scores)}
 
     async def warm_up(self) -> None:
@@ -182,6 +202,12 @@ class IndexService:
                 logger.info("warmed up in %.2f s", time.perf_counter() - start)
         except Exception as exc:  # only an optimisation: serve anyway (the requests will tell)
             logger.warning("warm-up search failed (%s: %s)", type(exc).__name__, exc)
+
+    async def close(self) -> None:
+        """Finish the queued text requests (and the searches they hand on) and the queued searches;
+        stop both threads."""
+        await self.texts.close()
+        await self.batcher.close()
 
     # ------------------------------------------------------------------ updates
     def _documents(self, model, body: bytes) -> Tuple[AddBody, Optional[GaussianEmbedding]]:
@@ -225,7 +251,7 @@ class IndexService:
         req, docs = await _off_loop_if_large(body, self._documents, UpsertBody if upsert else AddBody, body)
         texts = req.texts
         if docs is None:  # texts, encoded as passages (kept when the index keeps texts)
-            docs = await asyncio.to_thread(self._encode, req.texts, "passage")
+            docs = await self.encode(req.texts, "passage")
             texts = req.texts if self.keeps_texts else None
         ids = None if req.ids is None else ids_array(req.ids)
         new_ids = await asyncio.to_thread(self._write, docs, ids, texts, upsert)
