@@ -132,7 +132,12 @@ void bind_probit_docs(py::module_& m, const char* name) {
       .def("rerank", &P::rerank)
       .def("scores", &P::scores)
       .def_property_readonly("nbytes", [](const P& p) { return p.docs.nbytes(); })
-      .def_property_readonly("max_second_moment", [](const P& p) { return p.docs.max_second_moment(); });
+      .def_property_readonly("max_second_moment", [](const P& p) { return p.docs.max_second_moment(); })
+      // (all finite, smallest v_c, largest |mu_c|, largest v_c): what kernels.py checks, from the packing pass
+      .def_property_readonly("input_stats", [](const P& p) {
+        const auto& st = p.docs.input_stats();
+        return py::make_tuple(st.finite, st.min_v, st.max_abs_mu, st.max_v);
+      });
 }
 
 py::tuple csls_result_to_python(const CslsResult& r) {

@@ -45,6 +45,23 @@ def test_probit_negative_variance(position, name):
         ce.probit_topk(*args, 2)
 
 
+@pytest.mark.parametrize("storage", ["float32", "float16"])
+@pytest.mark.parametrize("name", ["mu_c", "v_c"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -1.0, 1e18, 7e4])
+def test_probit_docs_checks_from_the_packing_pass(storage, name, bad):
+    """ProbitDocs checks its documents from the packing pass's summary: a bad entry anywhere (here in the
+    last row of a large batch, which the pass takes in blocks on several threads) names the argument."""
+    mu, v = np.ones((9000, 6), np.float32) * 0.1, np.full((9000, 6), 0.5, np.float32)
+    arrays = {"mu_c": mu, "v_c": v}
+    if bad == -1.0 and name == "mu_c" or bad == 7e4 and storage == "float32":
+        arrays[name][-1, 3] = bad
+        ce.ProbitDocs(mu, v, storage=storage)  # a negative mean, or a float32 value within range, is fine
+        return
+    arrays[name][-1, 3] = bad
+    with pytest.raises(ValueError, match=f"^{name} "):
+        ce.ProbitDocs(mu, v, storage=storage)
+
+
 @pytest.mark.parametrize(
     "args,name",
     [

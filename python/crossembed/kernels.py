@@ -169,11 +169,29 @@ class ProbitDocs:
     def __init__(self, mu_c, v_c, *, storage: str = "float32"):
         if not isinstance(storage, str) or storage not in _PROBIT_STORAGE:
             raise ValueError(f"storage must be 'float32' or 'float16', got {storage!r}")
-        mu_c, v_c = _probit_docs(mu_c, v_c)
-        if storage == "float16":
-            _check_magnitude(mu_c, "mu_c", _FLOAT16_MAX, "beyond float16's range: use storage='float32'")
-            _check_magnitude(v_c, "v_c", _FLOAT16_MAX, "beyond float16's range: use storage='float32'")
+        # Conversion only: the packing pass reads each value once and reports what the checks need
+        # (a separate numpy pass per check cost about as much as the packing itself).
+        mu_c = as_matrix(mu_c, "mu_c", finite=False)
+        v_c = as_matrix(v_c, "v_c", finite=False)
+        if v_c.shape != mu_c.shape:
+            raise ValueError(f"v_c has shape {v_c.shape} but mu_c has shape {mu_c.shape}")
         handle = getattr(core(), _PROBIT_STORAGE[storage])(mu_c, v_c)
+        finite, min_v, max_abs_mu, max_v = handle.input_stats
+        if not finite:
+            _probit_docs(mu_c, v_c)  # raises, naming the argument
+        if min_v < 0:
+            raise ValueError("v_c must be non-negative (variances)")
+        for name, top in (("mu_c", max_abs_mu), ("v_c", max_v)):
+            if top > _FLOAT32_SAFE:
+                raise ValueError(
+                    f"{name} has entries above {_FLOAT32_SAFE:g} in magnitude; "
+                    "float32 scoring would overflow (rescale the embeddings)"
+                )
+            if storage == "float16" and top > _FLOAT16_MAX:
+                raise ValueError(
+                    f"{name} has entries above {_FLOAT16_MAX:g} in magnitude; "
+                    "beyond float16's range: use storage='float32'"
+                )
         if storage == "float16" and handle.max_second_moment > _FLOAT16_MAX:
             raise ValueError(
                 f"mu_c**2 + v_c reaches {handle.max_second_moment:.6g}, beyond float16's range "
@@ -183,8 +201,8 @@ class ProbitDocs:
         self.storage = storage
         self.n, self.dim = mu_c.shape
         # The query checks bound the moments by the stored values (rounding can raise a value by 2**-11).
-        self._max_mu = float(np.abs(mu_c).max())
-        self._max_v = float(v_c.max())
+        self._max_mu = float(max_abs_mu)
+        self._max_v = float(max_v)
         if storage == "float16":
             self._max_mu *= 1.0 + 2.0**-11
             self._max_v *= 1.0 + 2.0**-11

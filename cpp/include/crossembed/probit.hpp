@@ -46,6 +46,7 @@
 // below 2^-25 they become 0.
 #pragma once
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -75,12 +76,9 @@ struct HalfMoments {
     HalfMoments m;
     for (int h = 0; h < 2; ++h) {
       const S* x = row + std::size_t(h) * d;
-      double sum = 0, ss = 0;
-      for (std::size_t j = 0; j < d; ++j) sum += value(x[j]);
-      const double mean = d ? sum / double(d) : 0.0;
-      for (std::size_t j = 0; j < d; ++j) ss += (value(x[j]) - mean) * (value(x[j]) - mean);
+      const double mean = d ? sum(x, d, 0.0) / double(d) : 0.0;
       m.mean[h] = mean;
-      m.spread[h] = std::sqrt(ss);
+      m.spread[h] = std::sqrt(sum(x, d, mean, true));
     }
     return m;
   }
@@ -103,6 +101,25 @@ struct HalfMoments {
   }
 
  private:
+  // sum of x_j - c (squared if `squares`) in eight running sums, a fixed order.
+  template <class S>
+  static double sum(const S* x, std::size_t d, double c, bool squares = false) {
+    constexpr std::size_t L = 8;
+    double acc[L] = {};
+    std::size_t j = 0;
+    if (squares) {
+      for (; j + L <= d; j += L)
+        for (std::size_t l = 0; l < L; ++l) acc[l] += (value(x[j + l]) - c) * (value(x[j + l]) - c);
+      for (; j < d; ++j) acc[0] += (value(x[j]) - c) * (value(x[j]) - c);
+    } else {
+      for (; j + L <= d; j += L)
+        for (std::size_t l = 0; l < L; ++l) acc[l] += value(x[j + l]) - c;
+      for (; j < d; ++j) acc[0] += value(x[j]) - c;
+    }
+    double total = 0;
+    for (std::size_t l = 0; l < L; ++l) total += acc[l];
+    return total;
+  }
   static double value(float v) { return v; }
   static double value(simd::half_t v) { return simd::half_to_float(v); }
 };
@@ -147,23 +164,36 @@ class ProbitDocsT {
   static constexpr bool kHalf = std::is_same_v<S, simd::half_t>;
 
  public:
+  // One parallel pass over the documents (blocks of whole panels): each row is read once and
+  // written to its mean panel and its stacked row, with its bounds, from the values as stored.
+  // The inputs' summary (input_stats) comes from the same pass: the Python layer validates with it
+  // and drops the object if the inputs were bad, so non-finite inputs must pass here harmlessly.
   ProbitDocsT(const float* mu_c, const float* v_c, std::size_t n, std::size_t d)
-      : n_(n), d_(d), len_(probit_stacked_len(d)), means_only_(std::all_of(v_c, v_c + n * d, is_zero)),
-        means_(pack_means(mu_c, n, d)), stacked_(means_only_ ? 0 : n * len_), mass_(n), vmin_(n), vmax_(n),
-        halves_(n) {
-    constexpr std::size_t kBlock = 1024;
+      : n_(n), d_(d), len_(probit_stacked_len(d)), means_only_(all_zero(v_c, n * d)), means_(n, d),
+        mass_(n), vmin_(n), vmax_(n), halves_(n) {
+    if (!means_only_) stacked_.resize(n * len_);
+    constexpr std::size_t kBlock = 1024;  // a multiple of every panel width
     const std::size_t n_blocks = (n + kBlock - 1) / kBlock;
+    std::vector<InputStats> block_stats(n_blocks);
     std::vector<double> block_max(n_blocks, 0.0);
-    parallel_for(std::int64_t(n_blocks), 0, [&](std::int64_t b, int) {
+    // A few thousand rows pack in well under a millisecond: a thread team there costs more than it saves,
+    // and on a busy machine (a server's search thread beside its event loop) waits for a core.
+    const int threads = n >= kParallelRows ? 0 : 1;
+    parallel_for(std::int64_t(n_blocks), threads, [&](std::int64_t b, int) {
+      std::vector<S> scratch(means_only_ ? len_ : 0);  // the stacked row of means-only docs, for its bounds
+      std::vector<S> mean_row(kHalf ? d : 0);
+      InputStats st;
       double top = 0;
-      std::vector<S> row(2 * d);  // the stacked row [v | mu^2 + v] as stored (or rebuilt, for means-only docs)
       for (std::size_t i = std::size_t(b) * kBlock; i < std::min(n, std::size_t(b + 1) * kBlock); ++i) {
         const float* m = mu_c + i * d;
         const float* v = v_c + i * d;
-        double mass = 0, lo = INFINITY, hi = 0;
-        for (std::size_t j = 0; j < d; ++j) {
-          if constexpr (kHalf) {
-            const double mh = simd::half_to_float(simd::half_bits(m[j]));
+        S* row = means_only_ ? scratch.data() : stacked_.data() + i * len_;
+        double mass = 0;
+        if constexpr (kHalf) {
+          double lo = INFINITY, hi = 0;
+          for (std::size_t j = 0; j < d; ++j) {
+            mean_row[j] = simd::half_bits(m[j]);
+            const double mh = simd::half_to_float(mean_row[j]);
             const simd::half_t vh = simd::half_bits(v[j]);
             const double vd = simd::half_to_float(vh), second = mh * mh + vd;
             const simd::half_t sh = simd::half_bits(second);
@@ -173,27 +203,65 @@ class ProbitDocsT {
             lo = std::min(lo, vd);
             hi = std::max(hi, vd);
             top = std::max(top, second);
-          } else {
-            const float stored = m[j] * m[j] + v[j];
-            row[j] = v[j];
-            row[d + j] = stored;
-            const double second = double(m[j]) * m[j] + v[j];
-            mass += second;
-            lo = std::min<double>(lo, v[j]);
-            hi = std::max<double>(hi, v[j]);
-            top = std::max(top, second);
           }
+          means_.store_row(i, mean_row.data());
+          vmin_[i] = lo;
+          vmax_[i] = hi;
+        } else {
+          for (std::size_t j = 0; j < d; ++j) {
+            row[j] = v[j];
+            row[d + j] = m[j] * m[j] + v[j];
+          }
+          means_.store_row(i, m);
+          const RowSums r = row_sums(m, v, d);
+          mass = r.mass;
+          vmin_[i] = r.vmin;
+          vmax_[i] = r.vmax;
+          top = std::max(top, r.top);
         }
-        if (!means_only_) std::copy(row.begin(), row.end(), stacked_.begin() + std::ptrdiff_t(i * len_));
+        std::fill(row + 2 * d, row + len_, S(0));
         mass_[i] = mass;
-        vmin_[i] = lo;
-        vmax_[i] = hi;
-        halves_[i] = HalfMoments::of(row.data(), d);
+        halves_[i] = HalfMoments::of(row, d);
+        st.add(m, v, d);
       }
+      block_stats[std::size_t(b)] = st;
       block_max[std::size_t(b)] = top;
     });
-    for (const double t : block_max) max_second_ = std::max(max_second_, t);
+    means_.zero_padding();
+    for (std::size_t b = 0; b < n_blocks; ++b) {
+      max_second_ = std::max(max_second_, block_max[b]);
+      stats_.merge(block_stats[b]);
+    }
   }
+
+  // What the Python layer checks, from the constructor's pass: whether every input is finite, the
+  // smallest variance and the largest |mean| and variance.
+  struct InputStats {
+    bool finite = true;
+    float min_v = INFINITY, max_abs_mu = 0, max_v = 0;
+    void add(const float* m, const float* v, std::size_t d) {
+      float lo = min_v, am = max_abs_mu, hi = max_v;
+      int nan = 0;
+      for (std::size_t j = 0; j < d; ++j) {
+        const float a = std::fabs(m[j]);
+        am = a > am ? a : am;  // a NaN never wins these: counted apart
+        lo = v[j] < lo ? v[j] : lo;
+        hi = v[j] > hi ? v[j] : hi;
+        nan |= int(m[j] != m[j]) | int(v[j] != v[j]);
+      }
+      finite = finite && !nan && am <= FLT_MAX && lo >= -FLT_MAX && hi <= FLT_MAX;
+      min_v = lo;
+      max_abs_mu = am;
+      max_v = hi;
+    }
+    void merge(const InputStats& o) {
+      finite = finite && o.finite;
+      min_v = std::min(min_v, o.min_v);
+      max_abs_mu = std::max(max_abs_mu, o.max_abs_mu);
+      max_v = std::max(max_v, o.max_v);
+    }
+  };
+  const InputStats& input_stats() const { return stats_; }
 
   std::size_t size() const { return n_; }
   std::size_t dim() const { return d_; }
@@ -343,19 +411,55 @@ class ProbitDocsT {
   // A tile's variance terms are computed whole once 1 in kDenseShare of its pairs needs them.
   static constexpr std::size_t kDenseShare = 4;
 
-  static simd::Panels<S> pack_means(const float* mu_c, std::size_t n, std::size_t d) {
-    // A few thousand rows copy in well under a millisecond: a thread team there costs more than it saves,
-    // and on a busy machine (a server's search thread beside its event loop) waits for a core.
-    constexpr std::size_t kParallelRows = 8192;
-    const int threads = n >= kParallelRows ? 0 : 1;
-    if constexpr (kHalf) {
-      const auto row = [mu_c, d](std::size_t j, S* dst) {
-        for (std::size_t t = 0; t < d; ++t) dst[t] = simd::half_bits(mu_c[j * d + t]);
-      };
-      return simd::Panels<S>(n, d, row, threads);
-    } else {
-      return simd::Panels<S>(mu_c, n, d, threads);
+  static constexpr std::size_t kParallelRows = 8192;
+
+  // Whether every entry is 0 (blocks in parallel; a nonzero entry ends a block's scan).
+  static bool all_zero(const float* v, std::size_t count) {
+    constexpr std::size_t kChunk = std::size_t(1) << 20;
+    const std::size_t n_chunks = (count + kChunk - 1) / kChunk;
+    std::vector<char> zero(n_chunks, 1);
+    parallel_for(std::int64_t(n_chunks), count >= kChunk ? 0 : 1, [&](std::int64_t c, int) {
+      const float* p = v + std::size_t(c) * kChunk;
+      zero[std::size_t(c)] = std::all_of(p, p + std::min(kChunk, count - std::size_t(c) * kChunk), is_zero);
+    });
+    return std::all_of(zero.begin(), zero.end(), [](char z) { return z != 0; });
+  }
+
+  // A float32 doc's bounds, in double from the stored values: mass = sum(mu^2 + v), the smallest
+  // and largest v, the largest mu^2 + v. Eight running sums (the order is fixed: the bounds, not the
+  // scores, depend on it, and their slack covers any order's rounding).
+  struct RowSums {
+    double mass, vmin, vmax, top;
+  };
+  static RowSums row_sums(const float* m, const float* v, std::size_t d) {
+    constexpr std::size_t L = 8;
+    double acc[L] = {}, top[L] = {};
+    float lo[L], hi[L];
+    for (std::size_t l = 0; l < L; ++l) lo[l] = hi[l] = d ? v[0] : 0.0f;
+    std::size_t j = 0;
+    for (; j + L <= d; j += L)
+      for (std::size_t l = 0; l < L; ++l) {
+        const double second = double(m[j + l]) * m[j + l] + v[j + l];
+        acc[l] += second;
+        top[l] = second > top[l] ? second : top[l];
+        lo[l] = v[j + l] < lo[l] ? v[j + l] : lo[l];
+        hi[l] = v[j + l] > hi[l] ? v[j + l] : hi[l];
+      }
+    for (; j < d; ++j) {
+      const double second = double(m[j]) * m[j] + v[j];
+      acc[0] += second;
+      top[0] = std::max(top[0], second);
+      lo[0] = std::min(lo[0], v[j]);
+      hi[0] = std::max(hi[0], v[j]);
     }
+    RowSums r{0, double(d ? lo[0] : INFINITY), double(hi[0] > 0 ? hi[0] : 0.0f), 0};
+    for (std::size_t l = 0; l < L; ++l) {
+      r.mass += acc[l];
+      r.top = std::max(r.top, top[l]);
+      r.vmin = std::min(r.vmin, double(lo[l]));
+      r.vmax = std::max(r.vmax, double(hi[l]));
+    }
+    return r;
   }
 
   // sig2 of the block's rows against a whole doc tile, kPR x kPC pairs at a time.
@@ -501,10 +605,11 @@ class ProbitDocsT {
   std::size_t n_, d_, len_;
   bool means_only_;         // every v_c is 0: stacked_ is empty
   simd::Panels<S> means_;   // mu_c packed for the GEMM micro-kernel
-  std::vector<S> stacked_;  // (n, len_): [v_c | mu_c^2 + v_c | 0]
+  BigVector<S> stacked_;    // (n, len_): [v_c | mu_c^2 + v_c | 0]
   std::vector<double> mass_, vmin_, vmax_;  // sum of the stored mu_c^2 + v_c; min / max stored v_c
   std::vector<HalfMoments> halves_;         // of each stored (or rebuilt) stacked row
   double max_second_ = 0;
+  InputStats stats_;
 };
 
 using ProbitDocs = ProbitDocsT<float>;

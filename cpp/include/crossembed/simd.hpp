@@ -33,6 +33,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "buffer.hpp"
 #include "parallel.hpp"
 
 namespace crossembed {
@@ -249,8 +250,16 @@ inline const Isa& isa() {
 template <class T>
 struct Panels {
   std::size_t n = 0, d = 0, width = 0;
-  std::vector<T> data;
+  BigVector<T> data;
   Panels() = default;
+  // Panels for n rows of d with every entry unwritten: the caller stores each row (store_row) and
+  // the padding columns (zero_padding), in parallel if it likes (panels of distinct rows are disjoint).
+  Panels(std::size_t n_, std::size_t d_) : n(n_), d(d_) {
+    const Isa& I = isa();
+    // float16 panels (ProbitDocs' float16 storage) have the float32 layout.
+    width = std::is_same_v<T, double> ? I.panel_width_f64() : I.panel_width_f32();
+    data.resize((n + width - 1) / width * width * d);
+  }
   Panels(const T* const* rows, std::size_t n_, std::size_t d_, int num_threads = 1)
       : Panels(n_, d_, [rows, d_](std::size_t j, T* dst) { std::memcpy(dst, rows[j], d_ * sizeof(T)); }, num_threads) {}
   Panels(const T* x, std::size_t n_, std::size_t d_, int num_threads = 1)
@@ -260,12 +269,8 @@ struct Panels {
   // probit variance block) are packed without materialising them first.
   // Panels are independent, so they are filled in parallel.
   template <class RowOf>
-  Panels(std::size_t n_, std::size_t d_, RowOf row_of, int num_threads) : n(n_), d(d_) {
-    const Isa& I = isa();
-    // float16 panels (ProbitDocs' float16 storage) have the float32 layout.
-    width = std::is_same_v<T, double> ? I.panel_width_f64() : I.panel_width_f32();
+  Panels(std::size_t n_, std::size_t d_, RowOf row_of, int num_threads) : Panels(n_, d_) {
     const std::size_t n_panels = (n + width - 1) / width;
-    data.resize(n_panels * width * d);
     parallel_for(std::int64_t(n_panels), num_threads, [&](std::int64_t p, int) {
       std::vector<T> row(d);
       T* P = data.data() + std::size_t(p) * width * d;
@@ -279,6 +284,18 @@ struct Panels {
         for (std::size_t k = 0; k < d; ++k) P[k * width + l] = row[k];
       }
     });
+  }
+  // Row j <- row[0..d) (a column of its panel).
+  void store_row(std::size_t j, const T* row) {
+    T* P = data.data() + (j / width) * width * d + j % width;
+    for (std::size_t k = 0; k < d; ++k) P[k * width] = row[k];
+  }
+  // Zeros in the last panel's columns past row n.
+  void zero_padding() {
+    for (std::size_t j = n; j < (n + width - 1) / width * width; ++j) {
+      T* P = data.data() + (j / width) * width * d + j % width;
+      for (std::size_t k = 0; k < d; ++k) P[k * width] = T(0);
+    }
   }
   // Panels starting at row `first` (a multiple of `width`).
   const T* at(std::size_t first) const { return data.data() + (first / width) * width * d; }
