@@ -34,7 +34,10 @@ def _parts(docs, budget=1 << 30):
         changed.append(np.array(slots))
         cache.forget(slots)
 
-    writer = IndexWriter(store, graph, on_change=on_change, num_threads=1)
+    def new_graph(capacity):
+        return MeanGraph(docs.dim, max_elements=capacity, M=8, random_seed=0)
+
+    writer = IndexWriter(store, graph, on_change=on_change, new_graph=new_graph, num_threads=1)
     writer.insert(docs, np.arange(len(docs), dtype=np.int64), None, chunk=len(docs))
     return store, graph, cache, RerankPlanner(store, graph, cache), writer, changed
 
@@ -58,10 +61,15 @@ def test_writer_applies_updates_in_chunks_and_reports_the_slots_it_changed():
     assert len(store) == 30 and graph.count == 30 and np.array_equal(changed[0], np.arange(30))
     writer.remove([3, 4])
     assert np.array_equal(changed[-1], [3, 4]) and graph.deleted_count == 2
-    ids = writer.add(docs[30:33], None, None)  # freed slots first
-    assert np.array_equal(ids, [30, 31, 32]) and np.array_equal(changed[-1], [3, 4, 30])
-    writer.upsert(docs[33:35], [0, 99], None)  # one rewritten in place, one added
-    assert store.contains(np.array([0, 99])).all() and len(store) == 32
+    ids = writer.add(docs[30:33], None, None)  # new slots: removed ones stay deleted until a compaction
+    assert np.array_equal(ids, [30, 31, 32]) and np.array_equal(changed[-1], [30, 31, 32])
+    writer.upsert(docs[33:35], [0, 99], None)  # one replaced (its slot deleted, a new one taken), one added
+    assert np.array_equal(changed[-2], [0, 33]) and np.array_equal(changed[-1], [34])
+    assert store.contains(np.array([0, 99])).all() and len(store) == 32 and store.deleted == graph.deleted_count == 3
+    writer.compact()
+    assert store.n_slots == graph.count == 32 and store.deleted == graph.deleted_count == 0
+    assert np.array_equal(changed[-1], np.arange(35)) and len(store.ids) == 32
+    np.testing.assert_array_equal(graph.rows(store.slots_of(np.array([0, 99]))), docs.mean[33:35])
     with pytest.raises(ValueError, match="already in the index"):
         writer.add(docs[35:36], [1], None)
     sizes = []

@@ -16,9 +16,12 @@ number of threads at once, each with its own ``ef``; ``add``,
 from __future__ import annotations
 
 import os
+import tempfile
 from typing import Optional, Tuple
 
 import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import breadth_first_order
 
 from crossembed._native import core
 from crossembed._validation import (
@@ -38,6 +41,15 @@ _FLOAT16_MAX = 65504.0  # largest finite float16
 _MAX_ELEMENTS = INT_MAX  # hnswlib's ids are 32-bit and its visited lists are sized by an int
 _MAX_DIM = 2**20
 _MAX_M = 10000  # hnswlib caps M here
+# hnswlib's file: a header of these fields (in this order), the bottom-layer block, then per label a uint32 size
+# and that many bytes of upper-layer lists. A link list is a uint16 count (its third byte holds the deleted mark)
+# and then its uint32 neighbours.
+_HEADER = np.dtype(
+    [("offset_level0", "<u8"), ("max_elements", "<u8"), ("count", "<u8"), ("size_data_per_element", "<u8")]
+    + [("label_offset", "<u8"), ("offset_data", "<u8"), ("maxlevel", "<i4"), ("enterpoint", "<u4")]
+    + [("maxM", "<u8"), ("maxM0", "<u8"), ("M", "<u8"), ("mult", "<f8"), ("ef_construction", "<u8")]
+)
+_DELETE_MARK = 0x01
 
 
 class MeanGraph:
@@ -218,3 +230,61 @@ class MeanGraph:
     def save(self, path) -> None:
         """Writes the graph (hnswlib's file format) to ``path``; read it back with :meth:`load`."""
         self._handle.save(os.fspath(path))
+
+    def take(self, other: MeanGraph) -> None:
+        """Makes this graph hold ``other``'s nodes (``other`` then holds this one's): swaps what the two objects
+        point to, so whoever holds this object sees the new graph. The caller keeps searches off during the swap."""
+        if not isinstance(other, MeanGraph):
+            raise TypeError(f"other must be a MeanGraph, got {type(other).__name__}")
+        if (other.dim, other.storage) != (self.dim, self.storage):
+            raise ValueError("other must hold vectors of the same dim and storage")
+        self._handle, other._handle = other._handle, self._handle
+
+    def unreachable(self) -> np.ndarray:
+        """Live labels that no search can reach (sorted int64): those no chain of links, on any layer and through
+        deleted nodes too, leads to from the entry point. Searches never return them.
+
+        Reads the links from a saved copy of the graph (a temporary file as large as :meth:`save` writes), so it
+        costs about one save and a pass over the links: a check, not something to call per search.
+        """
+        with tempfile.TemporaryDirectory(prefix="crossembed-graph-") as tmp:
+            path = os.path.join(tmp, "graph.bin")
+            self.save(path)
+            return _unreachable_in_file(path)
+
+
+def _unreachable_in_file(path: str) -> np.ndarray:
+    """The live labels of the graph file at ``path`` (written by :meth:`MeanGraph.save`) that no chain of links
+    from its entry point reaches."""
+    raw = np.memmap(path, dtype=np.uint8, mode="r")
+    head = raw[: _HEADER.itemsize].view(_HEADER)[0]
+    n, size = int(head["count"]), int(head["size_data_per_element"])
+    if n == 0:
+        return np.zeros(0, np.int64)
+    maxM, maxM0 = int(head["maxM"]), int(head["maxM0"])
+    block = raw[_HEADER.itemsize : _HEADER.itemsize + n * size].reshape(n, size)
+    counts0 = np.ascontiguousarray(block[:, :2]).view("<u2")[:, 0].astype(np.int64)
+    deleted = (block[:, 2] & _DELETE_MARK) != 0
+    label_off = int(head["label_offset"])
+    labels = np.ascontiguousarray(block[:, label_off : label_off + 8]).view("<u8")[:, 0].astype(np.int64)
+    links0 = np.ascontiguousarray(block[:, 4 : 4 + 4 * maxM0]).view("<u4")
+    keep = np.arange(maxM0)[None, :] < counts0[:, None]
+    src = [np.repeat(np.arange(n), counts0)]
+    dst = [links0[keep].astype(np.int64)]
+    at = _HEADER.itemsize + n * size
+    per_level = 4 * (1 + maxM)
+    for i in range(n):  # upper-layer lists: about one label in M has any
+        nbytes = int(raw[at : at + 4].view("<u4")[0])
+        at += 4
+        if nbytes:
+            lists = np.asarray(raw[at : at + nbytes]).view("<u4").reshape(nbytes // per_level, 1 + maxM)
+            count = (lists[:, 0] & 0xFFFF).astype(np.int64)
+            nbr = lists[:, 1:][np.arange(maxM)[None, :] < count[:, None]]
+            src.append(np.full(nbr.size, i, np.int64))
+            dst.append(nbr.astype(np.int64))
+            at += nbytes
+    src_all, dst_all = np.concatenate(src), np.concatenate(dst)
+    links = csr_matrix((np.ones(src_all.size, np.int8), (src_all, dst_all)), shape=(n, n))
+    reached = np.zeros(n, dtype=bool)
+    reached[breadth_first_order(links, int(head["enterpoint"]), directed=True, return_predecessors=False)] = True
+    return np.sort(labels[~reached & ~deleted])

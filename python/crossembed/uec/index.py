@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -117,17 +117,8 @@ class UECIndex:
             raise ValueError(f"docs have dimension {docs.dim} but the ensemble produces {ensemble.dim}")
         texts = check_texts(texts, len(docs))
         ids = np.arange(len(docs), dtype=np.int64) if ids is None else check_ids(ids, len(docs))
-        c = self.config
-        store = DocStore.empty(docs.dim, c.dtype, capacity=len(docs), keep_texts=texts is not None)
-        graph = MeanGraph(
-            docs.dim,
-            storage=c.dtype,
-            max_elements=len(docs),
-            M=c.M,
-            ef_construction=c.ef_construction,
-            random_seed=c.random_state,
-        )
-        self._compose(store, graph)
+        store = DocStore.empty(docs.dim, self.config.dtype, capacity=len(docs), keep_texts=texts is not None)
+        self._compose(store, None)
         self._writer.insert(docs, ids, texts, chunk=len(docs))  # one graph call: nobody can search yet
 
     def _settings(self, ensemble, scoring, config, num_threads) -> None:
@@ -144,11 +135,31 @@ class UECIndex:
         check_num_threads(num_threads)
         self.num_threads = num_threads
 
-    def _compose(self, store: DocStore, graph: MeanGraph) -> None:
-        self._store, self._graph = store, graph
+    def _compose(self, store: DocStore, graph: Optional[MeanGraph]) -> None:
+        """Assemble the parts around ``store`` and ``graph`` (None: an empty graph for the store's capacity)."""
+        self._store = store
+        self._graph = graph = self._new_graph(store.capacity) if graph is None else graph
         self._panels = PanelCache(store, graph, self.scoring, self.config.panel_cache_bytes)
         self._planner = RerankPlanner(store, graph, self._panels)
-        self._writer = IndexWriter(store, graph, on_change=self._panels.forget, num_threads=self.num_threads)
+        self._writer = IndexWriter(
+            store,
+            graph,
+            on_change=self._panels.forget,
+            new_graph=self._new_graph,
+            compact_at=self.config.compact_at,
+            num_threads=self.num_threads,
+        )
+
+    def _new_graph(self, capacity: int) -> MeanGraph:
+        c = self.config
+        return MeanGraph(
+            self.dim,
+            storage=c.dtype,
+            max_elements=capacity,
+            M=c.M,
+            ef_construction=c.ef_construction,
+            random_seed=c.random_state,
+        )
 
     @classmethod
     def build(
@@ -247,7 +258,35 @@ class UECIndex:
         with self._writer.lock.read():
             return {"store": self._store.nbytes(), "graph": self._graph.nbytes, "panels": self._panels.nbytes}
 
+    def stats(self) -> Dict[str, Any]:
+        """What the index holds: ``live`` documents, ``deleted`` slots (removed or replaced documents whose graph
+        node is kept until the index compacts, see ``IndexConfig.compact_at``), ``capacity`` (slots with room
+        reserved) and ``bytes`` (:meth:`memory_usage`)."""
+        with self._writer.lock.read():
+            return {
+                "live": len(self._store),
+                "deleted": self._store.deleted,
+                "capacity": self._store.capacity,
+                "bytes": {"store": self._store.nbytes(), "graph": self._graph.nbytes, "panels": self._panels.nbytes},
+            }
+
+    def unreachable(self) -> np.ndarray:
+        """Ids of documents that no graph search can reach (no chain of links leads to them from the entry
+        point), sorted. An ANN search never returns them (``exact=True`` still does); :meth:`compact` rebuilds
+        the graph. Costs about a :meth:`save` of the graph: a check, not for every search."""
+        with self._writer.lock.read():
+            return np.sort(self._store.ids_of(self._graph.unreachable()))
+
     # ------------------------------------------------------------------ updates
+    def compact(self) -> None:
+        """Rebuild the graph (and the slots) of the live documents alone, dropping removed documents' nodes.
+
+        Searches go on during the rebuild (against the graph as it was) and wait only for the swap; updates
+        wait for the whole rebuild. Updates compact on their own (``IndexConfig.compact_at``); call this to
+        free the deleted nodes' memory at once, or when :meth:`unreachable` finds documents.
+        """
+        self._writer.compact()
+
     def reserve(self, capacity: int) -> None:
         """Make room for ``capacity`` documents in all (later :meth:`add` calls up to it then never
         reallocate the store or the graph); never shrinks."""

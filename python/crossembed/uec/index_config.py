@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from crossembed._validation import INT64_MAX, INT_MAX, check_int
 from crossembed.uec._random import int_seed
@@ -36,6 +37,11 @@ class IndexConfig:
     random_state : int, Generator or None
         The graph's construction seed (default 0; None or a Generator: one int is drawn here, so
         the config holds the seed that every index built with it uses and saves).
+    compact_at : float or None
+        Removed (and replaced) documents keep their graph node until the index compacts: once
+        they exceed ``compact_at`` times the live documents, the update that got them there
+        rebuilds the graph of the live set (:meth:`UECIndex.compact`). Default 0.25 (the graph
+        holds at most 1.25 times the live set); None: only when ``compact()`` is called.
     """
 
     M: int = 32
@@ -44,6 +50,7 @@ class IndexConfig:
     dtype: str = "float32"
     panel_cache_bytes: int = 1 << 30
     random_state: Any = 0
+    compact_at: Optional[float] = 0.25
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: the checked values replace the given ones once, here
@@ -53,6 +60,12 @@ class IndexConfig:
         set_(self, "dtype", store_dtype(self.dtype).name)
         set_(self, "panel_cache_bytes", check_int(self.panel_cache_bytes, "panel_cache_bytes", low=0))
         set_(self, "random_state", check_int(int_seed(self.random_state), "random_state", low=0, high=INT64_MAX))
+        if self.compact_at is not None:
+            if isinstance(self.compact_at, bool) or not isinstance(self.compact_at, (int, float)):
+                raise TypeError(f"compact_at must be a number or None, got {type(self.compact_at).__name__}")
+            if not (math.isfinite(self.compact_at) and self.compact_at > 0):
+                raise ValueError(f"compact_at must be a finite number > 0 or None, got {self.compact_at!r}")
+            set_(self, "compact_at", float(self.compact_at))
 
     def get_config(self) -> Dict[str, Any]:
         """The settings as a JSON-able dict (``IndexConfig(**config)`` rebuilds the same config)."""

@@ -2,8 +2,9 @@
 
 The document means live once, in the ANN graph (:class:`crossembed.ann.MeanGraph`),
 which stores them in the index's dtype; :class:`DocStore` holds the rest, row
-by slot. A slot is a row; a removed document frees its slot for the next
-:meth:`DocStore.put`, so the slots the graph labels its nodes with stay valid.
+by slot. A slot is a row; a removed document's slot stays taken (the graph
+keeps its node, marked deleted) until :meth:`DocStore.compacted` renumbers the
+live slots ``0 .. n-1`` for a graph rebuilt on them.
 Variances are kept only once some document has one: a store of documents
 without variance (a deterministic embedder's, the default ensemble's) holds
 none, and reads them as zeros. The arrays may be read-only memory maps of a
@@ -167,34 +168,48 @@ class DocStore:
             self._var = np.zeros((self.capacity, self.dim), dtype=self.dtype)
         self._var[slots] = var
 
+    @property
+    def deleted(self) -> int:
+        """Slots of removed documents still taken (until :meth:`compacted`)."""
+        return self.n_slots - self._live
+
     def put(self, var: np.ndarray, ids: np.ndarray, texts: Optional[Sequence[str]]) -> np.ndarray:
-        """Take slots for new ``ids`` with their variances (and texts); returns the slots (free ones first,
-        ascending). The caller writes the means to the graph under these slots."""
+        """Take new slots, after the last one, for new ``ids`` with their variances (and texts); returns the
+        slots. The caller writes the means to the graph under these slots. Removed documents' slots are not
+        reused: a graph node re-linked in place costs tens of fresh insertions (hnswlib's updatePoint)."""
         self._materialize()
         n = len(ids)
-        free = np.flatnonzero(~self.alive[: self.n_slots])[:n]
-        fresh = np.arange(self.n_slots, self.n_slots + n - len(free), dtype=np.int64)
-        if self.n_slots + len(fresh) > self.capacity:
-            self._grow(max(self.n_slots + len(fresh), 2 * self.capacity))
-        slots = np.concatenate([free, fresh])
-        self.n_slots += len(fresh)
+        if self.n_slots + n > self.capacity:
+            self._grow(max(self.n_slots + n, 2 * self.capacity))
+        slots = np.arange(self.n_slots, self.n_slots + n, dtype=np.int64)
+        self.n_slots += n
         self._set_var(slots, var)
         self.ids[slots], self.alive[slots] = ids, True
-        self._live += len(slots)
+        self._live += n
         if self.texts is not None:
-            self.texts.extend([None] * len(fresh))
-            for s, t in zip(slots, texts):
-                self.texts[s] = t
+            self.texts.extend(texts)
         self._lookup = None
         return slots
 
-    def replace(self, slots: np.ndarray, var: np.ndarray, texts: Optional[Sequence[str]]) -> None:
-        """Overwrite the variances (and texts) of live ``slots``; their ids stay."""
-        self._materialize()
-        self._set_var(slots, var)
-        if self.texts is not None:
-            for s, t in zip(slots, texts):
-                self.texts[s] = t
+    def compacted(self, headroom: int = 0) -> DocStore:
+        """A store of the live documents only, in slots ``0 .. len - 1`` (in slot order), with room for
+        ``headroom`` more; this store is left as it was."""
+        live = self.live_slots()
+        return DocStore(
+            self.ids[live],
+            np.ones(len(live), bool),
+            dim=self.dim,
+            dtype=self.dtype,
+            var=None if self._var is None else np.array(self._var[live]),
+            texts=None if self.texts is None else [self.texts[s] for s in live],
+            capacity=max(1, len(live) + headroom),
+        )
+
+    def take(self, other: DocStore) -> None:
+        """Hold ``other``'s documents from now on (whoever holds this object sees them)."""
+        if (other.dim, other.dtype) != (self.dim, self.dtype):
+            raise ValueError("other must hold documents of the same dim and dtype")
+        self.__dict__.update(other.__dict__)
 
     def drop(self, slots: np.ndarray) -> None:
         """Free ``slots`` (distinct live slots)."""

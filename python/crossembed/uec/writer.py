@@ -5,7 +5,13 @@ holds it exclusively one chunk at a time, chunks sized to hold it about 20 ms
 while searches come (200 ms while none came during the previous chunk), so a
 search waits for one chunk, not for a whole bulk add. Updates run one at a
 time, each validated before its first chunk applies. Graph labels are store
-slots: removed slots are reused first by later additions.
+slots. A removed document's node stays in the graph, marked deleted (searches
+pass through it, never return it), and new documents (upserted ones too) take
+new slots: re-linking a deleted node in place costs hnswlib tens of fresh
+insertions. Once the deleted slots exceed ``compact_at`` times the live ones,
+the update that got them there compacts: a graph of the live documents is
+built aside while searches go on, then swapped in under one exclusive hold,
+so the memory held stays within ``1 + compact_at`` times the live set's.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ _WRITE_HOLD_S = 0.02
 _WRITE_HOLD_IDLE_S = 0.2
 _WRITE_CHUNK_FIRST = 32
 _WRITE_CHUNK_MAX = 4096
+_COMPACT_ROWS = 65536  # live rows read from the old graph per insertion call while compacting (bounds the copy)
 
 
 class IndexWriter:
@@ -45,6 +52,11 @@ class IndexWriter:
     on_change : callable
         Called with the slots of each chunk, under the exclusive lock, after they changed
         (the rerank planner drops what it prepared from them).
+    new_graph : callable
+        ``new_graph(capacity)``: an empty graph with the index's settings, which :meth:`compact` fills.
+    compact_at : float or None, optional
+        Compact once the deleted slots exceed this many times the live documents (default None: only
+        when :meth:`compact` is called).
     num_threads : int, optional
         Threads linking documents into the graph (default: all cores).
     """
@@ -55,11 +67,15 @@ class IndexWriter:
         graph: MeanGraph,
         *,
         on_change: Callable[[np.ndarray], None],
+        new_graph: Callable[[int], MeanGraph],
+        compact_at: Optional[float] = None,
         num_threads: Optional[int] = None,
     ):
         self.store = store
         self.graph = graph
         self.num_threads = num_threads
+        self.compact_at = compact_at
+        self._new_graph = new_graph
         self.lock = ReadWriteLock()  # searches shared, changes to the store and graph exclusive
         self._updating = threading.Lock()  # one update (or save) at a time, across its chunks
         self._on_change = on_change
@@ -106,10 +122,11 @@ class IndexWriter:
         ids = check_ids(ids, len(docs))
         with self._updating:
             present = self.store.contains(ids)
-            for rows, apply in ((np.flatnonzero(present), self._rewrite), (np.flatnonzero(~present), self.insert)):
+            for rows, apply in ((np.flatnonzero(present), self._replace), (np.flatnonzero(~present), self.insert)):
                 if len(rows):
                     part = GaussianEmbedding(docs.mean[rows], docs.var[rows])
                     apply(part, ids[rows], None if texts is None else [texts[r] for r in rows])
+            self._compact_if_due()
         return ids
 
     def remove(self, ids) -> None:
@@ -124,37 +141,59 @@ class IndexWriter:
                 self._on_change(slots[part])
 
             self.chunked(len(slots), apply)
+            self._compact_if_due()
 
     def insert(self, docs: GaussianEmbedding, ids: np.ndarray, texts, chunk: Optional[int] = None) -> None:
-        """Store and link checked documents under new ``ids`` (freed slots first); ``chunk`` fixes the chunk size."""
+        """Store and link checked documents under new ``ids`` in new slots; ``chunk`` fixes the chunk size."""
+        self._write(docs, ids, texts, False, chunk)
 
-        def place(var, part_ids, part_texts) -> np.ndarray:
-            slots = self.store.put(var, part_ids, part_texts)
-            self._grow_graph()
-            return slots
+    def _replace(self, docs: GaussianEmbedding, ids: np.ndarray, texts) -> None:
+        """Replace the documents of present ``ids``: each chunk deletes their slots and stores them in new ones."""
+        self._write(docs, ids, texts, True)
 
-        self._write(docs, ids, texts, place, chunk)
-
-    def _rewrite(self, docs: GaussianEmbedding, ids: np.ndarray, texts) -> None:
-        """Replace the rows of existing ``ids`` in their slots."""
-
-        def place(var, part_ids, part_texts) -> np.ndarray:
-            slots = self.store.slots_of(part_ids)
-            self.store.replace(slots, var, part_texts)
-            return slots
-
-        self._write(docs, ids, texts, place)
-
-    def _write(self, docs: GaussianEmbedding, ids: np.ndarray, texts, place, chunk: Optional[int] = None) -> None:
-        """Store ``docs`` under ``ids`` in the slots ``place(var, ids, texts)`` writes them to, and
-        link them in the graph (which adds a new label, re-links a reused or existing one), in chunks."""
+    def _write(self, docs: GaussianEmbedding, ids: np.ndarray, texts, replace: bool, chunk: Optional[int] = None):
+        """Store ``docs`` under ``ids`` in new slots and link them in the graph, in chunks (``replace``: each
+        chunk first deletes the slots the ids held, so a search sees a document either before or after)."""
 
         def apply(part: slice) -> None:
-            slots = place(docs.var[part], ids[part], None if texts is None else texts[part])
+            old = self.store.slots_of(ids[part]) if replace else np.zeros(0, np.int64)
+            if replace:
+                self.graph.mark_deleted(old)
+                self.store.drop(old)
+            slots = self.store.put(docs.var[part], ids[part], None if texts is None else texts[part])
+            self._grow_graph()
             self.graph.add(docs.mean[part], slots, num_threads=self.num_threads)
-            self._on_change(slots)
+            self._on_change(np.concatenate([old, slots]))
 
         self.chunked(len(ids), apply, chunk)
+
+    # ------------------------------------------------------------------ compaction
+    def compact(self) -> None:
+        """Rebuild the store and the graph on the live documents alone (slots ``0 .. n-1``, no deleted node).
+
+        Waits for the update in progress and holds later ones off; searches go on against the old graph while
+        the new one is built, and wait only for the swap.
+        """
+        with self._updating:
+            self._compact()
+
+    def _compact_if_due(self) -> None:
+        if self.compact_at is not None and self.store.deleted > self.compact_at * len(self.store):
+            self._compact()
+
+    def _compact(self) -> None:
+        store = self.store.compacted()
+        graph = self._new_graph(store.capacity)
+        live = self.store.live_slots()
+        for start in range(0, len(live), _COMPACT_ROWS):
+            part = live[start : start + _COMPACT_ROWS]
+            rows = np.arange(start, start + len(part), dtype=np.int64)
+            graph.add(self.graph.rows(part, num_threads=self.num_threads), rows, num_threads=self.num_threads)
+        changed = np.arange(self.store.n_slots, dtype=np.int64)
+        with self.lock.write():
+            self.store.take(store)
+            self.graph.take(graph)  # `graph` now holds the old nodes, freed after the hold
+            self._on_change(changed)
 
     def _grow_graph(self) -> None:
         if self.store.capacity > self.graph.max_elements:

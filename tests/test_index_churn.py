@@ -1,0 +1,151 @@
+"""An index under churn: deleted slots bounded by compaction, every live document reachable, searches during compact()."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from crossembed.ann import MeanGraph
+from crossembed.uec import GaussianEmbedding, IndexConfig, UECIndex
+
+_HEADER_BYTES = 96  # hnswlib's file header
+
+
+def _docs(n, d, seed):
+    rng = np.random.default_rng(seed)
+    m = rng.standard_normal((n, d)).astype(np.float32)
+    m /= np.linalg.norm(m, axis=1, keepdims=True)
+    return GaussianEmbedding(m, np.zeros_like(m))
+
+
+def _recall(index, qids):
+    q = index.get_docs(qids)
+    _, exact = index.search(q, 10, exact=True)
+    _, ann = index.search(q, 10, rerank=40)
+    assert np.array_equal(exact[:, 0], qids)  # every live document is its own top hit
+    return float(np.mean([len(np.intersect1d(a, e)) / 10 for a, e in zip(ann, exact)]))
+
+
+def test_churn_keeps_deleted_slots_bounded_and_every_live_document_reachable():
+    rng = np.random.default_rng(0)
+    config = IndexConfig(M=8, ef_construction=60, compact_at=0.25)
+    index = UECIndex(_docs(1000, 16, 1), config=config, num_threads=2)
+    live, next_id = np.arange(1000), 1000
+    for r in range(30):
+        gone = rng.choice(live, 100, replace=False)
+        index.remove(gone)
+        index.add(_docs(100, 16, 100 + r), ids=np.arange(next_id, next_id + 100))
+        swap = rng.choice(np.setdiff1d(live, gone), 20, replace=False)
+        index.upsert(_docs(20, 16, 500 + r), ids=swap)  # replaced documents leave deleted slots too
+        live = np.concatenate([np.setdiff1d(live, gone), np.arange(next_id, next_id + 100)])
+        next_id += 100
+        stats = index.stats()
+        assert stats["live"] == len(index) == 1000
+        # one update past the bound compacts: at most one batch beyond a quarter of the live set is ever held
+        assert stats["deleted"] <= 0.25 * 1000 + 100
+    assert len(index.unreachable()) == 0
+    assert _recall(index, rng.choice(live, 200, replace=False)) >= 0.99
+    np.testing.assert_array_equal(np.sort(index.ids), np.sort(live))
+
+
+def test_without_compact_at_deleted_slots_stay_until_compact():
+    index = UECIndex(_docs(300, 8, 2), config=IndexConfig(M=8, compact_at=None), num_threads=1)
+    index.remove(np.arange(200))
+    index.add(_docs(50, 8, 3), ids=np.arange(1000, 1050))
+    assert index.stats()["deleted"] == 200 and len(index) == 150
+    before = index.search(_docs(5, 8, 4), 5, exact=True)
+    index.compact()
+    stats = index.stats()
+    assert stats["deleted"] == 0 and stats["live"] == 150 and stats["capacity"] == 150
+    after = index.search(_docs(5, 8, 4), 5, exact=True)
+    np.testing.assert_array_equal(before[1], after[1])
+    np.testing.assert_array_equal(before[0], after[0])
+    np.testing.assert_array_equal(np.sort(index.ids), np.r_[np.arange(200, 300), np.arange(1000, 1050)])
+
+
+def test_compact_at_is_validated():
+    for bad in (0, -0.5, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="compact_at"):
+            IndexConfig(compact_at=bad)
+    for bad in ("0.2", True):
+        with pytest.raises(TypeError, match="compact_at"):
+            IndexConfig(compact_at=bad)
+    assert IndexConfig(compact_at=1).compact_at == 1.0 and IndexConfig(**IndexConfig().get_config()) == IndexConfig()
+
+
+def _cut_bottom_links(graph, tmp_path):
+    """``graph`` with every bottom-layer link list emptied (upper layers kept): a graph whose nodes mostly cannot
+    be reached, loaded as a new MeanGraph."""
+    path = tmp_path / "graph.bin"
+    graph.save(path)
+    raw = bytearray(path.read_bytes())
+    count, size = (int(v) for v in np.frombuffer(bytes(raw[16:32]), "<u8"))
+    for i in range(count):
+        at = _HEADER_BYTES + i * size
+        raw[at : at + 2] = b"\0\0"  # the list's uint16 count; the deleted mark (third byte) stays
+    path.write_bytes(bytes(raw))
+    return MeanGraph.load(path, dim=graph.dim, storage=graph.storage)
+
+
+def test_unreachable_finds_cut_off_nodes_and_compact_repairs_them(tmp_path):
+    index = UECIndex(_docs(400, 8, 5), config=IndexConfig(M=8), num_threads=1)
+    index.remove(np.arange(0, 400, 10))  # deleted nodes, not yet compacted (40 < 0.25 * 360)
+    assert len(index.unreachable()) == 0
+    cut = _cut_bottom_links(index._graph, tmp_path)
+    assert 0 < len(cut.unreachable()) < cut.count
+    index._graph.take(cut)  # a damaged graph, as a bug in concurrent linking would leave it
+    lost = index.unreachable()
+    assert len(lost) > 300 and not np.isin(lost, np.arange(0, 400, 10)).any()  # deleted nodes are not counted
+    index.compact()
+    assert len(index.unreachable()) == 0 and index.stats()["deleted"] == 0
+    _, ann = index.search(index.get_docs(lost[:20]), 1, rerank=10)
+    np.testing.assert_array_equal(ann[:, 0], lost[:20])
+
+
+def test_searches_run_through_compactions_and_concurrent_updates():
+    rng = np.random.default_rng(6)
+    index = UECIndex(_docs(1500, 16, 7), config=IndexConfig(M=8, ef_construction=40), num_threads=1)
+    stable = np.arange(0, 1500, 2)  # never removed: each must stay its own top hit in every search
+    churn, next_id = np.arange(1, 1500, 2), 10_000
+    queries = index.get_docs(stable[:50])
+    stop, errors, searched = threading.Event(), [], [0]
+
+    def search():
+        while not stop.is_set():
+            try:
+                _, ids = index.search(queries, 1, rerank=30)
+                assert np.array_equal(ids[:, 0], stable[:50]), "a stable document was lost"
+                searched[0] += 1
+            except Exception as exc:  # reported below, in the main thread
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=search) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for r in range(8):
+            gone = rng.choice(churn, 150, replace=False)
+            index.remove(gone)
+            new = np.arange(next_id, next_id + 150)
+            index.add(_docs(150, 16, 50 + r), ids=new)
+            churn, next_id = np.concatenate([np.setdiff1d(churn, gone), new]), next_id + 150
+            if r % 3 == 2:
+                index.compact()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors[0]
+    assert searched[0] > 0 and len(index) == 1500
+    assert len(index.unreachable()) == 0
+
+
+def test_a_compacted_index_saves_and_loads(tmp_path):
+    index = UECIndex(_docs(200, 8, 8), texts=[f"t{i}" for i in range(200)], config=IndexConfig(M=8))
+    index.remove(np.arange(100))  # compacts (100 > 0.25 * 100)
+    assert index.stats()["deleted"] == 0
+    index.save(tmp_path / "i")
+    back = UECIndex.load(tmp_path / "i")
+    assert back.texts == [f"t{i}" for i in range(100, 200)] and back.stats() == index.stats()
+    np.testing.assert_array_equal(back.ids, np.arange(100, 200))
