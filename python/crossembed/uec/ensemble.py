@@ -333,7 +333,7 @@ class UECEnsemble:
         """Each model's block width and the hubness coordinates of a side-by-side (score-mixed) Gaussian."""
         dims = [e.dim for e in self.embedders]
         hub = self.mixing.hub_dims(len(dims)) if hasattr(self.mixing, "hub_dims") else 0
-        if self.dim != sum(dims) + hub:
+        if self.dim != sum(dims) + hub or not hasattr(self.mixing, "score_scales"):
             raise ValueError(f"a top-hit confidence needs per-model score blocks (ScoreMixing), not {self.mixing!r}")
         return dims, hub
 
@@ -345,7 +345,14 @@ class UECEnsemble:
         are what the confidence was calibrated on.
         """
         dims, hub = self._blocks()
-        feats, has_hit = search_features(self._checked(queries, "queries"), scores, docs, dims, hub)
+        q = self._checked(queries, "queries")
+        # each query block is w_k = pi_k c_k times a unit vector: the routing weights are read off the
+        # blocks, so queries sent as bare means (the service) get the same features as encoded ones
+        cuts = np.cumsum(dims)[:-1]
+        norms = np.stack([np.linalg.norm(b, axis=1) for b in np.split(q.mean[:, : sum(dims)], cuts, axis=1)], axis=1)
+        pi = norms / self.mixing.score_scales(self.heads)[None, :]
+        pi = pi / np.maximum(pi.sum(axis=1, keepdims=True), 1e-30)
+        feats, has_hit = search_features(GaussianEmbedding(q.mean, q.var, pi), scores, docs, dims, hub)
         return np.where(has_hit[:, None], feats, 0.0)
 
     def top_hit_confidence(self, queries: GaussianEmbedding, scores, docs) -> np.ndarray:
