@@ -19,6 +19,7 @@
 #include "crossembed/hash.hpp"
 #include "crossembed/lorentz.hpp"
 #include "crossembed/probit.hpp"
+#include "crossembed/quantized.hpp"
 #include "crossembed/signatures.hpp"
 #include "crossembed/votes.hpp"
 
@@ -140,6 +141,58 @@ void bind_probit_docs(py::module_& m, const char* name) {
       });
 }
 
+// The means array is held here: the codes' rescoring reads it (with the GIL released) for the object's life.
+struct PyQuantizedDocs {
+  CArray<float> means;
+  QuantizedDocs docs;
+  PyQuantizedDocs(const CArray<float>& mu, const std::string& code, int nt)
+      : means(checked(mu)), docs(build(means, code, nt)) {}
+
+  static const CArray<float>& checked(const CArray<float>& mu) {
+    require_2d(mu, "means");
+    if (mu.shape(1) > 65536) throw py::value_error("means has more than 65536 columns");
+    return mu;
+  }
+  static QuantizedDocs build(const CArray<float>& mu, const std::string& code, int nt) {
+    if (code != "int8" && code != "bf16") throw py::value_error("codes must be 'int8' or 'bf16'");
+    const auto c = code == "int8" ? QuantizedDocs::Code::int8 : QuantizedDocs::Code::bf16;
+    py::gil_scoped_release release;
+    return QuantizedDocs(mu.data(), std::size_t(mu.shape(0)), std::size_t(mu.shape(1)), c, nt);
+  }
+  void check_queries(const CArray<float>& x, std::size_t m) const {
+    require_2d(x, "queries");
+    if (std::size_t(x.shape(1)) != docs.dim()) throw py::value_error("queries has the wrong dimension");
+    if (m < 1 || m > docs.size()) throw py::value_error("candidates must be in [1, N]");
+  }
+  py::tuple topk(const CArray<float>& x, std::size_t k, std::size_t m, int nt) const {
+    check_queries(x, m);
+    if (k < 1 || k > m) throw py::value_error("k must be in [1, candidates]");
+    const auto q = x.shape(0);
+    auto s = new_f32(q, py::ssize_t(k));
+    py::array_t<std::int64_t> idx({q, py::ssize_t(k)});
+    float* sp = s.mutable_data();
+    std::int64_t* ip = idx.mutable_data();
+    {
+      py::gil_scoped_release release;
+      docs.topk(x.data(), std::size_t(q), k, m, sp, ip, nt);
+    }
+    return py::make_tuple(s, idx);
+  }
+  py::tuple candidates(const CArray<float>& x, std::size_t m, int nt) const {
+    check_queries(x, m);
+    const auto q = x.shape(0);
+    auto s = new_f32(q, py::ssize_t(m));
+    py::array_t<std::int64_t> idx({q, py::ssize_t(m)});
+    float* sp = s.mutable_data();
+    std::int64_t* ip = idx.mutable_data();
+    {
+      py::gil_scoped_release release;
+      docs.candidates(x.data(), std::size_t(q), m, ip, sp, nt);
+    }
+    return py::make_tuple(s, idx);
+  }
+};
+
 py::tuple csls_result_to_python(const CslsResult& r) {
   const py::ssize_t p = py::ssize_t(r.scores.size());
   py::array_t<std::int64_t> pairs({p, py::ssize_t(2)});
@@ -200,6 +253,12 @@ PYBIND11_MODULE(_core, m) {
 
   bind_probit_docs<ProbitDocs>(m, "ProbitDocs");
   bind_probit_docs<ProbitDocsF16>(m, "ProbitDocsF16");
+  py::class_<PyQuantizedDocs>(m, "QuantizedDocs")
+      .def(py::init<const CArray<float>&, const std::string&, int>())
+      .def("topk", &PyQuantizedDocs::topk)
+      .def("candidates", &PyQuantizedDocs::candidates)
+      .def_property_readonly("nbytes", [](const PyQuantizedDocs& p) { return p.docs.nbytes(); });
+  m.def("quantized_kernels", []() { return std::string(quant::kernels().name); });
 
   // Hash of a C-contiguous array's bytes (the GIL is released while it reads).
   m.def("content_hash", [](const py::array& a, int nt) {

@@ -42,6 +42,7 @@ __all__ = [
     "AnchorCosines",
     "CandidateLists",
     "ProbitDocs",
+    "QuantizedDocs",
     "VoteTable",
     "anchor_signatures",
     "candidate_dots",
@@ -333,6 +334,113 @@ def probit_topk(mu_q, v_q, mu_c, v_c, k: int, *, candidates=None, num_threads: O
     else:
         docs = ProbitDocs(mu_c, v_c)
     return docs.top_k(mu_q, v_q, k, candidates=candidates, num_threads=num_threads)
+
+
+# --------------------------------------------------------------------------- quantized inner-product top-k
+_QUANTIZED_CODES = ("int8", "bf16")
+
+
+class QuantizedDocs:
+    """Documents as int8 or bfloat16 codes for a fast first pass, rescored exactly on their float32 means.
+
+    :meth:`top_k` scores every document on codes, keeps the ``candidates``
+    best per query, and rescores those with the float32 means: the returned
+    scores are the float32 inner products (the bits of
+    ``ProbitDocs(means, zeros).top_k`` with zero query variances), and the
+    ids are the float32 top-k's unless a true top-k document fell outside the
+    candidate list (recall@10 on clustered means: docs/kernel_benchmarks.md).
+
+    Parameters
+    ----------
+    means : array_like, shape (N, D), float32
+        The documents. Held by reference, not copied, and read only when
+        rescoring: an ``np.memmap`` keeps them on disk, with the codes
+        (``D + 4`` bytes a document for int8, ``2 D`` for bf16) in memory.
+        Do not modify them while the object is in use.
+    codes : {"int8", "bf16"}
+        ``"int8"``: each row (document or query) scaled by its own
+        ``max|x| / 127`` and rounded, so a query-document product is one
+        integer dot times two scales (AVX-512 VNNI where the CPU has it).
+        ``"bf16"``: each value rounded to bfloat16 (AVX-512 BF16 where present).
+    num_threads : int, optional
+        Threads for the quantization (default: all cores).
+
+    Attributes
+    ----------
+    n, dim : int
+    codes : str
+    nbytes : int
+        Bytes of the codes and scales (the means are not counted: they are the caller's).
+    """
+
+    def __init__(self, means, *, codes: str = "int8", num_threads: Optional[int] = None):
+        if not isinstance(codes, str) or codes not in _QUANTIZED_CODES:
+            raise ValueError(f"codes must be 'int8' or 'bf16', got {codes!r}")
+        means = as_matrix(means, "means")
+        _check_magnitude(means, "means")
+        self._max = float(np.abs(means).max())
+        self._handle = core().QuantizedDocs(means, codes, check_num_threads(num_threads))
+        self.codes = codes
+        self.n, self.dim = means.shape
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the codes and their scales."""
+        return int(self._handle.nbytes)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __repr__(self) -> str:
+        return f"QuantizedDocs(n={self.n}, dim={self.dim}, codes={self.codes!r})"
+
+    def _queries(self, queries, m: int) -> Tuple[np.ndarray, int]:
+        queries = as_matrix(queries, "queries", allow_empty=True)
+        if queries.shape[1] != self.dim:
+            raise ValueError(f"queries has dimension {queries.shape[1]} but the documents have {self.dim}")
+        _check_magnitude(queries, "queries")
+        if queries.size and self.dim * float(np.abs(queries).max()) * self._max > _FLOAT32_MOMENT_LIMIT:
+            raise ValueError("queries and documents are too large for float32 inner products; rescale them")
+        return queries, check_k(m, self.n, "candidates")
+
+    def top_k(self, queries, k: int, *, candidates: Optional[int] = None, num_threads: Optional[int] = None):
+        """Best ``k`` documents per query by exact float32 inner product, among the first pass's candidates.
+
+        Parameters
+        ----------
+        queries : array_like, shape (Q, D)
+        k : int
+            Results per query, ``1 <= k <= N``.
+        candidates : int, optional
+            First-pass candidates per query, ``k <= candidates <= N``; default
+            ``min(N, max(4 k, k + 32))``. ``candidates = N`` gives the float32
+            top-k exactly.
+        num_threads : int, optional
+
+        Returns
+        -------
+        scores : ndarray, shape (Q, k), float32, best first (ties to the lower index)
+        indices : ndarray, shape (Q, k), int64
+        """
+        k = check_k(k, self.n)
+        if candidates is None:
+            candidates = min(self.n, max(4 * k, k + 32))
+        elif check_int(candidates, "candidates") < k:
+            raise ValueError(f"candidates must be >= k ({k}), got {candidates}")
+        queries, m = self._queries(queries, candidates)
+        return self._handle.topk(queries, k, m, check_num_threads(num_threads))
+
+    def candidates(self, queries, m: int, *, num_threads: Optional[int] = None):
+        """The first pass alone: the ``m`` best documents per query by code score (for a rescoring of
+        one's own, e.g. :meth:`ProbitDocs.top_k` with ``candidates=``).
+
+        Returns
+        -------
+        approx : ndarray, shape (Q, m), float32, the code scores, best first
+        indices : ndarray, shape (Q, m), int64
+        """
+        queries, m = self._queries(queries, m)
+        return self._handle.candidates(queries, m, check_num_threads(num_threads))
 
 
 # --------------------------------------------------------------------------- anchor signatures
