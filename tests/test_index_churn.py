@@ -1,5 +1,6 @@
 """An index under churn: deleted slots bounded by compaction, every live document reachable, searches during compact()."""
 
+import re
 import threading
 
 import numpy as np
@@ -149,3 +150,20 @@ def test_a_compacted_index_saves_and_loads(tmp_path):
     back = UECIndex.load(tmp_path / "i")
     assert back.texts == [f"t{i}" for i in range(100, 200)] and back.stats() == index.stats()
     np.testing.assert_array_equal(back.ids, np.arange(100, 200))
+
+
+def test_metrics_report_what_the_index_holds():
+    pytest.importorskip("fastapi")
+    pytest.importorskip("prometheus_client")
+    from crossembed.serve import create_app
+
+    index = UECIndex(_docs(300, 8, 9), config=IndexConfig(M=8, compact_at=None))
+    index.remove(np.arange(40))
+    text = create_app(index).state.service.metrics.render().decode()
+    assert re.search(r"^crossembed_documents 260\.0$", text, re.M)
+    assert re.search(r"^crossembed_index_deleted_slots 40\.0$", text, re.M)
+    graph_bytes = index.stats()["bytes"]["graph"]
+    graph = re.search(r'^crossembed_index_bytes\{part="graph"\} (\S+)$', text, re.M)
+    assert graph and float(graph.group(1)) == graph_bytes
+    rss = re.search(r"^process_resident_memory_bytes (\S+)$", text, re.M)
+    assert rss and float(rss.group(1)) > graph_bytes

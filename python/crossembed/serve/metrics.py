@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Dict, FrozenSet, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterator, Tuple
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 
 __all__ = ["MetricsMiddleware", "ServeMetrics"]
 
@@ -16,15 +17,38 @@ _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
+class _IndexCollector:
+    """What the index holds, from one ``stats()`` call per collection (:meth:`UECIndex.stats`)."""
+
+    def __init__(self, stats: Callable[[], Dict[str, Any]]):
+        self.stats = stats
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        s = self.stats()
+        yield GaugeMetricFamily("crossembed_documents", "documents in the index", value=s["live"])
+        yield GaugeMetricFamily(
+            "crossembed_index_deleted_slots",
+            "removed or replaced documents whose graph node is held until the index compacts",
+            value=s["deleted"],
+        )
+        part = GaugeMetricFamily("crossembed_index_bytes", "bytes the index holds, by part", labels=("part",))
+        for name, nbytes in s["bytes"].items():
+            part.add_metric((name,), nbytes)
+        yield part
+
+
 class ServeMetrics:
     """Requests by route and status, latency by route, queries per index call, texts per encoder call,
-    documents and queue length.
+    what the index holds (documents, deleted slots, bytes by part), queue length and the process's
+    resident memory and CPU time (``process_*``).
 
-    ``documents`` and ``queued`` are read when the metrics are collected.
+    ``index_stats`` (a :meth:`UECIndex.stats`) and ``queued`` are read when the metrics are collected.
     """
 
-    def __init__(self, documents: Callable[[], float], queued: Callable[[], float]):
+    def __init__(self, index_stats: Callable[[], Dict[str, Any]], queued: Callable[[], float]):
         self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        self.registry.register(_IndexCollector(index_stats))
         self.requests = Counter(
             "crossembed_requests", "HTTP requests by route and status", ("route", "status"), registry=self.registry
         )
@@ -47,7 +71,6 @@ class ServeMetrics:
             buckets=_BATCH_BUCKETS,
             registry=self.registry,
         )
-        Gauge("crossembed_documents", "documents in the index", registry=self.registry).set_function(documents)
         Gauge(
             "crossembed_search_queued", "search requests waiting for an index call", registry=self.registry
         ).set_function(queued)

@@ -95,7 +95,7 @@ class IndexService:
         self.config = config
         self.keeps_texts = index.texts is not None
         self.search_threads = config.resolved_search_threads()
-        self.metrics = ServeMetrics(documents=lambda: len(index), queued=lambda: self.batcher.queued)
+        self.metrics = ServeMetrics(index_stats=index.stats, queued=lambda: self.batcher.queued)
         self.batcher = SearchBatcher(
             self._run_batch,
             max_batch=config.max_batch,
