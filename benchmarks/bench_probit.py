@@ -93,6 +93,18 @@ def test_probit_kernel_float16_docs(benchmark, data, kernel_topk):
     assert recall > 0.9, f"float16 storage lost the top-{K} (recall {recall:.3f})"
 
 
+def test_probit_docs_preparation(benchmark, data):
+    """ProbitDocs(mu_c, v_c) itself (packing, bounds and the document checks): not a top-k, timed beside the
+    top-k it prepares for (its "kernel speed-up" is t(preparation) / t(top_k)). Its bytes per second count
+    the inputs read (8 D bytes a document)."""
+    regime, (_, _, mu_c, v_c) = data
+    if regime != "kron":
+        pytest.skip("preparation is timed in the kron regime")
+    benchmark.group = f"probit_topk {regime}"
+    benchmark.extra_info["input_bytes"] = mu_c.nbytes + v_c.nbytes
+    run(benchmark, ce.ProbitDocs, mu_c, v_c, role="ProbitDocs(mu_c, v_c) preparation, not a top-k", flops=0)
+
+
 def test_probit_numpy_gemm_baseline(benchmark, data, kernel_topk):
     regime, (mu_q, v_q, mu_c, v_c) = data
     benchmark.group = f"probit_topk {regime}"

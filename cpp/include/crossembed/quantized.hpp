@@ -359,7 +359,8 @@ class QuantizedDocs {
   }
 
  private:
-  static constexpr std::size_t kQueryBlock = 64, kDocTile = 256;  // kDocTile: whole pairs of panels
+  // 256 queries a block: the codes (D bytes a doc) stream from memory once per block, not four times.
+  static constexpr std::size_t kQueryBlock = 256, kDocTile = 256;  // kDocTile: whole pairs of panels
 
   // Each query's m best docs by code score (a heap per query, ties to the lower index).
   std::vector<TopK> first_pass(const float* x, std::size_t q, std::size_t m, int num_threads) const {
