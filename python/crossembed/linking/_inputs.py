@@ -23,6 +23,8 @@ def check_link_inputs(A, B, seeds, *, min_seeds: int = 2) -> Tuple[np.ndarray, n
         raise ValueError(f"seeds must have shape (s, 2), got {seeds.shape}")
     if len(seeds) < min_seeds:
         raise ValueError(f"seeds must hold at least {min_seeds} pairs, got {len(seeds)}")
+    if not len(seeds):
+        return A, B, seeds
     if seeds[:, 0].max() >= len(A):
         raise ValueError(f"seeds has an A index {seeds[:, 0].max()} out of range (A has {len(A)} rows)")
     if seeds[:, 1].max() >= len(B):

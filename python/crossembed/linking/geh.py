@@ -39,6 +39,7 @@ from crossembed.linking.proposers import Proposer
 from crossembed.linking.result import LinkResult
 from crossembed.linking.sampling import RowSample
 from crossembed.linking.schedule import Schedule
+from crossembed.linking.seedless import SeedSearch
 from crossembed.linking.stopping import StopCounter, StopRule, turnover
 from crossembed.linking.views import FarthestPointViews, KernelSignatures
 
@@ -54,6 +55,7 @@ _SMALL_FIT_PAIRS = 1_000_000
 # the default objects: frozen settings (a fit keeps its state on its FitState), so one serves every linker
 _PROMOTION, _STOP, _CANDIDATES, _SAMPLE = ValidatedPromotion(), StopRule(), AutoCandidates(), RowSample()
 _SCHEDULE, _VIEWS, _SIGNATURES, _CENTER = Schedule(), FarthestPointViews(), KernelSignatures(), Center()
+_SEED_SEARCH = SeedSearch()
 
 
 class GEHLinker:
@@ -87,6 +89,9 @@ class GEHLinker:
     center : Center or None
         Per-side preprocessing fitted on each side's own rows; default
         :class:`~crossembed.linking.preprocess.Center`; None: unit rows only.
+    seed_search : SeedSearch
+        How a call without seeds finds its own (after the preprocessing); default
+        :class:`~crossembed.linking.seedless.SeedSearch`. Unused when seeds are given.
     max_iter : int
         Most rounds (default :data:`DEFAULT_MAX_ITER`, 15): the default final pass
         relinks every row out of sample from the pool, so later rounds, which mostly
@@ -121,6 +126,7 @@ class GEHLinker:
         views=_VIEWS,
         signatures=_SIGNATURES,
         center=_CENTER,
+        seed_search: SeedSearch = _SEED_SEARCH,
         max_iter: int = DEFAULT_MAX_ITER,
         random_state=None,
         num_threads: Optional[int] = None,
@@ -134,6 +140,7 @@ class GEHLinker:
         self.views = check_plugin(views, "views", ("__call__",), "FarthestPointViews()")
         self.signatures = check_plugin(signatures, "signatures", ("__call__", "from_cosines"), "KernelSignatures()")
         self.center = check_plugin(center, "center", ("apply",), "Center()", optional=True)
+        self.seed_search = check_plugin(seed_search, "seed_search", ("find",), "SeedSearch()")
         self.max_iter = check_int(max_iter, "max_iter", low=1)
         self.random_state = random_state
         self.num_threads = num_threads if num_threads is None else check_num_threads(num_threads)
@@ -150,7 +157,7 @@ class GEHLinker:
         return self.num_threads
 
     # ------------------------------------------------------------------ fit
-    def fit(self, A, B, seeds) -> GEHLinker:
+    def fit(self, A, B, seeds=None) -> GEHLinker:
         """Link the rows of ``A`` and ``B``; the links are in :attr:`result_`.
 
         Parameters
@@ -158,8 +165,10 @@ class GEHLinker:
         A : array_like, shape (N_A, D_A)
         B : array_like, shape (N_B, D_B)
             Dimensions may differ; only cosine geometry within a side is used.
-        seeds : array_like of int, shape (s, 2)
-            Known pairs (row of A, row of B), one-to-one, ``s >= 2``.
+        seeds : array_like of int, shape (s, 2), or None
+            Known pairs (row of A, row of B), one-to-one, ``s >= 2``. None: the
+            linker finds its own (``seed_search``); the result's ``seeds_found``
+            and ``seed_confidence`` say which and how sure it is.
 
         Returns
         -------
@@ -169,7 +178,7 @@ class GEHLinker:
         self.result_ = self._run(A, B, seeds)
         return self
 
-    def link(self, A, B, seeds) -> LinkResult:
+    def link(self, A, B, seeds=None) -> LinkResult:
         """Like :meth:`fit`, but return the :class:`LinkResult` (safe to call from several threads)."""
         return self._run(A, B, seeds)
 
@@ -201,9 +210,18 @@ class GEHLinker:
         return self._state(sub_a, sub_b, seeds, whole.rng), (rows_a, rows_b)
 
     def _run(self, A, B, seeds) -> LinkResult:
-        A, B, seeds = check_link_inputs(A, B, seeds)
+        search = seeds is None
+        A, B, seeds = check_link_inputs(A, B, _NO_SEEDS if search else seeds, min_seeds=0 if search else 2)
         A, B = self._preprocess(A), self._preprocess(B)
-        whole = self._state(A, B, seeds, check_random_state(self.random_state))
+        rng = check_random_state(self.random_state)
+        found: Dict[str, Any] = {}
+        if search:
+            tic = time.perf_counter()
+            seeds, confidence, found = self.seed_search.find(A, B, rng, num_threads=self.fit_threads(len(A), len(B)))
+            found.update(seconds=round(time.perf_counter() - tic, 4))
+            if len(seeds) < 2:  # nothing to start from: no links, and the search's figures say why
+                return LinkResult(_NO_SEEDS, [], [], [found], seeds_found=seeds, seed_confidence=confidence)
+        whole = self._state(A, B, seeds, rng)
         fit, rows = self._sampled_state(whole)
         every_row = rows is None
         rounds = self.candidates.for_fit(fit, every_row=every_row)
@@ -219,7 +237,16 @@ class GEHLinker:
             if info is not None:
                 info.update(round=len(history), links=len(whole.links), seconds=round(time.perf_counter() - tic, 4))
                 history.append(info)
-        return LinkResult(whole.links, whole.link_post, whole.link_votes, history)
+        if not search:
+            return LinkResult(whole.links, whole.link_post, whole.link_votes, history)
+        return LinkResult(
+            whole.links,
+            whole.link_post,
+            whole.link_votes,
+            [found, *history],
+            seeds_found=seeds,
+            seed_confidence=confidence,
+        )
 
     def _grow(self, fit: FitState, rounds: RoundProposers, stopper: StopCounter) -> List[Dict[str, Any]]:
         """Run the rounds on ``fit`` until the rule promotes nothing, the stop rule fires or ``max_iter``."""
@@ -245,6 +272,10 @@ class GEHLinker:
         finally:
             bar.close()
         return history
+
+
+# what a call without seeds validates its inputs with
+_NO_SEEDS = np.zeros((0, 2), np.int64)
 
 
 class _LazyProposer(Proposer):

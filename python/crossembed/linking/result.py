@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -29,12 +29,20 @@ class LinkResult:
     history : list of dict
         One entry per round (GEH) or iteration (bootstrap): pool size, views,
         anchors per view, proposals, promoted links, threshold, seconds.
+    seeds_found : ndarray, shape (s, 2), int64, or None
+        The seed pairs a linker called without seeds found itself (they are
+        links too, left out of ``links`` as given seeds are); None when seeds were given.
+    seed_confidence : float or None
+        With ``seeds_found``: the share of them re-found out of sample, in [0, 1]
+        (docs/methods.md#geh-seedless); None when seeds were given.
     """
 
     links: np.ndarray
     posterior: np.ndarray
     votes: np.ndarray
     history: List[Dict[str, Any]] = field(default_factory=list)
+    seeds_found: Optional[np.ndarray] = None
+    seed_confidence: Optional[float] = None
 
     def __post_init__(self):
         self.links = np.ascontiguousarray(np.asarray(self.links, dtype=np.int64).reshape(-1, 2))
@@ -42,6 +50,8 @@ class LinkResult:
         self.votes = np.asarray(self.votes, dtype=np.int64).reshape(-1)
         if not (len(self.links) == len(self.posterior) == len(self.votes)):
             raise ValueError("links, posterior and votes must have the same length")
+        if self.seeds_found is not None:
+            self.seeds_found = np.asarray(self.seeds_found, dtype=np.int64).reshape(-1, 2)
 
     def __len__(self) -> int:
         return len(self.links)
@@ -65,4 +75,9 @@ class LinkResult:
             "posterior": [round(float(p), 6) for p in self.posterior],
             "votes": self.votes.tolist(),
             "history": self.history,
+            **(
+                {}
+                if self.seeds_found is None
+                else {"seeds_found": self.seeds_found.tolist(), "seed_confidence": self.seed_confidence}
+            ),
         }

@@ -1,0 +1,87 @@
+"""GEHLinker without seeds (crossembed.linking.seedless): the search, its confidence, the seeded path untouched."""
+
+import numpy as np
+import pytest
+
+from crossembed.linking import GEHLinker, evaluate_links
+from crossembed.linking.seedless import SeedSearch, match_centres, spherical_kmeans
+
+
+def _clustered_pair(n=480, dim=16, noise=0.02, seed=0):
+    """Clusters of unequal sizes at random places; B is A rotated, plus noise, rows shuffled."""
+    rng = np.random.default_rng(seed)
+    sizes = np.array([3, 5, 8, 12, 20, 32]) * n // 80
+    centres = rng.normal(size=(len(sizes), dim)) * 3
+    X = np.concatenate([c + rng.normal(size=(s, dim)) for c, s in zip(centres, sizes)])
+    Q, _ = np.linalg.qr(rng.normal(size=(dim, dim)))
+    Y = X @ Q + noise * rng.normal(size=X.shape)
+    order = rng.permutation(len(X))
+    truth = np.stack([np.arange(len(X)), np.argsort(order)], 1)
+    return X.astype(np.float32), Y[order].astype(np.float32), truth
+
+
+class _NoSearch:
+    def find(self, *args, **kwargs):
+        raise AssertionError("a call with seeds must not search")
+
+
+def test_seeds_given_never_search_and_keep_the_result():
+    A, B, truth = _clustered_pair()
+    seeds = truth[:15]
+    base = GEHLinker(random_state=0, show_progress_bar=False).link(A, B, seeds)
+    other = GEHLinker(random_state=0, show_progress_bar=False, seed_search=_NoSearch()).link(A, B, seeds)
+    np.testing.assert_array_equal(base.links, other.links)
+    np.testing.assert_array_equal(base.posterior, other.posterior)
+    assert base.seeds_found is None and base.seed_confidence is None
+    assert "seeds_found" not in base.as_dict()
+
+
+def test_no_seeds_finds_right_seeds_and_says_so():
+    A, B, truth = _clustered_pair()
+    res = GEHLinker(random_state=0, show_progress_bar=False, seed_search=SeedSearch(rows=480)).link(A, B)
+    assert res.seeds_found.shape == (15, 2)
+    right = evaluate_links(res.seeds_found, truth)["precision"]
+    assert right >= 0.9
+    assert res.seed_confidence >= 0.8
+    assert res.history[0]["seed_search"] and res.history[0]["seeds"] == 15
+    # the found seeds are not repeated among the links
+    assert not set(map(tuple, res.seeds_found)) & set(map(tuple, res.links))
+    assert res.as_dict()["seed_confidence"] == res.seed_confidence
+
+
+def test_unrelated_sides_get_low_confidence():
+    rng = np.random.default_rng(1)
+    A, B = rng.normal(size=(300, 12)), rng.normal(size=(300, 12))
+    seeds, confidence, info = SeedSearch(rows=300, runs=2).find(
+        (A / np.linalg.norm(A, axis=1, keepdims=True)).astype(np.float32),
+        (B / np.linalg.norm(B, axis=1, keepdims=True)).astype(np.float32),
+        np.random.default_rng(0),
+    )
+    assert len(seeds) == 15 and confidence <= 0.2 and info["confidence"] == round(confidence, 4)
+
+
+def test_kmeans_and_centre_matching_recover_a_permutation():
+    rng = np.random.default_rng(2)
+    C = rng.normal(size=(6, 8))
+    G = np.corrcoef(C)
+    perm = rng.permutation(6)
+    found, cost = match_centres(G, G[np.ix_(perm, perm)], rng, starts=30)
+    np.testing.assert_array_equal(np.argsort(perm), found)
+    assert cost == pytest.approx(0.0, abs=1e-9)
+    X = np.concatenate([c + 0.01 * rng.normal(size=(20, 8)) for c in C]).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    centres, labels = spherical_kmeans(X, 6, np.random.default_rng(0))
+    assert centres.shape == (6, 8) and len(np.unique(labels)) == 6
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"n_seeds": 1}, {"clusters": 2}, {"runs": 0}, {"rows": 2}, {"refine": 0}, {"dictionary": 0.0}]
+)
+def test_seed_search_rejects_bad_settings(kwargs):
+    with pytest.raises((ValueError, TypeError)):
+        SeedSearch(**kwargs)
+
+
+def test_seed_search_argument_is_checked():
+    with pytest.raises(TypeError, match="seed_search"):
+        GEHLinker(seed_search=object())
