@@ -11,8 +11,13 @@ import pytest
 
 pytest.importorskip("fastapi")
 
+from _word_encoder import WordEncoder
+from crossembed._rows import unit_rows
+from crossembed.serve import ServeConfig
 from crossembed.serve.batcher import SearchBatcher, SearchKey
+from crossembed.serve.service import IndexService
 from crossembed.serve.text_batcher import TextBatcher, estimate_tokens
+from crossembed.uec import IndexConfig, LaplaceEmbedder, UECEnsemble, UECIndex
 from crossembed.uec.gaussian import GaussianEmbedding
 
 pytestmark = pytest.mark.timeout(60)
@@ -149,3 +154,64 @@ def test_estimate_tokens_grows_with_the_text():
     assert estimate_tokens("") == 2
     assert estimate_tokens("abcd") == 3
     assert estimate_tokens("a" * 400) == 102
+
+
+def _text_index():
+    rng = np.random.default_rng(3)
+    A = unit_rows(rng.normal(size=(40, 16)))
+    P = unit_rows(A + 0.3 * rng.normal(size=(40, 16)))
+    ens = UECEnsemble([LaplaceEmbedder(WordEncoder(), batch_size=10).fit_embeddings(A, P)])
+    texts = [f"{w} {i}" for i, w in enumerate(["apple pie", "banana split", "cherry tart", "date loaf"] * 10)]
+    return UECIndex.build(ens, texts, show_progress_bar=False, config=IndexConfig(M=8, rerank=10))
+
+
+def test_the_service_batches_text_searches_and_its_encoder_and_index_calls_take_turns():
+    index = _text_index()
+    queries = [f"{w} {i}" for i, w in enumerate(["cherry", "date loaf", "apple pie", "banana"] * 6)]
+    alone = [index.search([t], 3) for t in queries]
+    vectors = index.get_docs(index.ids[:6])
+    service = IndexService(index, ServeConfig(max_batch=64))
+    spans = []  # (kind, start, end, rows) of every encoder and index call
+
+    running = {"encode": threading.Event(), "search": threading.Event()}
+
+    def timed(kind, fn, pause):
+        def call(*args, **kwargs):
+            start = time.perf_counter()
+            running[kind].set()
+            time.sleep(pause)  # long enough for the other thread to overlap, were it let
+            out = fn(*args, **kwargs)
+            spans.append((kind, start, time.perf_counter(), len(args[0])))
+            return out
+
+        return call
+
+    index.ensemble.encode = timed("encode", index.ensemble.encode, 0.2)
+    index.search = timed("search", index.search, 0.01)
+    key = service.search_key(3, False, None, None)
+
+    async def main():
+        first = asyncio.ensure_future(service.texts.search(queries[:1], 3, key))
+        while not running["encode"].is_set():  # the first text's encoder call runs; the rest queue behind it
+            await asyncio.sleep(0.002)
+        texts = [asyncio.ensure_future(service.texts.search([t], 3, key)) for t in queries[1:]]
+        vecs = [service.batcher.search(vectors.mean[i : i + 1], vectors.var[i : i + 1], 3, key) for i in range(6)]
+        out = await asyncio.gather(first, *texts, *vecs)
+        await service.close()
+        return out[: len(queries)]
+
+    served = asyncio.run(main())
+    for (scores, ids), (own_scores, own_ids) in zip(served, alone):
+        np.testing.assert_array_equal(ids, own_ids)
+        np.testing.assert_allclose(scores, own_scores, rtol=0, atol=1e-5)
+    # the texts queued behind the first one's call shared the next
+    assert sorted(s[3] for s in spans if s[0] == "encode") == [1, len(queries) - 1]
+    spans.sort(key=lambda s: s[1])
+    for before, after in zip(spans, spans[1:]):
+        assert before[2] <= after[1], f"{before[0]} and {after[0]} calls overlapped"
+
+
+def test_max_batch_tokens_is_checked():
+    with pytest.raises(ValueError, match="max_batch_tokens"):
+        ServeConfig(max_batch_tokens=0)
+    assert ServeConfig().max_batch_tokens >= ServeConfig().max_batch  # a batch of short texts fits

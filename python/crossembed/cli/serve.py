@@ -31,7 +31,16 @@ def register(sub) -> None:
         "--allow-save-path", action="store_true", help="let POST /save name its own path (default: refused, 403)"
     )
     p.add_argument(
-        "--max-batch", type=int_arg(1, 1 << 20), default=256, help="queries per coalesced index call (default 256)"
+        "--max-batch",
+        type=int_arg(1, 1 << 20),
+        default=256,
+        help="queries per coalesced index call, and texts per coalesced encoder call (default 256)",
+    )
+    p.add_argument(
+        "--max-batch-tokens",
+        type=int_arg(1, 1 << 30),
+        default=2048,
+        help="estimated tokens (2 + characters / 4 a text) per coalesced encoder call (default 2048)",
     )
     p.add_argument(
         "--batch-wait-ms",
@@ -75,6 +84,7 @@ def _config(args):
     return ServeConfig(
         max_body_bytes=int(args.max_body_mb * (1 << 20)),
         max_batch=args.max_batch,
+        max_batch_tokens=args.max_batch_tokens,
         batch_wait_ms=args.batch_wait_ms,
         max_k=args.max_k,
         search_threads=args.search_threads,

@@ -24,8 +24,9 @@ class ServeConfig:
         coalesced encoder call takes (default 256).
     max_batch_tokens : int
         Most tokens (estimated: :func:`crossembed.serve.text_batcher.estimate_tokens`)
-        one coalesced encoder call takes (default 16,384); a request with more is
-        encoded on its own. Bounds how long text requests queued behind a batch wait.
+        one coalesced encoder call takes (default 2,048); a request with more is
+        encoded on its own. Bounds how long requests queued behind an encoder call
+        wait (searches wait for it too: encoder and index calls take turns).
     batch_wait_ms : float
         How long the batcher waits for more requests before an index call when
         fewer than ``max_batch`` queries are queued (default 0: it never waits;
@@ -49,7 +50,7 @@ class ServeConfig:
 
     max_body_bytes: int = 64 << 20
     max_batch: int = 256
-    max_batch_tokens: int = 16_384
+    max_batch_tokens: int = 2048
     batch_wait_ms: float = 0.0
     max_k: int = 1000
     max_candidates: int = 10_000

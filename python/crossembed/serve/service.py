@@ -8,7 +8,9 @@ lock may make a call wait for an update). Every search goes through the
 OpenMP parallel regions use ``search_threads`` threads (the default leaves a
 core to the event loop: an OpenMP team larger than the free cores waits on
 its busiest member), and requests whose rows cannot depend on each other
-share a call.
+share a call. Texts are encoded on one encoder thread
+(:class:`~crossembed.serve.text_batcher.TextBatcher`), whose encoders use their
+own thread pools (``--num-threads``, default every core).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -103,6 +106,13 @@ class IndexService:
             on_batch=self.metrics.observe_batch,
             thread_init=lambda: limit_openmp_threads(self.search_threads),
         )
+        # Encoder calls and index calls take turns on the cores: each runs alone with every thread it is
+        # sized for (encoders: all cores, searches: search_threads), because one beside the other would put
+        # more compute threads than cores on the machine, and an encoder's or kernel's thread team then waits
+        # at each barrier for a member without a core. Searches are a small share of a text request's time
+        # (encoding is ~90 % of it): taking turns costs them little, and max_batch_tokens bounds how long a
+        # vector search waits behind one encoder call.
+        self._turn = threading.Lock()
         # one encoder thread (encoders need not be thread-safe); texts queued meanwhile share its next call
         self.texts = TextBatcher(
             self._encode,
@@ -115,7 +125,8 @@ class IndexService:
 
     # ------------------------------------------------------------------ search
     def _encode(self, texts: List[str], role: str) -> GaussianEmbedding:
-        return _index_call(self.index.ensemble.encode, texts, role=role, show_progress_bar=False)
+        with self._turn:
+            return _index_call(self.index.ensemble.encode, texts, role=role, show_progress_bar=False)
 
     async def encode(self, texts: List[str], role: str) -> GaussianEmbedding:
         """The ensemble's Gaussians of ``texts`` encoded as ``role`` ("query" or "passage"), with each
@@ -147,9 +158,10 @@ class IndexService:
         options = {"num_threads": self.search_threads}
         if key.filter is not None:
             options["filter"] = np.frombuffer(key.filter, dtype=np.int64)
-        if key.exact:
-            return _index_call(self.index.search, q, k, exact=True, **options)
-        return _index_call(self.index.search, q, k, rerank=key.rerank, ef=key.ef, **options)
+        with self._turn:
+            if key.exact:
+                return _index_call(self.index.search, q, k, exact=True, **options)
+            return _index_call(self.index.search, q, k, rerank=key.rerank, ef=key.ef, **options)
 
     def _check_search(self, req: SearchBody) -> None:
         limit = self.config.max_candidates
