@@ -17,6 +17,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
+from crossembed.baselines import MiniVec2Vec, VecMap
 from crossembed.cli.options import write_file
 from crossembed.linking import (
     CCAMap,
@@ -37,6 +38,7 @@ from crossembed.linking.baselines import bootstrap_procrustes_link, procrustes_l
 from crossembed.linking.candidates import CellCandidates
 from crossembed.linking.geh import DEFAULT_MAX_ITER
 from experiments._records import read_checked
+from experiments.linking_metrics import translation_metrics
 from experiments.linking_rules import (
     CappedPromotion,
     CheckedMapPass,
@@ -132,7 +134,13 @@ METHODS: Dict[str, Callable[..., LinkResult]] = {
     "geh-validated-no-kernel": geh_method(signatures=CosineSignatures()),
     "geh-validated-random-anchors": geh_method(views=RandomViews()),
     "geh-validated-fixed-votes": geh_method(promotion=ValidatedPromotion(posterior=False)),
+    # the embedding-translation baselines (crossembed.baselines), given the same seeds (or none)
+    "mini-vec2vec": lambda A, B, s, *, random_state, **_: MiniVec2Vec(random_state=random_state).link(A, B, s),
+    "vecmap": lambda A, B, s, *, random_state, **_: VecMap(random_state=random_state).link(A, B, s),
 }
+
+#: the scorer of the translation protocol's figures (top-1, mean rank, FOSCTTM) of a method's links
+_TRANSLATION_MAP = CCAMap(n_components=128)
 
 
 #: the rows of the summary table: the baselines, the published rules and the default
@@ -208,7 +216,8 @@ def run_table(
     Parameters
     ----------
     pairs : sequence of (encoder_a, encoder_b, corpus_size)
-    settings : iterable of (alpha, n_seeds)
+    settings : iterable of (alpha, n_seeds); ``n_seeds = 0``: the methods get no seeds (``seeds=None``),
+        on the same rows as the 15-seed draw, and every overlap pair is truth
     methods : names in :data:`METHODS` or ``module:attribute`` (:func:`find_method`; default
         :data:`SUMMARY`: baselines, paper, capped, default)
     n_draws : protocol draws per cell (draw ``d`` uses random state ``seed + d``)
@@ -242,16 +251,30 @@ def _run_draw(XA, XB, pair, alpha, n_seeds, draw, methods, n_objects, max_iter, 
     enc_a, enc_b, corpus = pair
     rng = np.random.default_rng(seed + draw)
     objects = np.sort(rng.choice(len(XA), size=min(n_objects, len(XA)), replace=False))
-    split = make_partial_overlap(len(objects), alpha=alpha, n_seeds=n_seeds, random_state=seed + draw)
+    # the rows of a draw do not depend on its seeds: a no-seed draw holds the 15-seed draw's rows
+    split = make_partial_overlap(len(objects), alpha=alpha, n_seeds=n_seeds or 15, random_state=seed + draw)
     A, B = XA[objects[split.rows_a]], XB[objects[split.rows_b]]
+    seeds, truth = (split.seeds, split.truth) if n_seeds else (None, np.concatenate([split.seeds, split.truth]))
     for method in methods:
         tic = time.perf_counter()
-        res = run_method(method, A, B, split.seeds, random_state=seed + draw, max_iter=max_iter)
+        res = run_method(method, A, B, seeds, random_state=seed + draw, max_iter=max_iter)
         secs = time.perf_counter() - tic
-        m = evaluate_links(res.links, split.truth)
+        links = res.links if res.seeds_found is None else np.concatenate([res.seeds_found, res.links])
+        m = evaluate_links(links, truth)
+        extra = {}
+        if res.seeds_found is not None:
+            extra.update(
+                seed_confidence=res.seed_confidence,
+                seeds_right=evaluate_links(res.seeds_found, truth)["precision"] if len(res.seeds_found) else 0.0,
+            )
+        if alpha == 1.0 and len(links) >= 2:  # every row has a partner: the translation protocol too
+            fit_on = links if seeds is None else np.concatenate([seeds, links])
+            RA, RB = _TRANSLATION_MAP.rows(A, B, fit_on)
+            every = np.concatenate([split.seeds, split.truth])
+            extra.update(translation_metrics(RA[every[:, 0]], RB[every[:, 1]]))
         log(
             f"{enc_a}-{enc_b} a={alpha} s={n_seeds} {method} draw {draw}: "
-            f"P={m['precision']:.3f} R={m['recall']:.3f} F1={m['f1']:.3f} ({secs:.1f}s)"
+            f"P={m['precision']:.3f} R={m['recall']:.3f} F1={m['f1']:.3f} ({secs:.1f}s) {extra}"
         )
         yield dict(
             key=_key(pair, alpha, n_seeds, method, draw),
@@ -266,6 +289,7 @@ def _run_draw(XA, XB, pair, alpha, n_seeds, draw, methods, n_objects, max_iter, 
             seconds=round(secs, 2),
             rounds=len(res.history),
             **m,
+            **extra,
         )
 
 
@@ -296,6 +320,8 @@ def render_markdown(records: List[dict]) -> str:
         out.append(f"| {a} ↔ {b} | {alpha} | {s} | " + " | ".join(vals) + f" | {ratio} |")
     for method in (
         "geh-validated",
+        "mini-vec2vec",
+        "vecmap",
         "geh-30-rounds",
         "geh-relink-cca-check",
         "geh-pool-check",
@@ -308,8 +334,8 @@ def render_markdown(records: List[dict]) -> str:
         out.extend(_by_overlap(cells, method))
     for (a, b, corpus, n_obj, alpha, s), by_method in cells.items():
         out.append(f"\n#### {a} ↔ {b} — alpha {alpha}, {s} seeds ({n_obj} of {corpus} glosses per draw)\n")
-        out.append("| method | precision % | recall % | F1 % | seconds | draws |")
-        out.append("|---|---|---|---|---|---|")
+        out.append("| method | precision % | recall % | F1 % | top-1 % | mean rank | FOSCTTM | seconds | draws |")
+        out.append("|---|---|---|---|---|---|---|---|---|")
         proc = by_method.get("procrustes")
         for method in [*METHODS, *(m for m in by_method if m not in METHODS)]:
             rs = by_method.get(method)
@@ -317,7 +343,8 @@ def render_markdown(records: List[dict]) -> str:
                 continue
             out.append(
                 f"| {method} | {_fmt([r['precision'] for r in rs])} | {_fmt([r['recall'] for r in rs])} | "
-                f"{_fmt([r['f1'] for r in rs])} | {np.mean([r['seconds'] for r in rs]):.1f} | {len(rs)} |"
+                f"{_fmt([r['f1'] for r in rs])} | {_translation(rs)} | {np.mean([r['seconds'] for r in rs]):.1f} | "
+                f"{len(rs)} |"
             )
         if proc and "geh-validated" in by_method:
             f_p = np.mean([r["f1"] for r in proc])
@@ -325,6 +352,17 @@ def render_markdown(records: List[dict]) -> str:
             ratio = f"{f_g / f_p:.1f}x" if f_p > 0 else "inf (Procrustes F1 = 0)"
             out.append(f"\nGEH (validated) F1 / Procrustes F1 = {ratio}")
     return "\n".join(out) + "\n"
+
+
+def _translation(rs: List[dict]) -> str:
+    """Top-1 %, mean rank and FOSCTTM (mean ± std over draws) of full-overlap records, else dashes."""
+    if any("top1" not in r for r in rs):
+        return "– | – | –"
+    rank = np.array([r["mean_rank"] for r in rs])
+    fos = np.array([r["foscttm"] for r in rs])
+    return (
+        f"{_fmt([r['top1'] for r in rs])} | {rank.mean():.1f} ± {rank.std():.1f} | {fos.mean():.4f} ± {fos.std():.4f}"
+    )
 
 
 def _by_overlap(cells: Dict[tuple, Dict[str, List[dict]]], method: str) -> List[str]:
