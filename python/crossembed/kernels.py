@@ -348,7 +348,7 @@ class QuantizedDocs:
     scores are the float32 inner products (the bits of
     ``ProbitDocs(means, zeros).top_k`` with zero query variances), and the
     ids are the float32 top-k's unless a true top-k document fell outside the
-    candidate list (recall@10 on clustered means: docs/kernel_benchmarks.md).
+    candidate list (recall@10 on clustered means: benchmarks/bench_quantized.py).
 
     Parameters
     ----------
