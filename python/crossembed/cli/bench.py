@@ -67,14 +67,49 @@ def _register_serve(targets) -> None:
     )
     s.add_argument("--index", help="index file to reuse when it holds the same documents (else built and saved there)")
     s.add_argument("--server-threads", type=int_arg(1), help="the server's --num-threads (default all cores)")
+    s.add_argument(
+        "--soak",
+        type=float_arg(0, 10_000, above=True),
+        metavar="MINUTES",
+        help="instead: MINUTES of mixed search / add / upsert / remove load, the server's RSS, p50/p99 and errors "
+        "sampled every 30 s (--docs default 100000, --dim 128, --concurrency 8, --write-rate 20)",
+    )
+    s.add_argument("--plot", help="--soak: write RSS and latency over time as a PNG here (needs matplotlib)")
     add_seed(s, "seed of the generated documents and queries")
     s.add_argument("--json", action="store_true", help="print the results as JSON")
     s.set_defaults(func=_run_serve)
 
 
+def _run_soak(args) -> int:
+    from crossembed.cli import serve_soak
+
+    result = serve_soak.soak_serve(
+        args.soak,
+        n_docs=args.docs or 100_000,
+        dim=args.dim or 128,
+        concurrency=parse_ints(args.concurrency or "8", "concurrency", high=4096)[0],
+        write_rate=args.write_rate,
+        M=args.M,
+        ef_construction=args.ef_construction,
+        rerank=args.rerank,
+        index_path=args.index,
+        server_threads=args.server_threads,
+        seed=args.seed,
+    )
+    print_result(result, args.json, serve_soak.render_soak)
+    if args.plot:
+        serve_soak.plot_soak(result, args.plot)
+    if result["server_exit_code"] != 0 or any(s["server_errors"] for s in result["samples"]):
+        print("crossembed bench serve: error: the server answered 5xx or did not exit 0", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _run_serve(args) -> int:
     from crossembed.cli import serve_bench
 
+    if args.soak is not None:
+        return _run_soak(args)
     size = serve_bench.SIZES[args.size]
     if args.write_rate < 0:
         raise ValueError(f"--write-rate must be >= 0, got {args.write_rate}")
