@@ -16,6 +16,8 @@ so the memory held stays within ``1 + compact_at`` times the live set's.
 
 from __future__ import annotations
 
+import ctypes
+import math
 import threading
 import time
 from typing import Callable, ContextManager, List, Optional, Sequence
@@ -38,6 +40,19 @@ _WRITE_HOLD_IDLE_S = 0.2
 _WRITE_CHUNK_FIRST = 32
 _WRITE_CHUNK_MAX = 4096
 _COMPACT_ROWS = 65536  # live rows read from the old graph per insertion call while compacting (bounds the copy)
+
+
+def _heap_trimmer() -> Optional[Callable[[int], int]]:
+    try:
+        return ctypes.CDLL(None).malloc_trim  # glibc
+    except (OSError, AttributeError):
+        return None
+
+
+# After a compaction frees the old graph, glibc keeps most of it as free heap (its upper-layer link lists are
+# small allocations spread over the arenas of the insertion threads, and a freed large block raises the
+# threshold under which later large blocks come from the heap too): malloc_trim hands those pages back.
+_TRIM_HEAP = _heap_trimmer()
 
 
 class IndexWriter:
@@ -182,7 +197,9 @@ class IndexWriter:
             self._compact()
 
     def _compact(self) -> None:
-        store = self.store.compacted()
+        # room for the slots the next compaction comes at, so the graph is not reallocated in between
+        headroom = 0 if self.compact_at is None else math.ceil(self.compact_at * len(self.store)) + 1
+        store = self.store.compacted(headroom)
         graph = self._new_graph(store.capacity)
         live = self.store.live_slots()
         for start in range(0, len(live), _COMPACT_ROWS):
@@ -194,6 +211,9 @@ class IndexWriter:
             self.store.take(store)
             self.graph.take(graph)  # `graph` now holds the old nodes, freed after the hold
             self._on_change(changed)
+        del graph, store
+        if _TRIM_HEAP is not None:
+            _TRIM_HEAP(0)
 
     def _grow_graph(self) -> None:
         if self.store.capacity > self.graph.max_elements:
