@@ -79,6 +79,13 @@ def _every_kernel(x: dict, num_threads) -> dict:
         "probit_topk_candidates": docs.top_k(x["mu_q"], x["v_q"], 5, candidates=x["cand_q"], **nt),
         "probit_scores": docs.scores(x["mu_q"], x["v_q"], return_moments=True, **nt),
         "probit_topk_float16": half.top_k(x["mu_q"], x["v_q"], 5, **nt),
+        # every document a candidate: the exact float32 inner-product top-k through the code pass
+        **{
+            f"quantized_topk_{c}": kernels.QuantizedDocs(x["mu_c"], codes=c, **nt).top_k(
+                x["mu_q"], 5, candidates=len(x["mu_c"]), **nt
+            )
+            for c in ("int8", "bf16")
+        },
         "median_anchor_distance": (np.float64(kernels.median_anchor_distance(x["anchors"], **nt)),),
         "anchor_signatures": (kernels.anchor_signatures(x["X"], x["anchors"], **nt),),
         "signatures_from_cosines": (kernels.signatures_from_cosines(x["C"], x["cols"], sigma=0.4, **nt),),
@@ -105,6 +112,10 @@ def _references(x: dict) -> dict:
         "probit_topk_candidates": ref.probit_topk(x["mu_q"], x["v_q"], x["mu_c"], x["v_c"], 5, candidates=x["cand_q"]),
         "probit_scores": ref.probit_scores(x["mu_q"], x["v_q"], x["mu_c"], x["v_c"], return_moments=True),
         "probit_topk_float16": ref.probit_topk(x["mu_q"], x["v_q"], h16["mu_c"], h16["v_c"], 5),
+        **{
+            f"quantized_topk_{c}": ref.probit_topk(x["mu_q"], 0 * x["mu_q"], x["mu_c"], 0 * x["mu_c"], 5)
+            for c in ("int8", "bf16")
+        },
         "median_anchor_distance": (ref.median_anchor_distance(x["anchors"]),),
         "anchor_signatures": (ref.anchor_signatures(x["X"], x["anchors"]),),
         "signatures_from_cosines": (ref.signatures_from_cosines(x["C"], x["cols"], sigma=0.4),),

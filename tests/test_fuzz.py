@@ -351,6 +351,7 @@ _FUNCS = {
     "votes": lambda a, b: ce.kernels.VoteTable().votes(a),
     "add": lambda a, b: ce.kernels.VoteTable().add(a),
     "ProbitDocs": lambda a, b: ce.ProbitDocs(a, b),
+    "QuantizedDocs": lambda a, b: ce.kernels.QuantizedDocs(a).top_k(a, b),
 }
 
 
