@@ -215,3 +215,12 @@ def test_max_batch_tokens_is_checked():
     with pytest.raises(ValueError, match="max_batch_tokens"):
         ServeConfig(max_batch_tokens=0)
     assert ServeConfig().max_batch_tokens >= ServeConfig().max_batch  # a batch of short texts fits
+
+
+def test_bench_serve_text_user_errors(capsys):
+    from crossembed.cli import main
+
+    assert main(["bench", "serve", "--text", "--duration", "0"]) == 2
+    assert "--duration" in capsys.readouterr().err
+    assert main(["bench", "serve", "--text", "--runs", "0"]) == 2
+    assert "--runs" in capsys.readouterr().err

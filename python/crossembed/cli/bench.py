@@ -50,13 +50,20 @@ def _register_serve(targets) -> None:
         "several concurrencies (with and without a concurrent writer), next to in-process search.",
     )
     s.add_argument("--size", choices=("small", "full"), default="full", help="small: seconds (CI); full: 100k x 384")
+    s.add_argument(
+        "--text",
+        action="store_true",
+        help="one-text search requests on a WordNet-gloss index of the default ensemble (needs wordnet-base and "
+        "the model packages; --docs default 20000, --queries 300, --concurrency 1,8,32,64, --duration 15)",
+    )
+    s.add_argument("--runs", type=int_arg(1, 100), default=3, help="--text: repetitions of every row (default 3)")
     s.add_argument("--docs", type=int_arg(1, 10_000_000), help="documents (default: the size's)")
     s.add_argument("--dim", type=int_arg(1, 8192), help="dimension (default: the size's)")
     s.add_argument("--queries", type=int_arg(1, 1_000_000), help="distinct queries sent in turn (default: the size's)")
     s.add_argument(
         "--duration", type=float_arg(0, 3600, above=True), help="measured seconds per row (default: the size's)"
     )
-    s.add_argument("--concurrency", default="1,8,64", help="comma-separated connection counts (default 1,8,64)")
+    s.add_argument("--concurrency", help="comma-separated connection counts (default 1,8,64; --text: 1,8,32,64)")
     s.add_argument("--k", type=int_arg(1, 1000), default=10, help="results per query (default 10)")
     s.add_argument("--rerank", type=int_arg(1, 10_000), default=20, help="ANN candidates per query (default 20)")
     s.add_argument("--ef", type=int_arg(1, 10_000), help="HNSW search breadth (default 2 x rerank)")
@@ -105,11 +112,36 @@ def _run_soak(args) -> int:
     return 0
 
 
+def _run_serve_text(args) -> int:
+    from crossembed.cli import serve_text_bench
+
+    duration = 15.0 if args.duration is None else args.duration
+    if duration <= 0:
+        raise ValueError(f"--duration must be > 0, got {duration}")
+    result = serve_text_bench.benchmark_serve_text(
+        n_docs=args.docs or 20_000,
+        n_queries=args.queries or 300,
+        k=args.k,
+        concurrencies=parse_ints(args.concurrency or "1,8,32,64", "concurrency", high=4096),
+        duration_s=duration,
+        runs=args.runs,
+        index_path=args.index,
+        seed=args.seed,
+    )
+    print_result(result, args.json, serve_text_bench.render_text)
+    if result["server_exit_code"] != 0 or any(r["errors"] for r in result["rows"]):
+        print("crossembed bench serve: error: the server failed or did not exit 0", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _run_serve(args) -> int:
     from crossembed.cli import serve_bench
 
     if args.soak is not None:
         return _run_soak(args)
+    if args.text:
+        return _run_serve_text(args)
     size = serve_bench.SIZES[args.size]
     if args.write_rate < 0:
         raise ValueError(f"--write-rate must be >= 0, got {args.write_rate}")
@@ -123,7 +155,7 @@ def _run_serve(args) -> int:
         k=args.k,
         rerank=args.rerank,
         ef=args.ef,
-        concurrencies=parse_ints(args.concurrency, "concurrency", high=4096),
+        concurrencies=parse_ints(args.concurrency or "1,8,64", "concurrency", high=4096),
         duration_s=duration,
         warmup_s=size["warmup_s"],
         write_rate=args.write_rate,

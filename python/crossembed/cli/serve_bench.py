@@ -111,10 +111,12 @@ def _in_process(index: UECIndex, queries: GaussianEmbedding, k: int, settings: D
     return {"batch_qps": len(queries) / batch_s, "single_qps": n_single / single_s, "recall": recall, "ids": ids}
 
 
-def _start_server(path: Path, port: int, threads: Optional[int]) -> subprocess.Popen:
+def _start_server(path: Path, port: int, threads: Optional[int], extra: Sequence[str] = ()) -> subprocess.Popen:
+    """``crossembed serve path`` on ``port`` (``extra``: more of its options)."""
     cmd = [sys.executable, "-m", "crossembed", "serve", str(path), "--port", str(port), "--log-level", "warning"]
     if threads:
         cmd += ["--num-threads", str(threads)]
+    cmd += list(extra)
     env = dict(os.environ)
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
