@@ -84,11 +84,12 @@ def _uec_eval(args) -> int:
         results.extend(load_all_results(path, "--from-json"))
     if args.from_json:
         tasks = []
+    weak = split_list(args.weak_members, "weak-members") if args.weak_members else []
     for name in tasks:
         task = _eval_task("wordnet" if name == "sts" else name, args)
         emb = embed_task(
             task,
-            models,
+            models + (weak if name != "sts" else []),
             cache_dir=args.cache_dir,
             num_threads=args.num_threads,
             seed=args.seed,
@@ -107,6 +108,8 @@ def _uec_eval(args) -> int:
                     prior_precision=args.prior_precision,
                     row_set=args.row_set or ("languages" if name == "languages" else "full"),
                     routings=args.routing,
+                    confidence=args.confidence,
+                    weak_members=weak,
                     last_dense=not args.no_last_dense,
                     show_progress_bar=not args.quiet,
                 )
@@ -118,6 +121,10 @@ def _uec_eval(args) -> int:
         write_file(Path(args.out).with_suffix(".json"), json.dumps(results, indent=1, default=float))
     if args.plot:
         plot_coefficients([r for r in results if r.get("task") != "sts"], args.plot)
+    if args.confidence_plot:
+        from experiments.uec_confidence import plot_confidence
+
+        plot_confidence(results, args.confidence_plot)
     if args.json or not args.out:
         print_result(results, args.json, render_all_markdown)
     return 0
@@ -209,11 +216,25 @@ def _add_uec_eval(subparsers) -> None:
     e.add_argument("--cache-dir", default=None, help="embedding cache (default ~/.cache/crossembed)")
     e.add_argument(
         "--row-set",
-        choices=("full", "core", "routing", "languages"),
+        choices=("full", "core", "routing", "languages", "minimal"),
         default=None,
         help="every row (default; 'languages' for the languages task), the single models plus the rules/routing "
-        "rows the issue asks for (core), the uniform mixes and routings only (routing), or those plus the "
-        "language routing's ablations and bounds (languages)",
+        "rows the issue asks for (core), the uniform mixes and routings only (routing), those plus the "
+        "language routing's ablations and bounds (languages), or the single models, the default, the rank head "
+        "and the uniform mix with the same heads and hubness (minimal)",
+    )
+    e.add_argument(
+        "--confidence",
+        action="store_true",
+        help="also report the default's top-hit confidence (calibrated on the fit pairs): AUROC against the top-1 "
+        "score and margin, ECE, risk-coverage",
+    )
+    e.add_argument("--confidence-plot", default=None, help="PNG: reliability diagram and risk-coverage per task")
+    e.add_argument(
+        "--weak-members",
+        default="",
+        help="comma-separated weak models each added to the default and the uniform ensemble: "
+        "trigram, minilm-rot13, minilm-l3-rotated (experiments/uec_weak.py)",
     )
     e.add_argument(
         "--routing",

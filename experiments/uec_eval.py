@@ -93,14 +93,15 @@ def embed_task(
     scrambled anchors :meth:`LaplaceEmbedder.fit` draws with ``random_state=seed``; fit texts that are
     queries or documents of the task keep those rows.
     """
-    from crossembed.encoders import encode_cached, load_encoder
+    from crossembed.encoders import encode_cached
+    from experiments.uec_weak import harness_encoder
 
     out = TaskEmbeddings()
     t = uec_task.task
     anchors, positives = [a for a, _ in uec_task.fit_pairs], [p for _, p in uec_task.fit_pairs]
     for name in tqdm(list(models), desc=f"encode {uec_task.name}", disable=not show_progress_bar, unit="model"):
         t0 = time.perf_counter()
-        enc = load_encoder(name, **({"num_threads": num_threads} if num_threads else {}))
+        enc = harness_encoder(name, num_threads)
 
         def run(texts, role, enc=enc):
             return encode_cached(enc, texts, role=role, cache_dir=cache_dir, batch_size=64, show_progress_bar=False)
@@ -323,6 +324,14 @@ ROUTING_ROWS = (
     NO_LANGID_ROW,
     NO_PROBE_ROW,
 )
+#: ``row_set="minimal"``: the single models, the default and the uniform mix with the same heads and hubness
+MINIMAL_ROWS = (
+    "uniform ensemble (mean of scores)",
+    "uniform ensemble (calibrated scores)",
+    HEAD_UNIFORM_ROW,
+    RANK_ROW,
+    DEFAULT_ROW,
+)
 #: ``row_set="core"``: the rows the issue asks for (what a slow machine can afford on WordNet)
 CORE_ROWS = (
     "uniform ensemble (mean of scores)",
@@ -427,12 +436,20 @@ class _Forms:
 
 
 def _fit_forms(
-    uec_task: UECTask, emb: TaskEmbeddings, models: List[str], *, seed, prior_precision, curvature, last_dense: bool
+    uec_task: UECTask,
+    emb: TaskEmbeddings,
+    models: List[str],
+    *,
+    seed,
+    prior_precision,
+    curvature,
+    last_dense: bool,
+    hessians: Sequence[str] = ("kron", "diag"),
 ) -> _Forms:
-    """The kron and diag head posteriors of every model (and the last_dense ones when asked)."""
+    """The kron and diag (``hessians``) head posteriors of every model (and the last_dense ones when asked)."""
     ev = uec_task.eval_queries
     forms = _Forms()
-    for hessian in ("kron", "diag"):
+    for hessian in hessians:
         # only the default's (kron) posterior carries query heads: every diag row scores without them
         lst = [
             LaplaceEmbedder(
@@ -645,7 +662,7 @@ def language_rows() -> List[RowSpec]:
 
 
 #: the row sets of :func:`evaluate_task` (``"full"`` is every row of :func:`row_specs`)
-ROW_SETS = ("full", "core", "routing", "languages")
+ROW_SETS = ("full", "core", "routing", "languages", "minimal")
 
 
 def routing_rows(routings: Sequence[Any]) -> List[RowSpec]:
@@ -664,7 +681,9 @@ def _select_specs(
 ) -> Tuple[List[RowSpec], Dict[str, str]]:
     """The rows of ``row_set`` (and one per routing in ``routings``) whose posterior form was fitted,
     and the skipped ones with why."""
-    keep = {"core": CORE_ROWS, "routing": ROUTING_ROWS, "languages": ROUTING_ROWS}.get(row_set, ())
+    keep = {"core": CORE_ROWS, "routing": ROUTING_ROWS, "languages": ROUTING_ROWS, "minimal": MINIMAL_ROWS}.get(
+        row_set, ()
+    )
     all_specs = [s for s in row_specs(models) if row_set == "full" or s.models or s.name in keep]
     if row_set == "languages":
         all_specs += language_rows()
@@ -714,6 +733,8 @@ def evaluate_task(
     multilingual: Optional[str] = None,
     row_set: str = "full",
     routings: Sequence[Any] = (),
+    confidence: bool = False,
+    weak_members: Sequence[str] = (),
     show_progress_bar: bool = True,
 ) -> Dict[str, Any]:
     """Every row of the table on one task; returns a JSON-ready dict.
@@ -730,7 +751,10 @@ def evaluate_task(
     :class:`~experiments.uec_languages.LanguageTransferTask` the dev
     halves hold the dev languages (their nDCG@10 is ``dev_ndcg@10[lang]``) and
     ``languages`` lists those of the test halves. ``routings``: more rows, one per routing object
-    or importable name (:func:`routing_rows`), evaluated like the rest.
+    or importable name (:func:`routing_rows`), evaluated like the rest. ``confidence``: add the
+    default's top-hit confidence report (``confidence``, :mod:`experiments.uec_confidence`);
+    ``weak_members``: names of weak models (their embeddings in ``emb``) each added to the default
+    and the uniform ensemble (``weak_members``, :mod:`experiments.uec_robust`).
     """
     if row_set not in ROW_SETS:
         raise ValueError(f"row_set must be one of {ROW_SETS}, got {row_set!r}")
@@ -741,7 +765,14 @@ def evaluate_task(
     langs = np.array(t.languages)[ev]
     draws = _eval_draws(uec_task, n_draws, seed)
     forms = _fit_forms(
-        uec_task, emb, models, seed=seed, prior_precision=prior_precision, curvature=curvature, last_dense=last_dense
+        uec_task,
+        emb,
+        models,
+        seed=seed,
+        prior_precision=prior_precision,
+        curvature=curvature,
+        last_dense=last_dense,
+        hessians=("kron",) if row_set == "minimal" else ("kron", "diag"),  # every minimal row is kron
     )
     runner = _runner(uec_task, emb, forms, models)
     specs, skipped = _select_specs(models, row_set, forms, routings)
@@ -755,6 +786,25 @@ def evaluate_task(
     variants = {s.name for s in specs if s.variant} or {DEFAULT_ROW}
     best_dev = max((n for n in results if n in variants), key=lambda n: results[n]["dev_ndcg@10"][0])
     tested = {lang for _, ts in draws for lang in langs[ts]}
+    extra: Dict[str, Any] = {}
+    if confidence:
+        from experiments.uec_confidence import evaluate_confidence
+
+        lst = forms.embedders["kron"]
+        fit = (
+            [e.transform(emb.fit_anchors[m]) for e, m in zip(lst, models)],
+            [e.transform(emb.fit_positives[m]) for e, m in zip(lst, models)],
+            [a for a, _ in uec_task.fit_pairs],
+        )
+        default = build_ensemble(lst, language={"identifier": runner.identifier} if runner.identifier else {})
+        qc, dc = forms.comps["kron"]
+        extra["confidence"] = evaluate_confidence(default, fit, qc, dc, runner.relevant, draws, texts=runner.texts)
+    if weak_members:
+        from experiments.uec_robust import evaluate_weak_members
+
+        extra["weak_members"] = evaluate_weak_members(
+            uec_task, emb, forms.embedders["kron"], weak_members, draws, seed=seed, runner=runner
+        )
     return {
         "task": uec_task.name,
         "models": models,
@@ -771,7 +821,8 @@ def evaluate_task(
         "skipped": skipped,
         "notes": forms.notes,
         "posteriors": _posterior_summary(forms, models),
-        "encode_seconds": emb.seconds,
+        "encode_seconds": {m: emb.seconds[m] for m in models},
+        **extra,
     }
 
 
@@ -1130,6 +1181,14 @@ def _task_section(res: Dict[str, Any]) -> List[str]:
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {_fmt_chosen(row.get('chosen', []))} |")
     lines.append("")
     lines += _verdicts(res)
+    if "confidence" in res:
+        from experiments.uec_confidence import render_confidence
+
+        lines += render_confidence(res)
+    if "weak_members" in res:
+        from experiments.uec_robust import render_weak_members
+
+        lines += render_weak_members(res)
     lines += _language_tables(res)
     lines += [
         "Mean coefficients per query language (draw 0, chosen settings):",

@@ -91,17 +91,17 @@ def test_features_read_member_agreement():
     docs = np.zeros((1, 2, 6), np.float32)
     docs[0, 0, :4] = [1.0, 0.0, 0.0, 1.0]
     docs[0, 1, :4] = [0.0, 1.0, 1.0, 0.0]
-    feats, has = search_features(q, np.array([[2.0, 1.0]]), docs, [2, 2], hub_dims=2)
+    feats, has = search_features(q, np.array([[2.0, 1.0]]), docs, [2, 2], 2, np.array([3.0]))
     assert has.all()
     f = dict(zip(FEATURES, feats[0]))
-    assert f["agreement"] == pytest.approx(0.7) and f["max_weight"] == pytest.approx(0.7)
-    assert f["margin"] == pytest.approx(1.0)
+    assert f["agreement"] == pytest.approx(0.7) and f["log_rank"] == 3.0
+    assert f["margin"] == pytest.approx(1.0) and f["member_margin"] == pytest.approx(0.4)
 
 
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="both"):
         fit_top_hit_confidence(np.zeros((4, len(FEATURES))), np.ones(4))
     with pytest.raises(ValueError, match="coef"):
-        TopHitConfidence(coef=(1.0,), intercept=0.0, center=(0.0,) * 5, scale=(1.0,) * 5)
+        TopHitConfidence(coef=(1.0,), intercept=0.0, center=(0.0,) * 6, scale=(1.0,) * 6)
     with pytest.raises(ValueError, match="scale"):
-        TopHitConfidence(coef=(1.0,) * 5, intercept=0.0, center=(0.0,) * 5, scale=(0.0,) * 5)
+        TopHitConfidence(coef=(1.0,) * 6, intercept=0.0, center=(0.0,) * 6, scale=(0.0,) * 6)

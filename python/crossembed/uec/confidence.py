@@ -10,7 +10,10 @@ in the scores and in whether the models agree. Per query, from its best
 * ``agreement``: the routing weight of the models whose own best among those
   results is the ensemble's top hit (each model's block of the side-by-side
   score, its hubness included): 1 when every model puts the same hit first;
-* ``max_weight``: the largest routing weight (how sure the routing is of one model).
+* ``member_margin``: each model's own score of the top hit minus its best score
+  of the other results (in its calibrated cosine units), averaged with the routing weights;
+* ``log_rank``: the routing-weighted rank heads' predicted log-rank of the right
+  document (each model's own estimate, before any search, of how hard the query is).
 
 :class:`TopHitConfidence` maps them to ``P(top hit relevant)`` with a logistic
 regression on standardised features, fitted by :func:`fit_top_hit_confidence`
@@ -33,7 +36,7 @@ __all__ = ["DEPTH", "FEATURES", "TopHitConfidence", "fit_top_hit_confidence", "s
 
 #: results per query the features read (a search for fewer is widened to this many)
 DEPTH = 10
-FEATURES = ("top1", "margin", "gap", "agreement", "max_weight")
+FEATURES = ("top1", "margin", "gap", "agreement", "member_margin", "log_rank")
 #: L2 penalty of the logistic regression, per pair, on standardised features
 _PENALTY = 1e-2
 
@@ -55,7 +58,7 @@ def _member_scores(q: GaussianEmbedding, docs: np.ndarray, dims: Sequence[int], 
 
 
 def search_features(
-    q: GaussianEmbedding, scores, docs, dims: Sequence[int], hub_dims: int = 0
+    q: GaussianEmbedding, scores, docs, dims: Sequence[int], hub_dims: int, log_rank
 ) -> Tuple[np.ndarray, np.ndarray]:
     """``(features (Q, len(FEATURES)) float64, has_hit (Q,) bool)`` of one search (module docstring).
 
@@ -71,6 +74,8 @@ def search_features(
         Each model's block width ``D_k``, in order.
     hub_dims : int
         Trailing hubness coordinates (0 or K).
+    log_rank : array (Q,)
+        The routing-weighted predicted log-rank of each query.
     """
     s = np.asarray(scores, dtype=np.float64)
     if s.ndim != 2 or s.shape[0] != len(q) or s.shape[1] < 1:
@@ -91,7 +96,15 @@ def search_features(
     member = _member_scores(q, np.where(valid[:, :, None], docs, 0.0), dims, hub_dims)
     member = np.where(valid[:, :, None], member, -np.inf)
     agreement = (pi * (member.argmax(axis=1) == 0)).sum(axis=1)
-    feats = np.stack([s[:, 0], margin, gap, agreement, pi.max(axis=1)], axis=1)
+    others = member[:, 1:].max(axis=1) if member.shape[1] > 1 else member[:, 0]
+    second = np.isfinite(others)  # a query with one result has no gap to a second
+    own = np.where(second, member[:, 0] - np.where(second, others, 0.0), 0.0)  # (Q, K): w_k times the cosine gap
+    starts = np.r_[0, np.cumsum(dims)[:-1]]
+    w = np.stack(
+        [np.linalg.norm(q.mean[:, a : a + d].astype(np.float64), axis=1) for a, d in zip(starts, dims)], axis=1
+    )
+    member_margin = (pi * own / np.maximum(w, 1e-30)).sum(axis=1)
+    feats = np.stack([s[:, 0], margin, gap, agreement, member_margin, np.asarray(log_rank, np.float64)], axis=1)
     return feats, has_hit
 
 

@@ -337,6 +337,15 @@ class UECEnsemble:
             raise ValueError(f"a top-hit confidence needs per-model score blocks (ScoreMixing), not {self.mixing!r}")
         return dims, hub
 
+    def _encoder_query(self, heads: ModelHeads, block: np.ndarray) -> np.ndarray:
+        """The encoder's own unit query (what the rank head reads) from its block of a combined query:
+        the block is ``w unit(mu W)`` with the query head ``W`` (invertible: the MAP near the identity)."""
+        q = block.astype(np.float64) / np.maximum(np.linalg.norm(block, axis=1, keepdims=True), 1e-30)
+        head = heads.query_head
+        if self.mixing.query_head and head is not None and not head.is_identity:
+            q = np.linalg.solve(np.asarray(head.weight, np.float64).T, q.T).T
+        return q
+
     def search_features(self, queries: GaussianEmbedding, scores, docs) -> np.ndarray:
         """(Q, F) features of a search (:func:`crossembed.uec.confidence.search_features`; pads give a zero row).
 
@@ -352,7 +361,10 @@ class UECEnsemble:
         norms = np.stack([np.linalg.norm(b, axis=1) for b in np.split(q.mean[:, : sum(dims)], cuts, axis=1)], axis=1)
         pi = norms / self.mixing.score_scales(self.heads)[None, :]
         pi = pi / np.maximum(pi.sum(axis=1, keepdims=True), 1e-30)
-        feats, has_hit = search_features(GaussianEmbedding(q.mean, q.var, pi), scores, docs, dims, hub)
+        log_rank = np.zeros(len(q))
+        for k, (h, block) in enumerate(zip(self.heads, np.split(q.mean[:, : sum(dims)], cuts, axis=1))):
+            log_rank += pi[:, k] * h.predicted_log_rank(self._encoder_query(h, block))
+        feats, has_hit = search_features(GaussianEmbedding(q.mean, q.var, pi), scores, docs, dims, hub, log_rank)
         return np.where(has_hit[:, None], feats, 0.0)
 
     def top_hit_confidence(self, queries: GaussianEmbedding, scores, docs) -> np.ndarray:
