@@ -300,8 +300,8 @@ def _induce(XA: np.ndarray, XB: np.ndarray, keep: float, rng) -> Tuple[np.ndarra
     """The next dictionary, CSLS nearest neighbours in both directions with each similarity kept with
     probability ``keep`` (the others set to -inf), and the objective: the mean CSLS of its pairs."""
     S = XA @ XB.T
-    ra = np.sort(S, axis=1)[:, -_CSLS_K:].mean(axis=1)
-    rb = np.sort(S, axis=0)[-_CSLS_K:].mean(axis=0)
+    ra = np.partition(S, -_CSLS_K, axis=1)[:, -_CSLS_K:].mean(axis=1)
+    rb = np.partition(S, -_CSLS_K, axis=0)[-_CSLS_K:].mean(axis=0)
     C = 2 * S - ra[:, None] - rb[None, :]
     if keep < 1.0:
         C[rng.random(C.shape) >= keep] = -np.inf
