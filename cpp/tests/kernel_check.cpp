@@ -28,6 +28,7 @@
 #include "crossembed/hash.hpp"
 #include "crossembed/lorentz.hpp"
 #include "crossembed/probit.hpp"
+#include "crossembed/quantized.hpp"
 #include "crossembed/signatures.hpp"
 #include "crossembed/votes.hpp"
 
@@ -339,6 +340,41 @@ void check_lorentz(Checker& c, const std::string& tag, double tol) {
   c.dump(tag + ".dist", dist);
 }
 
+// QuantizedDocs on the probit case's means: with every doc a candidate its top-k is the float32 kernel's
+// (ProbitDocs, zero variances) bit for bit; the first pass's code scores and ids are dumped (int8: integer
+// dots times the same two scales; bf16 on the generic table: float32 sums in order), so .ci/arm64 compares
+// the generic table's candidate lists across processors.
+void check_quantized(Checker& c) {
+  const Array &mq = c["probit.mu_q"], &mc = c["probit.mu_c"];
+  const std::size_t q = mq.rows(), d = mq.cols(), n = mc.rows(), k = std::size_t(c["probit.k"].as<std::int64_t>()[0]);
+  const std::vector<float> zq(q * d, 0.0f), zc(n * d, 0.0f);
+  const ProbitDocs plain(mc.as<float>(), zc.data(), n, d);
+  std::vector<float> want(q * k);
+  std::vector<std::int64_t> want_ids(q * k);
+  plain.topk(mq.as<float>(), zq.data(), q, k, want.data(), want_ids.data(), 1);
+  for (const auto code : {QuantizedDocs::Code::int8, QuantizedDocs::Code::bf16}) {
+    const std::string tag = code == QuantizedDocs::Code::int8 ? "quant8" : "quant16";
+    const QuantizedDocs docs(mc.as<float>(), n, d, code, 3);
+    std::vector<std::int64_t> ids(q * k);
+    const auto top = on_threads(c, tag + " topk", [&](int nt) {
+      std::vector<float> s(q * k);
+      docs.topk(mq.as<float>(), q, k, n, s.data(), ids.data(), nt);
+      return s;
+    });
+    c.same_bits(tag + " topk, every doc a candidate: the float32 kernel's scores", top, want);
+    c.equal(tag + " topk ids", ids, want_ids);
+    const std::size_t m = 40;
+    std::vector<std::int64_t> cand(q * m);
+    const auto approx = on_threads(c, tag + " candidates", [&](int nt) {
+      std::vector<float> s(q * m);
+      docs.candidates(mq.as<float>(), q, m, cand.data(), s.data(), nt);
+      return s;
+    });
+    c.dump(tag + ".approx", approx);
+    c.dump(tag + ".cand", cand);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -355,6 +391,7 @@ int main(int argc, char** argv) {
   check_discrete(c);
   check_lorentz<double>(c, "lor", 1e-12);
   check_lorentz<float>(c, "lor32", 1e-6);
+  check_quantized(c);
   if (argc > 2) c.write_dump(argv[2]);
   std::printf("%s: %d check(s) failed\n", c.failures() ? "FAILED" : "passed", c.failures());
   return c.failures() ? 1 : 0;
