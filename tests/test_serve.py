@@ -118,7 +118,7 @@ def test_multi_query_filter_and_padding(served):
         pads = np.asarray(payload["ids"]) == -1
         assert all(s is None for row, p in zip(payload["scores"], pads) for s, pad in zip(row, p) if pad)
     assert (np.asarray(httpx.post(url + "/search", json=_body(q, k=4, filter=[])).json()["ids"]) == -1).all()
-    many = _gaussians(400, 20)  # a body over 256 KB: parsed in a worker thread, not on the event loop
+    many = _gaussians(400, 20)  # a body over 256 KB: decoded in the decoding process, not on the event loop
     r = httpx.post(url + "/search", json=_body(many, k=3))
     assert r.status_code == 200 and len(r.request.content) > 256 << 10
     _assert_same(r.json(), index.search(many, 3))

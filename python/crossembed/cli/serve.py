@@ -67,6 +67,20 @@ def register(sub) -> None:
         type=int_arg(1),
         help="threads of one search call (default: every core but one, at least one)",
     )
+    p.add_argument(
+        "--api-key-file",
+        help="keys the routes need, one a line: 'full KEY' (every route) or 'read-only KEY' (search, embed, "
+        "models, metrics); /healthz and /readyz stay open (default: no keys, every route open)",
+    )
+    p.add_argument("--open-metrics", action="store_true", help="let GET /metrics be read without a key")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="listen on a non-loopback --host without --api-key-file (refused otherwise)",
+    )
+    p.add_argument(
+        "--model-name", help="the model id of /v1/models and /v1/embeddings (default: the index file's stem)"
+    )
     p.add_argument("--mmap", action="store_true", help="memory-map the document store instead of reading it")
     p.add_argument("--log-level", choices=_LEVELS, default="info", help="log level (debug: a line per request)")
     add_num_threads(p)
@@ -75,6 +89,7 @@ def register(sub) -> None:
 
 def _config(args):
     from crossembed.serve import ServeConfig
+    from crossembed.serve.access import ApiKeys
 
     save_path = Path(args.save_path if args.save_path else args.index)
     if args.save_on_exit and not save_path.parent.is_dir():
@@ -91,12 +106,15 @@ def _config(args):
         save_path=save_path,
         save_on_exit=args.save_on_exit,
         allow_save_path=args.allow_save_path,
+        api_keys=None if args.api_key_file is None else ApiKeys.from_file(args.api_key_file),
+        open_metrics=args.open_metrics,
+        model_name=args.model_name if args.model_name is not None else Path(args.index).stem or "crossembed",
     )
 
 
 def _run(args) -> int:
     from crossembed.serve import run_server
-    from crossembed.serve.server import bind_socket
+    from crossembed.serve.server import bind_socket, check_exposure
     from crossembed.uec import UECIndex
 
     level = getattr(logging, args.log_level.upper())
@@ -111,9 +129,10 @@ def _run(args) -> int:
     except OSError as exc:
         raise ValueError(f"--host/--port: cannot listen on {args.host}:{args.port} ({exc.strerror or exc})") from None
     try:
+        check_exposure(sock, config, insecure=args.insecure)
         index = UECIndex.load(args.index, mmap=args.mmap, num_threads=args.num_threads)
     except BaseException:
         sock.close()
         raise
-    run_server(index, config=config, graceful_timeout=args.graceful_timeout, sock=sock)
+    run_server(index, config=config, graceful_timeout=args.graceful_timeout, sock=sock, insecure=args.insecure)
     return 0

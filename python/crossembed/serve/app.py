@@ -3,7 +3,8 @@
 Routes (all JSON; errors are ``{"error": "<field>: <message>"}``):
 
 - ``POST /search``, ``POST /add``, ``POST /upsert``, ``POST /remove``, ``POST /save``
-- ``GET /healthz``, ``GET /metrics`` (Prometheus text)
+- ``POST /embed``, ``POST /v1/embeddings``, ``GET /v1/models`` (OpenAI's shapes)
+- ``GET /healthz`` (liveness), ``GET /readyz`` (warmed up), ``GET /metrics`` (Prometheus text)
 
 They are answered by :class:`~crossembed.serve.routes.ServiceRoutes` (a pure
 ASGI layer inside the metrics middleware), which parses bodies with the
@@ -26,7 +27,15 @@ from crossembed.serve.config import ServeConfig
 from crossembed.serve.errors import install_error_handlers
 from crossembed.serve.metrics import MetricsMiddleware
 from crossembed.serve.routes import ROUTES, ServiceRoutes
-from crossembed.serve.schema import AddBody, RemoveBody, SaveBody, SearchBody, UpsertBody
+from crossembed.serve.schema import (
+    AddBody,
+    EmbedBody,
+    EmbeddingsBody,
+    RemoveBody,
+    SaveBody,
+    SearchBody,
+    UpsertBody,
+)
 from crossembed.serve.service import IndexService
 from crossembed.uec.index import UECIndex
 
@@ -34,7 +43,15 @@ __all__ = ["create_app"]
 
 logger = logging.getLogger("crossembed.serve")
 
-_MODELS = {"/search": SearchBody, "/add": AddBody, "/upsert": UpsertBody, "/remove": RemoveBody, "/save": SaveBody}
+_MODELS = {
+    "/search": SearchBody,
+    "/add": AddBody,
+    "/upsert": UpsertBody,
+    "/remove": RemoveBody,
+    "/save": SaveBody,
+    "/embed": EmbedBody,
+    "/v1/embeddings": EmbeddingsBody,
+}
 
 
 def _lifespan(service: IndexService):
@@ -48,9 +65,11 @@ def _lifespan(service: IndexService):
             "yes" if index.ensemble is not None else "no",
             config.max_batch,
         )
-        await service.warm_up()
+        warm_up = asyncio.create_task(service.warm_up())  # serving meanwhile: /readyz says 503 until it is done
         yield
         logger.info("shutting down: finishing queued searches")
+        warm_up.cancel()
+        service.decoder.close()  # a body being decoded gets no answer: its request was cut off already
         await service.close()
         if config.save_on_exit:
             try:

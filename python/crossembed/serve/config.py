@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from crossembed._validation import check_int, default_num_threads
+from crossembed.serve.access import ApiKeys
 
 __all__ = ["ServeConfig"]
 
@@ -46,6 +47,14 @@ class ServeConfig:
     allow_save_path : bool
         Whether ``POST /save`` may name its own path (default False: a client
         must not choose where the server writes files).
+    api_keys : ApiKeys, optional
+        Keys the routes need (default none: every route open). Search, embed,
+        models and metrics take a key of either kind, add/upsert/remove/save a
+        full key; ``/healthz`` and ``/readyz`` stay open.
+    open_metrics : bool
+        Let ``GET /metrics`` be read without a key (default False).
+    model_name : str
+        The model id of ``/v1/models`` and ``/v1/embeddings`` (default ``"crossembed"``).
     """
 
     max_body_bytes: int = 64 << 20
@@ -58,6 +67,9 @@ class ServeConfig:
     save_path: Optional[Union[str, Path]] = None
     save_on_exit: bool = False
     allow_save_path: bool = False
+    api_keys: Optional[ApiKeys] = None
+    open_metrics: bool = False
+    model_name: str = "crossembed"
 
     def __post_init__(self):
         check_int(self.max_body_bytes, "max_body_bytes", low=1)
@@ -70,6 +82,10 @@ class ServeConfig:
         wait = float(self.batch_wait_ms)
         if not 0.0 <= wait <= 1000.0:
             raise ValueError(f"batch_wait_ms must be in [0, 1000], got {self.batch_wait_ms}")
+        if self.api_keys is not None and not isinstance(self.api_keys, ApiKeys):
+            raise TypeError(f"api_keys must be an ApiKeys, got {type(self.api_keys).__name__}")
+        if not isinstance(self.model_name, str) or not self.model_name.strip():
+            raise ValueError(f"model_name must be a non-empty str, got {self.model_name!r}")
         if self.save_on_exit and self.save_path is None:
             raise ValueError("save_on_exit needs a save_path")
 

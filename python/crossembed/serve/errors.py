@@ -23,6 +23,9 @@ class RequestError(Exception):
         self.status = status
         self.message = message
 
+    def __reduce__(self):  # raised in the body-decoding process and re-raised here
+        return type(self), (self.status, self.message)
+
 
 def error_response(status: int, message: str) -> Response:
     return Response(json.dumps({"error": message}), status_code=status, media_type="application/json")

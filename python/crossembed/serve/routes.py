@@ -1,10 +1,12 @@
 """The service's routes as one pure-ASGI layer in front of the FastAPI router.
 
-:class:`ServiceRoutes` answers ``POST /search``, ``/add``, ``/upsert``,
-``/remove``, ``/save`` and ``GET /healthz``, ``/metrics`` itself: it reads the
-body (at most ``max_body_bytes``, else 413), hands the bytes to
-:class:`~crossembed.serve.service.IndexService` and writes the JSON answer,
-or ``{"error": ...}`` for a :class:`~crossembed.serve.errors.RequestError`.
+:class:`ServiceRoutes` answers the routes of :data:`ROUTES` itself: it checks
+the request's key (when the config has keys: 401 without a known key, 403 for
+a read-only key on a write route) before reading anything, reads the body (at
+most ``max_body_bytes``, else 413), hands the bytes to
+:class:`~crossembed.serve.service.IndexService` (or
+:mod:`crossembed.serve.embeddings`) and writes the JSON answer, or
+``{"error": ...}`` for a :class:`~crossembed.serve.errors.RequestError`.
 Every other request (``/docs``, ``/openapi.json``, routes a user adds, 404s)
 goes on to the app. FastAPI's routing, dependency and response machinery
 would cost a large share of a single-query search's time over HTTP; an
@@ -17,10 +19,12 @@ import asyncio
 import json
 from typing import Any, Dict, Tuple
 
+from crossembed.serve import embeddings
+from crossembed.serve.access import FULL, READ, request_key
 from crossembed.serve.errors import RequestError
 from crossembed.serve.service import IndexService
 
-__all__ = ["ROUTES", "ServiceRoutes"]
+__all__ = ["ACCESS", "ROUTES", "ServiceRoutes"]
 
 #: ``path: (method, what it answers)``
 ROUTES = {
@@ -29,10 +33,18 @@ ROUTES = {
     "/upsert": ("POST", "Replace the documents of existing ids, add the others: {ids: [...]}."),
     "/remove": ("POST", "Remove documents by id: {removed: n}."),
     "/save": ("POST", "Save the index atomically: {path, documents, seconds}."),
+    "/embed": ("POST", "The ensemble's Gaussians of texts: {mean, var, weights, models}."),
+    "/v1/embeddings": ("POST", "OpenAI's embeddings: {object, data: [{embedding, index}], model, usage}."),
+    "/v1/models": ("GET", "OpenAI's model list: {object, data: [{id, ...}]}."),
     "/healthz": ("GET", "Liveness and size: {status, documents, dim, ensemble, queued}."),
+    "/readyz": ("GET", "Readiness: 200 {status: ready} once warmed up, 503 {status: starting} before."),
     "/metrics": ("GET", "Prometheus metrics (text exposition format)."),
 }
+#: the key a route needs when the server has keys (None: open; /metrics: READ unless open_metrics)
+ACCESS = {path: READ for path in ROUTES} | {p: FULL for p in ("/add", "/upsert", "/remove", "/save")}
+ACCESS |= {"/healthz": None, "/readyz": None}
 _JSON = [(b"content-type", b"application/json")]
+_UNAUTHORIZED = [*_JSON, (b"www-authenticate", b"Bearer")]
 _METRICS = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")]
 
 
@@ -73,6 +85,20 @@ class ServiceRoutes:
         self.app = app
         self.service = service
         self.limit = service.config.max_body_bytes
+        self.keys = service.config.api_keys
+        self.access = dict(ACCESS)
+        if service.config.open_metrics:
+            self.access["/metrics"] = None
+
+    def _check_key(self, path: str, headers) -> None:
+        needed = self.access[path] if self.keys is not None else None
+        if needed is None:
+            return
+        kind = self.keys.kind(request_key(headers))
+        if kind is None:
+            raise RequestError(401, "authorization: a key is needed (Authorization: Bearer KEY)")
+        if needed == FULL and kind != FULL:
+            raise RequestError(403, f"authorization: {path} needs a full key, not a read-only one")
 
     async def _answer(self, path: str, scope, receive) -> Tuple[int, bytes, Any]:
         service = self.service
@@ -80,6 +106,11 @@ class ServiceRoutes:
             return 200, await asyncio.to_thread(service.metrics.render), _METRICS
         if path == "/healthz":
             payload: Dict[str, Any] = await service.health()
+        elif path == "/readyz":
+            status = 200 if service.ready else 503
+            return status, json.dumps({"status": "ready" if service.ready else "starting"}).encode(), _JSON
+        elif path == "/v1/models":
+            payload = embeddings.models(service)
         else:
             body = await read_body(scope, receive, self.limit)
             if path == "/search":
@@ -88,6 +119,10 @@ class ServiceRoutes:
                 payload = await service.add(body, upsert=path == "/upsert")
             elif path == "/remove":
                 payload = await service.remove(body)
+            elif path == "/embed":
+                payload = await embeddings.embed(service, body)
+            elif path == "/v1/embeddings":
+                payload = await embeddings.openai_embeddings(service, body)
             else:
                 payload = await service.save(body)
         return 200, json.dumps(payload, allow_nan=False).encode(), _JSON
@@ -98,9 +133,11 @@ class ServiceRoutes:
             await self.app(scope, receive, send)
             return
         try:
+            self._check_key(scope["path"], scope["headers"])
             if scope["method"] != route[0]:
                 raise RequestError(405, f"method: {scope['method']} is not allowed on {scope['path']}")
             status, body, headers = await self._answer(scope["path"], scope, receive)
         except RequestError as exc:
-            status, body, headers = exc.status, json.dumps({"error": exc.message}).encode(), _JSON
+            headers = _UNAUTHORIZED if exc.status == 401 else _JSON
+            status, body = exc.status, json.dumps({"error": exc.message}).encode()
         await _respond(send, status, body, headers)

@@ -9,6 +9,7 @@ signal has already been handled, so the process ends normally.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import signal
 import socket
@@ -22,7 +23,7 @@ from crossembed.serve.app import create_app
 from crossembed.serve.config import ServeConfig
 from crossembed.uec.index import UECIndex
 
-__all__ = ["BackgroundServer", "bind_socket", "run_server"]
+__all__ = ["BackgroundServer", "bind_socket", "check_exposure", "run_server"]
 
 logger = logging.getLogger("crossembed.serve")
 
@@ -52,6 +53,16 @@ def bind_socket(host: str, port: int) -> socket.socket:
         raise
     sock.set_inheritable(True)
     return sock
+
+
+def check_exposure(sock: socket.socket, config: ServeConfig, *, insecure: bool = False) -> None:
+    """ValueError when ``sock`` listens beyond this machine (not a loopback address) and ``config``
+    has no API keys, unless ``insecure``: anyone who can reach the port could add, remove and save."""
+    address = sock.getsockname()[0]
+    if config.api_keys is None and not insecure and not ipaddress.ip_address(address).is_loopback:
+        raise ValueError(
+            f"--host: {address} is reachable from other machines; give --api-key-file (or pass --insecure)"
+        )
 
 
 def _ignore(signum, frame) -> None:
@@ -87,19 +98,30 @@ def run_server(
     config: Optional[ServeConfig] = None,
     graceful_timeout: Optional[int] = None,
     sock: Optional[socket.socket] = None,
+    insecure: bool = False,
 ) -> None:
     """Serve ``index`` until SIGTERM/SIGINT (blocking; returns after the graceful shutdown);
     ``config`` as in :func:`~crossembed.serve.create_app`.
 
     ``sock``, a socket from :func:`bind_socket`, is used instead of binding
     ``host:port``. uvicorn picks the fastest event loop and HTTP parser
-    installed (uvloop, httptools). Raises OSError when the address cannot be
-    bound, RuntimeError when the app does not start, and the save's error
-    when the save at shutdown fails.
+    installed (uvloop, httptools). ``graceful_timeout`` (seconds, default
+    none: wait for all) bounds the wait for requests in flight at a stop
+    (uvicorn's ``timeout_graceful_shutdown``). Raises OSError when the address
+    cannot be bound, ValueError when it is not a loopback address and
+    ``config`` has no API keys (unless ``insecure``; :func:`check_exposure`),
+    RuntimeError when the app does not start, and the save's error when the
+    save at shutdown fails.
     """
     uvicorn = _uvicorn()
-    app = create_app(index, config=config)
+    config = ServeConfig() if config is None else config
     sock = bind_socket(host, port) if sock is None else sock
+    try:
+        check_exposure(sock, config, insecure=insecure)
+    except ValueError:
+        sock.close()
+        raise
+    app = create_app(index, config=config)
     uv_config = uvicorn.Config(
         app,
         loop="auto",
