@@ -29,7 +29,7 @@ LAYERS = {
     "kernels": 2,
     "ann": 2,
     "reference": 2,
-    "baselines": 2,
+    "baselines": 4,  # the translation baselines build on linking's preprocessing and result types
     "encoders": 2,
     "data": 2,
     "_validation": 1,
