@@ -148,3 +148,35 @@ def test_keys_are_never_logged(caplog):
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "POST /search" in text  # the requests were logged, their keys not
     assert FULL not in text and READ not in text and "wrong-key" not in text
+
+
+class _GatedEncoder:
+    """A WordEncoder whose calls wait for ``gate`` (a warm-up that takes as long as the test wants)."""
+
+    def __init__(self):
+        import threading
+
+        from _word_encoder import WordEncoder
+
+        self.gate = threading.Event()
+        self.gate.set()
+        self._inner = WordEncoder()
+
+    def encode(self, texts, **kwargs):
+        assert self.gate.wait(30)
+        return self._inner.encode(texts, **kwargs)
+
+
+def test_readyz_is_503_until_the_warm_up_is_done_and_healthz_is_liveness():
+    encoder = _GatedEncoder()
+    index = text_index(1, encoder=encoder)
+    encoder.gate.clear()  # the warm-up's first encoding waits
+    keys = ApiKeys(full=[FULL])
+    with BackgroundServer(create_app(index, config=ServeConfig(api_keys=keys))) as server:
+        for _ in range(3):
+            r = httpx.get(server.url + "/readyz")  # open, like /healthz
+            assert r.status_code == 503 and r.json() == {"status": "starting"}
+            assert httpx.get(server.url + "/healthz").status_code == 200
+        encoder.gate.set()
+        wait_ready(server.url)
+        assert httpx.get(server.url + "/readyz").json() == {"status": "ready"}
