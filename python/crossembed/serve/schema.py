@@ -1,16 +1,19 @@
 """Request bodies of the service: pydantic models parsed straight from the JSON bytes, then numpy.
 
 Every model forbids unknown fields and is strict (``"3"`` is not an integer,
-``1`` is not a boolean). :func:`parse` turns the first validation error into a
-:class:`~crossembed.serve.errors.RequestError` whose message starts with the
-field (``mean[0][3]: Input should be a valid number``); :func:`matrix` turns
-rows of numbers into a float32 array, refusing ragged rows, a wrong
-dimension and values that are not finite float32 numbers.
+``1`` is not a boolean), and every list stops at its first bad item (a list of
+a million wrong items is one error, not a million). :func:`parse` turns the
+validation error into a :class:`~crossembed.serve.errors.RequestError` whose
+message starts with the field (``mean[0][3]: Input should be a valid
+number``); :func:`decode` also turns the number lists into arrays in one go
+(:func:`rows_array` refuses ragged rows and values that are not finite
+float32 numbers). It runs in a separate process for large bodies
+(:mod:`crossembed.serve.bodies`), so it imports nothing heavy.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, List, Optional, Type, TypeVar
+from typing import Annotated, Any, List, Literal, Optional, Type, TypeVar, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -19,18 +22,25 @@ from crossembed.serve.errors import RequestError
 
 __all__ = [
     "AddBody",
+    "EmbedBody",
+    "EmbeddingsBody",
     "RemoveBody",
     "SaveBody",
     "SearchBody",
     "UpsertBody",
+    "decode",
     "ids_array",
     "matrix",
     "parse",
+    "rows_array",
 ]
 
 Id = Annotated[int, Field(ge=0, le=2**63 - 1)]
 AnyId = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
-Rows = List[List[float]]
+_FirstError = Field(fail_fast=True)
+Rows = Annotated[List[Annotated[List[float], _FirstError]], _FirstError]
+Texts = Annotated[List[str], _FirstError]
+Ids = Annotated[List[Id], _FirstError]
 
 
 class _Body(BaseModel):
@@ -40,11 +50,13 @@ class _Body(BaseModel):
 class SearchBody(_Body):
     """``POST /search``: ``queries`` (texts, for an index with an ensemble) or ``mean`` (+ ``var``)."""
 
-    queries: Optional[List[str]] = None
+    queries: Optional[Texts] = None
     mean: Optional[Rows] = None
     var: Optional[Rows] = Field(default=None, description="query variances, >= 0 (default zeros)")
     k: int = Field(default=10, ge=1)
-    filter: Optional[List[AnyId]] = Field(default=None, description="ids the results may come from")
+    filter: Optional[Annotated[List[AnyId], _FirstError]] = Field(
+        default=None, description="ids the results may come from"
+    )
     exact: bool = False
     rerank: Optional[int] = Field(default=None, ge=1)
     ef: Optional[int] = Field(default=None, ge=1)
@@ -56,28 +68,48 @@ class SearchBody(_Body):
 class AddBody(_Body):
     """``POST /add``: ``texts`` (encoded by the ensemble), or ``mean`` + ``var`` (and ``texts`` to keep)."""
 
-    texts: Optional[List[str]] = None
+    texts: Optional[Texts] = None
     mean: Optional[Rows] = None
     var: Optional[Rows] = None
-    ids: Optional[List[Id]] = None
+    ids: Optional[Ids] = None
 
 
 class UpsertBody(AddBody):
     """``POST /upsert``: as ``/add``, with the ids required."""
 
-    ids: List[Id]
+    ids: Ids
 
 
 class RemoveBody(_Body):
     """``POST /remove``."""
 
-    ids: List[Id]
+    ids: Ids
 
 
 class SaveBody(_Body):
     """``POST /save``: an optional path (only when the server allows it)."""
 
     path: Optional[str] = None
+
+
+class EmbedBody(_Body):
+    """``POST /embed``: texts -> the ensemble's Gaussians (``mean``, ``var``) and each model's ``weights``."""
+
+    texts: Texts
+    role: Literal["query", "passage"] = Field(default="query", description="encode as queries or as documents")
+
+
+class EmbeddingsBody(_Body):
+    """``POST /v1/embeddings`` (OpenAI's request): ``input`` texts -> the ensemble's means."""
+
+    input: Union[str, Texts] = Field(description="a text or a list of texts (token ids are not accepted)")
+    model: str
+    encoding_format: Literal["float", "base64"] = Field(
+        default="float", description="base64: the little-endian float32 bytes of each embedding"
+    )
+    dimensions: Optional[int] = Field(default=None, ge=1, description="must be the served dimension when given")
+    user: Optional[str] = Field(default=None, description="accepted and ignored")
+    role: Literal["query", "passage"] = Field(default="query", description="crossembed's: queries or documents")
 
 
 _Model = TypeVar("_Model", bound=BaseModel)
@@ -106,8 +138,8 @@ def parse(model: Type[_Model], body: bytes) -> _Model:
         raise RequestError(400, f"{_field(err['loc'])}: {err['msg']}") from None
 
 
-def matrix(rows: Rows, name: str, dim: int, *, nonnegative: bool = False) -> np.ndarray:
-    """``rows`` as a float32 ``(n, dim)`` array: at least one row, all of length ``dim``, finite."""
+def rows_array(rows: Any, name: str, *, nonnegative: bool = False) -> np.ndarray:
+    """``rows`` as a float32 ``(n, d)`` array in one conversion: at least one row, all of one length, finite."""
     try:
         with np.errstate(over="ignore"):  # beyond float32's range: inf, refused below
             arr = np.asarray(rows, dtype=np.float32)
@@ -116,8 +148,6 @@ def matrix(rows: Rows, name: str, dim: int, *, nonnegative: bool = False) -> np.
         raise RequestError(400, f"{name}: rows of different lengths {widths[:4]} (ragged)") from None
     if arr.ndim != 2 or len(arr) == 0:
         raise RequestError(400, f"{name}: must hold at least one row")
-    if arr.shape[1] != dim:
-        raise RequestError(400, f"{name}: rows have {arr.shape[1]} values but the index has dimension {dim}")
     if not np.isfinite(arr.sum(dtype=np.float64)):  # one pass; a non-finite value makes the sum non-finite
         bad = ~np.isfinite(arr).all(axis=1)
         raise RequestError(
@@ -127,6 +157,28 @@ def matrix(rows: Rows, name: str, dim: int, *, nonnegative: bool = False) -> np.
         row = int(np.flatnonzero((arr < 0).any(axis=1))[0])
         raise RequestError(400, f"{name}: row {row} holds a negative variance")
     return arr
+
+
+def matrix(rows: Any, name: str, dim: int, *, nonnegative: bool = False) -> np.ndarray:
+    """``rows`` (lists, or an array from :func:`decode`) as a float32 ``(n, dim)`` array (:func:`rows_array`)."""
+    arr = rows_array(rows, name, nonnegative=nonnegative)
+    if arr.shape[1] != dim:
+        raise RequestError(400, f"{name}: rows have {arr.shape[1]} values but the index has dimension {dim}")
+    return arr
+
+
+def decode(model: Type[_Model], body: bytes) -> _Model:
+    """``body`` parsed as ``model``, its number lists (``mean``, ``var``, ``ids``, ``filter``) as numpy
+    arrays (float32 rows through :func:`rows_array`, int64 ids): cheap to hand between processes and to check."""
+    req = parse(model, body)
+    update = {}
+    for name in ("mean", "var"):
+        if getattr(req, name, None) is not None:
+            update[name] = rows_array(getattr(req, name), name, nonnegative=name == "var")
+    for name in ("ids", "filter"):
+        if getattr(req, name, None) is not None:
+            update[name] = ids_array(getattr(req, name))
+    return req.model_copy(update=update) if update else req
 
 
 def ids_array(ids: List[int]) -> np.ndarray:

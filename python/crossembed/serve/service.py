@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from crossembed.serve.batcher import SearchBatcher, SearchKey
+from crossembed.serve.bodies import BodyDecoder
 from crossembed.serve.config import ServeConfig
 from crossembed.serve.errors import RequestError
 from crossembed.serve.metrics import ServeMetrics
@@ -37,7 +38,6 @@ from crossembed.serve.schema import (
     UpsertBody,
     ids_array,
     matrix,
-    parse,
 )
 from crossembed.serve.text_batcher import TextBatcher
 from crossembed.uec.gaussian import GaussianEmbedding
@@ -46,8 +46,6 @@ from crossembed.uec.index import UECIndex
 __all__ = ["IndexService", "limit_openmp_threads"]
 
 logger = logging.getLogger("crossembed.serve")
-
-_INLINE_BODY_BYTES = 256 << 10  # bodies up to this size are parsed on the event loop (a 384-d query is ~16 KB)
 
 
 def _index_call(fn, *args, **kwargs):
@@ -71,13 +69,6 @@ def limit_openmp_threads(n: int) -> bool:
         return False
     threadpool_limits(limits=n, user_api="openmp")
     return True
-
-
-async def _off_loop_if_large(body: bytes, fn, *args):
-    """``fn(*args)``, in a worker thread when ``body`` is large (parsing it would stall the event loop)."""
-    if len(body) <= _INLINE_BODY_BYTES:
-        return fn(*args)
-    return await asyncio.to_thread(fn, *args)
 
 
 def _scores_json(scores: np.ndarray) -> List[List[Optional[float]]]:
@@ -121,6 +112,8 @@ class IndexService:
             max_batch_tokens=config.max_batch_tokens,
             on_batch=self.metrics.observe_encode_batch,
         )
+        self.decoder = BodyDecoder()  # large bodies in a child process: parsing holds the GIL
+        self.ready = False  # set once warm_up has run (GET /readyz)
         self.save_error: Optional[BaseException] = None  # set when the save at shutdown failed
 
     # ------------------------------------------------------------------ search
@@ -183,9 +176,8 @@ class IndexService:
             if value is not None and value > limit:
                 raise RequestError(400, f"{name}: {value} is above this server's limit of {limit}")
 
-    def _vectors(self, body: bytes) -> Tuple[SearchBody, Optional[np.ndarray], Optional[np.ndarray]]:
-        """The parsed search body and its query means and variances (None for text queries)."""
-        req = parse(SearchBody, body)
+    def _vectors(self, req: SearchBody) -> Tuple[SearchBody, Optional[np.ndarray], Optional[np.ndarray]]:
+        """The decoded search body and its query means and variances (None for text queries)."""
         self._check_search(req)
         if req.queries is not None:
             if req.mean is not None or req.var is not None:
@@ -205,7 +197,7 @@ class IndexService:
         return req, mean, matrix(req.var, "var", self.index.dim, nonnegative=True)
 
     async def search(self, body: bytes) -> Dict[str, Any]:
-        req, mean, var = await _off_loop_if_large(body, self._vectors, body)
+        req, mean, var = self._vectors(await self.decoder.decode(SearchBody, body))
         key = self.search_key(req.k, req.exact, req.rerank, req.ef, req.filter)
         if req.confidence:  # searched on its own: the confidence reads each query's own encoding
             q = await self.encode(req.queries, "query") if mean is None else GaussianEmbedding(mean, var)
@@ -218,17 +210,23 @@ class IndexService:
         return {"ids": ids.tolist(), "scores": _scores_json(scores)}
 
     async def warm_up(self) -> None:
-        """One exact search on the search thread, so the index prepares (and, within its budget,
-        caches) its scoring blocks before the first request rather than during it."""
+        """Start the body decoder's process, encode a text with each role (the encoders' first call
+        loads what they load lazily) and run one exact search on the search thread (the index prepares
+        and, within its budget, caches its scoring blocks); then :attr:`ready`."""
         start = time.perf_counter()
         try:
+            await self.decoder.start()
+            if self.index.ensemble is not None:
+                for role in ("query", "passage"):
+                    await self.encode(["warm-up"], role)
             ids = (await asyncio.to_thread(lambda: self.index.ids[:1])).tolist()
             if ids:
                 doc = await asyncio.to_thread(self.index.get_docs, ids)
                 await self.batcher.search(doc.mean, doc.var, 1, SearchKey(True, 0, 0))
-                logger.info("warmed up in %.2f s", time.perf_counter() - start)
+            logger.info("warmed up in %.2f s", time.perf_counter() - start)
         except Exception as exc:  # only an optimisation: serve anyway (the requests will tell)
-            logger.warning("warm-up search failed (%s: %s)", type(exc).__name__, exc)
+            logger.warning("warm-up failed (%s: %s)", type(exc).__name__, exc)
+        self.ready = True
 
     async def close(self) -> None:
         """Finish the queued text requests (and the searches they hand on) and the queued searches;
@@ -237,9 +235,8 @@ class IndexService:
         await self.batcher.close()
 
     # ------------------------------------------------------------------ updates
-    def _documents(self, model, body: bytes) -> Tuple[AddBody, Optional[GaussianEmbedding]]:
-        """The parsed add/upsert body and its documents (None when they are texts to encode)."""
-        req = parse(model, body)
+    def _documents(self, req: AddBody) -> Tuple[AddBody, Optional[GaussianEmbedding]]:
+        """The decoded add/upsert body and its documents (None when they are texts to encode)."""
         if req.mean is None and req.var is None:
             if req.texts is None:
                 raise RequestError(400, "mean: give texts, or mean and var")
@@ -275,7 +272,7 @@ class IndexService:
         return _index_call(self.index.add, docs, ids=ids, texts=texts)
 
     async def add(self, body: bytes, *, upsert: bool = False) -> Dict[str, Any]:
-        req, docs = await _off_loop_if_large(body, self._documents, UpsertBody if upsert else AddBody, body)
+        req, docs = self._documents(await self.decoder.decode(UpsertBody if upsert else AddBody, body))
         texts = req.texts
         if docs is None:  # texts, encoded as passages (kept when the index keeps texts)
             docs = await self.encode(req.texts, "passage")
@@ -293,7 +290,7 @@ class IndexService:
         _index_call(self.index.remove, ids)
 
     async def remove(self, body: bytes) -> Dict[str, Any]:
-        ids = ids_array(parse(RemoveBody, body).ids)
+        ids = ids_array((await self.decoder.decode(RemoveBody, body)).ids)
         if len(ids):
             await asyncio.to_thread(self._remove, ids)
         return {"removed": len(ids)}
@@ -317,7 +314,7 @@ class IndexService:
         return {"path": str(out), "documents": len(self.index), "seconds": seconds}
 
     async def save(self, body: bytes) -> Dict[str, Any]:
-        req = parse(SaveBody, body)
+        req = await self.decoder.decode(SaveBody, body)
         path = self._save_path(req.path)
         if req.path is None:
             return await asyncio.to_thread(self.save_to, path)
