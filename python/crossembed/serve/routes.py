@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple, Union
 
 from crossembed.serve import embeddings
 from crossembed.serve.access import FULL, READ, request_key
+from crossembed.serve.bodies import BodyFile
 from crossembed.serve.errors import RequestError
 from crossembed.serve.service import IndexService
 
@@ -48,23 +49,36 @@ _UNAUTHORIZED = [*_JSON, (b"www-authenticate", b"Bearer")]
 _METRICS = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")]
 
 
-async def read_body(scope, receive, limit: int) -> bytes:
-    """The request body, or RequestError 413 as soon as it is known to exceed ``limit`` bytes."""
+async def read_body(scope, receive, limit: int, spool_above: int) -> Union[bytes, BodyFile]:
+    """The request body, or RequestError 413 as soon as it is known to exceed ``limit`` bytes; a body
+    larger than ``spool_above`` bytes goes to a :class:`~crossembed.serve.bodies.BodyFile` as it arrives."""
     for name, value in scope["headers"]:
         if name == b"content-length" and value.isdigit() and int(value) > limit:
             raise RequestError(413, f"body: {int(value)} bytes exceed this server's limit of {limit}")
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise RequestError(400, "body: the client disconnected")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(413, f"body: more than this server's limit of {limit} bytes")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+    chunks: List[bytes] = []
+    size, spool = 0, None
+    try:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise RequestError(400, "body: the client disconnected")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise RequestError(413, f"body: more than this server's limit of {limit} bytes")
+            if spool is not None:
+                spool.write(chunk)
+            elif size > spool_above:
+                spool = BodyFile(b"".join([*chunks, chunk]))
+                chunks = []
+            else:
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks) if spool is None else spool
+    except BaseException:
+        if spool is not None:
+            spool.close()
+        raise
 
 
 async def _respond(send, status: int, body: bytes, headers) -> None:
@@ -112,7 +126,7 @@ class ServiceRoutes:
         elif path == "/v1/models":
             payload = embeddings.models(service)
         else:
-            body = await read_body(scope, receive, self.limit)
+            body = await read_body(scope, receive, self.limit, service.decoder.inline_bytes)
             if path == "/search":
                 payload = await service.search(body)
             elif path in ("/add", "/upsert"):
