@@ -3,8 +3,8 @@
 //
 //   distance(x, y) = 1 - <x, y>        (inner product; smaller is nearer)
 //
-// hnswlib's HierarchicalNSW<float> (cpp/third_party/hnswlib, v0.8.0,
-// unmodified) over MeanSpace, whose vectors are float32 or IEEE float16
+// hnswlib's HierarchicalNSW<float> (cpp/third_party/hnswlib, v0.8.0; its
+// random draws take a lock, see its README) over MeanSpace, whose vectors are float32 or IEEE float16
 // (simd::half_t bits, each value rounded once with simd::half_bits). The
 // distance runs on the run-time selected instruction set (simd.hpp isa():
 // ip_distance_f32 / _f16): hnswlib's own spaces use only what the compile

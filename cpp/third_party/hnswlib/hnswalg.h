@@ -61,6 +61,7 @@ class HierarchicalNSW : public AlgorithmInterface<dist_t> {
 
     std::default_random_engine level_generator_;
     std::default_random_engine update_probability_generator_;
+    std::mutex generator_lock_;  // crossembed: concurrent addPoint/updatePoint calls draw from the generators above
 
     mutable std::atomic<long> metric_distance_computations{0};
     mutable std::atomic<long> metric_hops{0};
@@ -206,7 +207,12 @@ class HierarchicalNSW : public AlgorithmInterface<dist_t> {
 
     int getRandomLevel(double reverse_size) {
         std::uniform_real_distribution<double> distribution(0.0, 1.0);
-        double r = -log(distribution(level_generator_)) * reverse_size;
+        double u;
+        {
+            std::unique_lock <std::mutex> lock(generator_lock_);
+            u = distribution(level_generator_);
+        }
+        double r = -log(u) * reverse_size;
         return (int) r;
     }
 
@@ -1016,7 +1022,10 @@ class HierarchicalNSW : public AlgorithmInterface<dist_t> {
             for (auto&& elOneHop : listOneHop) {
                 sCand.insert(elOneHop);
 
-                if (distribution(update_probability_generator_) > updateNeighborProbability)
+                std::unique_lock <std::mutex> generator_lock(generator_lock_);
+                const bool skip = distribution(update_probability_generator_) > updateNeighborProbability;
+                generator_lock.unlock();
+                if (skip)
                     continue;
 
                 sNeigh.insert(elOneHop);
