@@ -155,7 +155,7 @@ def soak_serve(
     dim: int = 128,
     concurrency: int = 8,
     write_rate: float = 20.0,
-    window: int = 5000,
+    window: int = 1000,
     sample_s: float = 30.0,
     M: int = 16,
     ef_construction: int = 100,
