@@ -103,7 +103,7 @@ def test_unreachable_finds_cut_off_nodes_and_compact_repairs_them(tmp_path):
     np.testing.assert_array_equal(ann[:, 0], lost[:20])
 
 
-def test_searches_run_through_compactions_and_concurrent_updates():
+def test_searches_run_through_compactions_saves_and_concurrent_updates(tmp_path):
     rng = np.random.default_rng(6)
     index = UECIndex(_docs(1500, 16, 7), config=IndexConfig(M=8, ef_construction=40), num_threads=1)
     stable = np.arange(0, 1500, 2)  # never removed: each must stay its own top hit in every search
@@ -133,6 +133,8 @@ def test_searches_run_through_compactions_and_concurrent_updates():
             churn, next_id = np.concatenate([np.setdiff1d(churn, gone), new]), next_id + 150
             if r % 3 == 2:
                 index.compact()
+            if r % 3 == 1:
+                index.save(tmp_path / "during.uec")  # waits for updates, not for the searchers
     finally:
         stop.set()
         for t in threads:
@@ -140,6 +142,8 @@ def test_searches_run_through_compactions_and_concurrent_updates():
     assert not errors, errors[0]
     assert searched[0] > 0 and len(index) == 1500
     assert len(index.unreachable()) == 0
+    saved = UECIndex.load(tmp_path / "during.uec")
+    assert len(saved) == 1500 and np.isin(stable, saved.ids).all()
 
 
 def test_a_compacted_index_saves_and_loads(tmp_path):
