@@ -60,6 +60,17 @@ def test_unrelated_sides_get_low_confidence():
     assert len(seeds) == 15 and confidence <= 0.2 and info["confidence"] == round(confidence, 4)
 
 
+def test_unsure_seeds_give_no_links_and_a_warning():
+    """Below min_confidence the rounds do not run from seeds two searches disagree on."""
+    rng = np.random.default_rng(1)
+    A, B = rng.normal(size=(300, 12)).astype(np.float32), rng.normal(size=(300, 12)).astype(np.float32)
+    linker = GEHLinker(random_state=0, show_progress_bar=False, seed_search=SeedSearch(rows=300, runs=2))
+    with pytest.warns(RuntimeWarning, match="pass seeds="):
+        res = linker.link(A, B)
+    assert len(res.links) == 0 and res.seed_confidence < 0.5 and res.seeds_found.shape == (15, 2)
+    assert len(res.history) == 1 and res.history[0]["seed_search"]
+
+
 def test_kmeans_and_centre_matching_recover_a_permutation():
     rng = np.random.default_rng(2)
     C = rng.normal(size=(6, 8))
@@ -75,7 +86,16 @@ def test_kmeans_and_centre_matching_recover_a_permutation():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"n_seeds": 1}, {"clusters": 2}, {"runs": 0}, {"rows": 2}, {"refine": 0}, {"dictionary": 0.0}]
+    "kwargs",
+    [
+        {"n_seeds": 1},
+        {"clusters": 2},
+        {"runs": 0},
+        {"rows": 2},
+        {"refine": 0},
+        {"dictionary": 0.0},
+        {"min_confidence": 1.5},
+    ],
 )
 def test_seed_search_rejects_bad_settings(kwargs):
     with pytest.raises((ValueError, TypeError)):

@@ -23,6 +23,7 @@ swapped or ablated on its own: the growth rule
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -219,7 +220,15 @@ class GEHLinker:
             tic = time.perf_counter()
             seeds, confidence, found = self.seed_search.find(A, B, rng, num_threads=self.fit_threads(len(A), len(B)))
             found.update(seconds=round(time.perf_counter() - tic, 4))
-            if len(seeds) < 2:  # nothing to start from: no links, and the search's figures say why
+            # nothing to start from, or seeds two searches disagree on (rounds from wrong seeds would
+            # run as long as right ones and link nothing true): no links, and the search's figures say why
+            if len(seeds) < 2 or confidence < self.seed_search.min_confidence:
+                warnings.warn(
+                    f"no seed pairs found with confidence >= {self.seed_search.min_confidence} "
+                    f"(found {len(seeds)}, confidence {confidence:.2f}); no links: pass seeds=",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
                 return LinkResult(_NO_SEEDS, [], [], [found], seeds_found=seeds, seed_confidence=confidence)
         whole = self._state(A, B, seeds, rng)
         fit, rows = self._sampled_state(whole)

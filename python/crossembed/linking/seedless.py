@@ -113,6 +113,9 @@ class SeedSearch(Configured):
     dictionary : float
         Share in (0, 1] of each step's mutual pairs (best scored first) that the next map is fitted on
         (default 0.5).
+    min_confidence : float
+        Confidence in [0, 1] below which the seeds are not used: the link has no links (and a warning
+        says so) instead of running the rounds from seeds two searches disagree on (default 0.5).
     """
 
     kind = "seed-search"
@@ -122,6 +125,7 @@ class SeedSearch(Configured):
     rows: int = 4000
     refine: int = 6
     dictionary: float = 0.5
+    min_confidence: float = 0.5
 
     def __post_init__(self):
         clusters = check_int(self.clusters, "clusters", low=3)
@@ -133,6 +137,7 @@ class SeedSearch(Configured):
             rows=check_int(self.rows, "rows", low=clusters),
             refine=check_int(self.refine, "refine", low=1),
             dictionary=check_fraction(self.dictionary, "dictionary"),
+            min_confidence=check_fraction(self.min_confidence, "min_confidence", allow_zero=True),
         )
 
     def find(self, A: np.ndarray, B: np.ndarray, rng: np.random.Generator, *, num_threads=None):
