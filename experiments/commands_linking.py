@@ -72,8 +72,8 @@ def _check_table_args(pairs, settings) -> None:
     for alpha, n_seeds in settings:
         if not 0.0 < alpha <= 1.0:  # also refuses nan
             raise ValueError(f"--settings alpha must be in (0, 1], got {alpha}")
-        if n_seeds < 0:
-            raise ValueError(f"--settings n_seeds must be >= 0 (0: no seeds), got {n_seeds}")
+        if n_seeds < 0 or n_seeds == 1:
+            raise ValueError(f"--settings n_seeds must be 0 (no seeds) or >= 2, got {n_seeds}")
 
 
 def _link_table(args) -> int:

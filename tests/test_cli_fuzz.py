@@ -253,7 +253,10 @@ def test_bad_numbers_are_refused_in_one_line(env, capsys, monkeypatch, prefix, o
     + [["uec-perf", "--sizes", "", "--fit-pairs", "0", "--efs", "10,20"]]
     + [["link-scale", "--sizes", s, "--view-sizes", ""] for s in ("0", "1", "15", "abc", "9" * 30)]
     + [["link-scale", "--sizes", "", "--view-sizes", s] for s in ("1", "255", "-3")]
-    + [["link-table", "--settings", s, "--results", "OUT/r.json"] for s in ("nan:15", "0:15", "2:15", "0.3:0", "x:y")]
+    + [
+        ["link-table", "--settings", s, "--results", "OUT/r.json"]
+        for s in ("nan:15", "0:15", "2:15", "0.3:1", "0.3:-1", "x:y")
+    ]
     + [["link-table", "--pairs", p, "--results", "OUT/r.json"] for p in ("a:b:0", "a:b:x", "a:b")]
     + [["index", "build", "GOOD/docs.txt", "-o", "OUT/i.uec", "--prior-precision", p] for p in ("nan", "-1", "0", "x")]
     + [["uec-eval", "--prior-precision", p] for p in ("inf", "-2")],
