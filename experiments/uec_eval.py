@@ -821,7 +821,7 @@ def evaluate_task(
         "skipped": skipped,
         "notes": forms.notes,
         "posteriors": _posterior_summary(forms, models),
-        "encode_seconds": {m: emb.seconds[m] for m in models},
+        "encode_seconds": {m: s for m, s in emb.seconds.items() if m in models},  # not the weak members'
         **extra,
     }
 
