@@ -53,8 +53,8 @@ def _call(url, method, route, body, headers):
 
 @pytest.mark.parametrize("open_metrics", [False, True])
 def test_every_route_by_key(tmp_path, open_metrics):
-    keys = ApiKeys(full=[FULL], read_only=[READ])
-    config = ServeConfig(api_keys=keys, open_metrics=open_metrics, model_name="toy", save_path=tmp_path / "i.uec")
+    keys = ApiKeys(full=[FULL], read_only=[READ], open_metrics=open_metrics)
+    config = ServeConfig(api_keys=keys, model_name="toy", save_path=tmp_path / "i.uec")
     with BackgroundServer(create_app(text_index(), config=config)) as server:
         wait_ready(server.url)
         # the write routes last with the full key: each changes the index once

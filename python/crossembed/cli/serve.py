@@ -67,6 +67,18 @@ def register(sub) -> None:
         type=int_arg(1),
         help="threads of one search call (default: every core but one, at least one)",
     )
+    _add_access_options(p)
+    p.add_argument(
+        "--model-name", help="the model id of /v1/models and /v1/embeddings (default: the index file's stem)"
+    )
+    p.add_argument("--mmap", action="store_true", help="memory-map the document store instead of reading it")
+    p.add_argument("--log-level", choices=_LEVELS, default="info", help="log level (debug: a line per request)")
+    add_num_threads(p)
+    p.set_defaults(func=_run)
+
+
+def _add_access_options(p) -> None:
+    """Who may call which route (docs/serve.md, Keys)."""
     p.add_argument(
         "--api-key-file",
         help="keys the routes need, one a line: 'full KEY' (every route) or 'read-only KEY' (search, embed, "
@@ -78,13 +90,6 @@ def register(sub) -> None:
         action="store_true",
         help="listen on a non-loopback --host without --api-key-file (refused otherwise)",
     )
-    p.add_argument(
-        "--model-name", help="the model id of /v1/models and /v1/embeddings (default: the index file's stem)"
-    )
-    p.add_argument("--mmap", action="store_true", help="memory-map the document store instead of reading it")
-    p.add_argument("--log-level", choices=_LEVELS, default="info", help="log level (debug: a line per request)")
-    add_num_threads(p)
-    p.set_defaults(func=_run)
 
 
 def _config(args):
@@ -106,8 +111,9 @@ def _config(args):
         save_path=save_path,
         save_on_exit=args.save_on_exit,
         allow_save_path=args.allow_save_path,
-        api_keys=None if args.api_key_file is None else ApiKeys.from_file(args.api_key_file),
-        open_metrics=args.open_metrics,
+        api_keys=None
+        if args.api_key_file is None
+        else ApiKeys.from_file(args.api_key_file, open_metrics=args.open_metrics),
         model_name=args.model_name if args.model_name is not None else Path(args.index).stem or "crossembed",
     )
 

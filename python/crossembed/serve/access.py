@@ -48,10 +48,13 @@ class ApiKeys:
         Keys that may use every route.
     read_only : iterable of str
         Keys that may search, embed and read the models and metrics, not write.
+    open_metrics : bool
+        Let ``GET /metrics`` be read without a key (default False: a key of either kind).
     """
 
     full: Iterable[str] = ()
     read_only: Iterable[str] = ()
+    open_metrics: bool = False
     _keys: Tuple[Tuple[bytes, str], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -61,15 +64,18 @@ class ApiKeys:
             raise ValueError("keys: give at least one full or read-only key")
         if full & read:
             raise ValueError("read_only: a key is also a full key")
+        if not isinstance(self.open_metrics, bool):
+            raise TypeError(f"open_metrics must be a bool, got {type(self.open_metrics).__name__}")
         object.__setattr__(self, "full", frozenset(k.decode() for k in full))
         object.__setattr__(self, "read_only", frozenset(k.decode() for k in read))
         object.__setattr__(self, "_keys", tuple([(k, FULL) for k in full] + [(k, READ) for k in read]))
 
     def __repr__(self) -> str:
-        return f"ApiKeys(<{len(self.full)} full>, <{len(self.read_only)} read-only>)"
+        metrics = ", open_metrics=True" if self.open_metrics else ""
+        return f"ApiKeys(<{len(self.full)} full>, <{len(self.read_only)} read-only>{metrics})"
 
     @classmethod
-    def from_file(cls, path: Union[str, Path]) -> ApiKeys:
+    def from_file(cls, path: Union[str, Path], *, open_metrics: bool = False) -> ApiKeys:
         """The keys of a key file (the format above); ValueError naming the file and line otherwise."""
         try:
             text = Path(path).read_text(encoding="utf-8")
@@ -87,7 +93,7 @@ class ApiKeys:
             (full if _KINDS[words[0]] == FULL else read).append(words[1])
         if not full and not read:
             raise ValueError(f"api key file {str(path)!r}: holds no key")
-        return cls(full=full, read_only=read)
+        return cls(full=full, read_only=read, open_metrics=open_metrics)
 
     def kind(self, key: Optional[bytes]) -> Optional[str]:
         """:data:`FULL` or :data:`READ` for a known key, else None; compares with every key in constant time."""

@@ -49,10 +49,9 @@ class ServeConfig:
         must not choose where the server writes files).
     api_keys : ApiKeys, optional
         Keys the routes need (default none: every route open). Search, embed,
-        models and metrics take a key of either kind, add/upsert/remove/save a
-        full key; ``/healthz`` and ``/readyz`` stay open.
-    open_metrics : bool
-        Let ``GET /metrics`` be read without a key (default False).
+        models and metrics (unless ``ApiKeys.open_metrics``) take a key of
+        either kind, add/upsert/remove/save a full key; ``/healthz`` and
+        ``/readyz`` stay open.
     model_name : str
         The model id of ``/v1/models`` and ``/v1/embeddings`` (default ``"crossembed"``).
     """
@@ -68,7 +67,6 @@ class ServeConfig:
     save_on_exit: bool = False
     allow_save_path: bool = False
     api_keys: Optional[ApiKeys] = None
-    open_metrics: bool = False
     model_name: str = "crossembed"
 
     def __post_init__(self):

@@ -41,7 +41,7 @@ ROUTES = {
     "/readyz": ("GET", "Readiness: 200 {status: ready} once warmed up, 503 {status: starting} before."),
     "/metrics": ("GET", "Prometheus metrics (text exposition format)."),
 }
-#: the key a route needs when the server has keys (None: open; /metrics: READ unless open_metrics)
+#: the key a route needs when the server has keys (None: open; /metrics: READ unless ApiKeys.open_metrics)
 ACCESS = {path: READ for path in ROUTES} | {p: FULL for p in ("/add", "/upsert", "/remove", "/save")}
 ACCESS |= {"/healthz": None, "/readyz": None}
 _JSON = [(b"content-type", b"application/json")]
@@ -101,7 +101,7 @@ class ServiceRoutes:
         self.limit = service.config.max_body_bytes
         self.keys = service.config.api_keys
         self.access = dict(ACCESS)
-        if service.config.open_metrics:
+        if self.keys is not None and self.keys.open_metrics:
             self.access["/metrics"] = None
 
     def _check_key(self, path: str, headers) -> None:
