@@ -90,9 +90,6 @@ class GEHLinker:
     center : Center or None
         Per-side preprocessing fitted on each side's own rows; default
         :class:`~crossembed.linking.preprocess.Center`; None: unit rows only.
-    seed_search : SeedSearch
-        How a call without seeds finds its own (after the preprocessing); default
-        :class:`~crossembed.linking.seedless.SeedSearch`. Unused when seeds are given.
     max_iter : int
         Most rounds (default :data:`DEFAULT_MAX_ITER`, 15): the default final pass
         relinks every row out of sample from the pool, so later rounds, which mostly
@@ -127,7 +124,6 @@ class GEHLinker:
         views=_VIEWS,
         signatures=_SIGNATURES,
         center=_CENTER,
-        seed_search: SeedSearch = _SEED_SEARCH,
         max_iter: int = DEFAULT_MAX_ITER,
         random_state=None,
         num_threads: Optional[int] = None,
@@ -141,7 +137,6 @@ class GEHLinker:
         self.views = check_plugin(views, "views", ("__call__",), "FarthestPointViews()")
         self.signatures = check_plugin(signatures, "signatures", ("__call__", "from_cosines"), "KernelSignatures()")
         self.center = check_plugin(center, "center", ("apply",), "Center()", optional=True)
-        self.seed_search = check_plugin(seed_search, "seed_search", ("find",), "SeedSearch()")
         self.max_iter = check_int(max_iter, "max_iter", low=1)
         self.random_state = random_state
         self.num_threads = num_threads if num_threads is None else check_num_threads(num_threads)
@@ -166,10 +161,12 @@ class GEHLinker:
         A : array_like, shape (N_A, D_A)
         B : array_like, shape (N_B, D_B)
             Dimensions may differ; only cosine geometry within a side is used.
-        seeds : array_like of int, shape (s, 2), or None
-            Known pairs (row of A, row of B), one-to-one, ``s >= 2``. None: the
-            linker finds its own (``seed_search``); the result's ``seeds_found``
-            and ``seed_confidence`` say which and how sure it is.
+        seeds : array_like of int, shape (s, 2), SeedSearch or None
+            Known pairs (row of A, row of B), one-to-one, ``s >= 2``; or how to
+            find them from the two collections' shapes
+            (:class:`~crossembed.linking.seedless.SeedSearch`, run after the
+            preprocessing; None: ``SeedSearch()``). The result's ``seeds_found``
+            and ``seed_confidence`` then say which it found and how sure it is.
 
         Returns
         -------
@@ -211,20 +208,20 @@ class GEHLinker:
         return self._state(sub_a, sub_b, seeds, whole.rng), (rows_a, rows_b)
 
     def _run(self, A, B, seeds) -> LinkResult:
-        search = seeds is None
+        search = _SEED_SEARCH if seeds is None else seeds if isinstance(seeds, SeedSearch) else None
         A, B, seeds = check_link_inputs(A, B, _NO_SEEDS if search else seeds, min_seeds=0 if search else 2)
         A, B = self._preprocess(A), self._preprocess(B)
         rng = check_random_state(self.random_state)
         found: Dict[str, Any] = {}
         if search:
             tic = time.perf_counter()
-            seeds, confidence, found = self.seed_search.find(A, B, rng, num_threads=self.fit_threads(len(A), len(B)))
+            seeds, confidence, found = search.find(A, B, rng, num_threads=self.fit_threads(len(A), len(B)))
             found.update(seconds=round(time.perf_counter() - tic, 4))
             # nothing to start from, or seeds two searches disagree on (rounds from wrong seeds would
             # run as long as right ones and link nothing true): no links, and the search's figures say why
-            if len(seeds) < 2 or confidence < self.seed_search.min_confidence:
+            if len(seeds) < 2 or confidence < search.min_confidence:
                 warnings.warn(
-                    f"no seed pairs found with confidence >= {self.seed_search.min_confidence} "
+                    f"no seed pairs found with confidence >= {search.min_confidence} "
                     f"(found {len(seeds)}, confidence {confidence:.2f}); no links: pass seeds=",
                     RuntimeWarning,
                     stacklevel=3,
