@@ -45,7 +45,7 @@ from crossembed.linking._inputs import check_link_inputs
 from crossembed.linking.baselines import procrustes
 from crossembed.linking.preprocess import Center, unit_rows
 from crossembed.linking.result import LinkResult
-from crossembed.linking.seedless import match_centres, mutual_pairs, spherical_kmeans
+from crossembed.linking.seedless import match_centres, mutual_pairs, relative_rows, spherical_kmeans
 
 __all__ = ["MiniVec2Vec", "VecMap"]
 
@@ -163,7 +163,9 @@ class MiniVec2Vec(Configured):
         """Rows of A and their targets in B: each A row against the mean of its nearest B rows in the
         relative description (cosines to matched centres, or to the seeds)."""
         if len(seeds):
-            return A, _nearest_mean(_relative(A, A[seeds[:, 0]]), _relative(B, B[seeds[:, 1]]), self.neighbors, B)
+            return A, _nearest_mean(
+                relative_rows(A, A[seeds[:, 0]]), relative_rows(B, B[seeds[:, 1]]), self.neighbors, B
+            )
         k = min(self.clusters, len(A), len(B))
         sources, targets = [], []
         for _ in range(self.runs):
@@ -171,14 +173,8 @@ class MiniVec2Vec(Configured):
             CB, _ = spherical_kmeans(B, k, rng)
             perm, _ = match_centres(CA @ CA.T, CB @ CB.T, rng)
             sources.append(A)
-            targets.append(_nearest_mean(_relative(A, CA), _relative(B, CB[perm]), self.neighbors, B))
+            targets.append(_nearest_mean(relative_rows(A, CA), relative_rows(B, CB[perm]), self.neighbors, B))
         return np.concatenate(sources), np.concatenate(targets)
-
-
-def _relative(X: np.ndarray, anchors: np.ndarray) -> np.ndarray:
-    """Unit rows of each row's cosines to ``anchors``, every column standardised over the rows."""
-    R = X @ anchors.T
-    return unit_rows((R - R.mean(axis=0)) / np.maximum(R.std(axis=0), 1e-12))
 
 
 def _nearest_mean(Q: np.ndarray, R: np.ndarray, k: int, X: Optional[np.ndarray] = None) -> np.ndarray:

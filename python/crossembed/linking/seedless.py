@@ -41,7 +41,7 @@ from crossembed.linking.maps import CCAMap
 from crossembed.linking.pairs import contains
 from crossembed.linking.preprocess import unit_rows
 
-__all__ = ["SeedSearch", "match_centres", "spherical_kmeans"]
+__all__ = ["SeedSearch", "match_centres", "relative_rows", "spherical_kmeans"]
 
 # Lloyd steps of each clustering
 _KMEANS_STEPS = 25
@@ -81,11 +81,11 @@ def match_centres(GA: np.ndarray, GB: np.ndarray, rng: np.random.Generator, *, s
     return best, best_cost
 
 
-def _relative(X: np.ndarray, centres: np.ndarray) -> np.ndarray:
-    """Unit rows of each row's cosines to ``centres``, every column standardised over the rows."""
-    R = X @ centres.T
-    R = (R - R.mean(axis=0)) / np.maximum(R.std(axis=0), 1e-12)
-    return unit_rows(R)
+def relative_rows(X: np.ndarray, anchors: np.ndarray) -> np.ndarray:
+    """Unit rows of each row's cosines to ``anchors``, every column standardised over the rows (a
+    representation two sides share once their anchors correspond)."""
+    R = X @ anchors.T
+    return unit_rows((R - R.mean(axis=0)) / np.maximum(R.std(axis=0), 1e-12))
 
 
 def mutual_pairs(XA: np.ndarray, XB: np.ndarray, *, csls_k: int = 10, num_threads=None):
@@ -166,7 +166,7 @@ class SeedSearch(Configured):
             if cost < best[0]:
                 best = (cost, (CA, CB[perm]))
         CA, CB = best[1]
-        pairs, _ = mutual_pairs(_relative(SA, CA), _relative(SB, CB), num_threads=num_threads)
+        pairs, _ = mutual_pairs(relative_rows(SA, CA), relative_rows(SB, CB), num_threads=num_threads)
         scorer = CCAMap(n_components=min(128, SA.shape[1], SB.shape[1]))
         first = len(pairs)
         for _ in range(self.refine):
