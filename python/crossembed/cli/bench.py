@@ -115,9 +115,7 @@ def _run_soak(args) -> int:
 def _run_serve_text(args) -> int:
     from crossembed.cli import serve_text_bench
 
-    duration = 15.0 if args.duration is None else args.duration
-    if duration <= 0:
-        raise ValueError(f"--duration must be > 0, got {duration}")
+    duration = 15.0 if args.duration is None else args.duration  # > 0: float_arg refuses the rest
     result = serve_text_bench.benchmark_serve_text(
         n_docs=args.docs or 20_000,
         n_queries=args.queries or 300,
@@ -146,8 +144,6 @@ def _run_serve(args) -> int:
     if args.write_rate < 0:
         raise ValueError(f"--write-rate must be >= 0, got {args.write_rate}")
     duration = size["duration_s"] if args.duration is None else args.duration
-    if duration <= 0:
-        raise ValueError(f"--duration must be > 0, got {duration}")
     result = serve_bench.benchmark_serve(
         args.docs or size["n_docs"],
         args.dim or size["dim"],
