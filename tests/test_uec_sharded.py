@@ -196,3 +196,41 @@ def test_searches_run_beside_updates(client):
             t.join(30)
     assert not errors, errors[:3]
     np.testing.assert_array_equal(sharded.search(q, 10, exact=True)[1], local.search(q, 10, exact=True)[1])
+
+
+def test_stats_add_up_the_shards_and_feed_the_metrics(client):
+    """stats() holds each shard's UECIndex.stats (a local index of the same rows and updates) and their sums."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from crossembed.serve.metrics import ServeMetrics
+    from crossembed.uec.sharded import shard_of
+
+    docs, extra = _docs(240, 8, 20), _docs(30, 8, 21)
+    config = IndexConfig(M=8, compact_at=None)  # the removed documents stay as deleted slots
+    sharded = ShardedUECIndex(client, docs, n_shards=2, config=config)
+    removed, added = np.arange(0, 240, 6), np.arange(1000, 1030)
+    sharded.remove(removed)
+    sharded.add(extra, ids=added)
+    locals_ = []
+    for s in range(2):
+        rows = np.flatnonzero(shard_of(np.arange(240), 2) == s)
+        local = UECIndex(docs[rows], ids=rows, config=config)
+        local.remove(removed[shard_of(removed, 2) == s])
+        mine = np.flatnonzero(shard_of(added, 2) == s)
+        local.add(extra[mine], ids=added[mine])
+        locals_.append(local.stats())
+    stats = sharded.stats()
+    assert stats["shards"] == locals_
+    assert stats["live"] == len(sharded) == 240 - 40 + 30
+    assert stats["deleted"] == 40
+    assert stats["capacity"] == sum(s["capacity"] for s in locals_)
+    assert stats["bytes"] == {part: sum(s["bytes"][part] for s in locals_) for part in locals_[0]["bytes"]}
+    assert stats["bytes"]["graph"] > 0
+    text = ServeMetrics(index_stats=sharded.stats, queued=lambda: 0).render().decode()
+    samples = {
+        (x.name, tuple(sorted(x.labels.items()))): x.value
+        for family in text_string_to_metric_families(text)
+        for x in family.samples
+    }
+    assert samples[("crossembed_documents", ())] == 230 and samples[("crossembed_index_deleted_slots", ())] == 40
+    assert samples[("crossembed_index_bytes", (("part", "graph"),))] == stats["bytes"]["graph"]

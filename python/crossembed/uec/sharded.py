@@ -19,7 +19,7 @@ The same code runs on a ``LocalCluster`` and on machines joined by
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -42,6 +42,7 @@ from crossembed.uec.shards import (
     shard_info,
     shard_save,
     shard_search,
+    shard_stats,
     shard_update,
 )
 from crossembed.uec.store import as_ids, check_ids
@@ -232,6 +233,19 @@ class ShardedUECIndex:
         """
         info = self._shards.run(shard_info, dict.fromkeys(range(self.n_shards), ()), self._deadline(timeout))
         return [int(info[s][0]) for s in range(self.n_shards)]
+
+    def stats(self, *, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """What the shards hold together, as :meth:`UECIndex.stats` reports one index: ``live``, ``deleted``
+        and ``capacity`` summed, ``bytes`` summed by part; ``shards`` lists each shard's own, in shard order.
+
+        ``timeout``: seconds this call may take (default the index's ``timeout``).
+        """
+        info = self._shards.run(shard_stats, dict.fromkeys(range(self.n_shards), ()), self._deadline(timeout))
+        shards = [info[s] for s in range(self.n_shards)]
+        parts = sorted({part for s in shards for part in s["bytes"]})
+        total = {key: int(sum(s[key] for s in shards)) for key in ("live", "deleted", "capacity")}
+        total["bytes"] = {part: int(sum(s["bytes"].get(part, 0) for s in shards)) for part in parts}
+        return {**total, "shards": shards}
 
     def shard_workers(self) -> List[str]:
         """The address of the worker holding each shard now, in shard order (changes when a shard is recovered)."""

@@ -119,6 +119,11 @@ def shard_info(shard: _Shard, version: int) -> Tuple[int, int]:
     return len(index), index.dim
 
 
+def shard_stats(shard: _Shard, version: int) -> Dict[str, Any]:
+    """What the shard holds (:meth:`UECIndex.stats`)."""
+    return _checked(shard, version, at_least=True).stats()
+
+
 def shard_contains(shard: _Shard, version: int, ids) -> np.ndarray:
     """Which of ``ids`` the shard holds."""
     return _checked(shard, version, at_least=False).contains(ids)
