@@ -9,7 +9,9 @@ slots, bytes by part) and glibc's heap (in use / free but held, ``mallinfo2``).
 At the end: the reachability check (:meth:`UECIndex.unreachable`), ANN
 recall@10 against exact search on ``--queries`` live documents as queries,
 and the RSS of a fresh build of the final live set in a new process (the same
-imports, the same build). Prints a markdown table.
+imports, the same build). Prints a markdown table. The highest RSS is taken
+after every round; ``--max-seconds`` ends the churn early (the table says how
+far it got).
 
     python -m experiments.studies.churn_memory --n 20000 --churn 240000 --batch 1000
 """
@@ -91,12 +93,15 @@ def main(argv=None) -> None:
     p.add_argument("--report", type=int, default=30000, help="a row every this many added documents")
     p.add_argument("--compact-at", type=float, default=0.25, help="IndexConfig.compact_at (<= 0: None)")
     p.add_argument("--queries", type=int, default=500, help="live documents used as queries for recall@10")
+    p.add_argument("--max-seconds", type=float, default=None, help="end the churn after this long (default: none)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     config = IndexConfig(compact_at=args.compact_at if args.compact_at > 0 else None)
+    built_from = time.perf_counter()
     index = UECIndex(_unit(rng, args.n, args.dim), config=config)
     live, next_id, added, began = np.arange(args.n), args.n, 0, time.perf_counter()
+    build_s = began - built_from
     rows = []
 
     def record() -> None:
@@ -110,6 +115,7 @@ def main(argv=None) -> None:
         )
 
     record()
+    peak = rows[0][1]
     while added < args.churn:
         gone = rng.choice(live, args.batch, replace=False)
         index.remove(gone)
@@ -118,8 +124,12 @@ def main(argv=None) -> None:
         live = np.concatenate([np.setdiff1d(live, gone), new])
         next_id += args.batch
         added += args.batch
-        if added % args.report == 0 or added >= args.churn:
+        peak = max(peak, rss_mib())
+        over = args.max_seconds is not None and time.perf_counter() - began > args.max_seconds
+        if added % args.report == 0 or added >= args.churn or over:
             record()
+        if over:
+            break
     unreachable = len(index.unreachable())
     qids = rng.choice(live, min(args.queries, len(live)), replace=False)
     q = index.get_docs(qids)
@@ -133,11 +143,11 @@ def main(argv=None) -> None:
     print("|---|---|---|---|---|---|---|")
     for a, rss, n_live, deleted, graph, used, free in rows:
         print(f"| {a} | {rss:.1f} | {n_live} | {deleted} | {graph:.1f} | {used:.1f} | {free:.1f} |")
-    worst = max(r[1] for r in rows[1:]) if len(rows) > 1 else rows[0][1]
     print()
     print(
+        f"build {build_s:.0f} s; churn {added} adds + {added} removes of {args.churn}; "
         f"fresh build of the final {len(live)} documents: RSS {fresh:.1f} MiB; after churn {rows[-1][1]:.1f} MiB "
-        f"({rows[-1][1] / fresh:.3f}x), highest during churn {worst:.1f} MiB ({worst / fresh:.3f}x); "
+        f"({rows[-1][1] / fresh:.3f}x), highest after any round {peak:.1f} MiB ({peak / fresh:.3f}x); "
         f"unreachable live documents {unreachable}; exact top hit is the query's own document for {self_hit:.3f}; "
         f"ANN recall@10 vs exact {recall:.4f} "
         f"({len(q)} queries); {time.perf_counter() - began:.0f} s"
