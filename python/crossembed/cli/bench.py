@@ -82,6 +82,12 @@ def _register_serve(targets) -> None:
         "sampled every 30 s (--docs default 100000, --dim 128, --concurrency 8, --write-rate 20)",
     )
     s.add_argument("--plot", help="--soak: write RSS and latency over time as a PNG here (needs matplotlib)")
+    s.add_argument(
+        "--search-rate",
+        type=float_arg(0, 100_000),
+        default=0.0,
+        help="--soak: searches/s over all connections (default 0: each sends its next on the last answer)",
+    )
     add_seed(s, "seed of the generated documents and queries")
     s.add_argument("--json", action="store_true", help="print the results as JSON")
     s.set_defaults(func=_run_serve)
@@ -95,6 +101,7 @@ def _run_soak(args) -> int:
         n_docs=args.docs or 100_000,
         dim=args.dim or 128,
         concurrency=parse_ints(args.concurrency or "8", "concurrency", high=4096)[0],
+        search_rate=args.search_rate,
         write_rate=args.write_rate,
         M=args.M,
         ef_construction=args.ef_construction,

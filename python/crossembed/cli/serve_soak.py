@@ -2,7 +2,8 @@
 
 Starts ``crossembed serve`` on loopback with a synthetic vector index
 (:func:`crossembed.cli.serve_bench.synthetic_chunks`), then for ``minutes``
-keeps ``concurrency`` connections sending single-query searches and one
+keeps ``concurrency`` connections sending single-query searches (each as soon
+as its last was answered, or paced to ``search_rate`` a second in all) and one
 connection writing at ``write_rate`` requests/s, cycling add (a new
 document), upsert (a document it added, new vectors) and remove (the oldest
 it added once ``window`` are live), so the live set stays near its size while
@@ -60,7 +61,11 @@ def _doc_body(doc: GaussianEmbedding, i: int, doc_id: int) -> Dict[str, Any]:
     return {"mean": [doc.mean[i].tolist()], "var": [doc.var[i].tolist()], "ids": [doc_id]}
 
 
-async def _search(conn: Connection, requests: Sequence[bytes], tally: List[_Tally], stop: asyncio.Event, start: int):
+async def _search(
+    conn: Connection, requests: Sequence[bytes], tally: List[_Tally], stop: asyncio.Event, start: int, period: float
+):
+    """Searches in turn; ``period``: seconds from one request's start to the next's (0: at once)."""
+    next_at = time.perf_counter()
     for i in itertools.count(start):
         if stop.is_set():
             return
@@ -68,6 +73,9 @@ async def _search(conn: Connection, requests: Sequence[bytes], tally: List[_Tall
         status, _ = await conn.send(requests[i % len(requests)])
         tally[0].latencies.append(time.perf_counter() - t0)
         tally[0].count(status)
+        if period > 0:
+            next_at = max(next_at + period, time.perf_counter() - period)  # no burst after a slow answer
+            await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
 
 
 async def _write(conn, pool: GaussianEmbedding, first_id: int, window: int, rate: float, tally, stop) -> None:
@@ -115,7 +123,8 @@ async def _metric(port: int, name: str) -> float:
 async def _soak(port: int, pid: int, requests, pool, plan: Dict[str, Any]) -> List[Dict[str, Any]]:
     conns = [await Connection.open(serve_bench._HOST, port) for _ in range(plan["concurrency"] + 1)]
     stop, tally, samples = asyncio.Event(), [_Tally()], []
-    tasks = [asyncio.create_task(_search(c, requests, tally, stop, 97 * i)) for i, c in enumerate(conns[1:])]
+    period = plan["concurrency"] / plan["search_rate"] if plan["search_rate"] > 0 else 0.0
+    tasks = [asyncio.create_task(_search(c, requests, tally, stop, 97 * i, period)) for i, c in enumerate(conns[1:])]
     if plan["write_rate"] > 0:
         writing = _write(conns[0], pool, plan["first_id"], plan["window"], plan["write_rate"], tally, stop)
         tasks.append(asyncio.create_task(writing))
@@ -154,6 +163,7 @@ def soak_serve(
     n_docs: int = 100_000,
     dim: int = 128,
     concurrency: int = 8,
+    search_rate: float = 0.0,
     write_rate: float = 20.0,
     window: int = 1000,
     sample_s: float = 30.0,
@@ -166,18 +176,23 @@ def soak_serve(
 ) -> Dict[str, Any]:
     """``minutes`` of mixed load on a served ``n_docs x dim`` index; returns the samples and the server's exit.
 
-    ``write_rate``: write requests per second (add, upsert, remove in turn; 0: searches only); ``window``:
+    ``search_rate``: searches per second over all connections (0: each connection sends its next as soon as
+    the last was answered); ``write_rate``: write requests per second (add, upsert, remove in turn; 0: searches
+    only); ``window``:
     documents the writer keeps added before it removes the oldest; ``sample_s``: seconds per sample.
     """
     if not minutes > 0:
         raise ValueError(f"minutes must be > 0, got {minutes}")
     if not sample_s > 0:
         raise ValueError(f"sample_s must be > 0, got {sample_s}")
+    if not search_rate >= 0:
+        raise ValueError(f"search_rate must be >= 0, got {search_rate}")
     docs, rest = serve_bench._data(n_docs, dim, 1000, seed)
     queries, pool = rest[:1000], rest[1000:]
     config = IndexConfig(M=M, ef_construction=ef_construction, rerank=rerank)
     requests = serve_bench._requests(queries, 10, {"rerank": rerank})
     plan = {"concurrency": concurrency, "write_rate": write_rate, "window": window, "sample_s": sample_s}
+    plan["search_rate"] = search_rate
     plan.update(seconds=60.0 * minutes, first_id=n_docs + 1_000_000)
     with tempfile.TemporaryDirectory(prefix="crossembed-soak-") as tmp:
         path = Path(index_path) if index_path is not None else Path(tmp) / "index.uec"
@@ -191,8 +206,13 @@ def soak_serve(
         finally:
             code = serve_bench._stop_server(proc)
     settings = {"n_docs": n_docs, "dim": dim, "concurrency": concurrency, "write_rate": write_rate}
+    settings["search_rate"] = search_rate
     settings.update(window=window, minutes=minutes, M=M, rerank=rerank, build_seconds=build_s)
     return {"config": settings, "samples": samples, "server_exit_code": code}
+
+
+def _rate(search_rate: float) -> str:
+    return f"paced to {search_rate:g} searches/s in all" if search_rate > 0 else "each sends on its last answer"
 
 
 def _verdict(samples: List[Dict[str, Any]]) -> str:
@@ -215,7 +235,8 @@ def render_soak(result: Dict[str, Any]) -> str:
     c = result["config"]
     lines = [
         f"{c['n_docs']:,} x {c['dim']} documents (M={c['M']}, rerank={c['rerank']}), {c['concurrency']} search "
-        f"connections, writer {c['write_rate']:g} requests/s (add / upsert / remove, window {c['window']}), "
+        f"connections ({_rate(c['search_rate'])}), writer {c['write_rate']:g} requests/s "
+        f"(add / upsert / remove, window {c['window']}), "
         f"{c['minutes']:g} minutes",
         "",
         "| minute | server RSS MiB | documents | deleted slots | searches | writes | p50 ms | p99 ms | errors | 5xx |",
