@@ -451,29 +451,31 @@ PYBIND11_MODULE(_core, m) {
   // copies the C++ side reads after the GIL is released, and the output buffers.
   {
     using G = MeanGraph;
-    const auto is_half = [](const std::string& storage) {
-      if (storage != "float32" && storage != "float16") throw py::value_error("storage must be 'float32' or 'float16'");
-      return storage == "float16";
+    const auto storage_of = [](const std::string& name) {
+      for (const Storage s : {Storage::float32, Storage::float16, Storage::int8, Storage::bf16})
+        if (name == storage_name(s)) return s;
+      throw py::value_error("storage must be 'float32', 'float16', 'int8' or 'bf16'");
     };
     const auto labels_copy = [](const CArray<std::int64_t>& labels) {
       if (labels.ndim() != 1) throw py::value_error("labels must be 1-dimensional");
       return std::vector<std::int64_t>(labels.data(), labels.data() + labels.size());
     };
     py::class_<G>(m, "MeanGraph")
-        .def(py::init([is_half](std::size_t dim, const std::string& storage, std::size_t max_elements, std::size_t M,
-                                std::size_t ef_construction, std::size_t random_seed) {
-               const bool half = is_half(storage);
+        .def(py::init([storage_of](std::size_t dim, const std::string& storage, std::size_t max_elements,
+                                   std::size_t M, std::size_t ef_construction, std::size_t random_seed) {
+               const Storage st = storage_of(storage);
                py::gil_scoped_release release;
-               return std::make_unique<G>(dim, half, max_elements, M, ef_construction, random_seed);
+               return std::make_unique<G>(dim, st, max_elements, M, ef_construction, random_seed);
              }),
              py::arg("dim"), py::arg("storage"), py::arg("max_elements"), py::arg("M"), py::arg("ef_construction"),
              py::arg("random_seed"))
         .def_static(
             "load",
-            [is_half](const std::string& path, std::size_t dim, const std::string& storage, std::size_t max_elements) {
-              const bool half = is_half(storage);
+            [storage_of](const std::string& path, std::size_t dim, const std::string& storage,
+                         std::size_t max_elements) {
+              const Storage st = storage_of(storage);
               py::gil_scoped_release release;
-              return G::load(path, dim, half, max_elements);
+              return G::load(path, dim, st, max_elements);
             },
             py::arg("path"), py::arg("dim"), py::arg("storage"), py::arg("max_elements"))
         .def(
@@ -561,7 +563,7 @@ PYBIND11_MODULE(_core, m) {
             },
             py::arg("path"))
         .def_property_readonly("dim", &G::dim)
-        .def_property_readonly("storage", [](const G& g) { return std::string(g.half() ? "float16" : "float32"); })
+        .def_property_readonly("storage", [](const G& g) { return std::string(storage_name(g.storage())); })
         .def_property_readonly("count", &G::count)
         .def_property_readonly("deleted_count", &G::deleted)
         // these two wait for a running add/resize: without the GIL

@@ -439,7 +439,8 @@ def test_bad_arguments_are_named():
     bad_init = [
         ({"dim": 0}, ValueError, "dim"),
         ({"dim": 4.0}, TypeError, "dim"),
-        ({"dim": 4, "storage": "int8"}, ValueError, "storage"),
+        ({"dim": 4, "storage": "int4"}, ValueError, "storage"),
+        ({"dim": 2**17 + 1, "storage": "int8"}, ValueError, "dim"),
         ({"dim": 4, "M": 1}, ValueError, "M"),
         ({"dim": 4, "max_elements": 0}, ValueError, "max_elements"),
         ({"dim": 4, "max_elements": 2**31}, ValueError, "max_elements"),

@@ -48,7 +48,7 @@ def test_index_config_is_validated_once_frozen_and_rebuilt_from_its_config():
     assert IndexConfig(**config.get_config()) == config and hash(config) == hash(IndexConfig(**config.get_config()))
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.M = 16
-    for bad in ({"M": 1}, {"ef_construction": 0}, {"rerank": 0}, {"dtype": "int8"}, {"panel_cache_bytes": -1}):
+    for bad in ({"M": 1}, {"ef_construction": 0}, {"rerank": 0}, {"dtype": "int4"}, {"panel_cache_bytes": -1}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             IndexConfig(**bad)
     with pytest.raises(ValueError, match="random_state"):

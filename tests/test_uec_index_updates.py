@@ -90,7 +90,7 @@ def test_update_errors_name_the_argument():
     with pytest.raises(ValueError, match="ids"):
         UECIndex(docs, ids=np.arange(50) - 1)  # -1 is the padding of results
     with pytest.raises(ValueError, match="dtype"):
-        UECIndex(docs, config=IndexConfig(dtype="int8"))
+        UECIndex(docs, config=IndexConfig(dtype="float64"))
 
 
 def test_filter_restricts_results_exactly_or_through_the_graph(monkeypatch):
@@ -185,7 +185,7 @@ def test_load_keeps_the_saved_config_the_panel_budget_included(tmp_path):
     assert len(cached._panels) == 1
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4, 6, None])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 7, None])
 def test_index_files_of_another_version_are_refused(tmp_path, version):
     path = UECIndex(_docs(40, 8, 14), config=IndexConfig(M=8)).save(tmp_path / "now.uec")
     arrays, meta = load_arrays(path, index_file._KIND)

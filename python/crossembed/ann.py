@@ -1,10 +1,11 @@
 """Approximate nearest neighbours by inner product: an HNSW graph whose stored vectors are the only copy.
 
 :class:`MeanGraph` is hnswlib's HNSW algorithm (v0.8.0, vendored in the C++
-core) over float32 or float16 vectors with the distance ``1 - <x, y>``,
+core) over float32, float16, int8 or bfloat16 vectors with the distance ``1 - <x, y>``,
 computed with the instruction set picked at run time (:func:`crossembed.kernels.simd_level`).
-Its stored vectors can be read back (:meth:`MeanGraph.rows`), so an index needs
-no second copy of its means for the exact rerank. Labels are the caller's
+Its stored vectors can be read back (:meth:`MeanGraph.rows`): a float32 or float16 graph is
+an index's only copy of its means; an int8 or bf16 one holds codes, and the exact rerank
+reads float32 means kept elsewhere. Labels are the caller's
 integers (>= 0); adding a label already present rewrites its vector in place
 and undeletes it.
 
@@ -36,8 +37,9 @@ from crossembed._validation import (
 
 __all__ = ["MeanGraph"]
 
-_STORAGES = ("float32", "float16")
+_STORAGES = ("float32", "float16", "int8", "bf16")
 _FLOAT16_MAX = 65504.0  # largest finite float16
+_BF16_LIMIT = 3.3961e38  # float32 values at least this large round to a bfloat16 infinity
 _MAX_ELEMENTS = INT_MAX  # hnswlib's ids are 32-bit and its visited lists are sized by an int
 _MAX_DIM = 2**20
 _MAX_M = 10000  # hnswlib caps M here
@@ -52,18 +54,27 @@ _HEADER = np.dtype(
 _DELETE_MARK = 0x01
 
 
+def _max_dim(storage: str) -> int:
+    """The largest ``dim`` of a storage: int8's integer dots must fit 32 bits (127**2 * dim < 2**31)."""
+    return 2**17 if storage == "int8" else _MAX_DIM
+
+
 class MeanGraph:
     """An HNSW graph on vectors by inner product (distance ``1 - <x, y>``), holding the vectors once.
 
     Parameters
     ----------
     dim : int
-        Values per vector (1 to 2**20).
-    storage : {"float32", "float16"}
-        How vectors are held: float32 (``4 dim`` bytes each) or IEEE float16 (``2 dim`` bytes, an odd ``dim``
-        padded by one; each value rounded once to nearest, ties to even; ``|x| <= 65504``). A float16 graph
-        rounds queries to float16 before searching: its results are candidates to rerank exactly. Default
-        "float32". Each label also holds ``(2 M + 1) * 4 + 8`` bytes of bottom-layer links and its label.
+        Values per vector (1 to 2**20; to 2**17 with int8 storage).
+    storage : {"float32", "float16", "int8", "bf16"}
+        How vectors are held: float32 (``4 dim`` bytes each); IEEE float16 (``2 dim`` bytes, an odd ``dim``
+        padded by one; each value rounded once to nearest, ties to even; ``|x| <= 65504``); int8 (``dim``
+        codes padded to a multiple of 4, plus 8 bytes: per-vector symmetric codes ``c = round(x / s)``,
+        ``s = max|x| / 127``, distances an exact integer dot times the two scales); bfloat16 (``2 dim``
+        bytes, padded like float16; rounded to nearest, ties to even). Queries are stored the same way
+        before searching (an int8 query gets its own scale): the results of any but float32 are
+        candidates to rerank exactly. Default "float32". Each label also holds ``(2 M + 1) * 4 + 8``
+        bytes of bottom-layer links and its label.
     max_elements : int
         Capacity in labels, deleted ones included (1 to 2**31 - 1); grow it with :meth:`resize`. Default 1024.
     M : int
@@ -84,8 +95,8 @@ class MeanGraph:
         ef_construction: int = 200,
         random_seed: int = 100,
     ):
-        dim = check_int(dim, "dim", low=1, high=_MAX_DIM)
         storage = check_choice(storage, "storage", _STORAGES)
+        dim = check_int(dim, "dim", low=1, high=_max_dim(storage))
         max_elements = check_int(max_elements, "max_elements", low=1, high=_MAX_ELEMENTS)
         M = check_int(M, "M", low=2, high=_MAX_M)
         ef_construction = check_int(ef_construction, "ef_construction", low=1, high=INT_MAX)
@@ -101,8 +112,8 @@ class MeanGraph:
         is the new capacity (default: the labels held). A truncated or corrupt file raises RuntimeError.
         """
         path = os.fspath(path)
-        dim = check_int(dim, "dim", low=1, high=_MAX_DIM)
         storage = check_choice(storage, "storage", _STORAGES)
+        dim = check_int(dim, "dim", low=1, high=_max_dim(storage))
         max_elements = 1 if max_elements is None else check_int(max_elements, "max_elements", low=1, high=_MAX_ELEMENTS)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no graph file at {path}")
@@ -117,7 +128,7 @@ class MeanGraph:
 
     @property
     def storage(self) -> str:
-        """``"float32"`` or ``"float16"``."""
+        """``"float32"``, ``"float16"``, ``"int8"`` or ``"bf16"``."""
         return str(self._handle.storage)
 
     @property
@@ -149,6 +160,8 @@ class MeanGraph:
             raise ValueError(f"{name} has {x.shape[1]} columns but the graph holds {self.dim}-dimensional vectors")
         if self.storage == "float16" and x.size and float(np.abs(x).max()) > _FLOAT16_MAX:
             raise ValueError(f"{name} has entries beyond float16's range (|x| <= {_FLOAT16_MAX:g})")
+        if self.storage == "bf16" and x.size and float(np.abs(x).max()) >= _BF16_LIMIT:
+            raise ValueError(f"{name} has entries beyond bfloat16's range (|x| < {_BF16_LIMIT:g})")
         return x
 
     def add(self, data, labels, *, num_threads: Optional[int] = None) -> None:
@@ -213,7 +226,8 @@ class MeanGraph:
         return self._handle.knn(queries, k, ef, allowed, check_num_threads(num_threads))
 
     def rows(self, labels, *, out=None, num_threads: Optional[int] = None) -> np.ndarray:
-        """The stored vectors of ``labels`` ((n,) ints of live labels) as float32 (n, dim); float16 widened exactly.
+        """The stored vectors of ``labels`` ((n,) ints of live labels) as float32 (n, dim): float16 and bf16
+        widened exactly, int8 decoded (``s * c``, not the vectors added).
 
         ``out``: an optional writeable C-contiguous float32 (n, dim) array to fill and return. A label missing or
         deleted is a ValueError, raised before anything is written. ``num_threads``: threads copying (large reads).

@@ -4,14 +4,24 @@
 //   distance(x, y) = 1 - <x, y>        (inner product; smaller is nearer)
 //
 // hnswlib's HierarchicalNSW<float> (cpp/third_party/hnswlib, v0.8.0; its
-// random draws take a lock, see its README) over MeanSpace, whose vectors are float32 or IEEE float16
-// (simd::half_t bits, each value rounded once with simd::half_bits). The
-// distance runs on the run-time selected instruction set (simd.hpp isa():
-// ip_distance_f32 / _f16): hnswlib's own spaces use only what the compile
-// flags allow, and the shipped build targets the x86-64 baseline. float16 distances
-// widen both sides exactly and accumulate in float32; a float16 graph rounds
-// each query to float16 before it searches (the graph gives candidates, the
-// caller reranks them exactly, reading the stored rows with rows()).
+// random draws take a lock, see its README) over MeanSpace, whose vectors are
+// float32, IEEE float16 (simd::half_t bits, each value rounded once with
+// simd::half_bits), int8 codes or bfloat16 (quantized.hpp's int8_row /
+// bf16_row). The distance runs on the run-time selected instruction set
+// (simd.hpp isa(): ip_distance_f32 / _f16; quantized.hpp kernels():
+// int8_distance / bf16_distance): hnswlib's own spaces use only what the
+// compile flags allow, and the shipped build targets the x86-64 baseline.
+// float16 and bf16 distances widen both sides exactly and accumulate in
+// float32; int8 distances are an exact integer dot times the two row scales.
+// A float16, int8 or bf16 graph stores each query the way it stores its
+// vectors before it searches - symmetric: the int8 query gets its own row
+// scale, so every distance of a search, like every distance of an insertion,
+// is one integer dot (on clustered 384-d means, the top 20 by symmetric int8
+// scores hold the exact top 10 as often as the top 20 by float32 queries
+// against int8 documents do) - and the graph gives candidates that the caller
+// reranks exactly (rows() reads the stored vectors back: exact for float32
+// and float16, the decoded codes s * c for int8, so an int8 or bf16 graph's
+// caller keeps its float32 vectors elsewhere).
 //
 // Labels are the caller's slot numbers (int64 >= 0). add() of a label already
 // present - deleted or not - rewrites its vector in place, re-links it and
@@ -79,27 +89,70 @@
 #pragma GCC diagnostic pop
 #endif
 #include "parallel.hpp"
+#include "quantized.hpp"
 #include "simd.hpp"
 
 namespace crossembed {
 
-// The vectors of a graph: dim float32 or float16 values, distance 1 - <x, y>
-// (simd.hpp's ip_distance_*, on the instruction set picked at run time).
+// How a graph stores its vectors (see the top).
+enum class Storage { float32, float16, int8, bf16 };
+
+inline const char* storage_name(Storage s) {
+  switch (s) {
+    case Storage::float32:
+      return "float32";
+    case Storage::float16:
+      return "float16";
+    case Storage::int8:
+      return "int8";
+    case Storage::bf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+// The vectors of a graph: dim values in their storage, distance 1 - <x, y>
+// (simd.hpp's ip_distance_*, quantized.hpp's int8_distance / bf16_distance, on the instruction set picked
+// at run time).
 class MeanSpace : public hnswlib::SpaceInterface<float> {
  public:
-  MeanSpace(std::size_t dim, bool half)
-      : dim_(dim), half_(half), dist_(half ? simd::isa().ip_distance_f16 : simd::isa().ip_distance_f32) {}
-  // float16 rows hold an even count of halves (a zero after an odd dim): hnswlib lays its link lists
-  // out after the vectors, and they must stay 4-byte aligned.
+  MeanSpace(std::size_t dim, Storage storage) : dim_(dim), storage_(storage), dist_(distance(storage)) {}
+  // float16 and bf16 rows hold an even count of values (a zero after an odd dim), int8 rows a multiple of 4
+  // codes after their 8-byte header: hnswlib lays its link lists out after the vectors, and they must stay
+  // 4-byte aligned.
   std::size_t get_data_size() override {
-    return half_ ? (dim_ + dim_ % 2) * sizeof(simd::half_t) : dim_ * sizeof(float);
+    switch (storage_) {
+      case Storage::float32:
+        return dim_ * sizeof(float);
+      case Storage::float16:
+        return (dim_ + dim_ % 2) * sizeof(simd::half_t);
+      case Storage::int8:
+        return quant::int8_row_bytes(dim_);
+      case Storage::bf16:
+        return quant::bf16_row_values(dim_) * sizeof(quant::bf16_t);
+    }
+    return 0;
   }
   hnswlib::DISTFUNC<float> get_dist_func() override { return dist_; }
   void* get_dist_func_param() override { return &dim_; }  // hnswlib's convention: a pointer to the dimension
 
  private:
+  static hnswlib::DISTFUNC<float> distance(Storage s) {
+    switch (s) {
+      case Storage::float32:
+        return simd::isa().ip_distance_f32;
+      case Storage::float16:
+        return simd::isa().ip_distance_f16;
+      case Storage::int8:
+        return quant::kernels().int8_distance;
+      case Storage::bf16:
+        return quant::kernels().bf16_distance;
+    }
+    return nullptr;
+  }
+
   std::size_t dim_;
-  bool half_;
+  Storage storage_;
   hnswlib::DISTFUNC<float> dist_;
 };
 
@@ -113,21 +166,21 @@ class MeanGraph {
   static constexpr std::int64_t kMaxLabel = std::numeric_limits<std::int64_t>::max();
 
   // An empty graph for max_elements vectors (at least 1) of dim values.
-  MeanGraph(std::size_t dim, bool half, std::size_t max_elements, std::size_t M, std::size_t ef_construction,
+  MeanGraph(std::size_t dim, Storage storage, std::size_t max_elements, std::size_t M, std::size_t ef_construction,
             std::size_t random_seed)
-      : space_(new MeanSpace(check_dim(dim), half)), dim_(dim), half_(half) {
+      : space_(new MeanSpace(check_dim(dim, storage), storage)), dim_(dim), storage_(storage) {
     if (M < 2 || M > kMaxM) throw std::invalid_argument("M must be in [2, 10000]");
     if (ef_construction < 1) throw std::invalid_argument("ef_construction must be >= 1");
     hnsw_.reset(new Hnsw(space_.get(), std::max<std::size_t>(1, check_capacity(max_elements)), M, ef_construction,
                          random_seed));
   }
 
-  // The graph saved at path by save(); dim and half must match the file's
+  // The graph saved at path by save(); dim and storage must match the file's
   // vectors, max_elements (at least the stored count) is the capacity.
-  static std::unique_ptr<MeanGraph> load(const std::string& path, std::size_t dim, bool half,
+  static std::unique_ptr<MeanGraph> load(const std::string& path, std::size_t dim, Storage storage,
                                          std::size_t max_elements) {
-    std::unique_ptr<MeanGraph> g(new MeanGraph(dim, half));
-    const std::size_t count = check_file(path, g->space_->get_data_size(), dim, half);
+    std::unique_ptr<MeanGraph> g(new MeanGraph(dim, storage));
+    const std::size_t count = check_file(path, g->space_->get_data_size(), dim, storage);
     std::unique_ptr<Hnsw> h(new Hnsw(g->space_.get()));
     try {
       h->loadIndex(path, g->space_.get(), std::max<std::size_t>({1, count, check_capacity(max_elements)}));
@@ -141,7 +194,7 @@ class MeanGraph {
   }
 
   std::size_t dim() const { return dim_; }
-  bool half() const { return half_; }
+  Storage storage() const { return storage_; }
   std::size_t count() const { return hnsw_->cur_element_count; }  // labels held, deleted ones included
   std::size_t deleted() const { return hnsw_->num_deleted_; }
   std::size_t max_elements() const {
@@ -156,18 +209,15 @@ class MeanGraph {
     std::unique_lock<std::shared_mutex> lock(mutex_);
     Hnsw& h = *hnsw_;
     check_new_labels(labels, n);
-    if (half_)
-      for (std::size_t t = 0; t < n * dim_; ++t)
-        if (!(std::fabs(x[t]) <= kFloat16Max))
-          throw std::invalid_argument("data must be finite and within float16's range (|x| <= 65504)");
+    check_range(x, n * dim_);
     std::size_t start = 0;
     if (n > 0 && h.cur_element_count == 0) {  // the entry point first, alone (as hnswlib's own bindings do)
-      std::vector<simd::half_t> row(dim_ + 1);
+      std::vector<std::uint64_t> row(row_words());
       h.addPoint(stored(x, row.data()), hnswlib::labeltype(labels[0]), false);
       start = 1;
     }
     const std::size_t slots = std::size_t(worker_slots(std::int64_t(n - start), num_threads));
-    std::vector<std::vector<simd::half_t>> rows(slots, std::vector<simd::half_t>(half_ ? dim_ + 1 : 0));
+    std::vector<std::vector<std::uint64_t>> rows(slots, std::vector<std::uint64_t>(row_words()));
     Errors errors;
     parallel_for(std::int64_t(n - start), num_threads, [&](std::int64_t t, int tid) {
       if (errors.failed()) return;
@@ -212,7 +262,7 @@ class MeanGraph {
     if (ef < 1) throw std::invalid_argument("ef must be >= 1");
     std::shared_lock<std::shared_mutex> lock(mutex_);
     const std::size_t slots = std::size_t(worker_slots(std::int64_t(nq), num_threads));
-    std::vector<std::vector<simd::half_t>> rows(slots, std::vector<simd::half_t>(half_ ? dim_ + 1 : 0));
+    std::vector<std::vector<std::uint64_t>> rows(slots, std::vector<std::uint64_t>(row_words()));
     Errors errors;
     parallel_for(std::int64_t(nq), num_threads, [&](std::int64_t i, int tid) {
       std::int64_t* lab = out_labels + std::size_t(i) * k;
@@ -230,7 +280,8 @@ class MeanGraph {
     errors.rethrow();
   }
 
-  // out (n x dim, float32) = the stored vectors of labels[0..n) (float16 widened exactly).
+  // out (n x dim, float32) = the stored vectors of labels[0..n) (float16 and bf16 widened exactly, int8 decoded
+  // as s * c).
   void rows(const std::int64_t* labels, std::size_t n, float* out, int num_threads) const {
     std::shared_lock<std::shared_mutex> lock(mutex_);
     std::vector<hnswlib::tableint> ids(n);
@@ -246,10 +297,21 @@ class MeanGraph {
       const std::size_t end = std::min(n, (std::size_t(t) + 1) * kRowsPerTask);
       for (std::size_t i = std::size_t(t) * kRowsPerTask; i < end; ++i) {
         const char* src = hnsw_->getDataByInternalId(ids[i]);
-        if (half_) {
-          I.widen_f16(reinterpret_cast<const simd::half_t*>(src), dim_, out + i * dim_);
-        } else {
-          std::memcpy(out + i * dim_, src, dim_ * sizeof(float));
+        float* dst = out + i * dim_;
+        switch (storage_) {
+          case Storage::float32:
+            std::memcpy(dst, src, dim_ * sizeof(float));
+            break;
+          case Storage::float16:
+            I.widen_f16(reinterpret_cast<const simd::half_t*>(src), dim_, dst);
+            break;
+          case Storage::int8:
+            quant::int8_row_values(reinterpret_cast<const unsigned char*>(src), dim_, dst);
+            break;
+          case Storage::bf16:
+            for (std::size_t j = 0; j < dim_; ++j)
+              dst[j] = quant::from_bf16(reinterpret_cast<const quant::bf16_t*>(src)[j]);
+            break;
         }
       }
     });
@@ -280,12 +342,30 @@ class MeanGraph {
   }
 
  private:
-  MeanGraph(std::size_t dim, bool half) : space_(new MeanSpace(check_dim(dim), half)), dim_(dim), half_(half) {}
+  MeanGraph(std::size_t dim, Storage storage)
+      : space_(new MeanSpace(check_dim(dim, storage), storage)), dim_(dim), storage_(storage) {}
 
-  static std::size_t check_dim(std::size_t dim) {
+  static std::size_t check_dim(std::size_t dim, Storage storage) {
     if (dim < 1 || dim > (std::size_t(1) << 20)) throw std::invalid_argument("dim must be in [1, 2^20]");
+    if (storage == Storage::int8 && dim > quant::kMaxInt8RowDim)
+      throw std::invalid_argument("dim must be <= 2^17 with int8 storage (the integer dot must fit 32 bits)");
     return dim;
   }
+
+  // Values the storage cannot hold: beyond float16's range, or rounding to a bfloat16 infinity.
+  void check_range(const float* x, std::size_t n) const {
+    if (storage_ == Storage::float16)
+      for (std::size_t t = 0; t < n; ++t)
+        if (!(std::fabs(x[t]) <= kFloat16Max))
+          throw std::invalid_argument("data must be finite and within float16's range (|x| <= 65504)");
+    if (storage_ == Storage::bf16)
+      for (std::size_t t = 0; t < n; ++t)
+        if (!std::isfinite(x[t]) || (quant::to_bf16(x[t]) & 0x7f80u) == 0x7f80u)
+          throw std::invalid_argument("data must be finite and within bfloat16's range (|x| < 3.39e38)");
+  }
+
+  // 8-byte words of a row buffer for stored() (a vector as the graph stores it, and a spare word).
+  std::size_t row_words() const { return space_->get_data_size() / 8 + 2; }
   static std::size_t check_capacity(std::size_t max_elements) {
     if (max_elements > kMaxElements) throw std::invalid_argument("max_elements must be <= 2^31 - 1");
     return max_elements;
@@ -317,12 +397,26 @@ class MeanGraph {
     bool operator()(hnswlib::labeltype label) override { return label < n && allowed[label]; }
   };
 
-  // x (dim float32 values) as the graph stores it: x itself, or its float16 rounding written to h (dim + 1 halves).
-  const void* stored(const float* x, simd::half_t* h) const {
-    if (!half_) return x;
-    for (std::size_t t = 0; t < dim_; ++t) h[t] = simd::half_bits(x[t]);
-    if (dim_ % 2) h[dim_] = 0;  // the padding half (MeanSpace::get_data_size)
-    return h;
+  // x (dim float32 values) as the graph stores it: x itself, or its float16 rounding, int8 row or bf16 row
+  // written to buf (row_words() words).
+  const void* stored(const float* x, std::uint64_t* buf) const {
+    switch (storage_) {
+      case Storage::float32:
+        return x;
+      case Storage::float16: {
+        simd::half_t* h = reinterpret_cast<simd::half_t*>(buf);
+        for (std::size_t t = 0; t < dim_; ++t) h[t] = simd::half_bits(x[t]);
+        if (dim_ % 2) h[dim_] = 0;  // the padding half (MeanSpace::get_data_size)
+        return h;
+      }
+      case Storage::int8:
+        quant::int8_row(x, dim_, reinterpret_cast<unsigned char*>(buf));
+        return buf;
+      case Storage::bf16:
+        quant::bf16_row(x, dim_, reinterpret_cast<quant::bf16_t*>(buf));
+        return buf;
+    }
+    return x;
   }
 
   // The internal id of a present, undeleted label (the caller holds label_lookup_lock or the writer lock).
@@ -391,7 +485,7 @@ class MeanGraph {
 
   // Reads a graph file's header and link-list sizes and checks them against
   // the file's length and the expected vectors; returns the stored count.
-  static std::size_t check_file(const std::string& path, std::size_t data_size, std::size_t dim, bool half);
+  static std::size_t check_file(const std::string& path, std::size_t data_size, std::size_t dim, Storage storage);
   // Checks every loaded link list (lengths, neighbour ids, levels) and label.
   void check_links() const;
   [[noreturn]] static void corrupt_loaded(const char* why) {
@@ -401,7 +495,7 @@ class MeanGraph {
   std::unique_ptr<MeanSpace> space_;  // outlives hnsw_, which points into it
   std::unique_ptr<Hnsw> hnsw_;
   std::size_t dim_;
-  bool half_;
+  Storage storage_;
   mutable std::shared_mutex mutex_;
 };
 
@@ -436,7 +530,8 @@ static_assert(sizeof(std::size_t) == 8 && sizeof(std::atomic<std::size_t>) == 8,
 
 }  // namespace graph_detail
 
-inline std::size_t MeanGraph::check_file(const std::string& path, std::size_t data_size, std::size_t dim, bool half) {
+inline std::size_t MeanGraph::check_file(const std::string& path, std::size_t data_size, std::size_t dim,
+                                         Storage storage) {
   using graph_detail::corrupt;
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in.is_open()) throw std::runtime_error("cannot open the graph file " + path);
@@ -458,7 +553,7 @@ inline std::size_t MeanGraph::check_file(const std::string& path, std::size_t da
   const std::uint64_t stored = f.label_offset - f.offset_data;
   if (stored != data_size)
     throw std::invalid_argument("the graph file holds " + std::to_string(stored) + "-byte vectors, but dim=" +
-                                std::to_string(dim) + " with storage=" + (half ? "float16" : "float32") + " needs " +
+                                std::to_string(dim) + " with storage=" + storage_name(storage) + " needs " +
                                 std::to_string(data_size) + " bytes (wrong dim or storage)");
   if (f.count > kMaxElements || f.count > (size - sizeof(raw)) / f.size_data_per_element)
     corrupt(path, "its element count does not fit its length (truncated?)");

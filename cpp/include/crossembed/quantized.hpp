@@ -75,6 +75,61 @@ inline bf16_t to_bf16(float x) {
   return bf16_t(b >> 16);
 }
 
+// Single rows for the ANN graph (graph.hpp's int8 and bf16 storage), compared one pair at a time.
+// An int8 row is its scale (float32), the sum of its codes (int32: the VNNI path's correction, see the
+// top) and its codes (int8, zero-padded to padded_dim); a bf16 row is its values, padded to an even count.
+// The integer dot of two int8 rows is exact when |dot| < 2^31: 127^2 * D < 2^31 for D <= kMaxInt8RowDim.
+constexpr std::size_t kInt8RowHeader = 8;
+constexpr std::size_t kMaxInt8RowDim = std::size_t(1) << 17;
+inline std::size_t int8_row_bytes(std::size_t d) { return kInt8RowHeader + padded_dim(d); }
+inline std::size_t bf16_row_values(std::size_t d) { return d + d % 2; }
+
+// x (d float32 values) as an int8 row at out (int8_row_bytes(d) bytes).
+inline void int8_row(const float* x, std::size_t d, unsigned char* out) {
+  std::int8_t* c = reinterpret_cast<std::int8_t*>(out + kInt8RowHeader);
+  std::fill(c, c + padded_dim(d), std::int8_t(0));
+  const float s = int8_codes(x, d, c);
+  std::int32_t sum = 0;
+  for (std::size_t j = 0; j < d; ++j) sum += c[j];
+  std::memcpy(out, &s, sizeof(s));
+  std::memcpy(out + sizeof(s), &sum, sizeof(sum));
+}
+
+// x as a bf16 row at out (bf16_row_values(d) values).
+inline void bf16_row(const float* x, std::size_t d, bf16_t* out) {
+  for (std::size_t j = 0; j < d; ++j) out[j] = to_bf16(x[j]);
+  if (d % 2) out[d] = 0;
+}
+
+// An int8 row decoded: out[j] = s * c[j] (float32).
+inline void int8_row_values(const unsigned char* row, std::size_t d, float* out) {
+  float s;
+  std::memcpy(&s, row, sizeof(s));
+  const std::int8_t* c = reinterpret_cast<const std::int8_t*>(row + kInt8RowHeader);
+  for (std::size_t j = 0; j < d; ++j) out[j] = s * float(c[j]);
+}
+
+// The int8 rows' distance from their integer dot and scales: ip = float(dot) * (s_a * s_b) rounded, then
+// 1 - ip rounded, on every path (the empty asm keeps the compiler from fusing the two into one FMA where the
+// target has one, which would change the last bit from one instruction set to the next).
+inline float int8_distance_of(std::int32_t dot, float sa, float sb) {
+  float ip = float(dot) * (sa * sb);
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  asm("" : "+x"(ip));
+#elif defined(__GNUC__) && defined(__aarch64__)
+  asm("" : "+w"(ip));
+#endif
+  return 1.0f - ip;
+}
+
+// A bf16 value widened to float32 (exact).
+inline float from_bf16(bf16_t h) {
+  const std::uint32_t b = std::uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &b, sizeof(f));
+  return f;
+}
+
 // One instruction set's first-pass kernels. Rows q[i] are padded to dp (a multiple of 4);
 // panels start at a panel boundary; out[i * ld + j] for i < nq, j < nc.
 struct Kernels {
@@ -85,6 +140,11 @@ struct Kernels {
                       std::size_t ld);
   void (*bf16_scores)(const bf16_t* const* q, std::size_t nq, const bf16_t* panels, std::size_t nc, std::size_t dp,
                       float* out, std::size_t ld);
+  // The graph's distance 1 - <a, b> between two int8 rows, int8_distance_of(dot, s_a, s_b) with the exact
+  // integer dot (the same value on every path), or two bf16 rows (float32 accumulation, its order the
+  // path's); hnswlib's signature: rows a, b and a pointer to their size_t dimension.
+  float (*int8_distance)(const void* a, const void* b, const void* pdim);
+  float (*bf16_distance)(const void* a, const void* b, const void* pdim);
 };
 
 // Portable kernels: detail/quant_portable.hpp, once per instruction set.
@@ -181,6 +241,35 @@ static void int8_scores(const std::int8_t* const* q, const std::int32_t* corr, c
     for (; i < nq; ++i) int8_block1(q + i, corr + i, qs + i, P0, P1, dsp, groups, w, out + i * ld + p0, ld);
   }
 }
+
+// Two int8 rows: a's codes + 128 (an XOR of the sign bit) as vpdpbusd's unsigned side, b's as the
+// signed side, b's stored code sum for the correction; 64 dimensions an instruction, two chains, the
+// last group masked (its a lanes read 128, its b lanes 0). The lane sums wrap mod 2^32 and the true dot
+// fits an int32 (kMaxInt8RowDim), so the uint32 result is exact.
+static float int8_distance(const void* pa, const void* pb, const void* pdim) {
+  const std::size_t dp = padded_dim(*static_cast<const std::size_t*>(pdim));
+  const unsigned char* a = static_cast<const unsigned char*>(pa);
+  const unsigned char* b = static_cast<const unsigned char*>(pb);
+  float sa, sb;
+  std::int32_t sum_b;
+  std::memcpy(&sa, a, sizeof(sa));
+  std::memcpy(&sb, b, sizeof(sb));
+  std::memcpy(&sum_b, b + sizeof(sb), sizeof(sum_b));
+  a += kInt8RowHeader, b += kInt8RowHeader;
+  const __m512i flip = _mm512_set1_epi8(char(0x80));
+  __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+  std::size_t j = 0;
+  for (; j + 128 <= dp; j += 128) {
+    dpbusd(acc0, _mm512_xor_si512(_mm512_loadu_si512(a + j), flip), _mm512_loadu_si512(b + j));
+    dpbusd(acc1, _mm512_xor_si512(_mm512_loadu_si512(a + j + 64), flip), _mm512_loadu_si512(b + j + 64));
+  }
+  for (; j < dp; j += 64) {
+    const __mmask64 m = dp - j >= 64 ? ~__mmask64(0) : (__mmask64(1) << (dp - j)) - 1;
+    dpbusd(acc0, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, a + j), flip), _mm512_maskz_loadu_epi8(m, b + j));
+  }
+  const std::uint32_t raw = std::uint32_t(_mm512_reduce_add_epi32(_mm512_add_epi32(acc0, acc1)));
+  return int8_distance_of(std::int32_t(raw - 128u * std::uint32_t(sum_b)), sa, sb);
+}
 }  // namespace vnni
 #pragma GCC pop_options
 
@@ -248,6 +337,24 @@ static void bf16_scores(const bf16_t* const* q, std::size_t nq, const bf16_t* pa
     for (; i < nq; ++i) bf16_block1(q + i, P0, P1, groups, w, out + i * ld + p0, ld);
   }
 }
+
+// Two bf16 rows: 32 values an instruction, two chains, the last group masked (zeros add 0).
+static float bf16_distance(const void* pa, const void* pb, const void* pdim) {
+  const std::size_t n = bf16_row_values(*static_cast<const std::size_t*>(pdim));
+  const bf16_t* a = static_cast<const bf16_t*>(pa);
+  const bf16_t* b = static_cast<const bf16_t*>(pb);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  std::size_t j = 0;
+  for (; j + 64 <= n; j += 64) {
+    dpbf16(acc0, _mm512_loadu_si512(a + j), _mm512_loadu_si512(b + j));
+    dpbf16(acc1, _mm512_loadu_si512(a + j + 32), _mm512_loadu_si512(b + j + 32));
+  }
+  for (; j < n; j += 32) {
+    const __mmask32 m = n - j >= 32 ? ~__mmask32(0) : (__mmask32(1) << (n - j)) - 1;
+    dpbf16(acc0, _mm512_maskz_loadu_epi16(m, a + j), _mm512_maskz_loadu_epi16(m, b + j));
+  }
+  return 1.0f - _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
 }  // namespace bf16
 #pragma GCC pop_options
 #endif
@@ -265,10 +372,12 @@ inline Kernels select_kernels() {
                       __builtin_cpu_supports("avx512vl");
   if (level >= 2 && avx512 && __builtin_cpu_supports("avx512vnni")) {
     k.int8_scores = &vnni::int8_scores;
+    k.int8_distance = &vnni::int8_distance;
     k.name = "avx512vnni";
   }
   if (level >= 2 && avx512 && __builtin_cpu_supports("avx512bf16")) {
     k.bf16_scores = &bf16::bf16_scores;
+    k.bf16_distance = &bf16::bf16_distance;
     k.name = k.int8_scores == &vnni::int8_scores ? "avx512vnni+avx512bf16" : "avx2+avx512bf16";
   }
   return k;

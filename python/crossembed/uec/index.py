@@ -253,8 +253,9 @@ class UECIndex:
         return self._store.has_variance
 
     def memory_usage(self) -> Dict[str, int]:
-        """Bytes held: the store (ids, flags, variances), the graph (the means and links) and cached
-        prepared blocks."""
+        """Bytes held: the store (ids, flags, variances; the float32 means of an int8 or bf16 index, counted
+        whole even where they are mapped from the file), the graph (the means or their codes, and the links)
+        and cached prepared blocks."""
         with self._writer.lock.read():
             return {"store": self._store.nbytes(), "graph": self._graph.nbytes, "panels": self._panels.nbytes}
 
@@ -430,9 +431,11 @@ class UECIndex:
     ) -> UECIndex:
         """Read an index written by :meth:`save`, with the config, scoring and ensemble it was saved with.
 
-        With ``mmap=True`` the document store (ids, flags, variances) stays on
-        disk as a read-only memory map (the first :meth:`add`/:meth:`remove`
-        copies it into memory); the graph, with the means, is always read into memory. The saved ensemble is
+        With ``mmap=True`` the document store (ids, flags, variances, and the
+        float32 means of an int8 or bf16 index) stays on disk as a read-only
+        memory map (the first :meth:`add`/:meth:`remove` copies the ids, flags
+        and variances into memory; the means stay mapped, new ones go to memory);
+        the graph, with the means (int8, bf16: their codes), is always read into memory. The saved ensemble is
         restored unless ``ensemble`` is given; its encoders load lazily (by
         stored name, or from ``encoders``). ``num_threads`` as in the constructor.
 

@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional
 
 from crossembed._validation import INT64_MAX, INT_MAX, check_int
 from crossembed.uec._random import int_seed
-from crossembed.uec.store import store_dtype
+from crossembed.uec.store import index_dtype
 
 __all__ = ["IndexConfig"]
 
@@ -28,9 +28,13 @@ class IndexConfig:
         HNSW candidate list size while inserting (default 200).
     rerank : int
         ANN candidates reranked exactly per query when :meth:`UECIndex.search` is not told (default 100).
-    dtype : {"float32", "float16"}
-        Storage of the document means and variances (default float32; float16 halves it,
-        scores are computed in float32 either way).
+    dtype : {"float32", "float16", "int8", "bf16"}
+        How the graph stores the document means (default float32). float16 halves the means and
+        the variances, which the graph's distances and the rerank then read. int8 (a quarter,
+        plus 8 bytes a document) and bf16 (a half) are codes for the graph's distances only: the
+        index keeps the float32 means beside them for the exact rerank (read from the file, not
+        memory, after ``UECIndex.load(path, mmap=True)``), and float32 variances. Scores are
+        computed in float32 in every case.
     panel_cache_bytes : int
         Bytes of prepared documents with variances kept between searches (default 1 GiB): the
         prepared blocks are cached while those of every document fit, else prepared per call.
@@ -57,7 +61,7 @@ class IndexConfig:
         set_(self, "M", check_int(self.M, "M", low=2, high=INT_MAX))
         set_(self, "ef_construction", check_int(self.ef_construction, "ef_construction", low=1, high=INT_MAX))
         set_(self, "rerank", check_int(self.rerank, "rerank", low=1, high=INT_MAX))
-        set_(self, "dtype", store_dtype(self.dtype).name)
+        set_(self, "dtype", index_dtype(self.dtype))
         set_(self, "panel_cache_bytes", check_int(self.panel_cache_bytes, "panel_cache_bytes", low=0))
         set_(self, "random_state", check_int(int_seed(self.random_state), "random_state", low=0, high=INT64_MAX))
         if self.compact_at is not None:

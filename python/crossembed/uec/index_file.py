@@ -1,6 +1,8 @@
 """The file of a UEC index: one checksummed :mod:`crossembed._io` raw container (atomic, streamed).
 
-It holds the graph's saved bytes (with the means), the store's ids and live
+It holds the graph's saved bytes (with the means, or with an int8 or bf16
+index their codes), the float32 means of an int8 or bf16 index (``means``,
+memory-mapped by :meth:`IndexFile.read` with ``mmap=True``), the store's ids and live
 flags, the variances when any document has one (``var``), the texts when kept (``texts``), the
 :class:`~crossembed.uec.index_config.IndexConfig`, the scoring's config and
 the fitted ensemble's state (:meth:`UECEnsemble.get_state`, arrays prefixed
@@ -29,7 +31,7 @@ __all__ = ["INDEX_VERSION", "IndexFile"]
 
 _KIND = "crossembed.uec.UECIndex"
 #: Version of the index file layout (the only one :meth:`IndexFile.read` reads).
-INDEX_VERSION = 5
+INDEX_VERSION = 6
 _COPY_BYTES = 1 << 24  # graph bytes copied per read when the saved graph is handed back to MeanGraph.load
 
 
@@ -103,6 +105,8 @@ class IndexFile:
         arrays = {"ids": store.ids[: store.n_slots], "alive": store.alive[: store.n_slots], "graph": graph}
         if store.has_variance:
             arrays["var"] = store.var
+        if store.means is not None:
+            arrays["means"] = store.means.head(store.n_slots)
         meta = {
             "index_version": INDEX_VERSION,
             "config": self.config.get_config(),
@@ -119,8 +123,8 @@ class IndexFile:
 
     @classmethod
     def read(cls, path, *, mmap: bool = False, ensemble: Optional[UECEnsemble] = None, encoders=None) -> IndexFile:
-        """The parts saved at ``path``: the store memory-mapped with ``mmap=True``, the graph always read into
-        memory. The saved ensemble is restored unless ``ensemble`` is given (its encoders load lazily, by stored
+        """The parts saved at ``path``: the store (with the means of an int8 or bf16 index) memory-mapped with
+        ``mmap=True``, the graph always read into memory. The saved ensemble is restored unless ``ensemble`` is given (its encoders load lazily, by stored
         name or from ``encoders``).
 
         Raises ValueError for a file of another index format version, and :class:`CorruptFileError` (a
@@ -156,19 +160,22 @@ def _read_store(path: Path, arrays: Dict[str, np.ndarray], meta: Dict[str, Any])
     ids, alive, dim = arrays["ids"], arrays["alive"], int(meta["dim"])
     n = len(ids)
     var = arrays.get("var")  # saved only when some document has a variance
+    means = arrays.get("means")  # saved only by int8 and bf16 indexes (DocStore checks that)
     if alive.shape != (n,) or (var is not None and var.shape != (n, dim)) or dim < 1:
         raise CorruptFileError(f"{path}: inconsistent UECIndex arrays")
+    if means is not None and (means.shape != (n, dim) or means.dtype != np.float32):
+        raise CorruptFileError(f"{path}: inconsistent UECIndex means")
     texts = _unpack_texts(arrays["texts"], arrays["text_offsets"]) if "texts" in arrays else None
     if texts is not None:
         texts = [t if a else None for t, a in zip(texts, alive)]
-    return DocStore(ids, alive, dim=dim, dtype=meta["config"]["dtype"], var=var, texts=texts)
+    return DocStore(ids, alive, dim=dim, dtype=meta["config"]["dtype"], var=var, means=means, texts=texts)
 
 
 def _read_graph(graph: np.ndarray, store: DocStore) -> MeanGraph:
     """The saved graph bytes as a :class:`MeanGraph` with room for the store's capacity."""
     tmp = _write_graph_file(graph)
     try:
-        loaded = MeanGraph.load(tmp, dim=store.dim, storage=store.dtype.name, max_elements=max(1, store.capacity))
+        loaded = MeanGraph.load(tmp, dim=store.dim, storage=store.dtype, max_elements=max(1, store.capacity))
     except (RuntimeError, ValueError) as exc:
         raise CorruptFileError(f"unreadable graph ({exc})") from None
     finally:

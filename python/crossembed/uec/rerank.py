@@ -17,7 +17,7 @@ import numpy as np
 
 from crossembed.ann import MeanGraph
 from crossembed.uec.gaussian import GaussianEmbedding
-from crossembed.uec.store import DocStore
+from crossembed.uec.store import DocStore, mean_rows
 
 __all__ = ["PanelCache", "RerankPlanner", "merge_topk"]
 
@@ -83,8 +83,8 @@ class PanelCache:
         return sum(int(prepared.nbytes) for prepared, _ in list(self._blocks.values()))
 
     def rows(self, slots: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        """float32 means (from the graph) and variances of store ``slots``."""
-        return self.graph.rows(slots), self.store.variances(slots)
+        """float32 means (from the graph, or the store of an int8 or bf16 index) and variances of store ``slots``."""
+        return mean_rows(self.store, self.graph, slots), self.store.variances(slots)
 
     def fits(self) -> bool:
         """Whether prepared blocks are kept: the documents have variances (without, the prepared form
@@ -193,7 +193,7 @@ class RerankPlanner:
     def _exact_candidates(self, query: np.ndarray, m: int, pool: np.ndarray) -> np.ndarray:
         """The ``m`` slots of ``pool`` of largest inner product with ``query`` (ties: lower slot)."""
         ip = np.concatenate(
-            [self.graph.rows(pool[s : s + _BLOCK]) @ query for s in range(0, len(pool), _BLOCK)]
+            [mean_rows(self.store, self.graph, pool[s : s + _BLOCK]) @ query for s in range(0, len(pool), _BLOCK)]
         ).astype(np.float64)
         return pool[np.lexsort((pool, -ip))[:m]]
 

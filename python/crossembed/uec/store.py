@@ -1,7 +1,12 @@
-"""What an index keeps per document slot besides the means: int64 ids, live flags, texts, variances.
+"""What an index keeps per document slot besides the graph: int64 ids, live flags, texts, variances,
+and the float32 means of an int8 or bf16 index.
 
-The document means live once, in the ANN graph (:class:`crossembed.ann.MeanGraph`),
-which stores them in the index's dtype; :class:`DocStore` holds the rest, row
+With dtype float32 or float16 the document means live once, in the ANN graph
+(:class:`crossembed.ann.MeanGraph`), which stores them in that dtype. With
+dtype int8 or bf16 the graph holds codes for its distances and the store keeps
+the float32 means for the exact rerank (:class:`MeanRows`): a saved index
+loaded with ``mmap=True`` reads them from its file, so what is resident is the
+codes, the links and the rows the reranks touch. :class:`DocStore` holds the rest, row
 by slot. A slot is a row; a removed document's slot stays taken (the graph
 keeps its node, marked deleted) until :meth:`DocStore.compacted` renumbers the
 live slots ``0 .. n-1`` for a graph rebuilt on them.
@@ -19,17 +24,67 @@ import numpy as np
 
 from crossembed._validation import as_array, as_int_matrix
 
-__all__ = ["DocStore", "as_ids", "check_ids", "check_texts", "store_dtype"]
+__all__ = ["DocStore", "MeanRows", "as_ids", "check_ids", "check_texts", "index_dtype", "mean_rows"]
 
 _FLOAT16_MAX = 65504.0
+_DTYPES = ("float32", "float16", "int8", "bf16")
+_CODED = ("int8", "bf16")  # the graph holds codes: the store keeps the float32 means
 
 
-def store_dtype(dtype) -> np.dtype:
-    """``dtype`` (a name or numpy dtype) as float32 or float16 (ValueError naming the argument otherwise)."""
-    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
-    if name not in ("float32", "float16"):
-        raise ValueError(f"dtype must be 'float32' or 'float16', got {dtype!r}")
-    return np.dtype(name)
+def index_dtype(dtype) -> str:
+    """``dtype`` (a name, or the numpy float32 / float16 / int8 dtype) as an index dtype name: "float32",
+    "float16", "int8" or "bf16" (ValueError naming the argument otherwise)."""
+    try:
+        name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
+    except TypeError:
+        name = None
+    if name not in _DTYPES:
+        raise ValueError(f"dtype must be 'float32', 'float16', 'int8' or 'bf16', got {dtype!r}")
+    return name
+
+
+class MeanRows:
+    """float32 document means by slot: a read-only ``base`` for slots ``0 .. len(base) - 1`` (a memory map of
+    a saved index, or an array) and an in-memory tail for the slots taken after it, up to ``capacity``.
+
+    Slots are written once (a replaced document takes a new slot), so new rows always go to the tail and
+    the base is never copied.
+    """
+
+    def __init__(self, base: np.ndarray, capacity: int):
+        self.base = base
+        self.dim = int(base.shape[1])
+        self.tail = np.zeros((max(0, capacity - len(base)), self.dim), np.float32)
+
+    def rows(self, slots: np.ndarray) -> np.ndarray:
+        """float32 ``(len(slots), dim)`` means of ``slots``."""
+        n = len(self.base)
+        in_base = slots < n
+        if in_base.all():
+            return np.ascontiguousarray(self.base[slots], dtype=np.float32)
+        out = np.empty((len(slots), self.dim), np.float32)
+        out[in_base] = self.base[slots[in_base]]
+        out[~in_base] = self.tail[slots[~in_base] - n]
+        return out
+
+    def put(self, slots: np.ndarray, rows: np.ndarray) -> None:
+        """Write ``rows`` to new ``slots`` (all past the base)."""
+        self.tail[slots - len(self.base)] = rows
+
+    def grow(self, capacity: int) -> None:
+        tail = np.zeros((max(0, capacity - len(self.base)), self.dim), np.float32)
+        tail[: len(self.tail)] = self.tail[: len(tail)]
+        self.tail = tail
+
+    def head(self, n_slots: int) -> np.ndarray:
+        """The means of slots ``0 .. n_slots - 1`` as one array (the base itself when no slot was added)."""
+        n = len(self.base)
+        if n_slots <= n:
+            return self.base[:n_slots]
+        return np.concatenate([self.base, self.tail[: n_slots - n]])
+
+    def nbytes(self) -> int:
+        return int(self.base.nbytes + self.tail.nbytes)
 
 
 class DocStore:
@@ -43,23 +98,32 @@ class DocStore:
         Whether each slot holds a document (False: a free slot).
     dim : int
         Dimension of the documents.
-    dtype : {"float32", "float16"}
-        Storage of the variances (and of the means, in the graph).
+    dtype : {"float32", "float16", "int8", "bf16"}
+        The index's dtype: the graph's storage of the means; variances are stored in float16 with
+        float16, else in float32.
     var : ndarray (n_slots, dim) or None, optional
-        Variances in ``dtype`` (copied otherwise); default None: no document has one.
+        Variances (converted to their storage); default None: no document has one.
+    means : ndarray (n_slots, dim) float32, optional
+        The means, kept only (and then required) with dtype int8 or bf16; may be a read-only memory map.
     texts : list of str or None, optional
         One per slot (None for free slots); default: the store keeps no texts.
     capacity : int, optional
         Rows to reserve (default ``n_slots``; at least ``n_slots``).
     """
 
-    def __init__(self, ids, alive, *, dim: int, dtype, var=None, texts=None, capacity: Optional[int] = None):
-        self.dtype = store_dtype(dtype)
+    def __init__(
+        self, ids, alive, *, dim: int, dtype, var=None, means=None, texts=None, capacity: Optional[int] = None
+    ):
+        self.dtype = index_dtype(dtype)
+        self.var_dtype = np.dtype(np.float16 if self.dtype == "float16" else np.float32)
         self.dim = int(dim)
         self.ids = np.asarray(ids, dtype=np.int64)
         self.alive = np.asarray(alive, dtype=bool)
         self.n_slots = int(self.ids.shape[0])
-        self._var = None if var is None else (var if var.dtype == self.dtype else var.astype(self.dtype))
+        self._var = None if var is None else (var if var.dtype == self.var_dtype else var.astype(self.var_dtype))
+        if (means is not None) != (self.dtype in _CODED):
+            raise ValueError(f"means must be given exactly when dtype is int8 or bf16 (dtype {self.dtype!r})")
+        self.means = None if means is None else MeanRows(means, self.n_slots)
         self._live = int(self.alive[: self.n_slots].sum())  # kept by put/drop: len() is on every search's path
         self.texts: Optional[List[Optional[str]]] = None if texts is None else list(texts)
         self._lookup: Optional[Tuple[np.ndarray, np.ndarray]] = None
@@ -70,7 +134,10 @@ class DocStore:
     def empty(cls, dim: int, dtype, *, capacity: int, keep_texts: bool) -> DocStore:
         """A store without documents, with room for ``capacity`` rows of ``dim`` values (texts kept or not)."""
         texts = [] if keep_texts else None
-        return cls(np.zeros(0, np.int64), np.zeros(0, bool), dim=dim, dtype=dtype, texts=texts, capacity=capacity)
+        means = np.zeros((0, dim), np.float32) if index_dtype(dtype) in _CODED else None
+        return cls(
+            np.zeros(0, np.int64), np.zeros(0, bool), dim=dim, dtype=dtype, means=means, texts=texts, capacity=capacity
+        )
 
     # ------------------------------------------------------------------ rows
     @property
@@ -100,9 +167,10 @@ class DocStore:
         return np.ascontiguousarray(self._var[slots], dtype=np.float32)
 
     def nbytes(self) -> int:
-        """Bytes held (or mapped) for variances, ids and flags."""
+        """Bytes held (or mapped) for variances, means (int8 and bf16 indexes), ids and flags."""
         var = 0 if self._var is None else self._var.nbytes
-        return int(var + self.ids.nbytes + self.alive.nbytes)
+        means = 0 if self.means is None else self.means.nbytes()
+        return int(var + means + self.ids.nbytes + self.alive.nbytes)
 
     # ------------------------------------------------------------------ ids
     def _sorted(self) -> Tuple[np.ndarray, np.ndarray]:
@@ -150,6 +218,8 @@ class DocStore:
 
         self.ids, self.alive = grow(self.ids, -1), grow(self.alive, False)
         self._var = None if self._var is None else grow(self._var, 0)
+        if self.means is not None:
+            self.means.grow(capacity)
 
     def reserve(self, capacity: int) -> None:
         """Room for ``capacity`` rows in all (a store never shrinks)."""
@@ -158,14 +228,14 @@ class DocStore:
 
     def check_rows(self, mean: np.ndarray, var: np.ndarray) -> None:
         """ValueError when rows cannot be stored in the store's dtype (beyond float16's range)."""
-        if self.dtype == np.float16 and mean.size and max(np.abs(mean).max(), var.max()) > _FLOAT16_MAX:
+        if self.dtype == "float16" and mean.size and max(np.abs(mean).max(), var.max()) > _FLOAT16_MAX:
             raise ValueError("docs have values beyond float16's range: use dtype='float32'")
 
     def _set_var(self, slots: np.ndarray, var: np.ndarray) -> None:
         if self._var is None:
             if not var.any():
                 return  # still no variance anywhere: nothing to store
-            self._var = np.zeros((self.capacity, self.dim), dtype=self.dtype)
+            self._var = np.zeros((self.capacity, self.dim), dtype=self.var_dtype)
         self._var[slots] = var
 
     @property
@@ -173,10 +243,11 @@ class DocStore:
         """Slots of removed documents still taken (until :meth:`compacted`)."""
         return self.n_slots - self._live
 
-    def put(self, var: np.ndarray, ids: np.ndarray, texts: Optional[Sequence[str]]) -> np.ndarray:
-        """Take new slots, after the last one, for new ``ids`` with their variances (and texts); returns the
-        slots. The caller writes the means to the graph under these slots. Removed documents' slots are not
-        reused: a graph node re-linked in place costs tens of fresh insertions (hnswlib's updatePoint)."""
+    def put(self, mean: np.ndarray, var: np.ndarray, ids: np.ndarray, texts: Optional[Sequence[str]]) -> np.ndarray:
+        """Take new slots, after the last one, for new ``ids`` with their variances, means (kept only with
+        dtype int8 or bf16) and texts; returns the slots. The caller writes the means to the graph under these
+        slots. Removed documents' slots are not reused: a graph node re-linked in place costs tens of fresh
+        insertions (hnswlib's updatePoint)."""
         self._materialize()
         n = len(ids)
         if self.n_slots + n > self.capacity:
@@ -184,6 +255,8 @@ class DocStore:
         slots = np.arange(self.n_slots, self.n_slots + n, dtype=np.int64)
         self.n_slots += n
         self._set_var(slots, var)
+        if self.means is not None:
+            self.means.put(slots, mean)
         self.ids[slots], self.alive[slots] = ids, True
         self._live += n
         if self.texts is not None:
@@ -201,6 +274,7 @@ class DocStore:
             dim=self.dim,
             dtype=self.dtype,
             var=None if self._var is None else np.array(self._var[live]),
+            means=None if self.means is None else self.means.rows(live),
             texts=None if self.texts is None else [self.texts[s] for s in live],
             capacity=max(1, len(live) + headroom),
         )
@@ -246,3 +320,11 @@ def check_texts(texts, n: int) -> Optional[List[str]]:
     if len(texts) != n or not all(isinstance(t, str) for t in texts):
         raise ValueError(f"texts must hold {n} strings (one per document)")
     return texts
+
+
+def mean_rows(store: DocStore, graph, slots: np.ndarray, num_threads=None) -> np.ndarray:
+    """float32 means of store ``slots``: the store's own (int8 and bf16 indexes, whose graph holds codes),
+    else the graph's stored rows (``graph``: the :class:`crossembed.ann.MeanGraph` labelled by slot)."""
+    if store.means is not None:
+        return store.means.rows(slots)
+    return graph.rows(slots, num_threads=num_threads)

@@ -28,7 +28,7 @@ from crossembed._validation import check_int
 from crossembed.ann import MeanGraph
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.locking import ReadWriteLock
-from crossembed.uec.store import DocStore, check_ids, check_texts
+from crossembed.uec.store import DocStore, check_ids, check_texts, mean_rows
 
 __all__ = ["IndexWriter"]
 
@@ -175,7 +175,7 @@ class IndexWriter:
             if replace:
                 self.graph.mark_deleted(old)
                 self.store.drop(old)
-            slots = self.store.put(docs.var[part], ids[part], None if texts is None else texts[part])
+            slots = self.store.put(docs.mean[part], docs.var[part], ids[part], None if texts is None else texts[part])
             self._grow_graph()
             self.graph.add(docs.mean[part], slots, num_threads=self.num_threads)
             self._on_change(np.concatenate([old, slots]))
@@ -205,7 +205,7 @@ class IndexWriter:
         for start in range(0, len(live), _COMPACT_ROWS):
             part = live[start : start + _COMPACT_ROWS]
             rows = np.arange(start, start + len(part), dtype=np.int64)
-            graph.add(self.graph.rows(part, num_threads=self.num_threads), rows, num_threads=self.num_threads)
+            graph.add(mean_rows(self.store, self.graph, part, self.num_threads), rows, num_threads=self.num_threads)
         changed = np.arange(self.store.n_slots, dtype=np.int64)
         with self.lock.write():
             self.store.take(store)

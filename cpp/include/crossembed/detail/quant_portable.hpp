@@ -49,4 +49,33 @@ static void bf16_scores(const bf16_t* const* q, std::size_t nq, const bf16_t* pa
     }
   }
 }
-static Kernels table() { return Kernels{kName, &int8_scores, &bf16_scores}; }
+// Two int8 rows (quantized.hpp's int8_row): one exact integer chain (the compiler vectorises it).
+static float int8_distance(const void* pa, const void* pb, const void* pdim) {
+  const std::size_t dp = padded_dim(*static_cast<const std::size_t*>(pdim));
+  const unsigned char* a = static_cast<const unsigned char*>(pa);
+  const unsigned char* b = static_cast<const unsigned char*>(pb);
+  float sa, sb;
+  std::memcpy(&sa, a, sizeof(sa));
+  std::memcpy(&sb, b, sizeof(sb));
+  const std::int8_t* ca = reinterpret_cast<const std::int8_t*>(a + kInt8RowHeader);
+  const std::int8_t* cb = reinterpret_cast<const std::int8_t*>(b + kInt8RowHeader);
+  std::int32_t dot = 0;
+  for (std::size_t j = 0; j < dp; ++j) dot += std::int32_t(ca[j]) * std::int32_t(cb[j]);
+  return int8_distance_of(dot, sa, sb);
+}
+// Two bf16 rows: widened values summed in kLanes float32 chains (value j into chain j % kLanes), then
+// the chains by halving.
+static float bf16_distance(const void* pa, const void* pb, const void* pdim) {
+  const std::size_t n = bf16_row_values(*static_cast<const std::size_t*>(pdim));
+  const bf16_t* a = static_cast<const bf16_t*>(pa);
+  const bf16_t* b = static_cast<const bf16_t*>(pb);
+  float acc[kLanes] = {};
+  std::size_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (std::size_t l = 0; l < kLanes; ++l) acc[l] += widen(a[j + l]) * widen(b[j + l]);
+  for (; j < n; ++j) acc[j % kLanes] += widen(a[j]) * widen(b[j]);
+  for (std::size_t w = kLanes / 2; w; w /= 2)
+    for (std::size_t l = 0; l < w; ++l) acc[l] += acc[l + w];
+  return 1.0f - acc[0];
+}
+static Kernels table() { return Kernels{kName, &int8_scores, &bf16_scores, &int8_distance, &bf16_distance}; }
