@@ -10,8 +10,9 @@ At the end: the reachability check (:meth:`UECIndex.unreachable`), ANN
 recall@10 against exact search on ``--queries`` live documents as queries,
 and the RSS of a fresh build of the final live set in a new process (the same
 imports, the same build). Prints a markdown table. The highest RSS is taken
-after every round; ``--max-seconds`` ends the churn early (the table says how
-far it got).
+after every round, with the slowest round (a compaction runs inside the
+removal that crosses ``compact_at``); ``--max-seconds`` ends the churn early
+(the summary says how far it got).
 
     python -m experiments.studies.churn_memory --n 20000 --churn 240000 --batch 1000
 """
@@ -60,7 +61,7 @@ def rss_mib() -> float:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
-def _unit(rng, n: int, dim: int) -> GaussianEmbedding:
+def unit_docs(rng, n: int, dim: int) -> GaussianEmbedding:
     m = rng.standard_normal((n, dim), dtype=np.float32)
     m /= np.linalg.norm(m, axis=1, keepdims=True)
     return GaussianEmbedding(m, np.zeros_like(m))
@@ -93,13 +94,18 @@ def main(argv=None) -> None:
     p.add_argument("--report", type=int, default=30000, help="a row every this many added documents")
     p.add_argument("--compact-at", type=float, default=0.25, help="IndexConfig.compact_at (<= 0: None)")
     p.add_argument("--queries", type=int, default=500, help="live documents used as queries for recall@10")
-    p.add_argument("--max-seconds", type=float, default=None, help="end the churn after this long (default: none)")
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        default=None,
+        help="end the churn this long after the start, build included (default: none)",
+    )
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     config = IndexConfig(compact_at=args.compact_at if args.compact_at > 0 else None)
     built_from = time.perf_counter()
-    index = UECIndex(_unit(rng, args.n, args.dim), config=config)
+    index = UECIndex(unit_docs(rng, args.n, args.dim), config=config)
     live, next_id, added, began = np.arange(args.n), args.n, 0, time.perf_counter()
     build_s = began - built_from
     rows = []
@@ -116,16 +122,20 @@ def main(argv=None) -> None:
 
     record()
     peak = rows[0][1]
+    slowest, compactions = 0.0, 0
     while added < args.churn:
         gone = rng.choice(live, args.batch, replace=False)
+        round_began, deleted = time.perf_counter(), index.stats()["deleted"]
         index.remove(gone)
+        compactions += index.stats()["deleted"] < deleted + args.batch
         new = np.arange(next_id, next_id + args.batch)
-        index.add(_unit(rng, args.batch, args.dim), ids=new)
+        index.add(unit_docs(rng, args.batch, args.dim), ids=new)
         live = np.concatenate([np.setdiff1d(live, gone), new])
         next_id += args.batch
         added += args.batch
+        slowest = max(slowest, time.perf_counter() - round_began)
         peak = max(peak, rss_mib())
-        over = args.max_seconds is not None and time.perf_counter() - began > args.max_seconds
+        over = args.max_seconds is not None and time.perf_counter() - built_from > args.max_seconds
         if added % args.report == 0 or added >= args.churn or over:
             record()
         if over:
@@ -145,7 +155,8 @@ def main(argv=None) -> None:
         print(f"| {a} | {rss:.1f} | {n_live} | {deleted} | {graph:.1f} | {used:.1f} | {free:.1f} |")
     print()
     print(
-        f"build {build_s:.0f} s; churn {added} adds + {added} removes of {args.churn}; "
+        f"build {build_s:.0f} s; churn {added} adds + {added} removes of {args.churn}, {compactions} compactions "
+        f"(slowest round {slowest:.1f} s); "
         f"fresh build of the final {len(live)} documents: RSS {fresh:.1f} MiB; after churn {rows[-1][1]:.1f} MiB "
         f"({rows[-1][1] / fresh:.3f}x), highest after any round {peak:.1f} MiB ({peak / fresh:.3f}x); "
         f"unreachable live documents {unreachable}; exact top hit is the query's own document for {self_hit:.3f}; "
