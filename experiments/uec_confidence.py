@@ -1,8 +1,9 @@
 """How good the default ensemble's top-hit confidence is: AUROC, ECE, risk-coverage, reliability.
 
 The confidence (:meth:`crossembed.uec.UECEnsemble.fit_confidence`) is calibrated on the task's
-fit pairs, each fit anchor searched among the distinct fit positives and the task's documents
-(no evaluated query or label is read). Each test half of each draw then gets:
+fit pairs, cross-fitted (each fold's anchors searched, among the distinct fit positives and the
+task's documents, by heads fitted on the other folds; no evaluated query or label is read). Each
+test half of each draw then gets:
 
 * ROC AUC for "the top-1 hit is relevant" of the confidence and of the two plain baselines, the
   top-1 score and the top-1 minus top-2 margin (the same ranking, the same queries);
@@ -44,15 +45,13 @@ def _by_signal(signal: np.ndarray, hit: np.ndarray, ndcg: np.ndarray) -> Dict[st
     return out
 
 
-def evaluate_confidence(ens, fit, queries, docs, relevant: Sequence[Sequence[int]], draws, *, texts=None) -> dict:
+def evaluate_confidence(fitted, queries, docs, relevant: Sequence[Sequence[int]], draws, *, texts=None) -> dict:
     """The confidence's report on one task (module docstring), JSON-ready.
 
     Parameters
     ----------
-    ens : UECEnsemble
-        The ensemble whose confidence is fitted and judged (the default).
-    fit : (anchors, positives, anchor texts)
-        The fit pairs: K per-model GaussianEmbeddings each, and the anchors' texts.
+    fitted : UECEnsemble
+        The ensemble whose confidence is judged (the default after ``fit_confidence``).
     queries, docs : list of K GaussianEmbeddings
         The evaluated queries and the documents, per model.
     relevant : list of sequences of int
@@ -62,8 +61,6 @@ def evaluate_confidence(ens, fit, queries, docs, relevant: Sequence[Sequence[int
     texts : list of str or None
         The evaluated queries' texts (for a routing that reads them).
     """
-    anchors, positives, anchor_texts = fit
-    fitted = ens.fit_confidence_components(anchors, positives, documents=docs, texts=anchor_texts)
     q = fitted.combine(queries, role="query", texts=texts if fitted.needs_texts else None)
     d = fitted.combine(docs, role="passage")
     scores, idx = fitted.topk(q, d, min(100, len(d)))

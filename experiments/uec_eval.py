@@ -283,6 +283,7 @@ def _correction_rows(models: Sequence[str]) -> List[RowSpec]:
         RowSpec(HEAD_UNIFORM_ROW, "kron", {"weights": "uniform", "use_variance": False}),
         # the library's defaults as shipped (UECEnsemble() / LaplaceEmbedder()), T not tuned
         RowSpec(DEFAULT_ROW, "kron", {}),
+        RowSpec(UNCHECKED_ROW, "kron", {}),
         RowSpec(DEFAULT_DEV_T_ROW, "kron", {}, grid="confidence"),
         # the rank head alone (RankRouting: the default where every model reads every language)
         RowSpec(RANK_ROW, "kron", {"uncertainty": "rank"}),
@@ -306,6 +307,8 @@ def row_specs(models: Sequence[str]) -> List[RowSpec]:
 
 
 DEFAULT_ROW = "UEC default (as shipped)"
+#: the default before ``fit_confidence``'s held-out routing check (rank heads always on)
+UNCHECKED_ROW = "UEC default, routing not checked"
 HUBNESS_UNIFORM_ROW = "uniform ensemble (calibrated scores) + hubness (CSLS)"
 HEAD_UNIFORM_ROW = "uniform ensemble (calibrated scores) + query head + hubness"
 NO_HEAD_ROW = "UEC default - query head"
@@ -331,6 +334,7 @@ MINIMAL_ROWS = (
     HEAD_UNIFORM_ROW,
     RANK_ROW,
     DEFAULT_ROW,
+    UNCHECKED_ROW,
 )
 #: ``row_set="core"``: the rows the issue asks for (what a slow machine can afford on WordNet)
 CORE_ROWS = (
@@ -511,6 +515,22 @@ class _RowRunner:
     texts: List[str] = field(default_factory=list)  # the evaluated queries' texts
     languages: List[str] = field(default_factory=list)  # their labelled languages (the bound row only)
     identifier: Any = None  # one language identifier shared by every row (loaded once)
+    fit_texts: List[str] = field(default_factory=list)  # the fit pairs' query texts
+    _calibrated: Dict[str, UECEnsemble] = field(default_factory=dict)
+
+    def calibrated(self, hessian: str = "kron") -> UECEnsemble:
+        """The default as shipped: ``fit_confidence`` on the fit pairs (the task's documents as
+        distractors), which also checks its routing on held-out fit pairs (fitted once per form)."""
+        if hessian not in self._calibrated:
+            lst = self.forms.embedders[hessian]
+            language = {"identifier": self.identifier} if self.identifier is not None else {}
+            self._calibrated[hessian] = build_ensemble(lst, language=language).fit_confidence_components(
+                [e.transform(self.emb.fit_anchors[m]) for e, m in zip(lst, self.models)],
+                [e.transform(self.emb.fit_positives[m]) for e, m in zip(lst, self.models)],
+                documents=self.forms.comps[hessian][1],
+                texts=self.fit_texts,
+            )
+        return self._calibrated[hessian]
 
     def run(self, spec: RowSpec, **over) -> Ranking:
         lst = self.forms.embedders[spec.hessian]
@@ -531,7 +551,7 @@ class _RowRunner:
             language = options.get("language", {})
             if self.identifier is not None and "identifier" not in language:
                 options["language"] = {**language, "identifier": self.identifier}
-            ens = build_ensemble(lst, **options)
+            ens = self.calibrated(spec.hessian) if spec.name == DEFAULT_ROW else build_ensemble(lst, **options)
         return rank(ens, qc, dc, self.relevant, cal, texts=self.texts)
 
     def grid(self, spec: RowSpec) -> List[Dict[str, float]]:
@@ -717,6 +737,7 @@ def _runner(uec_task: UECTask, emb: TaskEmbeddings, forms: _Forms, models: List[
         texts=[t.queries[i] for i in ev],
         languages=[t.languages[i] for i in ev],
         identifier=LangidIdentifier() if monolingual else None,
+        fit_texts=[a for a, _ in uec_task.fit_pairs],
     )
 
 
@@ -790,15 +811,13 @@ def evaluate_task(
     if confidence:
         from experiments.uec_confidence import evaluate_confidence
 
-        lst = forms.embedders["kron"]
-        fit = (
-            [e.transform(emb.fit_anchors[m]) for e, m in zip(lst, models)],
-            [e.transform(emb.fit_positives[m]) for e, m in zip(lst, models)],
-            [a for a, _ in uec_task.fit_pairs],
-        )
-        default = build_ensemble(lst, language={"identifier": runner.identifier} if runner.identifier else {})
         qc, dc = forms.comps["kron"]
-        extra["confidence"] = evaluate_confidence(default, fit, qc, dc, runner.relevant, draws, texts=runner.texts)
+        extra["confidence"] = evaluate_confidence(
+            runner.calibrated("kron"), qc, dc, runner.relevant, draws, texts=runner.texts
+        )
+    if DEFAULT_ROW in rankings or confidence:
+        check = runner.calibrated("kron").routing_check_
+        extra["routing_check"] = None if check is None else {**check.get_config(), "kept": check.kept}
     if weak_members:
         from experiments.uec_robust import evaluate_weak_members
 

@@ -22,7 +22,7 @@ def _pairs(rng, n, d, noise):
 @pytest.fixture(scope="module")
 def toy():
     rng = np.random.default_rng(0)
-    n, d = 900, 12
+    n, d = 1200, 12  # the test queries search as many documents as the fit pairs do
     noise = rng.uniform(0.1, 1.5, n)
     embs = [_pairs(rng, n, d, noise * s) for s in (1.0, 1.3)]
     fit = slice(0, 600)
@@ -47,7 +47,9 @@ def test_fit_on_pairs_gives_a_calibrated_confidence_that_ranks_hits(toy):
     hit = ids[:, 0] == np.arange(len(q))
     assert 0.2 < hit.mean() < 0.9
     assert roc_auc(conf, hit) > 0.8
-    assert expected_calibration_error(conf, hit) < 0.1
+    # calibrated on held-out folds, so neither over- nor under-confident (in-sample it read 0.102 here)
+    assert abs(conf.mean() - hit.mean()) < 0.05
+    assert expected_calibration_error(conf, hit) < 0.07
     # the same numbers with no confidence asked, and through the ensemble directly
     s2, i2 = index.search(q, k=3, exact=True)
     np.testing.assert_array_equal(i2, ids)

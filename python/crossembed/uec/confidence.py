@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Dict, Sequence, Tuple
 
 import numpy as np
+from scipy.special import expit
 
 from crossembed._config import set_checked
 from crossembed._validation import as_matrix
@@ -145,7 +146,7 @@ class TopHitConfidence:
     def probability(self, features: np.ndarray) -> np.ndarray:
         """(Q,) float64 in (0, 1) from :func:`search_features`' features."""
         z = (np.asarray(features, dtype=np.float64) - np.array(self.center)) / np.array(self.scale)
-        return 1.0 / (1.0 + np.exp(-(self.intercept + z @ np.array(self.coef))))
+        return expit(self.intercept + z @ np.array(self.coef))  # no overflow far from the fit's features
 
     def get_state(self) -> Dict[str, np.ndarray]:
         return {

@@ -41,7 +41,8 @@ from crossembed._config import check_plugin
 from crossembed._io import CorruptFileError, load_arrays, save_arrays
 from crossembed._rows import unit_rows
 from crossembed._validation import check_choice, check_random_state
-from crossembed.uec.confidence import DEPTH, TopHitConfidence, fit_top_hit_confidence, search_features
+from crossembed.uec.confidence import TopHitConfidence, fit_top_hit_confidence, search_features
+from crossembed.uec.crossfit import FOLDS, RoutingCheck, held_out_searches
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.heads import ModelHeads
 from crossembed.uec.laplace import LaplaceEmbedder
@@ -54,7 +55,7 @@ __all__ = ["FORMAT_VERSION", "UECEnsemble"]
 _ROLES = ("query", "passage")
 _KIND = "crossembed.uec.UECEnsemble"
 #: version of the saved ensemble state (``meta["format"]``); other versions are refused
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 #: fit anchors a confidence is calibrated on at most (a random subset)
 CONFIDENCE_PAIRS = 4096
 #: a collection row whose model-0 cosine to an anchor's positive reaches this is that positive
@@ -133,6 +134,8 @@ class UECEnsemble:
         :meth:`with_reference` rather than passing one.
     confidence : TopHitConfidence or None
         The calibrated top-hit confidence; use :meth:`fit_confidence` rather than passing one.
+    routing_check : RoutingCheck or None
+        The held-out check of the routing :meth:`fit_confidence` made; use it rather than passing one.
 
     Attributes
     ----------
@@ -141,6 +144,9 @@ class UECEnsemble:
     reference_ : RetrievalReference or None
     confidence_ : TopHitConfidence or None
         What :meth:`top_hit_confidence` applies (None until :meth:`fit_confidence`).
+    routing_check_ : RoutingCheck or None
+        Held-out nDCG@10 of the fit pairs with the rank heads and with a fixed log-rank, and whether the
+        rank heads were kept (:mod:`crossembed.uec.crossfit`; None until :meth:`fit_confidence`).
     """
 
     def __init__(
@@ -152,6 +158,7 @@ class UECEnsemble:
         scoring=None,
         reference: Optional[RetrievalReference] = None,
         confidence: Optional[TopHitConfidence] = None,
+        routing_check: Optional[RoutingCheck] = None,
     ):
         self.embedders = _check_embedders(embedders)
         if routing is None:
@@ -170,6 +177,9 @@ class UECEnsemble:
         if confidence is not None and not isinstance(confidence, TopHitConfidence):
             raise TypeError(f"confidence must be a TopHitConfidence or None, got {type(confidence).__name__}")
         self.confidence_ = confidence
+        if routing_check is not None and not isinstance(routing_check, RoutingCheck):
+            raise TypeError(f"routing_check must be a RoutingCheck or None, got {type(routing_check).__name__}")
+        self.routing_check_ = routing_check
 
     @property
     def heads(self) -> List[ModelHeads]:
@@ -206,9 +216,16 @@ class UECEnsemble:
         return self._copy(reference=reference)
 
     def _copy(self, **changes) -> UECEnsemble:
-        """A new ensemble of the same embedders and behaviour objects, ``changes`` (reference, confidence) applied."""
-        kw = {"reference": self.reference_, "confidence": self.confidence_, **changes}
-        return type(self)(self.embedders, routing=self.routing, mixing=self.mixing, scoring=self.scoring, **kw)
+        """A new ensemble of the same embedders and behaviour objects, ``changes`` (reference, confidence,
+        routing and its check) applied."""
+        kw = {
+            "routing": self.routing,
+            "reference": self.reference_,
+            "confidence": self.confidence_,
+            "routing_check": self.routing_check_,
+            **changes,
+        }
+        return type(self)(self.embedders, mixing=self.mixing, scoring=self.scoring, **kw)
 
     # ------------------------------------------------------------------ maths
     def _check_components(self, components: Sequence[GaussianEmbedding]) -> List[GaussianEmbedding]:
@@ -383,11 +400,20 @@ class UECEnsemble:
         pairs,
         *,
         documents: Optional[Sequence[str]] = None,
+        folds: int = FOLDS,
         batch_size: int = 64,
         random_state=0,
         show_progress_bar: bool = True,
     ) -> UECEnsemble:
-        """A new ensemble with a top-hit confidence calibrated on fit pairs; ``self`` is left as it was.
+        """A new ensemble calibrated on held-out fit pairs; ``self`` is left as it was.
+
+        Cross-fitted over ``folds`` folds of the pairs (:mod:`crossembed.uec.crossfit`: each fold's
+        queries searched by heads refitted on the other folds), it gets
+
+        * its routing checked: the rank heads are kept only where they beat one fixed log-rank
+          (uniform weights where every model reads the query) on the held-out pairs, else the
+          routing's ``fixed_log_rank`` is set (:attr:`routing_check_` says which and by how much);
+        * a top-hit confidence (:attr:`confidence_`) fitted on those held-out searches.
 
         Parameters
         ----------
@@ -398,17 +424,18 @@ class UECEnsemble:
         documents : sequence of str or None
             More documents to search among (e.g. the collection to be indexed), so the calibration
             sees the distractors of real searches (default none).
+        folds : int
+            Folds of the pairs (default 5, at least 2).
         batch_size, show_progress_bar
             The encoding's.
         random_state : int, Generator or None
-            Picks the at most 4,096 pairs used (default 0).
+            Picks the at most 4,096 pairs searched and the folds (default 0).
         """
         pairs = list(pairs)
         if not pairs or not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in pairs):
             raise ValueError("pairs must be a non-empty list of (query, positive) pairs")
-        keep = _pair_subset(len(pairs), random_state)
-        queries = [str(pairs[i][0]) for i in keep]
-        positives = [str(pairs[i][1]) for i in keep]
+        queries = [str(q) for q, _ in pairs]
+        positives = [str(p) for _, p in pairs]
         opts = {"batch_size": batch_size, "show_progress_bar": show_progress_bar}
         docs = None if documents is None else self.encode_components(list(documents), role="passage", **opts)
         distinct, owner = np.unique(np.array(positives, dtype=object).astype(str), return_inverse=True)
@@ -418,20 +445,23 @@ class UECEnsemble:
             [c[np.asarray(owner).reshape(-1)] for c in encoded],  # one row per pair, equal rows per text
             documents=docs,
             texts=queries,
-            random_state=None,
+            folds=folds,
+            random_state=random_state,
         )
 
     def fit_confidence_components(
-        self, queries, positives, *, documents=None, texts=None, random_state=0
+        self, queries, positives, *, documents=None, texts=None, folds: int = FOLDS, random_state=0
     ) -> UECEnsemble:
         """:meth:`fit_confidence` from per-model Gaussians: ``queries``, ``positives`` and ``documents``
         as K GaussianEmbeddings each (model ``k``'s, as :meth:`combine` takes them; ``positives`` row
-        ``i`` pairs with ``queries`` row ``i``), ``texts`` the queries' texts. ``random_state=None``
-        uses every pair."""
+        ``i`` pairs with ``queries`` row ``i``), ``texts`` every query's text. Every pair refits the
+        heads; at most 4,096 (picked by ``random_state``) are searched."""
         q_comps, p_comps = self._check_components(queries), self._check_components(positives)
-        if len(q_comps[0]) != len(p_comps[0]):
-            raise ValueError(f"positives must hold {len(q_comps[0])} rows (one per query), got {len(p_comps[0])}")
-        keep = np.arange(len(q_comps[0])) if random_state is None else _pair_subset(len(q_comps[0]), random_state)
+        n = len(q_comps[0])
+        if len(p_comps[0]) != n:
+            raise ValueError(f"positives must hold {n} rows (one per query), got {len(p_comps[0])}")
+        if texts is not None and (isinstance(texts, str) or len(texts) != n):
+            raise ValueError(f"texts must hold {n} strings, one per query")
         _, first, owner = np.unique(p_comps[0].mean, axis=0, return_index=True, return_inverse=True)
         collection = [GaussianEmbedding(c.mean[first], c.var[first]) for c in p_comps]
         if documents is not None:  # a document that is one of the positives is searched once
@@ -441,21 +471,20 @@ class UECEnsemble:
                 GaussianEmbedding(np.concatenate([c.mean, d.mean[new]]), np.concatenate([c.var, d.var[new]]))
                 for c, d in zip(collection, d_comps)
             ]
-        q = self.combine(
-            [GaussianEmbedding(c.mean[keep], c.var[keep]) for c in q_comps],
-            role="query",
-            texts=None if texts is None else [texts[i] for i in keep],
+        rng = check_random_state(random_state)
+        held = held_out_searches(
+            self,
+            q_comps,
+            p_comps,
+            collection,
+            np.asarray(owner).reshape(-1),
+            _pair_subset(n, rng),
+            texts=None if texts is None else list(texts),
+            folds=folds,
+            random_state=rng,
         )
-        d = self.combine(collection, role="passage")
-        scores, idx = self.topk(q, d, min(DEPTH, len(d)))
-        feats = np.concatenate(
-            [
-                self.search_features(q[s : s + 512], scores[s : s + 512], d.mean[idx[s : s + 512]])
-                for s in range(0, len(q), 512)
-            ]
-        )
-        correct = idx[:, 0] == np.asarray(owner).reshape(-1)[keep]
-        return self._copy(confidence=fit_top_hit_confidence(feats, correct))
+        confidence = fit_top_hit_confidence(held.features, held.correct)
+        return self._copy(routing=held.routing, confidence=confidence, routing_check=held.check)
 
     # ------------------------------------------------------------------ persistence
     def get_state(self) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
@@ -478,6 +507,7 @@ class UECEnsemble:
             "scoring": self.scoring.get_config(),
             "has_reference": self.reference_ is not None,
             "has_confidence": self.confidence_ is not None,
+            "routing_check": None if self.routing_check_ is None else self.routing_check_.get_config(),
         }
         return arrays, meta
 
@@ -506,6 +536,7 @@ class UECEnsemble:
             scoring=scoring_from_config(meta["scoring"]),
             reference=reference,
             confidence=TopHitConfidence.from_state(arrays) if meta["has_confidence"] else None,
+            routing_check=None if meta["routing_check"] is None else RoutingCheck.from_config(meta["routing_check"]),
         )
 
     def save(self, path) -> Path:

@@ -19,8 +19,8 @@ after the posterior (:meth:`ModelHeads.fit`), from the same random generator.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Dict, Optional
+from dataclasses import dataclass, replace
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from crossembed._rows import unit_rows
 from crossembed._validation import as_matrix, check_int
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.probe import ProbeHead, fit_probe_head
-from crossembed.uec.query_head import QueryHead, fit_query_head
+from crossembed.uec.query_head import PENALTIES, QueryHead, fit_query_head
 from crossembed.uec.rank_head import RankHead, fit_rank_head
 
 __all__ = ["ModelHeads"]
@@ -90,6 +90,7 @@ class ModelHeads:
         tau: float,
         query_head: bool = True,
         scrambled: Optional[np.ndarray] = None,
+        query_penalties: Optional[Sequence[float]] = None,
         show_progress_bar: bool = False,
     ) -> ModelHeads:
         """Fit every head on one model's unit pair embeddings.
@@ -111,6 +112,9 @@ class ModelHeads:
         scrambled : ndarray, shape (m, D), or None
             Embeddings of scrambled fit anchors (normalised here) (:func:`crossembed.uec.probe.scramble_sample`):
             fit the probe head on the anchors against them.
+        query_penalties : sequence of float or None
+            None (default): the query head's penalty is chosen from :data:`~crossembed.uec.query_head.PENALTIES`
+            on held-out pairs; a sequence of at most one: fitted at that penalty, or the identity for none.
         show_progress_bar : bool
             Progress of the query head fit.
         """
@@ -128,6 +132,8 @@ class ModelHeads:
                 anchors[sub],
                 positives[sub],
                 tau=tau,
+                penalties=PENALTIES if query_penalties is None else query_penalties,
+                select=query_penalties is None,
                 random_state=int(rng.integers(2**31)),
                 show_progress_bar=show_progress_bar,
             )
@@ -143,6 +149,28 @@ class ModelHeads:
             query_head=head,
             probe_head=probe,
         )
+
+    def refit(self, anchors: np.ndarray, positives: np.ndarray, rng: np.random.Generator, *, tau: float) -> ModelHeads:
+        """These heads refitted on other unit pair embeddings (the cross-fitting of
+        :meth:`UECEnsemble.fit_confidence <crossembed.uec.UECEnsemble.fit_confidence>`).
+
+        The score scale, rank head, hubness anchors and query head come from the pairs, the query
+        head fitted at this one's penalty (no penalty search; the identity stays the identity); the trace
+        statistics (the posterior's) and the probe head (fitted on scrambled texts, not on pairs) are kept.
+        """
+        head = self.query_head
+        penalties = () if head is None or head.is_identity else (head.penalty,)
+        new = ModelHeads.fit(
+            anchors,
+            positives,
+            np.zeros(1),  # the trace statistics are replaced below: they belong to the posterior, which is kept
+            rng.permutation(len(anchors)),
+            rng,
+            tau=tau,
+            query_head=head is not None,
+            query_penalties=penalties,
+        )
+        return replace(new, trace_mean=self.trace_mean, trace_std=self.trace_std, probe_head=self.probe_head)
 
     @property
     def dim(self) -> int:

@@ -507,6 +507,24 @@ class LaplaceEmbedder:
         self.fit_seconds_ = time.perf_counter() - t0
         return self
 
+    def refit_heads(self, anchors, positives) -> LaplaceEmbedder:
+        """A copy whose heads are refitted on other pairs (:meth:`ModelHeads.refit
+        <crossembed.uec.heads.ModelHeads.refit>`), the posterior shared; ``self`` is left as it was.
+
+        ``anchors``, ``positives``: (n, D) embeddings of the pairs (rows pair up; normalised here), e.g. the
+        means of :meth:`transform` or :meth:`encode`. What cross-fitting a calibration needs: heads that never
+        saw the pairs they are judged on.
+        """
+        self._require_fit()
+        A, P, _ = _pair_matrices(anchors, positives, None)
+        if A.shape[1] != self.dim:
+            raise ValueError(f"anchors has dimension {A.shape[1]} but the posterior has {self.dim}")
+        out = copy.copy(self)
+        rng = check_random_state(self.random_state)
+        out.heads_ = self.heads_.refit(unit_rows(A), unit_rows(P), rng, tau=self.loss_temperature)
+        out._n_pairs = A.shape[0]
+        return out
+
     def _fit_inputs(self, A, P, scrambled, show_progress_bar: bool) -> None:
         """Fit the posterior, then the heads, on normalised embeddings (head) or linearisations (last dense)."""
         rng, n = check_random_state(self.random_state), len(_means(A))

@@ -121,6 +121,7 @@ def fit_query_head(
     tau: float = 0.05,
     penalties: Sequence[float] = PENALTIES,
     random_state: int = 0,
+    select: bool = True,
     show_progress_bar: bool = False,
 ) -> QueryHead:
     """Fit the query head on unit pair embeddings of one model (module docstring).
@@ -135,6 +136,9 @@ def fit_query_head(
         Penalties per pair tried on the held-out pairs, besides the identity.
     random_state : int
         Seed of the held-out split and of the subsample above :data:`MAX_PAIRS`.
+    select : bool
+        Choose the penalty on the held-out pairs (default True); False fits at the one penalty given on
+        every pair, no identity compared (a refit at a penalty chosen before; the identity for none).
     show_progress_bar : bool
         One step per penalty tried, and the final fit.
     """
@@ -145,6 +149,14 @@ def fit_query_head(
     order = rng.permutation(n)[:MAX_PAIRS]
     n_hold = int(round(_HOLDOUT * len(order)))
     identity = np.eye(D)
+    if not select:
+        if len(penalties) > 1:
+            raise ValueError(f"select=False fits at one penalty, got {len(penalties)}")
+        if not penalties:
+            return QueryHead(identity.astype(np.float32), float("inf"), {})
+        Pa, la = _distinct(P[order])
+        W = _fit(A[order], Pa, la, tau=tau, penalty=float(penalties[0]), start=identity)
+        return QueryHead(W.astype(np.float32), float(penalties[0]), {})
     if n_hold < 2 or len(order) - n_hold < 2:  # too few pairs to tell a head from the identity
         return QueryHead(identity.astype(np.float32), float("inf"), {})
     hold, train = order[:n_hold], order[n_hold:]

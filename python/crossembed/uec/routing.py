@@ -231,11 +231,16 @@ class RankRouting(Routing):
     laplace_variances : bool
         Score the Laplace variances (True) or both sides as points (default
         False: the rank head carries no score variance).
+    fixed_log_rank : float or None
+        None (default): the rank heads' predictions. A number: every model's log-rank taken as it
+        for every query (uniform weights), the fallback :meth:`UECEnsemble.fit_confidence
+        <crossembed.uec.UECEnsemble.fit_confidence>` sets where the rank heads lose to it on held-out fit pairs.
     """
 
     temperature: float = 1.0
     _: KW_ONLY
     laplace_variances: bool = False
+    fixed_log_rank: Optional[float] = None
     kind = "rank"
 
     def __post_init__(self):
@@ -243,14 +248,32 @@ class RankRouting(Routing):
             self,
             temperature=check_positive(self.temperature, "temperature"),
             laplace_variances=check_bool(self.laplace_variances, "laplace_variances"),
+            fixed_log_rank=_check_log_rank(self.fixed_log_rank),
         )
 
     def route(self, components, heads, *, role: str = "query", reference=None, texts=None) -> Routed:
         comps = list(components) if self.laplace_variances else as_points(components)
         if role == "passage":  # documents carry no rank
             return uniform_coefficients(len(components[0]), len(components)), comps
-        t = np.stack([h.predicted_log_rank(c.mean) for h, c in zip(heads, components)], axis=1)
+        t = _log_ranks(components, heads, self.fixed_log_rank)
         return softmax_rows(-t / self.temperature), comps
+
+
+def _check_log_rank(value) -> Optional[float]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"fixed_log_rank must be None or a number, got {type(value).__name__}")
+    if not np.isfinite(value) or value < 0:
+        raise ValueError(f"fixed_log_rank must be a finite number >= 0, got {value}")
+    return float(value)
+
+
+def _log_ranks(components, heads: Sequence[ModelHeads], fixed: Optional[float]) -> np.ndarray:
+    """``t`` (n, K) float64: each model's rank-head prediction, or ``fixed`` everywhere."""
+    if fixed is not None:
+        return np.full((len(components[0]), len(components)), fixed)
+    return np.stack([h.predicted_log_rank(c.mean) for h, c in zip(heads, components)], axis=1)
 
 
 #: the log-rank of a random ranking, ``E_u[log(1 + RANK_SCALE u)]`` for ``u ~ U(0, 1)``
@@ -304,6 +327,9 @@ class LanguageRouting(Routing):
         The languages of the fit pairs (default English).
     laplace_variances : bool
         Score the Laplace variances (True) or both sides as points (default False), as :class:`RankRouting`.
+    fixed_log_rank : float or None
+        As :class:`RankRouting`'s: a number replaces every ``t_k(q)``, so the weights follow ``c_k`` alone
+        (uniform where every model reads the query).
     """
 
     languages: Tuple[Optional[Tuple[str, ...]], ...]
@@ -314,6 +340,7 @@ class LanguageRouting(Routing):
     prior: float = 0.7
     fit_languages: Tuple[str, ...] = ("en",)
     laplace_variances: bool = False
+    fixed_log_rank: Optional[float] = None
     kind = "language"
 
     def __post_init__(self):
@@ -332,6 +359,7 @@ class LanguageRouting(Routing):
             prior=prior,
             fit_languages=tuple(fit),
             laplace_variances=check_bool(self.laplace_variances, "laplace_variances"),
+            fixed_log_rank=_check_log_rank(self.fixed_log_rank),
         )
 
     @property
@@ -376,8 +404,9 @@ class LanguageRouting(Routing):
         return c
 
     def log_ranks(self, components, heads: Sequence[ModelHeads]) -> np.ndarray:
-        """``t`` (n, K) float64: each model's rank-head prediction of the right document's log-rank."""
-        return np.stack([h.predicted_log_rank(c.mean) for h, c in zip(heads, components)], axis=1)
+        """``t`` (n, K) float64: each model's rank-head prediction of the right document's log-rank
+        (``fixed_log_rank`` everywhere when set)."""
+        return _log_ranks(components, heads, self.fixed_log_rank)
 
     def route(self, components, heads, *, role: str = "query", reference=None, texts=None) -> Routed:
         comps = list(components) if self.laplace_variances else as_points(components)
