@@ -123,7 +123,9 @@ def create_app(index: UECIndex, *, config: Optional[ServeConfig] = None) -> Fast
     app = FastAPI(title="crossembed", summary="UEC index search and updates", lifespan=_lifespan(service))
     app.state.service = service
     install_error_handlers(app)
-    app.add_middleware(ServiceRoutes, service=service)
+    # with keys the API's description needs a key too (it lists every route and body a caller may send)
+    docs = [app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url]
+    app.add_middleware(ServiceRoutes, service=service, docs=[p for p in docs if p])
     app.add_middleware(MetricsMiddleware, metrics=service.metrics, routes=frozenset(ROUTES))  # outermost
     app.openapi = _openapi(app)
     return app

@@ -8,16 +8,18 @@ most ``max_body_bytes``, else 413), hands the bytes to
 :mod:`crossembed.serve.embeddings`) and writes the JSON answer, or
 ``{"error": ...}`` for a :class:`~crossembed.serve.errors.RequestError`.
 Every other request (``/docs``, ``/openapi.json``, routes a user adds, 404s)
-goes on to the app. FastAPI's routing, dependency and response machinery
-would cost a large share of a single-query search's time over HTTP; an
-unexpected exception still propagates to the app's 500 handler.
+goes on to the app; with keys, the API's description (``/docs``, ``/redoc``,
+``/openapi.json``) needs a key of either kind first. FastAPI's routing,
+dependency and response machinery would cost a large share of a
+single-query search's time over HTTP; an unexpected exception still
+propagates to the app's 500 handler.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Dict, List, Tuple, Union
+from typing import Any, Dict, Iterable, List, Tuple, Union
 
 from crossembed.serve import embeddings
 from crossembed.serve.access import FULL, READ, request_key
@@ -93,9 +95,14 @@ async def _respond(send, status: int, body: bytes, headers) -> None:
 
 
 class ServiceRoutes:
-    """Pure ASGI middleware: the routes of :data:`ROUTES` on ``service``, everything else to ``app``."""
+    """Pure ASGI middleware: the routes of :data:`ROUTES` on ``service``, everything else to ``app``.
 
-    def __init__(self, app, *, service: IndexService):
+    ``docs``: the app's own paths that describe the API (FastAPI's ``/docs``, ``/redoc``,
+    ``/openapi.json``): when the config has keys they need a key of either kind too, checked
+    here before the app answers them (default none).
+    """
+
+    def __init__(self, app, *, service: IndexService, docs: Iterable[str] = ()):
         self.app = app
         self.service = service
         self.limit = service.config.max_body_bytes
@@ -103,9 +110,10 @@ class ServiceRoutes:
         self.access = dict(ACCESS)
         if self.keys is not None and self.keys.open_metrics:
             self.access["/metrics"] = None
+        self.docs = frozenset(docs) if self.keys is not None else frozenset()
 
     def _check_key(self, path: str, headers) -> None:
-        needed = self.access[path] if self.keys is not None else None
+        needed = self.access.get(path, READ) if self.keys is not None else None
         if needed is None:
             return
         kind = self.keys.kind(request_key(headers))
@@ -144,6 +152,12 @@ class ServiceRoutes:
     async def __call__(self, scope, receive, send):
         route = ROUTES.get(scope["path"]) if scope["type"] == "http" else None
         if route is None:
+            if scope["type"] == "http" and scope["path"] in self.docs:
+                try:
+                    self._check_key(scope["path"], scope["headers"])
+                except RequestError as exc:
+                    await _respond(send, exc.status, json.dumps({"error": exc.message}).encode(), _UNAUTHORIZED)
+                    return
             await self.app(scope, receive, send)
             return
         try:
