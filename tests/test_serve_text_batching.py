@@ -134,6 +134,31 @@ def test_the_searches_of_one_encoded_batch_share_one_index_call():
         assert ids.shape == scores.shape == (1, 1 + v % 3) and ids[0, 0] == 1000 * v
 
 
+def test_clients_that_send_on_each_answer_keep_sharing_one_call():
+    # a batch's searches run before the next batch is taken, and the next call waits (briefly) for as
+    # many texts as the last one had: the clients answered together come back together, instead of
+    # splitting into half-sized batches that take turns
+    enc, index, searches, texts = _batchers(delay=0.2)
+    slow_run = index.run
+    index.run = lambda *args: (time.sleep(0.02), slow_run(*args))[1]
+
+    async def client(c):
+        for _ in range(6):
+            _, ids = await texts.search([f"{c + 1} q"], 1, KEY)
+            assert ids[0, 0] == 1000 * (c + 1)
+            await asyncio.sleep(0.001 * c)  # the answered clients come back within a few ms of each other
+
+    async def main():
+        await asyncio.gather(*(client(c) for c in range(8)))
+        await texts.close()
+        await searches.close()
+
+    asyncio.run(main())
+    sizes = [len(c[0]) for c in enc.calls]
+    assert sum(sizes) == 48 and sizes[-4:] == [8, 8, 8, 8], sizes
+    assert index.calls[-4:] == [8, 8, 8, 8]
+
+
 def test_a_failing_text_does_not_fail_the_others_in_its_batch():
     enc, _, searches, texts = _batchers(delay=0.02)
 

@@ -190,21 +190,32 @@ class SearchBatcher(QueueThread):
                 return
             self._cond.wait(remaining)
 
-    def _take(self) -> List[QueuedSearch]:
-        """The oldest request and the queued ones with its key, up to ``max_batch`` queries."""
-        if self._wait_s > 0:
-            self._gather()
-        first = self._pending.popleft()
+    def _group(self, pending: Deque[QueuedSearch]) -> List[QueuedSearch]:
+        """Take from ``pending`` its oldest request and the ones with its key, up to ``max_batch`` queries."""
+        first = pending.popleft()
         group, rows, rest = [first], len(first.mean), deque()
-        while self._pending:
-            p = self._pending.popleft()
+        while pending:
+            p = pending.popleft()
             if p.key == first.key and rows + len(p.mean) <= self._max_batch:
                 group.append(p)
                 rows += len(p.mean)
             else:
                 rest.append(p)
-        self._pending.extendleft(reversed(rest))
+        pending.extendleft(reversed(rest))
         return group
+
+    def _take(self) -> List[QueuedSearch]:
+        """The oldest request and the queued ones with its key, up to ``max_batch`` queries."""
+        if self._wait_s > 0:
+            self._gather()
+        return self._group(self._pending)
+
+    def search_now(self, items: Sequence[QueuedSearch]) -> None:
+        """Run ``items`` on the calling thread, those with equal keys in shared calls as the queue would
+        group them, and settle their futures; the queue and its thread are not involved."""
+        pending = deque(items)
+        while pending:
+            self._call(self._group(pending))
 
     def _call(self, group: List[QueuedSearch]) -> None:
         mean = group[0].mean if len(group) == 1 else np.concatenate([p.mean for p in group])

@@ -10,7 +10,9 @@ core to the event loop: an OpenMP team larger than the free cores waits on
 its busiest member), and requests whose rows cannot depend on each other
 share a call. Texts are encoded on one encoder thread
 (:class:`~crossembed.serve.text_batcher.TextBatcher`), whose encoders use their
-own thread pools (``--num-threads``, default every core).
+own thread pools (``--num-threads``, default every core); the searches of an
+encoded batch run next on that thread, with ``search_threads`` threads as on
+the search thread.
 """
 
 from __future__ import annotations
