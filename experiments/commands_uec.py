@@ -146,6 +146,8 @@ def _uec_perf(args) -> int:
     if efs is not None and len(efs) != len(reranks):
         raise ValueError(f"--efs must give one value per --reranks value ({len(reranks)}), got {len(efs)}")
     sizes = parse_sizes(args.sizes, "--sizes")
+    if args.mmap and not args.index_dir:
+        raise ValueError("--mmap reads an index saved by an earlier run: give --index-dir")
     models = split_list(args.encode_models, "encode-models") if args.encode_models else None
     runs = []
     for path in args.from_json:  # earlier sizes, each run in its own process (per-size peak memory)
@@ -166,6 +168,7 @@ def _uec_perf(args) -> int:
                 num_threads=args.num_threads,
                 show_progress_bar=not args.quiet,
                 index_dir=args.index_dir,
+                mmap=args.mmap,
             )
         )
         if not args.quiet:  # partial results as they come (the big sizes take minutes)
@@ -266,7 +269,9 @@ def _add_uec_perf(subparsers) -> None:
     f = subparsers.add_parser("uec-perf", help="UEC search throughput: exact vs HNSW + rerank")
     f.add_argument("--sizes", default="100000x1152,1000000x384", help="comma-separated NxD of synthetic documents")
     f.add_argument("--queries", type=int_arg(1), default=500)
-    f.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="document store")
+    f.add_argument(
+        "--dtype", choices=("float32", "float16", "int8", "bf16"), default="float32", help="the index's dtype"
+    )
     f.add_argument("--M", type=int_arg(2), default=32, help="HNSW links per node")
     f.add_argument(
         "--var-scale",
@@ -281,6 +286,9 @@ def _add_uec_perf(subparsers) -> None:
         "--index-dir",
         default=None,
         help="save each built index here, and reuse one built with the same size, dtype, variances, graph and seed",
+    )
+    f.add_argument(
+        "--mmap", action="store_true", help="read a reused --index-dir index memory-mapped (UECIndex.load(mmap=True))"
     )
     f.add_argument("--from-json", action="append", default=[], help="also render the runs of an earlier --json output")
     f.add_argument("--encode-models", default="", help="also time ensemble encoding with these models")

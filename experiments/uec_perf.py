@@ -196,8 +196,9 @@ def _save(path: Path, index: UECIndex, q: GaussianEmbedding, built: Dict[str, An
     write_file(_run_file(path), buf.getvalue())
 
 
-def _load_saved(path: Path, n_docs: int, num_threads) -> Tuple[UECIndex, GaussianEmbedding, Dict[str, Any]]:
-    """A saved index, its queries and its build record (the synthetic rows are not generated again)."""
+def _load_saved(path: Path, n_docs: int, num_threads, mmap: bool) -> Tuple[UECIndex, GaussianEmbedding, Dict[str, Any]]:
+    """A saved index (``mmap``: its store memory-mapped), its queries and its build record (the synthetic rows
+    are not generated again)."""
     try:
         with np.load(_run_file(path)) as run:
             built = {key: float(run[key]) for key in ("build_seconds", "build_peak_rss_bytes")}
@@ -206,18 +207,24 @@ def _load_saved(path: Path, n_docs: int, num_threads) -> Tuple[UECIndex, Gaussia
         raise ValueError(
             f"index_dir: {_run_file(path)} is missing or unreadable ({exc}); delete {path} to rebuild"
         ) from exc
-    index = UECIndex.load(path, num_threads=num_threads)
+    index = UECIndex.load(path, num_threads=num_threads, mmap=mmap)
     if len(index) != n_docs:
         raise ValueError(f"index_dir: {path} holds {len(index)} documents, expected {n_docs}; delete it to rebuild")
     return index, q, built
 
 
 def _built_index(
-    chunks: Iterator[GaussianEmbedding], n_docs: int, options: Dict[str, Any], saved: Optional[Path], progress: bool
+    chunks: Iterator[GaussianEmbedding],
+    n_docs: int,
+    options: Dict[str, Any],
+    saved: Optional[Path],
+    progress: bool,
+    mmap: bool,
 ) -> Tuple[UECIndex, GaussianEmbedding, Dict[str, Any]]:
-    """The index, the queries and the build record: read from ``saved`` when it exists, else built (and saved there)."""
+    """The index, the queries and the build record: read from ``saved`` when it exists (``mmap``: its store
+    memory-mapped), else built (and saved there)."""
     if saved is not None and saved.exists():
-        return _load_saved(saved, n_docs, options["num_threads"])
+        return _load_saved(saved, n_docs, options["num_threads"], mmap)
     t0 = time.perf_counter()
     index, q = _index_in_chunks(chunks, n_docs, options, progress)
     built = {"build_seconds": time.perf_counter() - t0, "build_peak_rss_bytes": _peak_rss()}
@@ -276,6 +283,7 @@ def benchmark_search(
     num_threads: Optional[int] = None,
     show_progress_bar: bool = True,
     index_dir=None,
+    mmap: bool = False,
 ) -> Dict[str, Any]:
     """Exact vs HNSW + rerank probit search on synthetic Gaussians: build time, QPS, recall@k, memory.
 
@@ -289,7 +297,9 @@ def benchmark_search(
     size per process for per-size figures). ``index_dir`` (default None: build
     every time) keeps built indexes: one built with the same size, dtype,
     variances, graph and seed is read from there (its recorded build time and
-    build peak reported), a new one is saved there.
+    build peak reported), a new one is saved there; ``mmap`` reads it with
+    ``UECIndex.load(mmap=True)`` (the float32 means of an int8 or bf16 index
+    then stay in the file: "index resident" is what the load made resident).
     """
     efs = [2 * m for m in reranks] if efs is None else list(efs)
     if len(efs) != len(reranks):
@@ -302,13 +312,14 @@ def benchmark_search(
     rss0, now0 = _peak_rss(), _rss()
     name = _saved_name(n_docs, dim, dtype, var_scale, M, ef_construction, seed)
     saved = None if index_dir is None else Path(index_dir) / name
-    index, q, built = _built_index(chunks, n_docs, options, saved, show_progress_bar)
+    index, q, built = _built_index(chunks, n_docs, options, saved, show_progress_bar, mmap)
     gc.collect()
     index_rss = _rss() - now0 - q.mean.nbytes - q.var.nbytes  # what building left resident: the index
     exact, exact_cold_s, exact_s = _time_exact(index, q, k, num_threads)
     out: Dict[str, Any] = {
         **dict(n_docs=n_docs, dim=dim, dtype=dtype, var_scale=var_scale, n_queries=n_queries, k=k, M=M),
         "ef_construction": ef_construction,
+        "mmap": bool(mmap and saved is not None and saved.exists()),
         "build_seconds": built["build_seconds"],
         "exact_qps": n_queries / exact_s,
         "exact_cold_qps": n_queries / exact_cold_s,
@@ -385,8 +396,8 @@ def _memory_note(r: Dict[str, Any]) -> str:
     )
     if "index_rss_bytes" in r:
         note += (
-            f", index resident {r['index_rss_bytes'] / gb:.2f} GiB = "
-            f"{r['index_rss_bytes'] / r['raw_mean_bytes']:.2f}x the raw float32 means"
+            f", index resident{' (loaded memory-mapped)' if r.get('mmap') else ''} "
+            f"{r['index_rss_bytes'] / gb:.2f} GiB = {r['index_rss_bytes'] / r['raw_mean_bytes']:.2f}x the raw float32 means"
         )
     if "file_bytes" in r:
         note += f", saved file {r['file_bytes'] / r['raw_mean_bytes']:.2f}x"

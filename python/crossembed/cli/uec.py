@@ -238,7 +238,12 @@ def _add_index_build(isub) -> None:
     b.add_argument("--M", type=int_arg(2), default=32)
     b.add_argument("--ef-construction", type=int_arg(1), default=200)
     b.add_argument("--rerank", type=int_arg(1), default=100)
-    b.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="document store precision")
+    b.add_argument(
+        "--dtype",
+        choices=("float32", "float16", "int8", "bf16"),
+        default="float32",
+        help="how the graph stores the means (int8, bf16: codes, float32 means kept beside them for the rerank)",
+    )
     add_num_threads(b)
     add_seed(b, "random seed (Laplace fit, HNSW graph)")
     add_output_flags(b)
