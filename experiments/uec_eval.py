@@ -817,7 +817,8 @@ def evaluate_task(
         )
     if DEFAULT_ROW in rankings or confidence:
         check = runner.calibrated("kron").routing_check_
-        extra["routing_check"] = None if check is None else {**check.get_config(), "kept": check.kept}
+        if check is not None:
+            extra["routing_check"] = {**check.get_config(), "kept": check.kept}
     if weak_members:
         from experiments.uec_robust import evaluate_weak_members
 
@@ -958,7 +959,16 @@ softmax of the top-100 scores / tau with tau fitted on dev.
 _PAIR = ("number", "number")
 #: What :func:`render_markdown` reads of one :func:`evaluate_task` result (see ``_records``);
 #: :func:`load_results` also checks the rows the report compares are there.
+#: what :func:`routing_check_lines` reads
+ROUTING_CHECK_SHAPE = {
+    "routed": "number",
+    "fixed": "number",
+    "std_error": "number",
+    "n_queries": "int",
+    "kept": "any",
+}
 RESULT_SHAPE = {
+    "routing_check?": ROUTING_CHECK_SHAPE,
     "task": "str",
     "models": ["str"],
     "languages": ["str"],
@@ -1176,6 +1186,20 @@ def _met(ok: bool) -> str:
     return "met" if ok else "missed"
 
 
+def routing_check_lines(res: Dict[str, Any]) -> List[str]:
+    """What ``fit_confidence``'s held-out routing check found for the default (none when not run)."""
+    c = res.get("routing_check")
+    if not c:
+        return []
+    verdict = "kept" if c["kept"] else "replaced by the fixed log-rank (uniform where every model reads the query)"
+    return [
+        f"Routing check of the default (held-out fit pairs, {c['n_queries']} queries, nDCG@10 x 100): rank heads "
+        f"{100 * c['routed']:.2f}, fixed log-rank {100 * c['fixed']:.2f} (difference "
+        f"{100 * (c['routed'] - c['fixed']):+.2f} ± {100 * c['std_error']:.2f} s.e.): rank heads {verdict}.",
+        "",
+    ]
+
+
 def _task_section(res: Dict[str, Any]) -> List[str]:
     """One task's tables: the rows, findings, per-language nDCG, coefficients and posteriors."""
     lines: List[str] = []
@@ -1200,6 +1224,7 @@ def _task_section(res: Dict[str, Any]) -> List[str]:
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {_fmt_chosen(row.get('chosen', []))} |")
     lines.append("")
     lines += _verdicts(res)
+    lines += routing_check_lines(res)
     if "confidence" in res:
         from experiments.uec_confidence import render_confidence
 

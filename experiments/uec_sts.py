@@ -29,7 +29,14 @@ from crossembed.uec.laplace import LaplaceEmbedder
 from experiments._records import check_loaded, read_json
 from experiments.tasks import UECTask
 from experiments.uec_configs import build_ensemble
-from experiments.uec_eval import RESULT_SHAPE, TaskEmbeddings, check_comparable, render_markdown
+from experiments.uec_eval import (
+    RESULT_SHAPE,
+    ROUTING_CHECK_SHAPE,
+    TaskEmbeddings,
+    check_comparable,
+    render_markdown,
+    routing_check_lines,
+)
 
 __all__ = [
     "STS_SETS",
@@ -86,8 +93,9 @@ class _PairScorer:
         return 0.5 * (self.one_way(ens, models) + self.one_way(ens, models, swap=True))
 
 
-def _row_scores(scorer: _PairScorer, embedders, names: Sequence[str], identifier) -> Dict[str, Any]:
-    """Scores of every row on one set (``"asymmetry"``: the retrieval form's Spearman between directions)."""
+def _row_scores(scorer: _PairScorer, embedders, names: Sequence[str], identifier, default) -> Dict[str, Any]:
+    """Scores of every row on one set (``"asymmetry"``: the retrieval form's Spearman between directions);
+    ``default`` is the ensemble as shipped (after ``fit_confidence``: its routing checked on held-out fit pairs)."""
     language = {"identifier": identifier} if identifier is not None else {}
     plain = {"use_variance": False, "hubness": 0.0, "query_head": False}
     out: Dict[str, Any] = {}
@@ -100,7 +108,7 @@ def _row_scores(scorer: _PairScorer, embedders, names: Sequence[str], identifier
     out["uniform ensemble (calibrated scores) + query head + hubness"] = scorer.symmetric(uniform)
     out["UEC without query heads and hubness"] = scorer.symmetric(build_ensemble(embedders, language=language, **plain))
     out[RANK_STS_ROW] = scorer.symmetric(build_ensemble(embedders, uncertainty="rank"))
-    default = build_ensemble(embedders, language=language)
+    out[UNCHECKED_STS_ROW] = scorer.symmetric(build_ensemble(embedders, language=language))
     forward, backward = scorer.one_way(default), scorer.one_way(default, swap=True)
     out[DEFAULT_STS_ROW] = 0.5 * (forward + backward)
     out["UEC default, retrieval form (query -> passage, one way)"] = forward
@@ -110,6 +118,7 @@ def _row_scores(scorer: _PairScorer, embedders, names: Sequence[str], identifier
 
 DEFAULT_STS_ROW = "UEC default: similarity(a, b) (both directions averaged)"
 RANK_STS_ROW = "UEC rank head alone (RankRouting), both directions averaged"
+UNCHECKED_STS_ROW = "UEC default, routing not checked, both directions averaged"
 
 
 def evaluate_sts(
@@ -137,11 +146,18 @@ def evaluate_sts(
         for m in models
     ]
     identifier = LangidIdentifier() if any(model_languages(m) is not None for m in models) else None
+    language = {"identifier": identifier} if identifier is not None else {}
+    default = build_ensemble(embedders, language=language).fit_confidence_components(
+        [e.transform(emb.fit_anchors[m]) for e, m in zip(embedders, models)],
+        [e.transform(emb.fit_positives[m]) for e, m in zip(embedders, models)],
+        documents=[e.transform(emb.docs[m]) for e, m in zip(embedders, models)],
+        texts=[a for a, _ in fit_task.fit_pairs],
+    )
     rows: Dict[str, Dict[str, List[float]]] = {}
     asymmetry: Dict[str, float] = {}
     for i, pairs in enumerate(sets):
         scorer = _PairScorer(pairs, embedders, text_embeddings[pairs.name])
-        scores = _row_scores(scorer, embedders, models, identifier)
+        scores = _row_scores(scorer, embedders, models, identifier, default)
         asymmetry[pairs.name] = scores.pop("asymmetry")
         for name, s in scores.items():
             rho = 100.0 * spearman(s, pairs.ratings)
@@ -154,6 +170,7 @@ def evaluate_sts(
         "sets": {p.name: len(p) for p in sets},
         "rows": rows,
         "asymmetry": asymmetry,
+        "routing_check": {**default.routing_check_.get_config(), "kept": default.routing_check_.kept},
     }
 
 
@@ -181,7 +198,7 @@ def render_sts_markdown(res: Dict[str, Any]) -> List[str]:
         + ", ".join(f"{s} {res['asymmetry'][s]:.3f}" for s in sets)
         + ".",
         "",
-    ]
+    ] + routing_check_lines(res)
     return lines
 
 
@@ -195,6 +212,7 @@ STS_SHAPE = {
     "sets": {"*": "int"},
     "rows": {"*": {"*": _PAIR}},
     "asymmetry": {"*": "number"},
+    "routing_check?": ROUTING_CHECK_SHAPE,
     "command?": "str",
 }
 

@@ -89,8 +89,9 @@ def _fit_setup(seed=0, D=10):
     for name in ("a", "b"):
         A = rng.normal(size=(40, D)).astype(np.float32)
         emb.fit_anchors[name] = A
-        emb.fit_positives[name] = (A + 0.3 * rng.normal(size=A.shape)).astype(np.float32)
+        emb.fit_positives[name] = (A + 2.0 * rng.normal(size=A.shape)).astype(np.float32)  # some found, some not
         emb.fit_scrambled[name] = rng.normal(size=(20, D)).astype(np.float32)
+        emb.docs[name] = rng.normal(size=(30, D)).astype(np.float32)  # the fit task's documents (distractors)
     task = UECTask("toy", None, np.arange(0), [("x", "y")] * 40)
     return task, emb
 
@@ -115,6 +116,8 @@ def test_evaluate_sts_end_to_end(sts_dir, tmp_path):
     assert set(res["asymmetry"]) == {"wordsim353", "lee"}
     md = "\n".join(render_sts_markdown(res))
     assert "| UEC default: similarity(a, b) (both directions averaged) |" in md and "Spearman" in md
+    # the default is the ensemble after fit_confidence: its routing was checked on held-out fit pairs
+    assert res["routing_check"]["n_queries"] == 40 and "Routing check of the default" in md
     # saved next to a report and rendered again
     path = tmp_path / "sts.json"
     path.write_text(json.dumps([res]))
