@@ -34,3 +34,16 @@ def linear_problem(n=1200, *, d=24, d_b=32, alpha=0.4, noise=0.15, seed=0):
     split = make_partial_overlap(n, alpha=alpha, n_seeds=15, random_state=seed)
     unit = lambda X: (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)  # noqa: E731
     return unit(XA[split.rows_a]), unit(XB[split.rows_b]), split, Z, rng
+
+
+def clustered_pair(n=480, dim=16, noise=0.02, seed=0):
+    """Clusters of unequal sizes at random places; B is A rotated, plus noise, rows shuffled."""
+    rng = np.random.default_rng(seed)
+    sizes = np.array([3, 5, 8, 12, 20, 32]) * n // 80
+    centres = rng.normal(size=(len(sizes), dim)) * 3
+    X = np.concatenate([c + rng.normal(size=(s, dim)) for c, s in zip(centres, sizes)])
+    Q, _ = np.linalg.qr(rng.normal(size=(dim, dim)))
+    Y = X @ Q + noise * rng.normal(size=X.shape)
+    order = rng.permutation(len(X))
+    truth = np.stack([np.arange(len(X)), np.argsort(order)], 1)
+    return X.astype(np.float32), Y[order].astype(np.float32), truth

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from _linking_data import linking_problem
+from _linking_data import clustered_pair, linking_problem
 from crossembed.cli import main
 from crossembed.cli.linking import read_seeds
 from experiments._report import replace_block
@@ -74,6 +74,36 @@ def test_link_sample_rows_flag(saved, capsys):
     assert main([*args, "--sample-rows", "-1", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert "--sample-rows" in err and len(err.splitlines()) == 1
+
+
+def test_link_without_seeds_finds_its_own(tmp_path, capsys):
+    A, B, truth = clustered_pair()
+    np.save(tmp_path / "A.npy", A)
+    np.save(tmp_path / "B.npy", B)
+    args = ["link", str(tmp_path / "A.npy"), str(tmp_path / "B.npy"), "--max-iter", "2", "--quiet"]
+    assert main(args) == 0
+    assert "seeds found, confidence" in capsys.readouterr().out
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    right = {tuple(p) for p in truth.tolist()}
+    assert sum(tuple(p) in right for p in out["seeds_found"]) >= 14 and out["seed_confidence"] >= 0.8
+
+
+def test_link_without_trusted_seeds_says_so_in_one_line(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    np.save(tmp_path / "A.npy", rng.normal(size=(300, 12)).astype(np.float32))
+    np.save(tmp_path / "B.npy", rng.normal(size=(300, 12)).astype(np.float32))
+    assert main(["link", str(tmp_path / "A.npy"), str(tmp_path / "B.npy"), "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("0 links from no seeds:") and "pass --seeds" in captured.out
+    assert captured.err == ""  # the search's warning is the summary line, not a second message
+
+
+def test_link_baselines_need_seeds(saved, capsys):
+    d, _ = saved
+    assert main(["link", str(d / "A.npy"), str(d / "B.npy"), "--method", "procrustes"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "needs --seeds" in err and len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize(

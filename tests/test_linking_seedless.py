@@ -3,25 +3,13 @@
 import numpy as np
 import pytest
 
+from _linking_data import clustered_pair
 from crossembed.linking import GEHLinker, evaluate_links
 from crossembed.linking.seedless import SeedSearch, match_centres, spherical_kmeans
 
 
-def _clustered_pair(n=480, dim=16, noise=0.02, seed=0):
-    """Clusters of unequal sizes at random places; B is A rotated, plus noise, rows shuffled."""
-    rng = np.random.default_rng(seed)
-    sizes = np.array([3, 5, 8, 12, 20, 32]) * n // 80
-    centres = rng.normal(size=(len(sizes), dim)) * 3
-    X = np.concatenate([c + rng.normal(size=(s, dim)) for c, s in zip(centres, sizes)])
-    Q, _ = np.linalg.qr(rng.normal(size=(dim, dim)))
-    Y = X @ Q + noise * rng.normal(size=X.shape)
-    order = rng.permutation(len(X))
-    truth = np.stack([np.arange(len(X)), np.argsort(order)], 1)
-    return X.astype(np.float32), Y[order].astype(np.float32), truth
-
-
 def test_seeds_given_never_search_and_keep_the_result():
-    A, B, truth = _clustered_pair()
+    A, B, truth = clustered_pair()
     seeds = truth[:15]
     base = GEHLinker(random_state=0, show_progress_bar=False).link(A, B, seeds)
     assert base.history[0].get("seed_search") is None
@@ -30,7 +18,7 @@ def test_seeds_given_never_search_and_keep_the_result():
 
 
 def test_no_seeds_finds_right_seeds_and_says_so():
-    A, B, truth = _clustered_pair()
+    A, B, truth = clustered_pair()
     res = GEHLinker(random_state=0, show_progress_bar=False).link(A, B, SeedSearch(rows=480))
     assert res.seeds_found.shape == (15, 2)
     right = evaluate_links(res.seeds_found, truth)["precision"]
@@ -96,6 +84,6 @@ def test_seed_search_rejects_bad_settings(kwargs):
 
 
 def test_seeds_of_another_type_are_refused():
-    A, B, _ = _clustered_pair(n=80)
+    A, B, _ = clustered_pair(n=80)
     with pytest.raises(TypeError, match="seeds"):
         GEHLinker(show_progress_bar=False).link(A, B, object())

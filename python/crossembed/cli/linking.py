@@ -1,6 +1,8 @@
-"""CLI: ``link`` - link the rows of two saved matrices from a seed CSV (GEH or a baseline)."""
+"""CLI: ``link`` - link the rows of two saved matrices from a seed CSV, or GEH with no seeds (GEH or a baseline)."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 
@@ -26,7 +28,11 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("link", help="link the rows of two embedding matrices (GEH or a baseline)")
     p.add_argument("a", help="A.npy: (N_A, D_A) embeddings from encoder A")
     p.add_argument("b", help="B.npy: (N_B, D_B) embeddings from encoder B")
-    p.add_argument("--seeds", required=True, help="CSV of known pairs: row_in_A,row_in_B (a header line is allowed)")
+    p.add_argument(
+        "--seeds",
+        help="CSV of known pairs: row_in_A,row_in_B (a header line is allowed); without it GEH finds its own "
+        "(SeedSearch) and the baselines refuse",
+    )
     p.add_argument("--out", help="write links as CSV (a,b,posterior,votes)")
     p.add_argument("--method", default="geh", choices=_METHODS)
     p.add_argument(
@@ -103,15 +109,20 @@ def _link(args) -> int:
 
     A = _load_matrix(args.a, "A")
     B = _load_matrix(args.b, "B")
-    seeds = read_seeds(args.seeds)
+    if args.seeds is None and args.method != "geh":
+        raise ValueError(f"--method {args.method} needs --seeds (only geh finds its own)")
+    seeds = None if args.seeds is None else read_seeds(args.seeds)
     if args.method == "geh":
-        res = GEHLinker(
+        linker = GEHLinker(
             max_iter=args.max_iter,
             sample=_row_sample(args.sample_rows, args.row_sample),
             random_state=args.seed,
             num_threads=args.num_threads,
             show_progress_bar=not args.quiet,
-        ).link(A, B, seeds)
+        )
+        with warnings.catch_warnings():  # an untrusted seed search warns; the summary line says so instead
+            warnings.filterwarnings("ignore", message="no seed pairs found", category=RuntimeWarning)
+            res = linker.link(A, B, seeds)
     elif args.method == "procrustes":
         res = procrustes_link(A, B, seeds)
     elif args.method == "relative":
@@ -121,9 +132,15 @@ def _link(args) -> int:
     if args.out:
         res.to_csv(args.out)
     where = f" -> {args.out}" if args.out else ""
-    print_result(
-        res.as_dict(),
-        args.json,
-        lambda _: f"{len(res)} links from {len(seeds)} seeds ({len(res.history)} rounds){where}",
-    )
+    print_result(res.as_dict(), args.json, lambda _: f"{len(res)} links from {_from(res, seeds)}{where}")
     return 0
+
+
+def _from(res, seeds) -> str:
+    """Where the links came from, for the summary line."""
+    if seeds is not None:
+        return f"{len(seeds)} seeds ({len(res.history)} rounds)"
+    found = f"{len(res.seeds_found)} seeds found, confidence {res.seed_confidence:.2f}"
+    if len(res.history) == 1:  # the search alone: its seeds were not trusted
+        return f"no seeds: {found}, below the search's minimum; pass --seeds"
+    return f"{found} ({len(res.history) - 1} rounds)"
