@@ -195,10 +195,11 @@ def benchmark_serve_text(
         plan = {"concurrencies": list(concurrencies), "duration_s": duration_s, "warmup_s": warmup_s}
         port = _free_port()
         proc = _start_server(path, port, None, list(server_args))
-        local_runs, served_runs, same = [], [], None
+        local_runs, served_runs, same, loads = [], [], None, []
         try:
             asyncio.run(_wait_ready(port, proc))
             for run in range(runs):  # in-process first: the idle server holds no core meanwhile
+                loads.append(os.getloadavg()[0])  # a shared machine's other work, beside the run's figures
                 local_runs.append(_in_process(index, queries, k))
                 if run == 0:
                     alone = local_runs[0]["alone"]
@@ -216,7 +217,7 @@ def benchmark_serve_text(
         rows.append(row)
     config = {"n_docs": n_docs, "n_queries": n_queries, "k": k, "runs": runs, "duration_s": duration_s}
     config.update(build_seconds=build_s, models=[e.encoder_name for e in index.ensemble.embedders])
-    config["server_args"] = list(server_args)
+    config.update(server_args=list(server_args), load_average=loads)
     return {
         "config": config,
         "in_process": local,
@@ -237,7 +238,8 @@ def render_text(result: Dict[str, Any]) -> str:
     enc = local["encode_qps"]["mean"]
     lines = [
         f"{c['n_docs']:,} WordNet noun glosses, {'+'.join(c['models'])}, {c['n_queries']} example-sentence "
-        f"queries, k={c['k']}, {result['cpus']} CPUs; mean ± std of {c['runs']} runs",
+        f"queries, k={c['k']}, {result['cpus']} CPUs; mean ± std of {c['runs']} runs (1-minute load average "
+        f"at each run's start: {', '.join(f'{x:.1f}' for x in c['load_average'])})",
         "",
         "| path | concurrency | queries/s | x encoders | p50 ms | p99 ms | texts per encoder call | "
         "queries per index call | errors |",
