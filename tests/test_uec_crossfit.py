@@ -98,3 +98,15 @@ def test_bad_settings_are_refused(good):
     with pytest.raises(TypeError, match="routing_check"):
         UECEnsemble([e], routing_check={"routed": 1.0})
     assert RoutingCheck(0.5, 0.4, 0.01, 2.0, 10).kept and not RoutingCheck(0.5, 0.49, 0.01, 2.0, 10).kept
+
+
+def test_a_query_with_several_positives_is_right_on_any_of_them():
+    from crossembed.uec.crossfit import _Relevance
+
+    # pairs 0 and 1 share one query (a word with two glosses, collection rows 0 and 1); pair 2 is alone (row 2)
+    rel = _Relevance.of(np.array([0, 1, 2]), np.array([0, 0, 1]), 3)
+    idx = np.array([[1, 0, 2], [1, 2, 0], [0, 1, 2]])
+    np.testing.assert_array_equal(rel.hits(np.arange(3), idx[:, :1])[:, 0], [True, True, False])
+    ndcg = rel.ndcg(np.arange(3), idx)
+    assert ndcg[0] == pytest.approx(1.0) and ndcg[1] == pytest.approx((1 + 0.5) / (1 + 1 / np.log2(3)))
+    assert ndcg[2] == pytest.approx(0.5)

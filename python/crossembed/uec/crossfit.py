@@ -101,8 +101,32 @@ def _fold_ensemble(ens, train: np.ndarray, queries, positives):
     return type(ens)(embedders, routing=ens.routing, mixing=ens.mixing, scoring=ens.scoring, reference=ens.reference_)
 
 
-def _search(fold, routing, q_comps, texts, d, owner: np.ndarray):
-    """(features, correct, nDCG@10 per query) of one held-out fold under ``routing``."""
+@dataclass(frozen=True)
+class _Relevance:
+    """Which collection rows answer a query: the positives of every pair with the query's group."""
+
+    groups: np.ndarray  # (n,) int: pairs with the same query share a group
+    keys: np.ndarray  # sorted group * N + collection row of every (group, positive)
+    counts: np.ndarray  # distinct positives per group
+    n: int  # collection rows
+
+    @classmethod
+    def of(cls, owner: np.ndarray, groups: np.ndarray, n: int) -> _Relevance:
+        keys = np.unique(groups.astype(np.int64) * n + owner)
+        return cls(groups.astype(np.int64), keys, np.bincount(keys // n, minlength=groups.max() + 1), n)
+
+    def hits(self, rows: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        return np.isin(self.groups[rows, None] * self.n + idx, self.keys)
+
+    def ndcg(self, rows: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        discount = 1.0 / np.log2(np.arange(2, idx.shape[1] + 2))
+        gain = np.where(self.hits(rows, idx), discount[None, :], 0.0).sum(axis=1)
+        ideal = np.cumsum(discount)[np.minimum(self.counts[self.groups[rows]], idx.shape[1]) - 1]
+        return gain / ideal
+
+
+def _search(fold, routing, q_comps, texts, d, rows: np.ndarray, relevance: _Relevance):
+    """(features, correct, nDCG@10 per query) of one held-out fold's queries (``rows``) under ``routing``."""
     ens = type(fold)(
         fold.embedders, routing=routing, mixing=fold.mixing, scoring=fold.scoring, reference=fold.reference_
     )
@@ -114,9 +138,7 @@ def _search(fold, routing, q_comps, texts, d, owner: np.ndarray):
             for s in range(0, len(q), 512)
         ]
     )
-    hits = idx[:, :_NDCG_AT] == owner[:, None]
-    gain = np.where(hits, 1.0 / np.log2(np.arange(2, hits.shape[1] + 2))[None, :], 0.0).sum(axis=1)
-    return feats, idx[:, 0] == owner, gain
+    return feats, relevance.hits(rows, idx[:, :1])[:, 0], relevance.ndcg(rows, idx[:, :_NDCG_AT])
 
 
 def held_out_searches(
@@ -128,6 +150,7 @@ def held_out_searches(
     rows: np.ndarray,
     *,
     texts: Optional[List[str]] = None,
+    groups: Optional[np.ndarray] = None,
     folds: int = FOLDS,
     random_state=0,
 ) -> HeldOut:
@@ -147,6 +170,9 @@ def held_out_searches(
         The pairs whose queries are searched (all of them are fitted on).
     texts : list of str or None
         Every pair's query text (for a routing that reads them).
+    groups : array (n,) of int or None
+        Pairs with the same query share a group: a top hit is right when it is the positive of any
+        pair of the query's group (a word with several glosses); None: each pair alone.
     folds : int
         Folds of the pairs (default 5, at least 2).
     random_state : int, Generator or None
@@ -157,6 +183,9 @@ def held_out_searches(
     if n < 2 * folds:
         raise ValueError(f"cross-fitting over {folds} folds needs at least {2 * folds} pairs, got {n}")
     fold_of = check_random_state(random_state).permutation(n) % folds
+    relevance = _Relevance.of(
+        np.asarray(owner), np.arange(n) if groups is None else np.asarray(groups), len(collection[0])
+    )
     fixed = float(np.mean([h.predicted_log_rank(h.hub_reference).mean() for h in ens.heads]))
     routings = {"routed": ens.routing}
     if _checkable(ens.routing):
@@ -171,7 +200,7 @@ def held_out_searches(
         q_comps = [GaussianEmbedding(c.mean[test], c.var[test]) for c in queries]
         fold_texts = None if texts is None else [texts[i] for i in test]
         for name, routing in routings.items():
-            got[name].append(_search(fold, routing, q_comps, fold_texts, d, owner[test]))
+            got[name].append(_search(fold, routing, q_comps, fold_texts, d, test, relevance))
     out = {name: [np.concatenate(parts) for parts in zip(*v)] for name, v in got.items()}
     check = None
     if "fixed" in out:

@@ -471,6 +471,9 @@ class UECEnsemble:
                 GaussianEmbedding(np.concatenate([c.mean, d.mean[new]]), np.concatenate([c.var, d.var[new]]))
                 for c, d in zip(collection, d_comps)
             ]
+        # pairs with one query (a word with several glosses) share their positives as right answers
+        same = np.array(list(texts), dtype=object).astype(str) if texts is not None else q_comps[0].mean
+        groups = np.unique(same, axis=0, return_inverse=True)[1].reshape(-1)
         rng = check_random_state(random_state)
         held = held_out_searches(
             self,
@@ -480,6 +483,7 @@ class UECEnsemble:
             np.asarray(owner).reshape(-1),
             _pair_subset(n, rng),
             texts=None if texts is None else list(texts),
+            groups=groups,
             folds=folds,
             random_state=rng,
         )
