@@ -62,3 +62,14 @@ def test_a_weak_member_costs_the_default_little_and_gets_little_weight(task, wea
     uniform_base, _ = _ndcg(good, UniformRouting())
     uniform_weak, _ = _ndcg(good + [weak_members[weak]], UniformRouting())
     assert uniform_base - uniform_weak > base - with_weak
+
+
+@pytest.mark.parametrize("weak", ["noise", "faint"])
+def test_the_routing_check_keeps_the_rank_heads_when_a_weak_member_is_in(task, weak):
+    # fit_confidence falls back to uniform weights where the rank heads do not help; with a weak member they do
+    members = task[0] + [task[1][weak]]
+    embedders = [e for e, _, _ in members]
+    fit = [[e.transform(x[_FIT]) for e, x in zip(embedders, side)] for side in zip(*[(A, P) for _, A, P in members])]
+    fitted = UECEnsemble(embedders).fit_confidence_components(fit[0], fit[1])
+    check = fitted.routing_check_
+    assert check.kept and check.routed - check.fixed > 0.01 and fitted.routing.fixed_log_rank is None
