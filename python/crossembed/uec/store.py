@@ -72,6 +72,7 @@ class MeanRows:
         self.tail[slots - len(self.base)] = rows
 
     def grow(self, capacity: int) -> None:
+        """Room for slots up to ``capacity`` (the tail grows; the base never changes)."""
         tail = np.zeros((max(0, capacity - len(self.base)), self.dim), np.float32)
         tail[: len(self.tail)] = self.tail[: len(tail)]
         self.tail = tail
@@ -84,6 +85,7 @@ class MeanRows:
         return np.concatenate([self.base, self.tail[: n_slots - n]])
 
     def nbytes(self) -> int:
+        """Bytes of the means, the base counted whole whether it is held or mapped."""
         return int(self.base.nbytes + self.tail.nbytes)
 
 
