@@ -141,6 +141,18 @@ def _search(fold, routing, q_comps, texts, d, rows: np.ndarray, relevance: _Rele
     return feats, relevance.hits(rows, idx[:, :1])[:, 0], relevance.ndcg(rows, idx[:, :_NDCG_AT])
 
 
+def _routing_check(routed: np.ndarray, fixed: np.ndarray, log_rank: float) -> RoutingCheck:
+    """The check from per-query nDCG@10 with the rank heads and with ``log_rank`` fixed."""
+    diff = routed - fixed
+    return RoutingCheck(
+        routed=float(routed.mean()),
+        fixed=float(fixed.mean()),
+        std_error=float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else float("inf"),
+        fixed_log_rank=log_rank,
+        n_queries=len(diff),
+    )
+
+
 def held_out_searches(
     ens,
     queries: Sequence[GaussianEmbedding],
@@ -202,16 +214,7 @@ def held_out_searches(
         for name, routing in routings.items():
             got[name].append(_search(fold, routing, q_comps, fold_texts, d, test, relevance))
     out = {name: [np.concatenate(parts) for parts in zip(*v)] for name, v in got.items()}
-    check = None
-    if "fixed" in out:
-        diff = out["routed"][2] - out["fixed"][2]
-        check = RoutingCheck(
-            routed=float(out["routed"][2].mean()),
-            fixed=float(out["fixed"][2].mean()),
-            std_error=float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else float("inf"),
-            fixed_log_rank=fixed,
-            n_queries=len(diff),
-        )
+    check = _routing_check(out["routed"][2], out["fixed"][2], fixed) if "fixed" in out else None
     chosen = "routed" if check is None or check.kept else "fixed"
     feats, correct, _ = out[chosen]
     return HeldOut(routing=routings[chosen], check=check, features=feats, correct=correct)
