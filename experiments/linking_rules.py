@@ -198,7 +198,7 @@ class CheckedMapPass(MapPass):
     ----------
     check : CrossFitCheck
         The no-partner decision (default ``CrossFitCheck()``).
-    lam, score_filter, probes
+    lam, score_filter, probes, copies, margin
         As for :class:`~crossembed.linking.MapPass`.
     """
 

@@ -121,6 +121,9 @@ def test_two_default_linkers_share_no_mutable_object():
         (lambda: DecoyPass(folds=1), "folds"),
         (lambda: DecoyPass(precision=1.0), "precision"),
         (lambda: MapPass(probes=0), "probes"),
+        (lambda: MapPass(copies=0), "copies"),
+        (lambda: MapPass(margin=2.5), "margin"),
+        (lambda: MapPass(margin=-0.1), "margin"),
         (lambda: CrossFitRelink(tol=2.0), "tol"),
         (lambda: CrossFitCheck(rows=1), "rows"),
         (lambda: CCAMap(shrinkage=0.0), "shrinkage"),
@@ -184,7 +187,7 @@ def test_objects_report_their_config():
     }
     ridge = {"kind": "ridge", "lam": 1.0}
     cca_128 = {"kind": "cca", "shrinkage": 0.5, "n_components": 128}
-    map_pass = {"kind": "map", "lam": 1.0, "score_filter": True, "probes": 8}
+    map_pass = {"kind": "map", "lam": 1.0, "score_filter": True, "probes": 8, "copies": 1, "margin": 0.02}
     assert ValidatedPromotion().get_config()["final_pass"] == {
         "kind": "decoys",
         "precision": 0.85,

@@ -12,7 +12,8 @@ WordNet has 117k glosses; ``--mix-objects N`` makes N synthetic objects
 instead, for runs past that size: object o mixes two random glosses,
 ``unit(x_i + w x_j)`` with ``w ~ U(0.5, 1)``, and each side mixes its own
 encoder's real embeddings of the two, so the cross-encoder geometry is the
-real one (each gloss takes part in ~2 N / 117k objects: many near-duplicates).
+real one (each gloss takes part in ~2 N / 117k objects: many near-duplicates;
+``--mix-glosses G`` mixes only the first G glosses, ~2 N / G objects each).
 ``--storage float16`` builds both sides in float16 (half the memory; the
 linker keeps float16 sides float16), and ``--option center='Center(copy=False)'``
 centres them where they lie instead of copying them (the 5M-a-side run).
@@ -86,6 +87,36 @@ def n_glosses() -> int:
     return len({s.gloss for pos in ("noun", "verb", "adj", "adv") for s in read_synsets(pos) if s.gloss})
 
 
+def add_draw_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of :func:`draw_sides` (the pair, the objects, the split and the storage)."""
+    p.add_argument("--pair", default="minilm:use")
+    p.add_argument("--n-objects", type=int, default=0, help="glosses per draw (0: the whole corpus)")
+    p.add_argument("--alpha", type=float, default=0.714)
+    p.add_argument("--seeds", type=int, default=15)
+    p.add_argument("--draw", type=int, default=0)
+    p.add_argument("--mix-objects", type=int, default=0, help="synthetic objects mixing two glosses each (0: real)")
+    p.add_argument("--mix-glosses", type=int, default=0, help="mix only the corpus's first N glosses (0: every one)")
+    p.add_argument("--storage", choices=("float32", "float16"), default="float32", help="dtype of the mixed rows")
+
+
+def draw_sides(args: argparse.Namespace):
+    """``(A, B, split)`` of the draw :func:`add_draw_arguments`'s options describe (module docstring)."""
+    enc_a, enc_b = args.pair.split(":")
+    rng = np.random.default_rng(args.draw)
+    if args.mix_objects:
+        n = args.mix_glosses or n_glosses()
+        XA, XB = embed_corpus(enc_a, n), embed_corpus(enc_b, n)
+        split = make_partial_overlap(args.mix_objects, alpha=args.alpha, n_seeds=args.seeds, random_state=args.draw)
+        mix = rng.integers(0, len(XA), (args.mix_objects, 2)), rng.uniform(0.5, 1.0, args.mix_objects)
+        dtype = np.dtype(args.storage)
+        return _mixed(XA, split.rows_a, *mix, dtype), _mixed(XB, split.rows_b, *mix, dtype), split
+    n = args.n_objects or n_glosses()
+    XA, XB = embed_corpus(enc_a, n), embed_corpus(enc_b, n)
+    objects = np.sort(rng.choice(len(XA), size=min(n, len(XA)), replace=False))
+    split = make_partial_overlap(len(objects), alpha=args.alpha, n_seeds=args.seeds, random_state=args.draw)
+    return XA[objects[split.rows_a]], XB[objects[split.rows_b]], split
+
+
 def _build(expression: str):
     """A GEHLinker argument from ``--option``: a literal, or a call of crossembed.linking's classes."""
     names = {k: getattr(linking, k) for k in linking.__all__}
@@ -94,15 +125,9 @@ def _build(expression: str):
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--pair", default="minilm:use")
-    p.add_argument("--n-objects", type=int, default=0, help="glosses per draw (0: the whole corpus)")
-    p.add_argument("--alpha", type=float, default=0.714)
-    p.add_argument("--seeds", type=int, default=15)
-    p.add_argument("--draw", type=int, default=0)
+    add_draw_arguments(p)
     p.add_argument("--max-iter", type=int, default=30)
     p.add_argument("--num-threads", type=int, default=None)
-    p.add_argument("--mix-objects", type=int, default=0, help="synthetic objects mixing two glosses each (0: real)")
-    p.add_argument("--storage", choices=("float32", "float16"), default="float32", help="dtype of the mixed rows")
     p.add_argument(
         "--option",
         action="append",
@@ -112,21 +137,7 @@ def main() -> None:
     p.add_argument("--out", default=None, help="write the record (history included) as JSON here")
     args = p.parse_args()
 
-    enc_a, enc_b = args.pair.split(":")
-    rng = np.random.default_rng(args.draw)
-    if args.mix_objects:
-        XA, XB = embed_corpus(enc_a, n_glosses()), embed_corpus(enc_b, n_glosses())
-        split = make_partial_overlap(args.mix_objects, alpha=args.alpha, n_seeds=args.seeds, random_state=args.draw)
-        mix = rng.integers(0, len(XA), (args.mix_objects, 2)), rng.uniform(0.5, 1.0, args.mix_objects)
-        dtype = np.dtype(args.storage)
-        A, B = _mixed(XA, split.rows_a, *mix, dtype), _mixed(XB, split.rows_b, *mix, dtype)
-        del XA, XB
-    else:
-        n = args.n_objects or n_glosses()
-        XA, XB = embed_corpus(enc_a, n), embed_corpus(enc_b, n)
-        objects = np.sort(rng.choice(len(XA), size=min(n, len(XA)), replace=False))
-        split = make_partial_overlap(len(objects), alpha=args.alpha, n_seeds=args.seeds, random_state=args.draw)
-        A, B = XA[objects[split.rows_a]], XB[objects[split.rows_b]]
+    A, B, split = draw_sides(args)
     options = {k: _build(v) for k, v in (o.split("=", 1) for o in args.option)}
     rule = _Traced(options.pop("promotion", ValidatedPromotion()), split.truth, len(A), len(B), print)
     linker = GEHLinker(

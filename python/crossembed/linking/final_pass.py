@@ -72,6 +72,15 @@ class MapPass(FinalPass):
         Above 30,000 rows a side (cells): the cells of B's space each mapped
         A row is scored in, ``>= 1`` (default 8; the cost of the pass grows
         with it).
+    copies : int
+        With cells: the most cells a B row sits in, ``>= 1`` (default 1:
+        its nearest cell only). More reach partners across a cell's border,
+        for as many more pairs scored as more probes would need.
+    margin : float
+        With cells and ``copies > 1``: a B row also sits in its next nearest
+        cells whose cosine to it is at least the nearest's minus ``margin``,
+        in ``[0, 2]`` (default 0.02, which copies about 3 rows in 10; 2:
+        always ``copies`` cells).
     """
 
     kind = "map"
@@ -79,13 +88,20 @@ class MapPass(FinalPass):
     lam: float = 1.0
     score_filter: bool = True
     probes: int = 8
+    copies: int = 1
+    margin: float = 0.02
 
     def __post_init__(self):
+        margin = check_positive(self.margin, "margin", allow_zero=True)
+        if margin > 2:
+            raise ValueError(f"margin must be in [0, 2] (a difference of cosines), got {margin}")
         set_checked(
             self,
             lam=check_positive(self.lam, "lam"),
             score_filter=bool(self.score_filter),
             probes=check_int(self.probes, "probes", low=1),
+            copies=check_int(self.copies, "copies", low=1),
+            margin=margin,
         )
 
     def run(self, fit: FitState, propose: Proposer) -> Info:
@@ -106,6 +122,8 @@ class MapPass(FinalPass):
             score_filter=self.score_filter,
             cells=fit.cells,
             probes=self.probes,
+            copies=self.copies,
+            margin=self.margin,
             num_threads=fit.num_threads,
         )
         return replace_links(fit, final, views=1, anchors=len(anchors), final_pass="map", threshold=thr)

@@ -4,16 +4,21 @@ Once a ridge map ``W`` takes A to B's space, both sides are points of one
 space and linking them is a nearest-neighbour search. ``C`` centres,
 trained by a few spherical k-means steps on a sample of B's rows from
 evenly spaced rows, define the cells; every B row sits in its nearest
-centre's cell and every mapped A row probes its ``probes`` nearest cells
-(an IVF index: ``probes N_A N_B / C`` pairs scored instead of
+centre's cell, and in up to ``copies - 1`` next nearest ones whose cosine
+to the row is within ``margin`` of the nearest's (a row near a cell's
+border is scored on both sides of it, as in SPANN's boundary
+duplication), and every mapped A row probes its ``probes`` nearest cells
+(an IVF index: about ``probes N_A N_B / C`` pairs scored instead of
 ``N_A N_B``). The centres are trained and the nearest ones found on the
 sample's top principal directions (a quantiser only decides which pairs
 are scored; the pairs themselves are scored in full). Each cell's block
 goes through the fused C++ top-k; an A row keeps its ``m`` best over its
 cells (a strict order on (score, row), so the lists do not depend on the
-order the cells finish), a B row has one cell and takes that cell's list.
-Links are mutual CSLS best pairs over the lists, with the kernel's hubness
-terms.
+order the cells finish), and so does a B row over its cells. A pair that
+two cells score (a B row in several cells an A row probes) counts once: in
+the first of the B row's cells that the A row probes, so each list is the
+exact ``m`` best of the pairs its cells share. Links are mutual CSLS best
+pairs over the lists, with the kernel's hubness terms.
 
 Nothing of size ``N x D`` is held beyond the inputs and the mapped A rows,
 which are stored in B's dtype (float16 halves them); the centres' training
@@ -54,7 +59,8 @@ def _float32(X: np.ndarray) -> np.ndarray:
 
 class CellIndex:
     """Cells of B's rows: the centres (``projected``: unit rows on the quantiser's axes), each B
-    row's cell (``cell_of_b``), the quantiser's ``projection`` (None: all dimensions).
+    row's cells (``cells_of_b``, ``(N_B, copies)``, nearest first, ``-1`` padded), the quantiser's
+    ``projection`` (None: all dimensions).
 
     The centres start at evenly spaced rows of B and take ``_LLOYD_ITERATIONS``
     spherical k-means (Lloyd) steps on a fixed random sample of
@@ -73,6 +79,12 @@ class CellIndex:
         Rows of the larger side per cell centre, ``>= 1``.
     n_rows : int
         Rows of the larger side.
+    copies : int
+        Most cells a B row sits in, ``>= 1`` (default 1).
+    margin : float
+        A B row also sits in its next nearest cells (up to ``copies``) whose
+        cosine to it, on the quantiser's axes, is at least the nearest's
+        minus ``margin`` (default 0.0; ``inf``: always ``copies`` cells).
     random_state : int
         Seed of the training sample (default 0); the index does not depend on the threads.
     num_threads : int, optional
@@ -85,6 +97,8 @@ class CellIndex:
         *,
         rows_per_centre: int,
         n_rows: int,
+        copies: int = 1,
+        margin: float = 0.0,
         random_state=0,
         num_threads=None,
     ):
@@ -99,9 +113,10 @@ class CellIndex:
         self.projected = self._project(B[start])
         if _LLOYD_ITERATIONS > 0:
             self.projected = _lloyd(self._project_rows(B, sample), self.projected, _LLOYD_ITERATIONS, num_threads)
-        cell = self.nearest(B, 1, num_threads=num_threads)[:, 0]
-        cell[~keep] = -1
-        self.cell_of_b = cell
+        sims, cells = self._nearest(B, copies, num_threads)
+        cells[sims < sims[:, :1] - margin] = -1  # the nearest cell always: its cosine is the first
+        cells[~keep] = -1
+        self.cells_of_b = cells
 
     @property
     def n_cells(self) -> int:
@@ -119,14 +134,18 @@ class CellIndex:
 
     def nearest(self, X: np.ndarray, r: int, *, num_threads=None) -> np.ndarray:
         """``(N, r)`` int64: each row's ``r`` nearest centres by cosine on the top axes, best first."""
+        return self._nearest(X, r, num_threads)[1]
+
+    def _nearest(self, X: np.ndarray, r: int, num_threads) -> Tuple[np.ndarray, np.ndarray]:
+        """:meth:`nearest` and the cosines (float32), ``(N, r)`` each."""
         r = min(int(r), self.n_cells)
+        sims = np.empty((len(X), r), np.float32)
         out = np.empty((len(X), r), np.int64)
         for s in range(0, len(X), CHUNK):
-            _, idx, _, _ = kernels.topk_rows_and_columns(
+            sims[s : s + CHUNK], out[s : s + CHUNK], _, _ = kernels.topk_rows_and_columns(
                 self._project(X[s : s + CHUNK]), self.projected, r, 1, num_threads=num_threads
             )
-            out[s : s + CHUNK] = idx
-        return out
+        return sims, out
 
 
 def _principal_axes(B: np.ndarray, rows: np.ndarray, dims: int) -> Optional[np.ndarray]:
@@ -195,11 +214,55 @@ def _index_dtype(n: int) -> type:
     return np.int32 if n < 2**31 else np.int64
 
 
-def _cell_rows(cells: np.ndarray, n_cells: int) -> Tuple[np.ndarray, np.ndarray]:
-    """Rows of each cell in row order: ``rows[bounds[c]:bounds[c + 1]]`` (:func:`cell_members`)."""
+def _cell_rows(cells: np.ndarray, n_cells: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of each cell in row order, ``rows[bounds[c]:bounds[c + 1]]`` (:func:`cell_members`), and
+    the column of ``cells`` each came from (``slots``, int8)."""
     order, bounds = cell_members(cells, n_cells)
-    order //= cells.shape[1]
-    return order.astype(_index_dtype(len(cells))), bounds
+    rows, slots = np.divmod(order, cells.shape[1])
+    return rows.astype(_index_dtype(len(cells))), bounds, slots.astype(np.int8)
+
+
+def _scored_before(a: np.ndarray, b: np.ndarray, slot: np.ndarray, probes: np.ndarray, cells_of_b: np.ndarray):
+    """Whether the pairs ``(a, b)``, listed in B row ``b``'s cell ``slot``, are scored in an earlier
+    cell of ``b`` too (one that ``a`` probes): such a pair counts in that cell only."""
+    out = np.zeros(a.shape, bool)
+    at = np.nonzero(slot > 0)
+    if len(at[0]) == 0:
+        return out
+    earlier = cells_of_b[b[at]]
+    earlier = np.where(np.arange(earlier.shape[1]) < slot[at][:, None], earlier, -2)  # -2: no cell
+    out[at] = (probes[a[at]][:, :, None] == earlier[:, None, :]).any(axis=(1, 2))
+    return out
+
+
+def _merge(best: np.ndarray, rows: np.ndarray, keys: np.ndarray) -> None:
+    """``best[rows]`` becomes the ``m`` largest of itself and ``keys`` (any order)."""
+    both = np.concatenate([best[rows], keys], axis=1)
+    best[rows] = np.partition(both, both.shape[1] - best.shape[1], axis=1)[:, -best.shape[1] :]
+
+
+def _sorted_lists(best: np.ndarray, n_other: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Rows (``-1`` padded) and scores (``-inf`` padded) of :func:`_keys` lists, best first."""
+    cand = np.empty(best.shape, _index_dtype(n_other))
+    dots = np.empty(best.shape, np.float32)
+    for s in range(0, len(best), CHUNK):
+        dots[s : s + CHUNK], cand[s : s + CHUNK] = _unkey(np.sort(best[s : s + CHUNK], axis=1)[:, ::-1])
+    return cand, dots
+
+
+def _take(block, best_a, best_b, own_b, probes, cells_of_b) -> None:
+    """Merge a cell's scored block into the lists (:func:`cell_lists`)."""
+    ra, rb, slot, (s_a, i_a, s_b, i_b) = block
+    keys_a, keys_b = _keys(s_a, rb[i_a]), _keys(s_b, ra[i_b])
+    if slot.any():  # B rows in an earlier cell too: their pairs may be listed there already
+        pair_a = np.broadcast_to(ra[:, None], i_a.shape)
+        keys_a[_scored_before(pair_a, rb[i_a], slot[i_a], probes, cells_of_b)] = _EMPTY
+        pair_b, slot_b = np.broadcast_to(rb[:, None], i_b.shape), np.broadcast_to(slot[:, None], i_b.shape)
+        keys_b[_scored_before(ra[i_b], pair_b, slot_b, probes, cells_of_b)] = _EMPTY
+    _merge(best_a, ra, keys_a)
+    _merge(best_b, rb, keys_b)
+    nearest = slot == 0
+    own_b[rb[nearest], : s_b.shape[1]] = s_b[nearest]
 
 
 def cell_lists(
@@ -211,7 +274,7 @@ def cell_lists(
     *,
     num_threads: Optional[int] = None,
 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Each row's ``m`` best rows on the other side among the pairs its cells score.
+    """Each row's ``m`` best rows on the other side among the pairs its cells score, each pair once.
 
     Parameters
     ----------
@@ -232,19 +295,27 @@ def cell_lists(
         B rows (int32 below 2**31 rows, else int64; ``-1`` padded) and their dot products (float32, ``-inf``
         padded), best first, ties to the lower row.
     cand_b, dots_b : ndarray, shape (N_B, m)
-        The same for B's rows over the A rows probing their cell.
+        The same for B's rows over the A rows probing their cells.
+    own_b : ndarray, shape (N_B, m)
+        B rows' dot products with the A rows probing their nearest cell (float32, best first, ``-inf``
+        padded): every B row's hubness term from a neighbourhood of one kind (:func:`mutual_best`).
     """
-    rows_a, bounds_a = _cell_rows(probes, index.n_cells)
-    rows_b, bounds_b = _cell_rows(index.cell_of_b[:, None], index.n_cells)
+    rows_a, bounds_a, _ = _cell_rows(probes, index.n_cells)
+    rows_b, bounds_b, slots_b = _cell_rows(index.cells_of_b, index.n_cells)
     best_a = np.full((len(FA), m), _EMPTY, np.int64)
-    cand_b = np.full((len(B), m), -1, _index_dtype(len(FA)))
-    dots_b = np.full((len(B), m), -np.inf, np.float32)
+    best_b = np.full((len(B), m), _EMPTY, np.int64)
+    own_b = np.full((len(B), m), -np.inf, np.float32)
 
     def score(c: int):
         ra, rb = rows_a[bounds_a[c] : bounds_a[c + 1]], rows_b[bounds_b[c] : bounds_b[c + 1]]
         if len(ra) == 0 or len(rb) == 0:
             return None
-        return ra, rb, kernels.topk_rows_and_columns(_float32(FA[ra]), _float32(B[rb]), m, m, num_threads=1)
+        return (
+            ra,
+            rb,
+            slots_b[bounds_b[c] : bounds_b[c + 1]],
+            kernels.topk_rows_and_columns(_float32(FA[ra]), _float32(B[rb]), m, m, num_threads=1),
+        )
 
     workers = resolve_num_threads(num_threads)
     # the largest cells first, so no thread is left with one at the end (the lists do not depend on the order)
@@ -255,16 +326,8 @@ def cell_lists(
             for done in pool.map(score, order[start : start + 64 * workers]):
                 if done is None:
                     continue
-                ra, rb, (s_a, i_a, s_b, i_b) = done
-                both = np.concatenate([best_a[ra], _keys(s_a, rb[i_a])], axis=1)
-                best_a[ra] = np.partition(both, both.shape[1] - m, axis=1)[:, -m:]
-                cand_b[rb, : i_b.shape[1]] = ra[i_b]
-                dots_b[rb, : s_b.shape[1]] = s_b
-    cand_a = np.empty((len(FA), m), _index_dtype(len(B)))
-    dots_a = np.empty((len(FA), m), np.float32)
-    for s in range(0, len(FA), CHUNK):
-        dots_a[s : s + CHUNK], cand_a[s : s + CHUNK] = _unkey(np.sort(best_a[s : s + CHUNK], axis=1)[:, ::-1])
-    return cand_a, dots_a, cand_b, dots_b
+                _take(done, best_a, best_b, own_b, probes, index.cells_of_b)
+    return (*_sorted_lists(best_a, len(B)), *_sorted_lists(best_b, len(FA)), own_b)
 
 
 def _best(cand, dots, r_own, r_other) -> Tuple[np.ndarray, np.ndarray]:
@@ -283,18 +346,28 @@ def _best(cand, dots, r_own, r_other) -> Tuple[np.ndarray, np.ndarray]:
 
 
 def mutual_best(
-    cand_a: np.ndarray, dots_a: np.ndarray, cand_b: np.ndarray, dots_b: np.ndarray, *, csls_k: int
+    cand_a: np.ndarray,
+    dots_a: np.ndarray,
+    cand_b: np.ndarray,
+    dots_b: np.ndarray,
+    own_b: Optional[np.ndarray] = None,
+    *,
+    csls_k: int,
 ) -> Tuple[np.ndarray, np.ndarray]:
     """Mutual CSLS best pairs ``(P, 2)`` over the lists of :func:`cell_lists` and their scores, best
     first (ties to the lower A row).
 
     ``CSLS(i, j) = 2 s_ij - r_A(i) - r_B(j)``, ``r`` the kernel's hubness term
-    over a row's listed values (:func:`~crossembed.linking.csls.csls_hubness`). Mutual best pairs are one-to-one by
+    over a row's listed values (:func:`~crossembed.linking.csls.csls_hubness`); a B row's over
+    ``own_b`` (default ``dots_b``), its values with the A rows probing its nearest cell: a B row in
+    two cells lists about twice the A rows, and a hubness term over those would run higher than
+    its neighbours' and hide it from its partner. Mutual best pairs are one-to-one by
     construction. :func:`crossembed.kernels.csls_mutual_topk_candidates`
     with ``k=1`` on the same lists and dot products gives the same pairs.
     """
     # the lists are best first: a row's csls_k best listed values are its first csls_k
-    r_a, r_b = csls_hubness(dots_a[:, :csls_k], csls_k), csls_hubness(dots_b[:, :csls_k], csls_k)
+    own_b = dots_b if own_b is None else own_b
+    r_a, r_b = csls_hubness(dots_a[:, :csls_k], csls_k), csls_hubness(own_b[:, :csls_k], csls_k)
     best_a, score_a = _best(cand_a, dots_a, r_a, r_b)
     best_b, _ = _best(cand_b, dots_b, r_b, r_a)
     i = np.flatnonzero(best_a >= 0)

@@ -82,6 +82,18 @@ def map_propose(
     return pairs, scores
 
 
+def _cell_index(B, exclude_b, n_rows: int, copies: int, margin: float, num_threads) -> CellIndex:
+    return CellIndex(
+        B,
+        exclude_b,
+        rows_per_centre=_ROWS_PER_CENTRE,
+        n_rows=n_rows,
+        copies=copies,
+        margin=margin,
+        num_threads=num_threads,
+    )
+
+
 def map_links(
     A: np.ndarray,
     B: np.ndarray,
@@ -95,6 +107,8 @@ def map_links(
     score_filter: bool = True,
     cells: bool = False,
     probes: int = 8,
+    copies: int = 1,
+    margin: float = 0.0,
     num_threads: Optional[int] = None,
 ) -> Tuple[np.ndarray, np.ndarray, float]:
     """One-to-one links ``(L, 2)``, their CSLS scores and the score threshold (-inf: none)
@@ -123,18 +137,17 @@ def map_links(
         row is scored in its ``probes`` nearest cells, and a pass that only
         refits the map scores every 4th A row
         (:mod:`crossembed.linking.mapcells`; large fits, float16 inputs).
-    probes : int
-        Cells per mapped A row with ``cells``.
+    probes, copies, margin : int, int, float
+        With ``cells``: cells per mapped A row; most cells a B row sits in, and the cosine
+        margin of its next ones (:class:`~crossembed.linking.mapcells.CellIndex`).
     """
     fixed = np.stack([exclude_a, exclude_b], axis=1) if len(exclude_a) else np.zeros((0, 2), np.int64)
     fit_on = anchors
     pairs = np.zeros((0, 2), np.int64)
     scores = np.zeros(0, np.float32)
     thr = -np.inf
-    index = None
-    if cells:  # B's cells do not depend on the map: one index serves every refit
-        n = max(len(A), len(B))
-        index = CellIndex(B, exclude_b, rows_per_centre=_ROWS_PER_CENTRE, n_rows=n, num_threads=num_threads)
+    # B's cells do not depend on the map: one index serves every refit
+    index = _cell_index(B, exclude_b, max(len(A), len(B)), copies, margin, num_threads) if cells else None
     kw = dict(csls_k=csls_k, exclude_a=exclude_a, exclude_b=exclude_b, num_threads=num_threads, cells=index)
     for t in range(refits + 1):
         W = ridge_map_rows(A, B, fit_on, lam=lam)
