@@ -21,6 +21,9 @@ relational signals such a search could start from, with the truth known:
 * ``gw_disjoint_refined``: the same from a matching of *different* texts on
   the two sides (a seed search cannot pick partnered samples: it does not
   know the pairs);
+* ``start_needed``: how good a start must be: per share ``s`` of
+  ``--start-shares``, Procrustes from the same texts' rows paired right for a
+  share ``s`` of them and at random otherwise, refined as above;
 * ``dense_overlap``: the share of texts among the ``--match-rows`` densest
   (mean cosine to their 50 nearest) of 6,000 on one side that are also among
   the densest on the other (a random pick shares ``match_rows / 6000``).
@@ -90,7 +93,7 @@ def dense(X: np.ndarray, n: int) -> np.ndarray:
     return np.argsort(-np.partition(S, -51, axis=1)[:, -51:].mean(axis=1))[:n]
 
 
-def one_draw(XA: np.ndarray, XB: np.ndarray, n: int, draw: int) -> dict:
+def one_draw(XA: np.ndarray, XB: np.ndarray, n: int, draw: int, shares=()) -> dict:
     rng = np.random.default_rng(draw)
     ids = rng.permutation(len(XA))
     held, match, other = ids[:_HELD_OUT], ids[_HELD_OUT : _HELD_OUT + n], ids[_HELD_OUT + n : _HELD_OUT + 2 * n]
@@ -107,6 +110,12 @@ def one_draw(XA: np.ndarray, XB: np.ndarray, n: int, draw: int) -> dict:
     out["gw_partnered_refined"] = refined(T, pa(match), pb(match), pa(held), pb(held))
     CO = (B[other] @ B[other].T).astype(np.float64)
     out["gw_disjoint_refined"] = refined(entropic_gw(CA, CO), pa(match), pb(other), pa(held), pb(held))
+    out["start_needed"] = {}
+    for share in shares:
+        wrong = rng.random(n) >= share
+        partner = np.arange(n)
+        partner[wrong] = rng.permutation(partner[wrong])
+        out["start_needed"][str(share)] = refined(np.eye(n)[partner], pa(match), pb(match), pa(held), pb(held))
     pool = ids[:_DENSE_POOL]
     shared = np.intersect1d(pool[dense(A[pool], n)], pool[dense(B[pool], n)])
     out["dense_overlap"] = len(shared) / n
@@ -124,6 +133,7 @@ def main() -> None:
     p.add_argument("--corpus", type=int, default=20000, help="glosses embedded")
     p.add_argument("--match-rows", type=int, default=1000, help="rows a side of the matchings")
     p.add_argument("--draws", type=int, default=2)
+    p.add_argument("--start-shares", default="0.02,0.05,0.1,0.2", help="right shares of the simulated starts")
     p.add_argument("--out", default=None, help="write the records as JSON here")
     args = p.parse_args()
     a, b = args.pair.split(":")
@@ -133,7 +143,12 @@ def main() -> None:
     )
     records = []
     for draw in range(args.draws):
-        records.append({"pair": args.pair, **one_draw(XA, XB, args.match_rows, draw)})
+        records.append(
+            {
+                "pair": args.pair,
+                **one_draw(XA, XB, args.match_rows, draw, [float(x) for x in args.start_shares.split(",")]),
+            }
+        )
         print(json.dumps(records[-1]), flush=True)
     if args.out:
         write_file(args.out, json.dumps(records, indent=1))
