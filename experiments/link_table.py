@@ -377,12 +377,16 @@ def _by_overlap(cells: Dict[tuple, Dict[str, List[dict]]], method: str) -> List[
         "| pair | " + " | ".join(heads) + " |",
         "|---" * (len(heads) + 1) + "|",
     ]
-    pairs = list(dict.fromkeys(key[:4] for key in cells))
+    # a pair is (a, b, corpus): a setting run on another object count (alpha 1.0 at 8,192) is its column
+    runs: Dict[tuple, List[dict]] = {}
+    for key, by in cells.items():
+        runs.setdefault((*key[:3], key[4], key[5]), []).extend(by.get(method, []))
+    pairs = list(dict.fromkeys(key[:3] for key in cells))
     means: Dict[tuple, List[List[float]]] = {}
     for pair in pairs:
         row = []
         for alpha, s in settings:
-            rs = cells.get((*pair, alpha, s), {}).get(method)
+            rs = runs.get((*pair, alpha, s))
             if not rs:
                 row.append("–")
                 continue
