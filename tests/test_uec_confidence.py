@@ -100,9 +100,18 @@ def test_features_read_member_agreement():
     assert f["margin"] == pytest.approx(1.0) and f["member_margin"] == pytest.approx(0.4)
 
 
+def test_a_fit_set_all_right_or_all_wrong_gives_a_constant_smoothed_rate():
+    feats = np.random.default_rng(0).normal(size=(9, len(FEATURES)))
+    for correct, rate in ((np.ones(9), 9.5 / 10), (np.zeros(9), 0.5 / 10)):
+        with pytest.warns(RuntimeWarning, match="does not rank"):
+            conf = fit_top_hit_confidence(feats, correct)
+        assert np.allclose(conf.coef, 0.0)
+        assert 1.0 / (1.0 + np.exp(-conf.intercept)) == pytest.approx(rate)
+
+
 def test_bad_input_is_refused():
-    with pytest.raises(ValueError, match="both"):
-        fit_top_hit_confidence(np.zeros((4, len(FEATURES))), np.ones(4))
+    with pytest.raises(ValueError, match="features must not be empty"):
+        fit_top_hit_confidence(np.zeros((0, len(FEATURES))), np.ones(0))
     with pytest.raises(ValueError, match="coef"):
         TopHitConfidence(coef=(1.0,), intercept=0.0, center=(0.0,) * 6, scale=(1.0,) * 6)
     with pytest.raises(ValueError, match="scale"):

@@ -23,6 +23,7 @@ distractor documents; no evaluation label is read).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Dict, Sequence, Tuple
 
@@ -173,15 +174,31 @@ class TopHitConfidence:
 def fit_top_hit_confidence(features, correct) -> TopHitConfidence:
     """Logistic regression of ``correct`` (Q,) on ``features`` (Q, F) standardised, L2 ``1e-2`` per pair (Newton).
 
-    Both classes must occur (a fit set searched perfectly, or never right, says nothing about confidence).
+    When every top hit was right (or every one wrong) the features cannot be told apart: the
+    confidence is then the constant ``(right + 0.5) / (Q + 1)`` (the rate with half a pseudo-count
+    each way, so never 0 or 1), with a RuntimeWarning that it does not rank queries.
     """
     x = as_matrix(features, "features", dtype=np.float64, allow_float64=True)
     y = np.asarray(correct, dtype=np.float64).ravel()
     if x.shape != (len(y), len(FEATURES)):
         raise ValueError(f"features must have shape ({len(y)}, {len(FEATURES)}), got {x.shape}")
-    if y.min() == y.max():
-        raise ValueError("correct must hold both right and wrong top hits to calibrate a confidence")
     center, scale = x.mean(axis=0), np.maximum(x.std(axis=0), 1e-9)
+    if y.min() == y.max():
+        rate = (y.sum() + 0.5) / (len(y) + 1)
+        warnings.warn(
+            f"every one of the {len(y)} held-out top hits was {'right' if y[0] else 'wrong'}: the confidence is "
+            f"the constant {rate:.3f} and does not rank queries (fit on more, or harder, pairs)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return TopHitConfidence(
+            coef=(0.0,) * len(FEATURES),
+            intercept=float(np.log(rate / (1 - rate))),
+            center=center,
+            scale=scale,
+            n_pairs=len(y),
+            fit_accuracy=float(y.mean()),
+        )
     z = np.concatenate([np.ones((len(y), 1)), (x - center) / scale], axis=1)
     w = np.zeros(z.shape[1])
     w[0] = np.log(y.mean() / (1 - y.mean()))
