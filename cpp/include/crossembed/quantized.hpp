@@ -267,7 +267,12 @@ static float int8_distance(const void* pa, const void* pb, const void* pdim) {
     const __mmask64 m = dp - j >= 64 ? ~__mmask64(0) : (__mmask64(1) << (dp - j)) - 1;
     dpbusd(acc0, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, a + j), flip), _mm512_maskz_loadu_epi8(m, b + j));
   }
-  const std::uint32_t raw = std::uint32_t(_mm512_reduce_add_epi32(_mm512_add_epi32(acc0, acc1)));
+  // Lanes summed through memory (wrapping, so any order gives the same bits): _mm512_reduce_add_epi32
+  // passes an undefined vector that GCC 12 flags as maybe-uninitialized at -O1 (the sanitizer build).
+  alignas(64) std::uint32_t lanes[16];
+  _mm512_store_si512(lanes, _mm512_add_epi32(acc0, acc1));
+  std::uint32_t raw = 0;
+  for (const std::uint32_t v : lanes) raw += v;
   return int8_distance_of(std::int32_t(raw - 128u * std::uint32_t(sum_b)), sa, sb);
 }
 }  // namespace vnni
@@ -338,6 +343,16 @@ static void bf16_scores(const bf16_t* const* q, std::size_t nq, const bf16_t* pa
   }
 }
 
+// _mm512_reduce_add_ps's order (halves, quarters, pairs) through memory: the intrinsic passes an
+// undefined vector that GCC 12 flags as maybe-uninitialized at -O1 (the sanitizer build).
+static inline float reduce_add(__m512 v) {
+  alignas(64) float l[16];
+  _mm512_store_ps(l, v);
+  float t[4];
+  for (int i = 0; i < 4; ++i) t[i] = (l[i + 12] + l[i + 4]) + (l[i + 8] + l[i]);
+  return (t[2] + t[0]) + (t[3] + t[1]);
+}
+
 // Two bf16 rows: 32 values an instruction, two chains, the last group masked (zeros add 0).
 static float bf16_distance(const void* pa, const void* pb, const void* pdim) {
   const std::size_t n = bf16_row_values(*static_cast<const std::size_t*>(pdim));
@@ -353,7 +368,7 @@ static float bf16_distance(const void* pa, const void* pb, const void* pdim) {
     const __mmask32 m = n - j >= 32 ? ~__mmask32(0) : (__mmask32(1) << (n - j)) - 1;
     dpbf16(acc0, _mm512_maskz_loadu_epi16(m, a + j), _mm512_maskz_loadu_epi16(m, b + j));
   }
-  return 1.0f - _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+  return 1.0f - reduce_add(_mm512_add_ps(acc0, acc1));
 }
 }  // namespace bf16
 #pragma GCC pop_options
