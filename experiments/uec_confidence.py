@@ -19,8 +19,7 @@ from typing import Any, Dict, List, Sequence
 import numpy as np
 
 from crossembed.uec.confidence import DEPTH, FEATURES
-from crossembed.uec.metrics import ranking_metrics
-from experiments.uec_metrics import expected_calibration_error, roc_auc
+from crossembed.uec.metrics import expected_calibration_error, ranking_metrics, roc_auc
 
 __all__ = ["COVERAGES", "SIGNALS", "evaluate_confidence", "plot_confidence", "render_confidence"]
 

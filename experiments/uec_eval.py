@@ -31,12 +31,12 @@ from crossembed.uec.ensemble import UECEnsemble
 from crossembed.uec.gaussian import GaussianEmbedding
 from crossembed.uec.languages import LangidIdentifier, model_languages
 from crossembed.uec.laplace import LaplaceEmbedder, encode_pairs
-from crossembed.uec.metrics import ranking_metrics
+from crossembed.uec.metrics import expected_calibration_error, ranking_metrics, roc_auc
 from experiments._records import check_loaded, read_json
 from experiments.tasks import UECTask, dev_test_draws
 from experiments.uec_configs import build_ensemble
 from experiments.uec_languages import LanguageTransferTask, language_draws
-from experiments.uec_metrics import expected_calibration_error, fit_confidence_temperature, roc_auc, top1_confidence
+from experiments.uec_metrics import fit_confidence_temperature, top1_confidence
 from experiments.uec_rules import CalibratedConfidenceRouting, NoRankHeadRouting, TrueLanguageRouting, routing_named
 
 __all__ = [

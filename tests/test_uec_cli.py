@@ -26,6 +26,7 @@ def toy_encoders():
         register_encoder(name, lambda name=name, **kw: load_encoder(_toy, name=name, dim=16), overwrite=True)
 
 
+@pytest.mark.filterwarnings("ignore:every one of the:RuntimeWarning")
 def test_encode_build_search(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("CROSSEMBED_CACHE", str(tmp_path / "cache"))  # keep the toy embeddings out of the user cache
     docs = [f"the {w} sat on the mat number {i}" for i, w in enumerate(["cat", "dog", "bird", "fish", "cow"] * 8)]
@@ -75,11 +76,24 @@ def test_encode_build_search(tmp_path, capsys, monkeypatch):
     )
     info = json.loads(capsys.readouterr().out)
     assert info["n_docs"] == 40 and info["dim"] == 32 + 2  # two models, plus their hubness coordinates
+    assert info["confidence"] is True and isinstance(info["rank_heads_kept"], bool)  # calibrated by default
     build = ["index", "build", str(tmp_path / "docs.txt"), "--models", "toy-a,toy-b"]
     build += ["--fit-pairs", str(tmp_path / "pairs.tsv"), "--M", "8", "--json", "--quiet"]
     assert main([*build, "-o", str(tmp_path / "plain.uec"), "--hubness", "0", "--no-query-head"]) == 0
     plain = json.loads(capsys.readouterr().out)
-    assert plain["dim"] == 32 and plain["query_head"] is False
+    assert plain["dim"] == 32 and plain["query_head"] is False and plain["confidence"] is True
+    assert main([*build, "-o", str(tmp_path / "raw.uec"), "--no-confidence"]) == 0
+    raw = json.loads(capsys.readouterr().out)
+    assert raw["confidence"] is False and raw["rank_heads_kept"] is None
+    ask = ["--query", "the cow sat", "--confidence", "--json"]
+    assert main(["index", "search", str(tmp_path / "raw.uec"), *ask]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "confidence" in err
+    assert main(["index", "search", str(tmp_path / "i.uec"), *ask, "--query", "a fish"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert [0.0 <= g["confidence"] <= 1.0 for g in got] == [True, True] and "cow" in got[0]["hits"][0]["text"]
+    assert main(["index", "search", str(tmp_path / "i.uec"), "--query", "the cow sat", "--confidence"]) == 0
+    assert "top hit right with probability" in capsys.readouterr().out
     assert main([*build, "-o", str(tmp_path / "bad.uec"), "--hubness", "-1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "hubness" in err and not (tmp_path / "bad.uec").exists()

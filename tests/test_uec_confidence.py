@@ -37,7 +37,7 @@ def toy():
 
 
 def test_fit_on_pairs_gives_a_calibrated_confidence_that_ranks_hits(toy):
-    from experiments.uec_metrics import expected_calibration_error, roc_auc
+    from crossembed.uec.metrics import expected_calibration_error, roc_auc
 
     fitted, q, docs = toy
     assert fitted.confidence_ is not None and 0 < fitted.confidence_.fit_accuracy < 1

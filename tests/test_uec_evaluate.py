@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from crossembed.uec.metrics import ranking_metrics
+from crossembed.uec.metrics import expected_calibration_error, ranking_metrics, roc_auc
 from experiments.tasks import RetrievalTask, UECTask, dev_test_draws
 from experiments.uec_eval import TaskEmbeddings, evaluate_task, render_markdown
-from experiments.uec_metrics import expected_calibration_error, fit_confidence_temperature, roc_auc, top1_confidence
+from experiments.uec_metrics import fit_confidence_temperature, top1_confidence
 
 
 def test_ranking_metrics_by_hand():

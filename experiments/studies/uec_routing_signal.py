@@ -30,10 +30,9 @@ import numpy as np
 
 from crossembed.uec import LaplaceEmbedder
 from crossembed.uec import ablations as R
-from crossembed.uec.metrics import ranking_metrics
+from crossembed.uec.metrics import ranking_metrics, roc_auc
 from experiments.tasks import dev_test_draws, freedict_task, wordnet_task
 from experiments.uec_eval import embed_task
-from experiments.uec_metrics import roc_auc
 
 MODELS = ("minilm", "minilm-l3", "e5")
 

@@ -7,7 +7,10 @@
    words in English, German, French and Spanish (the bundled FreeDict word
    list), where only e5 is multilingual - the task on which routing matters.
    Compared with every single model, the uniform ensemble and the Laplace-
-   trace weights of the paper.
+   trace weights of the paper. The default is calibrated on the fit pairs
+   (``fit_confidence``: its routing checked on held-out pairs, a top-hit
+   confidence), and the report says how well that confidence tells right top
+   hits from wrong ones.
 2. GEH: two encoders' gloss vectors are linked from 15 seed pairs under the
    paper's partial-overlap protocol, against orthogonal Procrustes.
 
@@ -21,7 +24,7 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -59,19 +62,36 @@ def _table(rows: List[Dict], cols: List[str]) -> str:
 
 
 def _ranked(ens, q_comps, d_comps, q_texts, n_top: int = 100, *, index_threads=None):
-    """Top documents of one ensemble (UEC default: served through a UECIndex) and its query weights."""
+    """Top documents of one ensemble (UEC default: served through a UECIndex), its query weights, its
+    speed (queries/s, served path only) and its top-hit confidence (where the ensemble has one)."""
     from crossembed.uec import UECIndex
 
     if ens.needs_reference:
         ens = ens.with_reference(d_comps)  # retrieval confidence over the searched collection
     q, d = ens.combine(q_comps, role="query", texts=q_texts), ens.combine(d_comps, role="passage")
-    if index_threads is not False:  # the served path: HNSW candidates + exact rerank
-        index = UECIndex(d, ensemble=ens, num_threads=index_threads)
-        t0 = time.perf_counter()
-        _, top = index.search(q, n_top)
-        return top, q.weights, len(q) / (time.perf_counter() - t0)
-    _, top = ens.topk(q, d, n_top)
-    return top, q.weights, None
+    if index_threads is False:
+        _, top = ens.topk(q, d, n_top)
+        return top, q.weights, None, None
+    index = UECIndex(d, ensemble=ens, num_threads=index_threads)  # the served path: HNSW + exact rerank
+    t0 = time.perf_counter()
+    _, top = index.search(q, n_top)
+    qps = len(q) / (time.perf_counter() - t0)
+    confidence = index.search(q, n_top, return_confidence=True)[2] if ens.confidence_ is not None else None
+    return top, q.weights, qps, confidence
+
+
+def _confidence_summary(confidence: np.ndarray, hit1: np.ndarray) -> Dict[str, float]:
+    """How well the top-hit confidence tells right top hits from wrong ones."""
+    from crossembed.uec.metrics import expected_calibration_error, roc_auc
+
+    confident = np.argsort(-confidence, kind="stable")[: max(1, len(confidence) // 2)]
+    return {
+        "auroc": roc_auc(confidence, hit1),
+        "ece": expected_calibration_error(confidence, hit1),
+        "mean_confidence": float(confidence.mean()),
+        "top1_accuracy": float(hit1.mean()),
+        "top1_accuracy_confident_half": float(hit1[confident].mean()),
+    }
 
 
 def _metrics(m: Dict[str, np.ndarray], langs: np.ndarray) -> Dict[str, float]:
@@ -182,8 +202,29 @@ def _fit_forms(models: List[str], data: _Split, ex_emb, gl_emb, wd_emb, encoders
     return {"kron": fitted("kron"), "diag": fitted("diag")}  # diag: the official code's posterior form
 
 
-def _ensembles(embedders, diag) -> Dict[str, object]:
-    """The compared ensembles (labels as the report shows them)."""
+def _calibrated_default(models: List[str], data: _Split, ex_emb, gl_emb, wd_emb, embedders, docs, args):
+    """The default ensemble after :meth:`~crossembed.uec.UECEnsemble.fit_confidence` on the fit pairs (the
+    searched glosses as distractors, no test labels): its routing checked, a top-hit confidence."""
+    from crossembed.uec import UECEnsemble
+
+    word_rows = [data.word_row[w] for w, _ in data.fit_words]
+    gloss_rows = np.concatenate([data.fit, [r for _, r in data.fit_words]]).astype(np.int64)
+    queries = [
+        e.transform(np.concatenate([ex_emb[n][data.fit], wd_emb[n][word_rows]])) for e, n in zip(embedders, models)
+    ]
+    positives = [e.transform(gl_emb[n][gloss_rows]) for e, n in zip(embedders, models)]
+    texts = [data.examples[i] for i in data.fit] + [w for w, _ in data.fit_words]
+    return UECEnsemble(embedders).fit_confidence_components(
+        queries, positives, documents=docs, texts=texts, random_state=args.seed
+    )
+
+
+def _check_summary(check) -> Optional[Dict[str, object]]:
+    return None if check is None else {**check.get_config(), "rank_heads_kept": check.kept}
+
+
+def _ensembles(embedders, diag, default) -> Dict[str, object]:
+    """The compared ensembles (labels as the report shows them); ``default`` the calibrated default."""
     from crossembed.uec import LaplaceRouting, ProbitScoring, ScoreMixing, UECEnsemble, UniformRouting
     from crossembed.uec.ablations import BetaCosineScoring, ConfidenceRouting, PrecisionSumRouting
 
@@ -198,7 +239,7 @@ def _ensembles(embedders, diag) -> Dict[str, object]:
             diag, routing=PrecisionSumRouting(1.0), scoring=BetaCosineScoring(1.0)
         ),
         "UEC, retrieval-confidence routing": UECEnsemble(embedders, routing=ConfidenceRouting(), mixing=plain),
-        "UEC (default: language-aware rank-head routing + query head + hubness)": UECEnsemble(embedders),
+        "UEC (default: language-aware rank-head routing + query head + hubness, routing checked)": default,
     }
 
 
@@ -222,12 +263,13 @@ def _uec_tasks(models: List[str], data: _Split, ex_emb, wd_emb, forms):
 
 
 def _task_rows(models, ensembles, q_by_form, q_texts, d_by_form, relevant, langs, multi, args):
-    """One task's rows (single models by plain cosine, then every ensemble), the default's weights, its speed."""
+    """One task's rows (single models by plain cosine, then every ensemble), the default's weights, its speed
+    and how well its top-hit confidence ranks the queries."""
     from crossembed.uec.metrics import ranking_metrics
 
     k_multi = models.index(multi)
     q_comps, d_comps = q_by_form["kron"], d_by_form["kron"]
-    rows, weights, qps = [], None, None
+    rows, weights, qps, confidence = [], None, None, None
     for k, name in enumerate(models):  # single models: plain cosine
         sims = q_comps[k].mean @ d_comps[k].mean.T
         top = np.argsort(-sims, axis=1, kind="stable")[:, :100]
@@ -235,11 +277,14 @@ def _task_rows(models, ensembles, q_by_form, q_texts, d_by_form, relevant, langs
     for label, ens in ensembles.items():
         served = label.startswith("UEC (default")
         form = "diag" if "diag" in label else "kron"
-        top, w, speed = _ranked(
+        top, w, speed, conf = _ranked(
             ens, q_by_form[form], d_by_form[form], q_texts, index_threads=args.num_threads if served else False
         )
         qps = speed if speed is not None else qps
-        row = {"method": label, **_metrics(ranking_metrics(top, relevant), langs)}
+        metrics = ranking_metrics(top, relevant)
+        if conf is not None:
+            confidence = _confidence_summary(conf, metrics["hit@1"])
+        row = {"method": label, **_metrics(metrics, langs)}
         if w is not None and w.shape[1] == len(models):
             fo = langs != "en"
             row[f"w({multi}) en"] = float(w[~fo, k_multi].mean())
@@ -250,7 +295,7 @@ def _task_rows(models, ensembles, q_by_form, q_texts, d_by_form, relevant, langs
                     lang: dict(zip(models, map(float, w[langs == lang].mean(axis=0)))) for lang in dict.fromkeys(langs)
                 }
         rows.append(row)
-    return rows, weights, qps
+    return rows, weights, qps, confidence
 
 
 def _linking(models: List[str], data: _Split, gl_emb, args):
@@ -307,6 +352,20 @@ def _report(out: Dict, data: _Split, multi: str) -> None:
             f"mean UEC weights ({task}): "
             + "; ".join(f"{lang}: " + ", ".join(f"{m} {v:.2f}" for m, v in w.items()) for lang, w in per_lang.items())
         )
+    check = out["uec_routing_check"]
+    if check is not None:
+        verdict = "kept" if check["rank_heads_kept"] else "replaced by a fixed log-rank"
+        print(
+            f"routing check on held-out fit pairs (nDCG@10): rank heads {check['routed']:.3f}, fixed "
+            f"{check['fixed']:.3f} (+- {check['std_error']:.3f}): rank heads {verdict}"
+        )
+    for task, c in out["uec_confidence"].items():
+        if c is not None:
+            print(
+                f"top-hit confidence ({task}): AUROC {c['auroc']:.3f} for 'the top hit is right'; mean "
+                f"{c['mean_confidence']:.3f} vs top-1 accuracy {c['top1_accuracy']:.3f} (ECE {c['ece']:.3f}); "
+                f"the most confident half: top-1 accuracy {c['top1_accuracy_confident_half']:.3f}"
+            )
     print(f"UEC index search (HNSW + exact probit rerank): {out['uec_index_qps']:,.0f} queries/s\n")
     print(f"GEH linking {out['linking_pair']}: overlap {out['overlap']} of {n_syn} objects, 15 seeds\n")
     print(_table(out["linking"], ["method", "precision", "recall", "f1", "links", "seconds"]))
@@ -325,13 +384,15 @@ def run(args) -> int:
     forms = _fit_forms(models, data, ex_emb, gl_emb, wd_emb, encoders, args)
     d_by_form = {f: [e.transform(gl_emb[n][data.test]) for e, n in zip(lst, models)] for f, lst in forms.items()}
     multi = "e5" if "e5" in models else models[-1]
-    ensembles = _ensembles(forms["kron"], forms["diag"])
-    retrieval, weights, qps = {}, {}, None
+    default = _calibrated_default(models, data, ex_emb, gl_emb, wd_emb, forms["kron"], d_by_form["kron"], args)
+    ensembles = _ensembles(forms["kron"], forms["diag"], default)
+    retrieval, weights, qps, confidence = {}, {}, None, {}
     for task, (q_by_form, q_texts, relevant, langs) in _uec_tasks(models, data, ex_emb, wd_emb, forms).items():
-        rows, w, speed = _task_rows(
+        rows, w, speed, conf = _task_rows(
             models, ensembles, q_by_form, q_texts, d_by_form, relevant, np.array(langs), multi, args
         )
         retrieval[task] = rows
+        confidence[task] = conf
         qps = speed if speed is not None else qps
         if w is not None:
             weights[task] = w
@@ -346,6 +407,8 @@ def run(args) -> int:
         "retrieval": retrieval,
         "uec_weights_by_language": weights,
         "uec_index_qps": qps,
+        "uec_routing_check": _check_summary(default.routing_check_),
+        "uec_confidence": confidence,
         "linking_pair": pair,
         "overlap": overlap,
         "linking": link_rows,

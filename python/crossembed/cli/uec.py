@@ -104,6 +104,17 @@ def _fit_embedders(args, models, pairs) -> list:
     return embedders
 
 
+def _calibrated(ens, pairs, docs, args):
+    """``ens`` after ``fit_confidence_components`` on the fit pairs, with the indexed documents (their
+    per-model Gaussians ``docs``) as the distractors every real search has."""
+    progress = not args.quiet
+    queries = ens.encode_components([q for q, _ in pairs], role="query", show_progress_bar=progress)
+    positives = ens.encode_components([p for _, p in pairs], role="passage", show_progress_bar=progress)
+    return ens.fit_confidence_components(
+        queries, positives, documents=docs, texts=[q for q, _ in pairs], random_state=args.seed
+    )
+
+
 def _index_build(args) -> int:
     from crossembed.uec import IndexConfig, UECIndex
 
@@ -115,7 +126,14 @@ def _index_build(args) -> int:
     config = IndexConfig(
         M=args.M, ef_construction=args.ef_construction, rerank=args.rerank, dtype=args.dtype, random_state=args.seed
     )
-    index = UECIndex.build(ens, docs, config=config, num_threads=args.num_threads, show_progress_bar=not args.quiet)
+    progress = not args.quiet
+    comps = ens.encode_components(docs, role="passage", show_progress_bar=progress)
+    if args.confidence:
+        ens = _calibrated(ens, pairs, comps, args)
+    if ens.needs_reference and not ens.has_reference:
+        ens = ens.with_reference(comps)  # retrieval confidence is measured over the indexed documents
+    docs_g = ens.combine(comps, role="passage")
+    index = UECIndex(docs_g, ensemble=ens, texts=docs, config=config, num_threads=args.num_threads)
     index.save(args.output)
     info = {
         "output": str(args.output),
@@ -125,6 +143,8 @@ def _index_build(args) -> int:
         "fit_pairs": len(pairs),
         "prior_precision": [e.prior_precision_ for e in embedders],
         "query_head": ens.mixing.get_config().get("query_head") is True,
+        "confidence": ens.confidence_ is not None,
+        "rank_heads_kept": None if ens.routing_check_ is None else ens.routing_check_.kept,
     }
     print_result(info, args.json, lambda i: f"wrote a {i['n_docs']}-document UEC index ({i['dim']}-d) to {i['output']}")
     return 0
@@ -137,6 +157,8 @@ def _index_search(args) -> int:
         raise ValueError("give either --query TEXT (repeatable) or --queries FILE")
     if args.output and not args.queries:
         raise ValueError("--output streams the results of --queries FILE")
+    if args.output and args.confidence:
+        raise ValueError("--confidence is printed with the hits; it is not streamed with --output")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     index = UECIndex.load(args.index, mmap=True, num_threads=args.num_threads)
@@ -153,16 +175,19 @@ def _index_search(args) -> int:
         )
         return 0
     queries = list(args.query) if args.query else read_lines(args.queries, "queries")
-    scores, ids = index.search(queries, k, **options)
+    if args.confidence:
+        scores, ids, confidence = index.search(queries, k, return_confidence=True, **options)
+    else:
+        (scores, ids), confidence = index.search(queries, k, **options), None
     out = []
-    for q, s_row, i_row in zip(queries, scores, ids):
+    for n, (q, s_row, i_row) in enumerate(zip(queries, scores, ids)):
         texts = index.get_texts(i_row)
         hits = [
             {"rank": r + 1, "doc": int(i), "score": float(s), **({"text": t} if t is not None else {})}
             for r, (s, i, t) in enumerate(zip(s_row, i_row, texts))
             if i >= 0
         ]
-        out.append({"query": q, "hits": hits})
+        out.append({"query": q, **({} if confidence is None else {"confidence": float(confidence[n])}), "hits": hits})
     print_result(out, args.json, _render_hits)
     return 0
 
@@ -170,7 +195,8 @@ def _index_search(args) -> int:
 def _render_hits(out) -> str:
     lines = []
     for item in out:
-        lines.append(f"query: {item['query']}")
+        sure = f"  (top hit right with probability {item['confidence']:.2f})" if "confidence" in item else ""
+        lines.append(f"query: {item['query']}{sure}")
         lines += [f"  {h['rank']:>3}  {h['score']:.4f}  [{h['doc']}] {h.get('text', '')}" for h in item["hits"]]
     return "\n".join(lines)
 
@@ -235,6 +261,13 @@ def _add_index_build(isub) -> None:
     b.add_argument(
         "--prior-precision", type=prior_precision_arg, default="marglik", help="'marglik', 'nll' or a number"
     )
+    b.add_argument(
+        "--no-confidence",
+        dest="confidence",
+        action="store_false",
+        help="skip the calibration on the fit pairs (cross-fitted: it checks the routing on held-out pairs and "
+        "fits the top-hit confidence `index search --confidence` reports)",
+    )
     b.add_argument("--M", type=int_arg(2), default=32)
     b.add_argument("--ef-construction", type=int_arg(1), default=200)
     b.add_argument("--rerank", type=int_arg(1), default=100)
@@ -267,6 +300,11 @@ def _add_index_search(isub) -> None:
     s.add_argument("--exact", action="store_true", help="brute-force probit search instead of HNSW + rerank")
     s.add_argument("--rerank", type=int_arg(1), default=None, help="ANN candidates reranked per query")
     s.add_argument("--ef", type=int_arg(1), default=None, help="HNSW search breadth (default 2 x rerank)")
+    s.add_argument(
+        "--confidence",
+        action="store_true",
+        help="also print each query's calibrated probability that its top hit is right (an index built with it)",
+    )
     add_num_threads(s)
     add_output_flags(s)
     s.set_defaults(func=_index_search)

@@ -1,4 +1,4 @@
-"""Retrieval metrics of a ranking: nDCG@10, recall, MRR, hits."""
+"""Retrieval metrics of a ranking (nDCG@10, recall, MRR, hits) and of a confidence (ROC AUC, ECE)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Dict, Sequence
 
 import numpy as np
 
-__all__ = ["ranking_metrics"]
+__all__ = ["expected_calibration_error", "ranking_metrics", "roc_auc"]
 
 
 def ranking_metrics(top_idx: np.ndarray, relevant: Sequence[Sequence[int]]) -> Dict[str, np.ndarray]:
@@ -36,3 +36,35 @@ def ranking_metrics(top_idx: np.ndarray, relevant: Sequence[Sequence[int]]) -> D
         out["hit@1"][q] = float(hits[0])
         out["hit@10"][q] = float(h10.any())
     return out
+
+
+def roc_auc(scores, labels) -> float:
+    """ROC AUC of ``scores`` for binary ``labels`` (Mann-Whitney, ties averaged); NaN with one class."""
+    from scipy.stats import rankdata
+
+    s = np.asarray(scores, dtype=np.float64).ravel()
+    y = np.asarray(labels).astype(bool).ravel()
+    if s.shape != y.shape:
+        raise ValueError(f"scores has {s.size} entries but labels has {y.size}")
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    r = rankdata(s)
+    return float((r[y].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def expected_calibration_error(confidence, correct, *, bins: int = 15) -> float:
+    """``sum_b |B_b|/n * |acc(B_b) - conf(B_b)|`` over equal-width confidence bins on [0, 1]."""
+    c = np.asarray(confidence, dtype=np.float64).ravel()
+    y = np.asarray(correct, dtype=np.float64).ravel()
+    if c.shape != y.shape or c.size == 0:
+        raise ValueError("confidence and correct must be non-empty and of equal length")
+    if ((c < 0) | (c > 1)).any():
+        raise ValueError("confidence must lie in [0, 1]")
+    which = np.minimum((c * bins).astype(int), bins - 1)
+    ece = 0.0
+    for b in range(bins):
+        m = which == b
+        if m.any():
+            ece += m.mean() * abs(y[m].mean() - c[m].mean())
+    return float(ece)
