@@ -7,14 +7,13 @@ files that must be refused (never a crash).
 """
 
 import os
-import subprocess
-import sys
 import textwrap
 import threading
 
 import numpy as np
 import pytest
 
+from _isa import X86_LEVELS, run_at_level
 from crossembed.ann import MeanGraph
 
 STORAGES = ("float32", "float16")
@@ -153,9 +152,8 @@ def test_distances_on_every_instruction_set(tmp_path):
     path = tmp_path / "isa.py"
     path.write_text(script)
     outcomes = {}
-    for level in ("generic", "avx2", "avx512"):
-        env = dict(os.environ, CROSSEMBED_SIMD=level)
-        run = subprocess.run([sys.executable, str(path), level], env=env, capture_output=True, text=True, timeout=120)
+    for level in X86_LEVELS:
+        run = run_at_level(level, str(path), level, text=True)
         assert run.returncode == 0, run.stderr
         outcomes[level] = run.stdout.strip()
     assert outcomes["generic"] == "ok"

@@ -6,14 +6,12 @@ adversarial rows (tails of every length, extreme scales, zero and constant rows,
 document), recall against exact search, updates, save/load and refusals.
 """
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 
+from _isa import X86_LEVELS, run_at_level
 from crossembed.ann import MeanGraph
 
 CODED = ("int8", "bf16")
@@ -134,12 +132,9 @@ def test_distances_on_every_instruction_set(tmp_path):
     path = tmp_path / "isa.py"
     path.write_text(script)
     results = {}
-    for level in ("generic", "avx2", "avx512"):
-        env = dict(os.environ, CROSSEMBED_SIMD=level)
+    for level in X86_LEVELS:
         saved = tmp_path / f"{level}.npz"
-        run = subprocess.run(
-            [sys.executable, str(path), level, str(saved)], env=env, capture_output=True, text=True, timeout=120
-        )
+        run = run_at_level(level, str(path), level, str(saved), text=True)
         assert run.returncode == 0, run.stderr
         if run.stdout.strip() == "ok":
             results[level] = dict(np.load(saved))

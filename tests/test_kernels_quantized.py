@@ -7,14 +7,11 @@ means-only top_k exactly; with candidates = N always. Against the float64 refere
 are within the float32 dot bound gamma_{D+2} sum |q c| (test_kernels_probit.py).
 """
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 import crossembed as ce
+from _isa import X86_LEVELS, run_at_level
 from crossembed import reference as ref
 from crossembed.kernels import QuantizedDocs
 
@@ -178,8 +175,8 @@ def test_instruction_sets_agree():
         "import sys; np.save(sys.stdout.buffer, np.concatenate([a.ravel(), i.ravel(), t.ravel()]))\n"
     )
     outs = {}
-    for level in ("generic", "avx2", "avx512"):
-        env = dict(os.environ, CROSSEMBED_SIMD=level)
-        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, check=True).stdout
-        outs[level] = out
+    for level in X86_LEVELS:
+        run = run_at_level(level, "-c", script)
+        assert run.returncode == 0, run.stderr
+        outs[level] = run.stdout
     assert outs["generic"] == outs["avx2"] == outs["avx512"]

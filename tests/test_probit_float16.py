@@ -12,15 +12,13 @@ the stored document here): |d mu_s| <= gamma_{D+2} sum |mu_q mu_h|,
 """
 
 import math
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 
 import crossembed as ce
+from _isa import run_at_level
 from _probit_paths import assert_paths_agree
 from crossembed import reference as ref
 
@@ -238,5 +236,5 @@ def test_every_isa_widens_halves_exactly(level):
     family = ["generic", "neon"] if ce.simd_level() == "neon" else ["generic", "avx2", "avx512"]
     if level not in family or family.index(level) > family.index(ce.simd_level()):
         pytest.skip(f"this CPU runs {ce.simd_level()}")
-    env = dict(os.environ, CROSSEMBED_SIMD=level)
-    subprocess.run([sys.executable, "-c", _ISA_CHECK, level], env=env, check=True, timeout=120)
+    run = run_at_level(level, "-c", _ISA_CHECK, level, text=True)
+    assert run.returncode == 0, run.stderr
