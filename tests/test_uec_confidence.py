@@ -98,6 +98,11 @@ def test_features_read_member_agreement():
     f = dict(zip(FEATURES, feats[0]))
     assert f["agreement"] == pytest.approx(0.7) and f["log_rank"] == 3.0
     assert f["margin"] == pytest.approx(1.0) and f["member_margin"] == pytest.approx(0.4)
+    assert f["drop"] == pytest.approx(1.0)  # top-1 minus the last result's score
+    deeper = np.concatenate([docs, docs[:, :1]], axis=1)
+    feats, _ = search_features(q, np.array([[2.0, 1.5, 0.25]]), deeper, [2, 2], 2, np.array([3.0]))
+    f = dict(zip(FEATURES, feats[0]))
+    assert f["drop"] == pytest.approx(1.75) and f["margin"] == pytest.approx(0.5)
 
 
 def test_a_fit_set_all_right_or_all_wrong_gives_a_constant_smoothed_rate():
@@ -110,9 +115,10 @@ def test_a_fit_set_all_right_or_all_wrong_gives_a_constant_smoothed_rate():
 
 
 def test_bad_input_is_refused():
+    n = len(FEATURES)
     with pytest.raises(ValueError, match="features must not be empty"):
         fit_top_hit_confidence(np.zeros((0, len(FEATURES))), np.ones(0))
     with pytest.raises(ValueError, match="coef"):
-        TopHitConfidence(coef=(1.0,), intercept=0.0, center=(0.0,) * 6, scale=(1.0,) * 6)
+        TopHitConfidence(coef=(1.0,), intercept=0.0, center=(0.0,) * n, scale=(1.0,) * n)
     with pytest.raises(ValueError, match="scale"):
-        TopHitConfidence(coef=(1.0,) * 6, intercept=0.0, center=(0.0,) * 6, scale=(0.0,) * 6)
+        TopHitConfidence(coef=(1.0,) * n, intercept=0.0, center=(0.0,) * n, scale=(0.0,) * n)

@@ -76,7 +76,7 @@ def test_the_check_is_saved_and_old_files_refused(good, tmp_path):
     back = UECEnsemble.load(fitted.save(tmp_path / "e.ens"))
     assert back.routing_check_ == fitted.routing_check_ and back.routing == fitted.routing
     arrays, meta = fitted.get_state()
-    assert meta["format"] == 4 and meta["routing_check"]["n_queries"] == 400
+    assert meta["format"] == 5 and meta["routing_check"]["n_queries"] == 400
     with pytest.raises(ValueError, match="format version 3"):
         UECEnsemble.from_state(arrays, {**meta, "format": 3})
 

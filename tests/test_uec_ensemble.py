@@ -284,10 +284,10 @@ def test_random_state_seeds_the_projections_and_old_files_are_refused():
     with pytest.raises(TypeError, match="random_state"):
         EmbeddingMixing(random_state="x")
     old = {k: v for k, v in meta.items() if k != "format"}  # a file from before the behaviour objects
-    with pytest.raises(ValueError, match="format version None.*version 4"):
+    with pytest.raises(ValueError, match="format version None.*version 5"):
         UECEnsemble.from_state(arrays, old)
-    with pytest.raises(ValueError, match="format version 3.*version 4"):  # before the routing check was saved
-        UECEnsemble.from_state(arrays, {**meta, "format": 3})
+    with pytest.raises(ValueError, match="format version 4.*version 5"):  # before the confidence read the drop
+        UECEnsemble.from_state(arrays, {**meta, "format": 4})
     with pytest.raises(ValueError, match="routing config"):
         UECEnsemble.from_state(arrays, {**meta, "routing": {"kind": "learned"}})
 

@@ -7,6 +7,8 @@ in the scores and in whether the models agree. Per query, from its best
 * ``top1``: the ensemble's score of the top hit;
 * ``margin``: top-1 minus top-2 score;
 * ``gap``: top-1 minus the mean of the other results, in units of their standard deviation;
+* ``drop``: top-1 minus the last of the results (the :data:`DEPTH`-th score): how far the top hit
+  stands above the query's neighbourhood, in score units (``gap`` divides that spread out);
 * ``agreement``: the routing weight of the models whose own best among those
   results is the ensemble's top hit (each model's block of the side-by-side
   score, its hubness included): 1 when every model puts the same hit first;
@@ -38,7 +40,7 @@ __all__ = ["DEPTH", "FEATURES", "TopHitConfidence", "fit_top_hit_confidence", "s
 
 #: results per query the features read (a search for fewer is widened to this many)
 DEPTH = 10
-FEATURES = ("top1", "margin", "gap", "agreement", "member_margin", "log_rank")
+FEATURES = ("top1", "margin", "gap", "drop", "agreement", "member_margin", "log_rank")
 #: L2 penalty of the logistic regression, per pair, on standardised features
 _PENALTY = 1e-2
 
@@ -106,7 +108,9 @@ def search_features(
         [np.linalg.norm(q.mean[:, a : a + d].astype(np.float64), axis=1) for a, d in zip(starts, dims)], axis=1
     )
     member_margin = (pi * own / np.maximum(w, 1e-30)).sum(axis=1)
-    feats = np.stack([s[:, 0], margin, gap, agreement, member_margin, np.asarray(log_rank, np.float64)], axis=1)
+    drop = s[:, 0] - s[:, -1]
+    log_rank = np.asarray(log_rank, np.float64)
+    feats = np.stack([s[:, 0], margin, gap, drop, agreement, member_margin, log_rank], axis=1)
     return feats, has_hit
 
 

@@ -55,7 +55,7 @@ __all__ = ["FORMAT_VERSION", "UECEnsemble"]
 _ROLES = ("query", "passage")
 _KIND = "crossembed.uec.UECEnsemble"
 #: version of the saved ensemble state (``meta["format"]``); other versions are refused
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 #: fit anchors a confidence is calibrated on at most (a random subset)
 CONFIDENCE_PAIRS = 4096
 #: a collection row whose model-0 cosine to an anchor's positive reaches this is that positive
