@@ -2,6 +2,7 @@
 
 import re
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -40,6 +41,7 @@ def test_churn_keeps_deleted_slots_bounded_and_every_live_document_reachable():
         index.upsert(_docs(20, 16, 500 + r), ids=swap)  # replaced documents leave deleted slots too
         live = np.concatenate([np.setdiff1d(live, gone), np.arange(next_id, next_id + 100)])
         next_id += 100
+        assert index.wait_for_compaction(timeout=60)
         stats = index.stats()
         assert stats["live"] == len(index) == 1000
         # one update past the bound compacts: at most one batch beyond a quarter of the live set is ever held
@@ -146,10 +148,42 @@ def test_searches_run_through_compactions_saves_and_concurrent_updates(tmp_path)
     assert len(saved) == 1500 and np.isin(stable, saved.ids).all()
 
 
+def test_updates_go_on_while_a_compaction_builds_and_land_in_its_graph():
+    """The update past compact_at starts the rebuild and returns; updates made during it are replayed onto
+    the new graph, so after the swap the index holds exactly what they left, none of it lost."""
+    rng = np.random.default_rng(10)
+    n = 20_000
+    index = UECIndex(_docs(n, 32, 11), config=IndexConfig(M=16, ef_construction=200), num_threads=1)
+    began = time.perf_counter()
+    index.remove(np.arange(0, n, 3))  # 6,667 > 0.25 * 13,333: starts the compaction and returns
+    assert time.perf_counter() - began < 1.0 and index.stats()["compacting"]
+    live = set(range(n)) - set(range(0, n, 3))
+    added = _docs(50, 32, 12)
+    index.add(added, ids=np.arange(n, n + 50))
+    gone = rng.choice(sorted(live), 40, replace=False)
+    index.remove(gone)
+    swapped = np.array(sorted(live - set(gone.tolist())))[:30]
+    new_rows = _docs(30, 32, 13)
+    index.upsert(new_rows, ids=swapped)
+    index.remove(np.arange(n + 40, n + 50))  # documents added during the build, removed during it
+    live = (live - set(gone.tolist())) | set(range(n, n + 40))
+    assert index.stats()["compacting"], "the build ended before the updates: make it longer"
+    assert index.wait_for_compaction(timeout=300)
+    stats = index.stats()
+    assert not stats["compacting"] and stats["live"] == len(live) == len(index)
+    assert stats["deleted"] == 40 + 30 + 10  # the removes and replacements replayed onto the new graph
+    np.testing.assert_array_equal(np.sort(index.ids), np.array(sorted(live)))
+    np.testing.assert_array_equal(index.get_docs(swapped).mean, new_rows.mean)
+    np.testing.assert_array_equal(index.get_docs(np.arange(n, n + 40)).mean, added.mean[:40])
+    assert len(index.unreachable()) == 0
+    probe = np.concatenate([swapped, np.arange(n, n + 40), rng.choice(sorted(live), 100, replace=False)])
+    assert _recall(index, probe) >= 0.99
+
+
 def test_a_compacted_index_saves_and_loads(tmp_path):
     index = UECIndex(_docs(200, 8, 8), texts=[f"t{i}" for i in range(200)], config=IndexConfig(M=8))
-    index.remove(np.arange(100))  # compacts (100 > 0.25 * 100)
-    assert index.stats()["deleted"] == 0
+    index.remove(np.arange(100))  # starts a compaction (100 > 0.25 * 100)
+    assert index.wait_for_compaction(timeout=60) and index.stats()["deleted"] == 0
     index.save(tmp_path / "i")
     back = UECIndex.load(tmp_path / "i")
     assert back.texts == [f"t{i}" for i in range(100, 200)] and back.stats()["deleted"] == 0 and len(back) == 100
@@ -166,6 +200,7 @@ def test_metrics_report_what_the_index_holds():
     text = create_app(index).state.service.metrics.render().decode()
     assert re.search(r"^crossembed_documents 260\.0$", text, re.M)
     assert re.search(r"^crossembed_index_deleted_slots 40\.0$", text, re.M)
+    assert re.search(r"^crossembed_index_compacting 0\.0$", text, re.M)
     graph_bytes = index.stats()["bytes"]["graph"]
     graph = re.search(r'^crossembed_index_bytes\{part="graph"\} (\S+)$', text, re.M)
     assert graph and float(graph.group(1)) == graph_bytes

@@ -47,7 +47,8 @@ def test_add_and_remove_equal_a_fresh_index():
     gone = np.arange(0, 400, 3)
     index.remove(gone)
     assert len(index) == 400 - len(gone)
-    got = index.add(extra, ids=np.arange(1000, 1150))  # removing 134 of 400 compacted: slots 0..265 are live
+    assert index.wait_for_compaction(timeout=60)  # removing 134 of 400 compacted: slots 0..265 are live
+    got = index.add(extra, ids=np.arange(1000, 1150))
     assert index._store.n_slots == 400 + 150 - len(gone) and len(index) == 400 - len(gone) + 150
     keep = np.setdiff1d(np.arange(400), gone)
     all_docs = GaussianEmbedding(

@@ -31,6 +31,9 @@ class _IndexCollector:
             "removed or replaced documents whose graph node is held until the index compacts",
             value=s["deleted"],
         )
+        yield GaugeMetricFamily(
+            "crossembed_index_compacting", "1 while a compaction builds the index's new graph", value=s["compacting"]
+        )
         part = GaugeMetricFamily("crossembed_index_bytes", "bytes the index holds, by part", labels=("part",))
         for name, nbytes in s["bytes"].items():
             part.add_metric((name,), nbytes)

@@ -262,12 +262,14 @@ class UECIndex:
     def stats(self) -> Dict[str, Any]:
         """What the index holds: ``live`` documents, ``deleted`` slots (removed or replaced documents whose graph
         node is kept until the index compacts, see ``IndexConfig.compact_at``), ``capacity`` (slots with room
-        reserved) and ``bytes`` (:meth:`memory_usage`)."""
+        reserved), ``compacting`` (whether a compaction is building its graph) and ``bytes``
+        (:meth:`memory_usage`)."""
         with self._writer.lock.read():
             return {
                 "live": len(self._store),
                 "deleted": self._store.deleted,
                 "capacity": self._store.capacity,
+                "compacting": self._writer.compacting,
                 "bytes": {"store": self._store.nbytes(), "graph": self._graph.nbytes, "panels": self._panels.nbytes},
             }
 
@@ -282,11 +284,18 @@ class UECIndex:
     def compact(self) -> None:
         """Rebuild the graph (and the slots) of the live documents alone, dropping removed documents' nodes.
 
-        Searches go on during the rebuild (against the graph as it was) and wait only for the swap; updates
-        wait for the whole rebuild. Updates compact on their own (``IndexConfig.compact_at``); call this to
-        free the deleted nodes' memory at once, or when :meth:`unreachable` finds documents.
+        Waits for a compaction in flight, then rebuilds and returns when the new graph is in place. Searches
+        go on during the rebuild (against the graph as it was) and wait only for the swap; updates from other
+        threads go on too (they are replayed onto the new graph before the swap). Updates start compactions
+        on their own, in the background (``IndexConfig.compact_at``); call this to free the deleted nodes'
+        memory at once, or when :meth:`unreachable` finds documents.
         """
         self._writer.compact()
+
+    def wait_for_compaction(self, timeout: Optional[float] = None) -> bool:
+        """Wait for a compaction in flight, ``timeout`` seconds at most (default None: no limit); returns True
+        when none is left running."""
+        return self._writer.wait_for_compaction(timeout)
 
     def reserve(self, capacity: int) -> None:
         """Make room for ``capacity`` documents in all (later :meth:`add` calls up to it then never

@@ -44,8 +44,9 @@ class IndexConfig:
     compact_at : float or None
         Removed (and replaced) documents keep their graph node until the index compacts: once
         they exceed ``compact_at`` times the live documents, the update that got them there
-        rebuilds the graph of the live set (:meth:`UECIndex.compact`). Default 0.25 (the graph
-        holds at most 1.25 times the live set); None: only when ``compact()`` is called.
+        starts a rebuild of the live set's graph in the background (:meth:`UECIndex.compact`;
+        updates and searches go on meanwhile). Default 0.25 (the graph holds about 1.25 times
+        the live set); None: only when ``compact()`` is called.
     """
 
     M: int = 32

@@ -236,7 +236,8 @@ class ShardedUECIndex:
 
     def stats(self, *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """What the shards hold together, as :meth:`UECIndex.stats` reports one index: ``live``, ``deleted``
-        and ``capacity`` summed, ``bytes`` summed by part; ``shards`` lists each shard's own, in shard order.
+        and ``capacity`` summed, ``compacting`` when any shard is, ``bytes`` summed by part; ``shards`` lists
+        each shard's own, in shard order.
 
         ``timeout``: seconds this call may take (default the index's ``timeout``).
         """
@@ -244,6 +245,7 @@ class ShardedUECIndex:
         shards = [info[s] for s in range(self.n_shards)]
         parts = sorted({part for s in shards for part in s["bytes"]})
         total = {key: int(sum(s[key] for s in shards)) for key in ("live", "deleted", "capacity")}
+        total["compacting"] = any(s["compacting"] for s in shards)
         total["bytes"] = {part: int(sum(s["bytes"].get(part, 0) for s in shards)) for part in parts}
         return {**total, "shards": shards}
 

@@ -9,9 +9,14 @@ slots. A removed document's node stays in the graph, marked deleted (searches
 pass through it, never return it), and new documents (upserted ones too) take
 new slots: re-linking a deleted node in place costs hnswlib tens of fresh
 insertions. Once the deleted slots exceed ``compact_at`` times the live ones,
-the update that got them there compacts: a graph of the live documents is
-built aside while searches go on, then swapped in under one exclusive hold,
-so the memory held stays within ``1 + compact_at`` times the live set's.
+the update that got them there starts a compaction and returns: a thread
+builds a graph of the live documents aside while searches and updates go on
+against the old one. The updates applied meanwhile are journaled (their rows
+copied) and replayed onto the new store and graph, which are then swapped in
+under one exclusive hold; an update waits only for the snapshot at the start
+and for the replay at the end, not for the build. The memory held stays
+within ``1 + compact_at`` times the live set's, plus the deletions of the
+updates that run during a build.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import ctypes
 import math
 import threading
 import time
-from typing import Callable, ContextManager, List, Optional, Sequence
+import warnings
+from typing import Callable, ContextManager, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -53,6 +59,25 @@ def _heap_trimmer() -> Optional[Callable[[int], int]]:
 # small allocations spread over the arenas of the insertion threads, and a freed large block raises the
 # threshold under which later large blocks come from the heap too): malloc_trim hands those pages back.
 _TRIM_HEAP = _heap_trimmer()
+
+
+class _Compaction:
+    """A compaction in flight: the live documents' snapshot (a compacted store, their old slots), the
+    updates applied since (replayed onto the snapshot before the swap), and the thread building its graph."""
+
+    def __init__(self, store: DocStore, live: np.ndarray, background: bool):
+        self.store = store
+        self.live = live
+        self.journal: List[Tuple] = []  # ("drop", ids) | ("put", mean, var, ids, texts) | ("reserve", capacity)
+        self.background = background
+        # the thread that builds it (gone in a forked child: then nobody does)
+        self.thread = threading.current_thread()
+        self.done = threading.Event()
+        self.error: Optional[BaseException] = None
+
+    @property
+    def running(self) -> bool:
+        return not self.done.is_set() and self.thread.is_alive()
 
 
 class IndexWriter:
@@ -94,6 +119,13 @@ class IndexWriter:
         self.lock = ReadWriteLock()  # searches shared, changes to the store and graph exclusive
         self._updating = threading.Lock()  # one update (or save) at a time, across its chunks
         self._on_change = on_change
+        self._compaction: Optional[_Compaction] = None  # set and cleared under _updating
+
+    @property
+    def compacting(self) -> bool:
+        """Whether a compaction is building its graph (updates go on meanwhile)."""
+        c = self._compaction
+        return c is not None and c.running
 
     def no_updates(self) -> ContextManager:
         """A ``with`` block during which no update runs (searches go on)."""
@@ -116,7 +148,8 @@ class IndexWriter:
         capacity = check_int(capacity, "capacity", low=1)
         with self._updating, self.lock.write():
             self.store.reserve(capacity)
-            self._grow_graph()
+            _fit_graph(self.store, self.graph)
+            self._journal(("reserve", capacity))
 
     def add(self, docs: GaussianEmbedding, ids, texts: Optional[Sequence[str]]) -> np.ndarray:
         """Store new documents (ids: distinct, none present; None: after the largest ever used); returns the ids."""
@@ -154,6 +187,7 @@ class IndexWriter:
                 self.graph.mark_deleted(slots[part])
                 self.store.drop(slots[part])
                 self._on_change(slots[part])
+                self._journal(("drop", ids[part]))
 
             self.chunked(len(slots), apply)
             self._compact_if_due()
@@ -175,10 +209,11 @@ class IndexWriter:
             if replace:
                 self.graph.mark_deleted(old)
                 self.store.drop(old)
-            slots = self.store.put(docs.mean[part], docs.var[part], ids[part], None if texts is None else texts[part])
-            self._grow_graph()
-            self.graph.add(docs.mean[part], slots, num_threads=self.num_threads)
+                self._journal(("drop", ids[part]))
+            mean, var, texts_part = docs.mean[part], docs.var[part], None if texts is None else texts[part]
+            slots = _put(self.store, self.graph, mean, var, ids[part], texts_part, self.num_threads)
             self._on_change(np.concatenate([old, slots]))
+            self._journal(("put", np.array(mean), np.array(var), np.array(ids[part]), texts_part))
 
         self.chunked(len(ids), apply, chunk)
 
@@ -186,38 +221,89 @@ class IndexWriter:
     def compact(self) -> None:
         """Rebuild the store and the graph on the live documents alone (slots ``0 .. n-1``, no deleted node).
 
-        Waits for the update in progress and holds later ones off; searches go on against the old graph while
-        the new one is built, and wait only for the swap.
+        Waits for a compaction in flight, then builds a new one in this thread and returns when it is in
+        place; updates from other threads go on meanwhile (journaled and replayed), searches wait only for
+        the swap. Raises what the build raised.
         """
-        with self._updating:
-            self._compact()
+        while True:
+            self.wait_for_compaction()
+            with self._updating:
+                if not self._in_flight():
+                    compaction = self._start_compaction(background=False)
+                    break
+        self._build(compaction)
+        if compaction.error is not None:
+            raise compaction.error
+
+    def wait_for_compaction(self, timeout: Optional[float] = None) -> bool:
+        """Wait for a compaction in flight (``timeout`` seconds at most, default no limit); True when none is."""
+        c = self._compaction
+        if c is not None and c.running:
+            c.done.wait(timeout)
+        return not self.compacting
+
+    def _in_flight(self) -> bool:
+        """Whether a compaction is under way (under ``_updating``; one whose builder is gone is dropped)."""
+        if self._compaction is not None and not self._compaction.running:  # a forked child's copy: nobody builds it
+            self._compaction = None
+        return self._compaction is not None
 
     def _compact_if_due(self) -> None:
-        if self.compact_at is not None and self.store.deleted > self.compact_at * len(self.store):
-            self._compact()
+        due = self.compact_at is not None and self.store.deleted > self.compact_at * len(self.store)
+        if due and not self._in_flight():
+            compaction = self._start_compaction(background=True)
+            compaction.thread = threading.Thread(
+                target=self._build, args=(compaction,), name="crossembed-compaction", daemon=True
+            )
+            compaction.thread.start()
 
-    def _compact(self) -> None:
+    def _start_compaction(self, background: bool) -> _Compaction:
+        """The snapshot of the live documents (under ``_updating``); the updates from now on are journaled."""
         # room for the slots the next compaction comes at, so the graph is not reallocated in between
         headroom = 0 if self.compact_at is None else math.ceil(self.compact_at * len(self.store)) + 1
-        store = self.store.compacted(headroom)
-        graph = self._new_graph(store.capacity)
-        live = self.store.live_slots()
-        for start in range(0, len(live), _COMPACT_ROWS):
-            part = live[start : start + _COMPACT_ROWS]
-            rows = np.arange(start, start + len(part), dtype=np.int64)
-            graph.add(mean_rows(self.store, self.graph, part, self.num_threads), rows, num_threads=self.num_threads)
-        changed = np.arange(self.store.n_slots, dtype=np.int64)
-        with self.lock.write():
-            self.store.take(store)
-            self.graph.take(graph)  # `graph` now holds the old nodes, freed after the hold
-            self._on_change(changed)
-        del graph, store
+        self._compaction = _Compaction(self.store.compacted(headroom), self.store.live_slots(), background)
+        return self._compaction
+
+    def _journal(self, op: Tuple) -> None:
+        if self._compaction is not None:
+            self._compaction.journal.append(op)
+
+    def _build(self, c: _Compaction) -> None:
+        """Build ``c``'s graph from the old one's rows, replay the journal onto it and swap it in; an error
+        leaves the index as it was (kept in ``c.error``; warned about when the build ran in the background)."""
+        try:
+            graph = self._new_graph(c.store.capacity)
+            for start in range(0, len(c.live), _COMPACT_ROWS):
+                part = c.live[start : start + _COMPACT_ROWS]
+                with self.lock.read():  # an update may grow (reallocate) the old graph or means between reads
+                    rows = mean_rows(self.store, self.graph, part, self.num_threads)
+                graph.add(rows, np.arange(start, start + len(part), dtype=np.int64), num_threads=self.num_threads)
+                del rows
+            with self._updating:
+                for op in c.journal:
+                    _replay(c.store, graph, op, self.num_threads)
+                changed = np.arange(max(self.store.n_slots, c.store.n_slots), dtype=np.int64)
+                with self.lock.write():
+                    self.store.take(c.store)
+                    self.graph.take(graph)  # `graph` now holds the old nodes, freed after the hold
+                    self._on_change(changed)
+                self._compaction = None
+        except BaseException as exc:  # the old store and graph are untouched: drop the compaction, keep serving
+            c.error = exc
+            with self._updating:
+                if self._compaction is c:
+                    self._compaction = None
+            if c.background:
+                warnings.warn(
+                    f"the index's compaction failed ({exc!r}); it keeps its deleted slots", RuntimeWarning, stacklevel=1
+                )
+            return
+        finally:
+            c.journal = []
+            c.done.set()
+        del graph
         if _TRIM_HEAP is not None:
             _TRIM_HEAP(0)
-
-    def _grow_graph(self) -> None:
-        if self.store.capacity > self.graph.max_elements:
-            self.graph.resize(self.store.capacity)
 
     def chunked(self, n: int, apply: Callable[[slice], None], chunk: Optional[int] = None) -> None:
         """``apply(rows)`` over consecutive slices of ``range(n)``, each under the exclusive lock; chunks
@@ -234,3 +320,30 @@ class IndexWriter:
                 hold = _WRITE_HOLD_S if self.lock.reads != reads else _WRITE_HOLD_IDLE_S
                 size = int(min(_WRITE_CHUNK_MAX, max(1, hold / per_row)))
             start = part.stop
+
+
+def _put(store: DocStore, graph: MeanGraph, mean, var, ids, texts, num_threads) -> np.ndarray:
+    """Store documents in new slots and link their means into ``graph``; returns the slots."""
+    slots = store.put(mean, var, ids, texts)
+    _fit_graph(store, graph)
+    graph.add(mean, slots, num_threads=num_threads)
+    return slots
+
+
+def _replay(store: DocStore, graph: MeanGraph, op: Tuple, num_threads) -> None:
+    """Apply one journaled update to a compaction's store and graph."""
+    if op[0] == "drop":
+        slots = store.slots_of(op[1])
+        graph.mark_deleted(slots)
+        store.drop(slots)
+    elif op[0] == "put":
+        _put(store, graph, *op[1:], num_threads)
+    else:
+        store.reserve(op[1])
+        _fit_graph(store, graph)
+
+
+def _fit_graph(store: DocStore, graph: MeanGraph) -> None:
+    """Room in ``graph`` for every slot ``store`` has room for."""
+    if store.capacity > graph.max_elements:
+        graph.resize(store.capacity)
