@@ -1,6 +1,9 @@
 """An index under churn: deleted slots bounded by compaction, every live document reachable, searches during compact()."""
 
 import re
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -178,6 +181,21 @@ def test_updates_go_on_while_a_compaction_builds_and_land_in_its_graph():
     assert len(index.unreachable()) == 0
     probe = np.concatenate([swapped, np.arange(n, n + 40), rng.choice(sorted(live), 100, replace=False)])
     assert _recall(index, probe) >= 0.99
+
+
+def test_a_process_that_exits_during_a_compaction_waits_for_it():
+    script = textwrap.dedent(
+        """
+        import numpy as np
+        from crossembed.uec import GaussianEmbedding, IndexConfig, UECIndex
+        m = np.random.default_rng(0).standard_normal((20000, 32)).astype(np.float32)
+        index = UECIndex(GaussianEmbedding(m, np.zeros_like(m)), config=IndexConfig(M=16), num_threads=1)
+        index.remove(np.arange(10000))
+        print(index.stats()["compacting"])
+        """
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.split() == ["True"], run.stderr
 
 
 def test_a_compacted_index_saves_and_loads(tmp_path):

@@ -6,11 +6,11 @@ but ``--margin`` of the documents that bring the deleted slots to the
 compaction threshold (``compact_at`` times the live documents), then runs a
 writer thread of single-document updates (remove one random live id, add one
 new document, each call timed) beside a thread of single-query searches until
-the writer's update has compacted the index (the deleted slots fall) and
-``--after`` more updates ran. Prints the latency of writes and searches before,
-during and after the compaction: the compaction runs inside the update that
-crosses the threshold, so the longest write is the rebuild, and every write
-issued meanwhile would wait as long; searches wait only for the swap.
+the writer's update has started a compaction, the new graph is swapped in
+(``stats()["compacting"]`` falls) and ``--after`` more updates ran. Prints the
+latency of writes and searches before, during and after the build: the update
+that crosses the threshold only starts it, later updates go on during it
+(journaled, replayed before the swap), searches wait only for the swap.
 
     python -m experiments.studies.compaction_stall --n 20000
 """
@@ -67,31 +67,38 @@ def main(argv=None) -> None:
     stop, searches, writes = threading.Event(), [], []
     searcher = threading.Thread(target=_search, args=(index, queries, stop, searches))
     searcher.start()
-    compacted_at, pos = None, 0
+    started, swapped, pos = None, None, 0
     try:
-        while compacted_at is None or len(writes) < compacted_at + args.after:
+        while swapped is None or len(writes) < swapped + args.after:
             t0 = time.perf_counter()
             index.remove(live[pos : pos + 1])
             index.add(unit_docs(rng, 1, args.dim), ids=[next_id])
             writes.append((t0, time.perf_counter() - t0))
             pos, next_id = pos + 1, next_id + 1
-            if compacted_at is None and index.stats()["deleted"] < pos:
-                compacted_at = len(writes) - 1
+            compacting = index.stats()["compacting"]
+            if started is None and compacting:
+                started = len(writes) - 1
+            elif started is not None and swapped is None and not compacting:
+                swapped = len(writes) - 1  # the new graph is in place after this write
     finally:
         stop.set()
         searcher.join()
-    c0, c_s = writes[compacted_at]
-    during = [d for t, d in searches if c0 <= t <= c0 + c_s]
+    c0, c1 = writes[started][0], writes[swapped][0] + writes[swapped][1]
+    during = [d for t, d in searches if c0 <= t <= c1]
     print()
-    print(f"{args.n} x {args.dim}, default IndexConfig; the update at write {compacted_at} compacted ({c_s:.1f} s)")
+    print(
+        f"{args.n} x {args.dim}, default IndexConfig; write {started} started a compaction, swapped in after "
+        f"write {swapped} ({c1 - c0:.1f} s later)"
+    )
     print()
     print("| calls | n | p50 ms | p99 ms | max ms |")
     print("|---|---|---|---|---|")
-    print(_summary("writes before", [d for _, d in writes[:compacted_at]]))
-    print(_summary("the write that compacted", [c_s]))
-    print(_summary("writes after", [d for _, d in writes[compacted_at + 1 :]]))
-    print(_summary("searches during the compaction", during))
-    print(_summary("searches outside it", [d for t, d in searches if not c0 <= t <= c0 + c_s]))
+    print(_summary("writes before", [d for _, d in writes[:started]]))
+    print(_summary("the write that started it", [writes[started][1]]))
+    print(_summary("writes during the build", [d for _, d in writes[started + 1 : swapped + 1]]))
+    print(_summary("writes after", [d for _, d in writes[swapped + 1 :]]))
+    print(_summary("searches during the build", during))
+    print(_summary("searches outside it", [d for t, d in searches if not c0 <= t <= c1]))
 
 
 if __name__ == "__main__":

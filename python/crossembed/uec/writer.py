@@ -252,9 +252,9 @@ class IndexWriter:
         due = self.compact_at is not None and self.store.deleted > self.compact_at * len(self.store)
         if due and not self._in_flight():
             compaction = self._start_compaction(background=True)
-            compaction.thread = threading.Thread(
-                target=self._build, args=(compaction,), name="crossembed-compaction", daemon=True
-            )
+            # not a daemon: a process that exits during a build waits for it (a daemon thread stopped inside
+            # the graph's native code at interpreter exit aborts the process)
+            compaction.thread = threading.Thread(target=self._build, args=(compaction,), name="crossembed-compaction")
             compaction.thread.start()
 
     def _start_compaction(self, background: bool) -> _Compaction:
@@ -270,7 +270,9 @@ class IndexWriter:
 
     def _build(self, c: _Compaction) -> None:
         """Build ``c``'s graph from the old one's rows, replay the journal onto it and swap it in; an error
-        leaves the index as it was (kept in ``c.error``; warned about when the build ran in the background)."""
+        leaves the index as it was (kept in ``c.error``; warned about when the build ran in the background).
+        ``c.done`` is set last, once the old graph is freed."""
+        graph = None
         try:
             graph = self._new_graph(c.store.capacity)
             for start in range(0, len(c.live), _COMPACT_ROWS):
@@ -285,7 +287,7 @@ class IndexWriter:
                 changed = np.arange(max(self.store.n_slots, c.store.n_slots), dtype=np.int64)
                 with self.lock.write():
                     self.store.take(c.store)
-                    self.graph.take(graph)  # `graph` now holds the old nodes, freed after the hold
+                    self.graph.take(graph)  # `graph` now holds the old nodes, freed below
                     self._on_change(changed)
                 self._compaction = None
         except BaseException as exc:  # the old store and graph are untouched: drop the compaction, keep serving
@@ -297,13 +299,11 @@ class IndexWriter:
                 warnings.warn(
                     f"the index's compaction failed ({exc!r}); it keeps its deleted slots", RuntimeWarning, stacklevel=1
                 )
-            return
         finally:
-            c.journal = []
+            c.journal, c.store, graph = [], None, None
+            if c.error is None and _TRIM_HEAP is not None:
+                _TRIM_HEAP(0)
             c.done.set()
-        del graph
-        if _TRIM_HEAP is not None:
-            _TRIM_HEAP(0)
 
     def chunked(self, n: int, apply: Callable[[slice], None], chunk: Optional[int] = None) -> None:
         """``apply(rows)`` over consecutive slices of ``range(n)``, each under the exclusive lock; chunks
