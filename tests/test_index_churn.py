@@ -151,9 +151,11 @@ def test_searches_run_through_compactions_saves_and_concurrent_updates(tmp_path)
     assert len(saved) == 1500 and np.isin(stable, saved.ids).all()
 
 
-def test_updates_go_on_while_a_compaction_builds_and_land_in_its_graph():
+def test_updates_go_on_while_a_compaction_builds_and_land_in_its_graph(monkeypatch):
     """The update past compact_at starts the rebuild and returns; updates made during it are replayed onto
-    the new graph, so after the swap the index holds exactly what they left, none of it lost."""
+    the new graph, so after the swap the index holds exactly what they left, none of it lost. The build
+    reads the old graph's rows in small parts here, so most removals come before their rows are read."""
+    monkeypatch.setattr("crossembed.uec.writer._COMPACT_ROWS", 2000)
     rng = np.random.default_rng(10)
     n = 20_000
     index = UECIndex(_docs(n, 32, 11), config=IndexConfig(M=16, ef_construction=200), num_threads=1)

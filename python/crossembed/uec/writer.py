@@ -12,7 +12,9 @@ insertions. Once the deleted slots exceed ``compact_at`` times the live ones,
 the update that got them there starts a compaction and returns: a thread
 builds a graph of the live documents aside while searches and updates go on
 against the old one. The updates applied meanwhile are journaled (their rows
-copied) and replayed onto the new store and graph, which are then swapped in
+copied; a document removed before the build read its row has the row kept
+aside first, as the graph hands out no row of a deleted node) and replayed
+onto the new store and graph, which are then swapped in
 under one exclusive hold; an update waits only for the snapshot at the start
 and for the replay at the end, not for the build. The memory held stays
 within ``1 + compact_at`` times the live set's, plus the deletions of the
@@ -26,7 +28,7 @@ import math
 import threading
 import time
 import warnings
-from typing import Callable, ContextManager, List, Optional, Sequence, Tuple
+from typing import Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -67,7 +69,9 @@ class _Compaction:
 
     def __init__(self, store: DocStore, live: np.ndarray, background: bool):
         self.store = store
-        self.live = live
+        self.live = live  # the old slots of the snapshot's documents, sorted (new slot = position)
+        self.read = 0  # positions of ``live`` whose rows the build has read
+        self.kept: Dict[int, np.ndarray] = {}  # old slot -> row, for snapshot documents removed before read
         self.journal: List[Tuple] = []  # ("drop", ids) | ("put", mean, var, ids, texts) | ("reserve", capacity)
         self.background = background
         # the thread that builds it (gone in a forked child: then nobody does)
@@ -184,6 +188,7 @@ class IndexWriter:
             slots = self.store.slots_of(ids)
 
             def apply(part: slice) -> None:
+                self._keep_rows(slots[part])
                 self.graph.mark_deleted(slots[part])
                 self.store.drop(slots[part])
                 self._on_change(slots[part])
@@ -207,6 +212,7 @@ class IndexWriter:
         def apply(part: slice) -> None:
             old = self.store.slots_of(ids[part]) if replace else np.zeros(0, np.int64)
             if replace:
+                self._keep_rows(old)
                 self.graph.mark_deleted(old)
                 self.store.drop(old)
                 self._journal(("drop", ids[part]))
@@ -264,6 +270,28 @@ class IndexWriter:
         self._compaction = _Compaction(self.store.compacted(headroom), self.store.live_slots(), background)
         return self._compaction
 
+    def _keep_rows(self, slots: np.ndarray) -> None:
+        """Before ``slots`` are marked deleted (under the exclusive lock): keep the rows the compaction's build
+        has yet to read."""
+        c = self._compaction
+        if c is None or c.read >= len(c.live):
+            return
+        pos = np.minimum(np.searchsorted(c.live, slots), len(c.live) - 1)
+        unread = slots[(c.live[pos] == slots) & (pos >= c.read)]
+        if len(unread):
+            c.kept.update(zip(unread.tolist(), mean_rows(self.store, self.graph, unread, self.num_threads)))
+
+    def _read_rows(self, c: _Compaction, part: np.ndarray) -> np.ndarray:
+        """The rows of the snapshot's old slots ``part``, next in order (under the shared lock)."""
+        kept = np.fromiter((s in c.kept for s in part.tolist()), bool, len(part))
+        rows = np.empty((len(part), self.store.dim), np.float32)
+        if (~kept).any():
+            rows[~kept] = mean_rows(self.store, self.graph, part[~kept], self.num_threads)
+        for i in np.flatnonzero(kept):
+            rows[i] = c.kept.pop(int(part[i]))
+        c.read += len(part)
+        return rows
+
     def _journal(self, op: Tuple) -> None:
         if self._compaction is not None:
             self._compaction.journal.append(op)
@@ -277,8 +305,8 @@ class IndexWriter:
             graph = self._new_graph(c.store.capacity)
             for start in range(0, len(c.live), _COMPACT_ROWS):
                 part = c.live[start : start + _COMPACT_ROWS]
-                with self.lock.read():  # an update may grow (reallocate) the old graph or means between reads
-                    rows = mean_rows(self.store, self.graph, part, self.num_threads)
+                with self.lock.read():  # updates may grow (reallocate) the old graph or delete rows between reads
+                    rows = self._read_rows(c, part)
                 graph.add(rows, np.arange(start, start + len(part), dtype=np.int64), num_threads=self.num_threads)
                 del rows
             with self._updating:
@@ -300,7 +328,7 @@ class IndexWriter:
                     f"the index's compaction failed ({exc!r}); it keeps its deleted slots", RuntimeWarning, stacklevel=1
                 )
         finally:
-            c.journal, c.store, graph = [], None, None
+            c.journal, c.kept, c.store, graph = [], {}, None, None
             if c.error is None and _TRIM_HEAP is not None:
                 _TRIM_HEAP(0)
             c.done.set()
