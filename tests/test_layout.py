@@ -36,6 +36,7 @@ LAYERS = {
     "_rows": 1,
     "_config": 1,
     "_io": 1,
+    "_glibc": 1,
     "_core": 1,
     "_native": 1,
     "__init__": 6,  # the package root re-exports
@@ -53,6 +54,7 @@ LIBRARY = (
     "_validation",
     "_rows",
     "_io",
+    "_glibc",
     "_config",
     "_native",
 )

@@ -72,6 +72,13 @@ def register(sub) -> None:
         "--model-name", help="the model id of /v1/models and /v1/embeddings (default: the index file's stem)"
     )
     p.add_argument("--mmap", action="store_true", help="memory-map the document store instead of reading it")
+    p.add_argument(
+        "--malloc-arenas",
+        type=int_arg(0),
+        default=2,
+        help="cap glibc's malloc arenas (default 2: a steady RSS under churn, see docs/serve.md; 0: glibc's own "
+        "limit of 8 per core; MALLOC_ARENA_MAX in the environment wins)",
+    )
     p.add_argument("--log-level", choices=_LEVELS, default="info", help="log level (debug: a line per request)")
     add_num_threads(p)
     p.set_defaults(func=_run)
@@ -119,10 +126,13 @@ def _config(args):
 
 
 def _run(args) -> int:
+    from crossembed._glibc import limit_arenas
     from crossembed.serve import run_server
     from crossembed.serve.server import bind_socket, check_exposure
     from crossembed.uec import UECIndex
 
+    if args.malloc_arenas:
+        limit_arenas(args.malloc_arenas)  # before the threads that allocate start
     level = getattr(logging, args.log_level.upper())
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for name in ("crossembed", "uvicorn"):

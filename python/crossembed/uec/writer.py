@@ -23,7 +23,6 @@ updates that run during a build.
 
 from __future__ import annotations
 
-import ctypes
 import math
 import threading
 import time
@@ -32,6 +31,7 @@ from typing import Callable, ContextManager, Dict, List, Optional, Sequence, Tup
 
 import numpy as np
 
+from crossembed._glibc import malloc_trim
 from crossembed._validation import check_int
 from crossembed.ann import MeanGraph
 from crossembed.uec.gaussian import GaussianEmbedding
@@ -48,19 +48,6 @@ _WRITE_HOLD_IDLE_S = 0.2
 _WRITE_CHUNK_FIRST = 32
 _WRITE_CHUNK_MAX = 4096
 _COMPACT_ROWS = 65536  # live rows read from the old graph per insertion call while compacting (bounds the copy)
-
-
-def _heap_trimmer() -> Optional[Callable[[int], int]]:
-    try:
-        return ctypes.CDLL(None).malloc_trim  # glibc
-    except (OSError, AttributeError):
-        return None
-
-
-# After a compaction frees the old graph, glibc keeps most of it as free heap (its upper-layer link lists are
-# small allocations spread over the arenas of the insertion threads, and a freed large block raises the
-# threshold under which later large blocks come from the heap too): malloc_trim hands those pages back.
-_TRIM_HEAP = _heap_trimmer()
 
 
 class _Compaction:
@@ -329,8 +316,10 @@ class IndexWriter:
                 )
         finally:
             c.journal, c.kept, c.store, graph = [], {}, None, None
-            if c.error is None and _TRIM_HEAP is not None:
-                _TRIM_HEAP(0)
+            if c.error is None:
+                # glibc keeps most of the freed graph as free heap (its upper-layer link lists are small
+                # allocations spread over the arenas of the insertion threads): hand those pages back
+                malloc_trim()
             c.done.set()
 
     def chunked(self, n: int, apply: Callable[[slice], None], chunk: Optional[int] = None) -> None:
