@@ -155,9 +155,9 @@ def test_updates_go_on_while_a_compaction_builds_and_land_in_its_graph(monkeypat
     """The update past compact_at starts the rebuild and returns; updates made during it are replayed onto
     the new graph, so after the swap the index holds exactly what they left, none of it lost. The build
     reads the old graph's rows in small parts here, so most removals come before their rows are read."""
-    monkeypatch.setattr("crossembed.uec.writer._COMPACT_ROWS", 2000)
+    monkeypatch.setattr("crossembed.uec.writer._COMPACT_ROWS", 500)
     rng = np.random.default_rng(10)
-    n = 20_000
+    n = 8_000
     index = UECIndex(_docs(n, 32, 11), config=IndexConfig(M=16, ef_construction=200), num_threads=1)
     began = time.perf_counter()
     index.remove(np.arange(0, n, 3))  # 6,667 > 0.25 * 13,333: starts the compaction and returns
@@ -190,9 +190,9 @@ def test_a_process_that_exits_during_a_compaction_waits_for_it():
         """
         import numpy as np
         from crossembed.uec import GaussianEmbedding, IndexConfig, UECIndex
-        m = np.random.default_rng(0).standard_normal((20000, 32)).astype(np.float32)
+        m = np.random.default_rng(0).standard_normal((4000, 32)).astype(np.float32)
         index = UECIndex(GaussianEmbedding(m, np.zeros_like(m)), config=IndexConfig(M=16), num_threads=1)
-        index.remove(np.arange(10000))
+        index.remove(np.arange(2000))  # the build of the other 2,000 takes far longer than the next line
         print(index.stats()["compacting"])
         """
     )
