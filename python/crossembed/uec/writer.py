@@ -14,9 +14,10 @@ builds a graph of the live documents aside while searches and updates go on
 against the old one. The updates applied meanwhile are journaled (their rows
 copied; a document removed before the build read its row has the row kept
 aside first, as the graph hands out no row of a deleted node) and replayed
-onto the new store and graph, which are then swapped in
-under one exclusive hold; an update waits only for the snapshot at the start
-and for the replay at the end, not for the build. The memory held stays
+onto the new store and graph (most of it while updates go on, the last few
+rows with them held off), which are then swapped in under one exclusive hold;
+an update waits only for the snapshot at the start and for those last rows at
+the end, not for the build. The memory held stays
 within ``1 + compact_at`` times the live set's, plus the deletions of the
 updates that run during a build.
 """
@@ -48,6 +49,10 @@ _WRITE_HOLD_IDLE_S = 0.2
 _WRITE_CHUNK_FIRST = 32
 _WRITE_CHUNK_MAX = 4096
 _COMPACT_ROWS = 65536  # live rows read from the old graph per insertion call while compacting (bounds the copy)
+# A build's journal is replayed while updates go on until at most _REPLAY_HELD_ROWS rows are left (or after
+# _CATCH_UP_ROUNDS rounds), then the rest with updates held off, so an update waits for a few rows' replay.
+_REPLAY_HELD_ROWS = 256
+_CATCH_UP_ROUNDS = 8
 
 
 class _Compaction:
@@ -296,15 +301,22 @@ class IndexWriter:
                     rows = self._read_rows(c, part)
                 graph.add(rows, np.arange(start, start + len(part), dtype=np.int64), num_threads=self.num_threads)
                 del rows
-            with self._updating:
-                for op in c.journal:
+            # catch up with the journal while updates go on, then replay the rest with them held off and swap
+            for attempt in range(_CATCH_UP_ROUNDS + 1):
+                with self._updating:
+                    ops, c.journal = c.journal, []
+                    if attempt == _CATCH_UP_ROUNDS or sum(map(_op_rows, ops)) <= _REPLAY_HELD_ROWS:
+                        for op in ops:
+                            _replay(c.store, graph, op, self.num_threads)
+                        changed = np.arange(max(self.store.n_slots, c.store.n_slots), dtype=np.int64)
+                        with self.lock.write():
+                            self.store.take(c.store)
+                            self.graph.take(graph)  # `graph` now holds the old nodes, freed below
+                            self._on_change(changed)
+                        self._compaction = None
+                        break
+                for op in ops:  # the new store and graph are this thread's alone until the swap
                     _replay(c.store, graph, op, self.num_threads)
-                changed = np.arange(max(self.store.n_slots, c.store.n_slots), dtype=np.int64)
-                with self.lock.write():
-                    self.store.take(c.store)
-                    self.graph.take(graph)  # `graph` now holds the old nodes, freed below
-                    self._on_change(changed)
-                self._compaction = None
         except BaseException as exc:  # the old store and graph are untouched: drop the compaction, keep serving
             c.error = exc
             with self._updating:
@@ -345,6 +357,11 @@ def _put(store: DocStore, graph: MeanGraph, mean, var, ids, texts, num_threads) 
     _fit_graph(store, graph)
     graph.add(mean, slots, num_threads=num_threads)
     return slots
+
+
+def _op_rows(op: Tuple) -> int:
+    """Documents a journaled update touches."""
+    return 0 if op[0] == "reserve" else len(op[1] if op[0] == "drop" else op[3])
 
 
 def _replay(store: DocStore, graph: MeanGraph, op: Tuple, num_threads) -> None:
