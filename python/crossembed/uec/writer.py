@@ -145,7 +145,7 @@ class IndexWriter:
         with self._updating, self.lock.write():
             self.store.reserve(capacity)
             _fit_graph(self.store, self.graph)
-            self._journal(("reserve", capacity))
+            self._journal("reserve", capacity)
 
     def add(self, docs: GaussianEmbedding, ids, texts: Optional[Sequence[str]]) -> np.ndarray:
         """Store new documents (ids: distinct, none present; None: after the largest ever used); returns the ids."""
@@ -181,10 +181,9 @@ class IndexWriter:
 
             def apply(part: slice) -> None:
                 self._keep_rows(slots[part])
-                self.graph.mark_deleted(slots[part])
-                self.store.drop(slots[part])
+                _drop(self.store, self.graph, slots[part])
                 self._on_change(slots[part])
-                self._journal(("drop", ids[part]))
+                self._journal("drop", ids[part])
 
             self.chunked(len(slots), apply)
             self._compact_if_due()
@@ -205,13 +204,12 @@ class IndexWriter:
             old = self.store.slots_of(ids[part]) if replace else np.zeros(0, np.int64)
             if replace:
                 self._keep_rows(old)
-                self.graph.mark_deleted(old)
-                self.store.drop(old)
-                self._journal(("drop", ids[part]))
+                _drop(self.store, self.graph, old)
+                self._journal("drop", ids[part])
             mean, var, texts_part = docs.mean[part], docs.var[part], None if texts is None else texts[part]
             slots = _put(self.store, self.graph, mean, var, ids[part], texts_part, self.num_threads)
             self._on_change(np.concatenate([old, slots]))
-            self._journal(("put", np.array(mean), np.array(var), np.array(ids[part]), texts_part))
+            self._journal("put", mean, var, ids[part], texts_part)
 
         self.chunked(len(ids), apply, chunk)
 
@@ -284,9 +282,11 @@ class IndexWriter:
         c.read += len(part)
         return rows
 
-    def _journal(self, op: Tuple) -> None:
+    def _journal(self, kind: str, *fields) -> None:
+        """Log an update for the compaction in flight, if any (arrays copied: the caller's may change later)."""
         if self._compaction is not None:
-            self._compaction.journal.append(op)
+            fields = tuple(np.array(f) if isinstance(f, np.ndarray) else f for f in fields)
+            self._compaction.journal.append((kind, *fields))
 
     def _build(self, c: _Compaction) -> None:
         """Build ``c``'s graph from the old one's rows, replay the journal onto it and swap it in; an error
@@ -359,6 +359,12 @@ def _put(store: DocStore, graph: MeanGraph, mean, var, ids, texts, num_threads) 
     return slots
 
 
+def _drop(store: DocStore, graph: MeanGraph, slots: np.ndarray) -> None:
+    """Free live ``slots`` in the store and mark their graph nodes deleted."""
+    graph.mark_deleted(slots)
+    store.drop(slots)
+
+
 def _op_rows(op: Tuple) -> int:
     """Documents a journaled update touches."""
     return 0 if op[0] == "reserve" else len(op[1] if op[0] == "drop" else op[3])
@@ -367,9 +373,7 @@ def _op_rows(op: Tuple) -> int:
 def _replay(store: DocStore, graph: MeanGraph, op: Tuple, num_threads) -> None:
     """Apply one journaled update to a compaction's store and graph."""
     if op[0] == "drop":
-        slots = store.slots_of(op[1])
-        graph.mark_deleted(slots)
-        store.drop(slots)
+        _drop(store, graph, store.slots_of(op[1]))
     elif op[0] == "put":
         _put(store, graph, *op[1:], num_threads)
     else:
